@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds the control-plane binaries envtest needs (kube-apiserver and etcd) from the Go
+# module proxy, once per version, into a per-user cache outside the clone, and prints the
+# KUBEBUILDER_ASSETS directory as its last line.
+#
+# No binary downloads work on the machines we build on, so kube-apiserver is compiled from
+# the k8s.io/kubernetes module in a throwaway module that replaces every k8s.io staging
+# module with its published version (k8s.io/kubernetes itself points them at ./staging,
+# which is not part of the published module). etcd is compiled at the version that
+# k8s.io/kubernetes itself requires.
+#
+# Usage: hack/envtest.sh            build if needed, print the assets directory
+#        K8S_VERSION=1.37.2 hack/envtest.sh
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+# The Kubernetes version follows client-go in go.mod (v0.X.Y <-> v1.X.Y).
+if [[ -z "${K8S_VERSION:-}" && -f "$here/go.mod" ]]; then
+  cg=$(awk '$1 == "k8s.io/client-go" {print $2}' "$here/go.mod" | head -1)
+  [[ -n "$cg" ]] && K8S_VERSION="1.${cg#v0.}"
+fi
+K8S_VERSION=${K8S_VERSION:-1.37.2}
+staging_version="v0.${K8S_VERSION#1.}"
+
+cache_root=${FLYTE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/flyte-executor}
+assets="$cache_root/envtest/k8s-$K8S_VERSION"
+mkdir -p "$assets"
+
+log() { printf 'envtest.sh: %s\n' "$*" >&2; }
+
+if [[ -x "$assets/kube-apiserver" && -x "$assets/etcd" ]]; then
+  echo "$assets"
+  exit 0
+fi
+
+# One builder at a time; a second caller waits and then finds the binaries.
+exec 9>"$assets/.lock"
+flock 9
+if [[ -x "$assets/kube-apiserver" && -x "$assets/etcd" ]]; then
+  echo "$assets"
+  exit 0
+fi
+
+export GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+start=$(date +%s)
+
+log "fetching k8s.io/kubernetes@v$K8S_VERSION go.mod"
+kmod=$(cd "$work" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+[[ -f "$kmod" ]] || { log "could not download k8s.io/kubernetes@v$K8S_VERSION"; exit 1; }
+
+if [[ ! -x "$assets/kube-apiserver" ]]; then
+  mkdir -p "$work/apiserver"
+  {
+    echo "module envtestbuild/apiserver"
+    echo
+    echo "go $(go env GOVERSION | sed 's/^go\([0-9]*\.[0-9]*\).*/\1/')"
+    echo
+    echo "require k8s.io/kubernetes v$K8S_VERSION"
+    echo
+    # Every "k8s.io/x => ./staging/src/k8s.io/x" of k8s.io/kubernetes becomes a published version.
+    sed -n 's#^[[:space:]]*\(replace[[:space:]]*\)\{0,1\}\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\2#p' "$kmod" |
+      sort -u | while read -r m; do echo "replace $m => $m $staging_version"; done
+  } >"$work/apiserver/go.mod"
+  cat >"$work/apiserver/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+GO
+  log "resolving kube-apiserver dependencies"
+  (cd "$work/apiserver" && go mod tidy >&2)
+  log "building kube-apiserver v$K8S_VERSION (about 20 minutes on 2 cores the first time)"
+  minor=${K8S_VERSION#1.}; minor=${minor%%.*}
+  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  (cd "$work/apiserver" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$assets/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+  mv "$assets/kube-apiserver.tmp" "$assets/kube-apiserver"
+fi
+
+if [[ ! -x "$assets/etcd" ]]; then
+  etcd_version=$(awk '$1 == "go.etcd.io/etcd/client/v3" {print $2; exit}' "$kmod")
+  [[ -n "$etcd_version" ]] || { log "k8s.io/kubernetes does not name an etcd version"; exit 1; }
+  mkdir -p "$work/etcd"
+  printf 'module envtestbuild/etcd\n\ngo %s\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
+    "$(go env GOVERSION | sed 's/^go\([0-9]*\.[0-9]*\).*/\1/')" "$etcd_version" >"$work/etcd/go.mod"
+  cat >"$work/etcd/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"
+GO
+  log "building etcd $etcd_version"
+  (cd "$work/etcd" && go mod tidy >&2 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$assets/etcd.tmp" go.etcd.io/etcd/server/v3)
+  mv "$assets/etcd.tmp" "$assets/etcd"
+fi
+
+log "built in $(( $(date +%s) - start ))s"
+echo "$assets"

@@ -1,0 +1,116 @@
+// Package pgtest gives tests a real Postgres: one throwaway cluster per test package,
+// started by hack/postgres.sh (or TEST_DATABASE_URL when set), and one fresh database
+// per test.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flytekube/backend/internal/repo"
+)
+
+// Server is a running Postgres cluster.
+type Server struct {
+	// URL connects to the cluster's maintenance database as a superuser.
+	URL string
+	dir string // "-" when the cluster is not ours to stop
+}
+
+// Start starts a throwaway cluster with hack/postgres.sh.
+func Start() (*Server, error) {
+	script, err := repo.Path("hack", "postgres.sh")
+	if err != nil {
+		return nil, err
+	}
+	var stderr strings.Builder
+	cmd := exec.Command(script, "start")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %s start: %w\n%s", script, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 2 {
+		return nil, fmt.Errorf("pgtest: unexpected output from %s: %q", script, out)
+	}
+	return &Server{dir: lines[len(lines)-2], URL: lines[len(lines)-1]}, nil
+}
+
+// Stop stops the cluster and removes its files.
+func (s *Server) Stop() error {
+	script, err := repo.Path("hack", "postgres.sh")
+	if err != nil {
+		return err
+	}
+	if out, err := exec.Command(script, "stop", s.dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("pgtest: stopping Postgres: %w: %s", err, out)
+	}
+	return nil
+}
+
+// Main runs a test package's tests against a cluster started for them; call it from
+// TestMain and exit with its result.
+func Main(m *testing.M, srv **Server) int {
+	s, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*srv = s
+	code := m.Run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	return code
+}
+
+// NewDatabase creates an empty database for one test, drops it when the test ends, and
+// returns its URL.
+func (s *Server) NewDatabase(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		t.Fatalf("pgtest: connecting to %s: %v", s.URL, err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	name := "t_" + hex.EncodeToString(suffix[:])
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("pgtest: creating database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, s.URL)
+		if err != nil {
+			t.Errorf("pgtest: connecting to drop %s: %v", name, err)
+			return
+		}
+		defer func() { _ = conn.Close(context.Background()) }()
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("pgtest: dropping %s: %v", name, err)
+		}
+	})
+
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatalf("pgtest: parsing %s: %v", s.URL, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}

@@ -1,0 +1,122 @@
+// Package postgres opens the connection pool both services use and applies their
+// embedded SQL migrations.
+//
+// Migrations run at start under a Postgres advisory lock, so any number of replicas can
+// start together: one applies them, the others wait and find nothing left to do. Each
+// service keeps its own version table and lock, so services sharing a database do not
+// interfere.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// Open parses url, creates a pool that traces every query with OpenTelemetry, and waits
+// until the database answers or ctx ends, so that a service started beside its database
+// does not fail on the first try.
+func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	if url == "" {
+		return nil, errors.New("postgres: a database URL is required")
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse errors can echo the URL, password included; keep only our words.
+		return nil, errors.New("postgres: the database URL is malformed")
+	}
+	cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTrimSQLInSpanName())
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: creating pool: %w", err)
+	}
+	if err := waitReady(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+func waitReady(ctx context.Context, pool *pgxpool.Pool) error {
+	delay := 100 * time.Millisecond
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("postgres: database not reachable: %w", err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// Migrations names a service's migration set.
+type Migrations struct {
+	// Service names the owner; it names the version table ("<service>_schema_version")
+	// and seeds the advisory lock id.
+	Service string
+	// FS holds the numbered .sql files (goose format) at its root.
+	FS fs.FS
+}
+
+// Migrate applies every pending migration under the service's advisory lock and returns
+// how many it applied. Running it again, or from several processes at once, is safe.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, m Migrations, log *slog.Logger) (int, error) {
+	if m.Service == "" || m.FS == nil {
+		return 0, errors.New("postgres: migrations need a service name and files")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	defer func() { _ = db.Close() }()
+
+	locker, err := lock.NewPostgresSessionLocker(
+		lock.WithLockID(lockID(m.Service)),
+		// Poll every second for up to five minutes: a replica waiting for another's
+		// migrations should notice promptly that they are done.
+		lock.WithLockTimeout(1, 300),
+	)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: creating migration lock: %w", err)
+	}
+	store, err := database.NewStore(database.DialectPostgres, m.Service+"_schema_version")
+	if err != nil {
+		return 0, fmt.Errorf("postgres: creating migration store: %w", err)
+	}
+	provider, err := goose.NewProvider("", db, m.FS,
+		goose.WithStore(store),
+		goose.WithSessionLocker(locker),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(log.With("migrations", m.Service)),
+	)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: loading %s migrations: %w", m.Service, err)
+	}
+	results, err := provider.Up(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: applying %s migrations: %w", m.Service, err)
+	}
+	return len(results), nil
+}
+
+// lockID derives a stable advisory lock id from the service name.
+func lockID(service string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("flyte-migrations:" + service))
+	return int64(h.Sum64() >> 1)
+}

@@ -1,0 +1,225 @@
+// Package server serves Connect services the way every service of this project does: one
+// h2c listener speaking Connect, gRPC and gRPC-Web, with reflection (so `buf curl` needs no
+// schema), grpc.health.v1, protovalidate checks and OpenTelemetry on every RPC, explicit
+// timeouts and read limits, and a graceful shutdown.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"connectrpc.com/otelconnect"
+	"connectrpc.com/validate"
+)
+
+// Config holds the listener's limits. Zero fields take the defaults of WithDefaults.
+type Config struct {
+	// Addr is the address to listen on, such as ":8090" or "127.0.0.1:0".
+	Addr string
+	// ReadHeaderTimeout bounds how long a client may take to send request headers.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle for this long.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds request headers.
+	MaxHeaderBytes int
+	// MaxMessageBytes bounds one request message, compressed or not.
+	MaxMessageBytes int
+	// MaxConcurrentStreams bounds the HTTP/2 streams one client connection may open.
+	MaxConcurrentStreams int
+	// ShutdownTimeout bounds how long in-flight unary calls may take to finish on shutdown.
+	ShutdownTimeout time.Duration
+	// StreamDrainDelay is how long open streams are left running after shutdown starts
+	// before they are cancelled, so that clients see the health check flip first.
+	StreamDrainDelay time.Duration
+}
+
+// WithDefaults returns the config with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 64 << 10
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = 8 << 20
+	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = 256
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 20 * time.Second
+	}
+	if c.StreamDrainDelay == 0 {
+		c.StreamDrainDelay = time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Addr == "" {
+		return errors.New("server: Addr is required")
+	}
+	if c.StreamDrainDelay > c.ShutdownTimeout {
+		return fmt.Errorf("server: StreamDrainDelay (%s) must not exceed ShutdownTimeout (%s)", c.StreamDrainDelay, c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// Server is a Connect server under construction and then running. Register services
+// with Handle before Serve.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	mux      *http.ServeMux
+	names    []string
+	health   *grpchealth.StaticChecker
+	options  []connect.HandlerOption
+	listener net.Listener
+
+	mu      sync.Mutex
+	serving bool
+}
+
+// New creates a server listening on cfg.Addr right away, so that callers (and tests
+// using port 0) know the address before serving.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	otel, err := otelconnect.NewInterceptor(otelconnect.WithTrustRemote())
+	if err != nil {
+		return nil, fmt.Errorf("server: creating OpenTelemetry interceptor: %w", err)
+	}
+	lis, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("server: listening on %s: %w", cfg.Addr, err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      log,
+		mux:      http.NewServeMux(),
+		health:   grpchealth.NewStaticChecker(),
+		listener: lis,
+		options: []connect.HandlerOption{
+			// Tracing first, so that rejected requests still show up as spans.
+			connect.WithInterceptors(otel, validate.NewInterceptor()),
+			connect.WithReadMaxBytes(cfg.MaxMessageBytes),
+			connect.WithRecover(recoverPanic(log)),
+		},
+	}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	})
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.listener.Addr() }
+
+// HandlerOptions are the options every generated New<Service>Handler must receive:
+// interceptors for tracing and validation, read limits and panic recovery.
+func (s *Server) HandlerOptions() []connect.HandlerOption { return s.options }
+
+// Handle registers a service handler made by a generated New<Service>Handler with
+// HandlerOptions. The service is listed by reflection and reported healthy.
+func (s *Server) Handle(path string, handler http.Handler) {
+	s.mux.Handle(path, handler)
+	// Generated paths are "/<fully.qualified.Service>/".
+	name := path[1 : len(path)-1]
+	s.names = append(s.names, name)
+	s.health.SetStatus(name, grpchealth.StatusServing)
+}
+
+// Serve serves until ctx is cancelled, then shuts down gracefully: the health check turns
+// NOT_SERVING, new connections are refused, in-flight unary calls finish (within
+// ShutdownTimeout), and streams are cancelled after StreamDrainDelay.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	if s.serving {
+		s.mu.Unlock()
+		return errors.New("server: Serve called twice")
+	}
+	s.serving = true
+	s.mu.Unlock()
+
+	reflector := grpcreflect.NewStaticReflector(s.names...)
+	s.mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	s.mux.Handle(grpchealth.NewHandler(s.health))
+
+	// Requests derive from streamCtx, which is cancelled only after the drain delay, so
+	// that unary calls are not cut short when shutdown begins.
+	streamCtx, cancelStreams := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelStreams()
+
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           s.mux,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: s.cfg.MaxConcurrentStreams,
+		},
+		BaseContext: func(net.Listener) context.Context { return streamCtx },
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(s.listener) }()
+	s.log.Info("serving", "addr", s.Addr().String(), "services", s.names)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("server: serving: %w", err)
+	case <-ctx.Done():
+	}
+
+	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
+	s.health.SetStatus("", grpchealth.StatusNotServing)
+	for _, name := range s.names {
+		s.health.SetStatus(name, grpchealth.StatusNotServing)
+	}
+	drain := time.AfterFunc(s.cfg.StreamDrainDelay, cancelStreams)
+	defer drain.Stop()
+
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("server: graceful shutdown: %w", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("server: serving: %w", err)
+	}
+	return nil
+}
+
+// recoverPanic turns a handler panic into an Internal error and a log line instead of a
+// dropped connection, since input must never crash a server.
+func recoverPanic(log *slog.Logger) func(context.Context, connect.Spec, http.Header, any) error {
+	return func(_ context.Context, spec connect.Spec, _ http.Header, p any) error {
+		log.Error("handler panicked", "procedure", spec.Procedure, "panic", p)
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("internal error in %s", spec.Procedure))
+	}
+}
