@@ -89,6 +89,11 @@ type Server struct {
 	options  []connect.HandlerOption
 	listener net.Listener
 
+	// draining is cancelled when shutdown has begun and StreamDrainDelay has passed;
+	// it ends the open streams, which would otherwise hold shutdown until its timeout.
+	draining   context.Context
+	endStreams context.CancelFunc
+
 	mu      sync.Mutex
 	serving bool
 }
@@ -111,15 +116,18 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: listening on %s: %w", cfg.Addr, err)
 	}
+	draining, endStreams := context.WithCancel(context.Background())
 	s := &Server{
-		cfg:      cfg,
-		log:      log,
-		mux:      http.NewServeMux(),
-		health:   grpchealth.NewStaticChecker(),
-		listener: lis,
+		draining:   draining,
+		endStreams: endStreams,
+		cfg:        cfg,
+		log:        log,
+		mux:        http.NewServeMux(),
+		health:     grpchealth.NewStaticChecker(),
+		listener:   lis,
 		options: []connect.HandlerOption{
 			// Tracing first, so that rejected requests still show up as spans.
-			connect.WithInterceptors(otel, validate.NewInterceptor()),
+			connect.WithInterceptors(otel, validate.NewInterceptor(), streamDrainer{draining}),
 			connect.WithReadMaxBytes(cfg.MaxMessageBytes),
 			connect.WithRecover(recoverPanic(log)),
 		},
@@ -164,10 +172,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	s.mux.Handle(grpchealth.NewHandler(s.health))
 
-	// Requests derive from streamCtx, which is cancelled only after the drain delay, so
-	// that unary calls are not cut short when shutdown begins.
-	streamCtx, cancelStreams := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelStreams()
+	defer s.endStreams()
 
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -181,7 +186,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: s.cfg.MaxConcurrentStreams,
 		},
-		BaseContext: func(net.Listener) context.Context { return streamCtx },
+		// Requests must not inherit ctx: its cancellation starts a graceful shutdown,
+		// which lets in-flight calls finish.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 
@@ -200,7 +207,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	for _, name := range s.names {
 		s.health.SetStatus(name, grpchealth.StatusNotServing)
 	}
-	drain := time.AfterFunc(s.cfg.StreamDrainDelay, cancelStreams)
+	drain := time.AfterFunc(s.cfg.StreamDrainDelay, s.endStreams)
 	defer drain.Stop()
 
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
@@ -221,5 +228,31 @@ func recoverPanic(log *slog.Logger) func(context.Context, connect.Spec, http.Hea
 	return func(_ context.Context, spec connect.Spec, _ http.Header, p any) error {
 		log.Error("handler panicked", "procedure", spec.Procedure, "panic", p)
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("internal error in %s", spec.Procedure))
+	}
+}
+
+// streamDrainer ends server streams when the server drains; unary calls are left to
+// finish within the shutdown timeout.
+type streamDrainer struct{ draining context.Context }
+
+func (d streamDrainer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (d streamDrainer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (d streamDrainer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(d.draining, cancel)
+		defer stop()
+		err := next(ctx, conn)
+		if err != nil && d.draining.Err() != nil {
+			// Unavailable tells clients to reconnect, to another replica or to this one
+			// once it is back.
+			return connect.NewError(connect.CodeUnavailable, errors.New("server is shutting down"))
+		}
+		return err
 	}
 }
