@@ -75,7 +75,7 @@ func Setup(ctx context.Context, serviceName string) (*Telemetry, error) {
 		t.Exporting = true
 	}
 
-	metricExporter, err := otelprometheus.New(otelprometheus.WithRegisterer(t.Registry))
+	metricExporter, err := otelprometheus.New(otelprometheus.WithRegisterer(t.Registry), otelprometheus.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: creating Prometheus exporter: %w", err)
 	}

@@ -1,0 +1,159 @@
+package telemetry_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flytekube/backend/services/telemetry"
+)
+
+// otlpReceiver is an OTLP/HTTP trace endpoint that keeps what it receives.
+type otlpReceiver struct {
+	mu       sync.Mutex
+	requests []*coltracepb.ExportTraceServiceRequest
+}
+
+func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	var msg coltracepb.ExportTraceServiceRequest
+	if req.URL.Path != "/v1/traces" || proto.Unmarshal(body, &msg) != nil {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	r.requests = append(r.requests, &msg)
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(nil)
+}
+
+func clearOTELEnv(t *testing.T) {
+	for _, k := range []string{"OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"} {
+		t.Setenv(k, "")
+	}
+}
+
+func TestExportsOverOTLPWhenEndpointSet(t *testing.T) {
+	clearOTELEnv(t)
+	receiver := &otlpReceiver{}
+	srv := httptest.NewServer(receiver)
+	defer srv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_SERVICE_NAME", "renamed-by-env")
+
+	ctx := context.Background()
+	tel, err := telemetry.Setup(ctx, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tel.Exporting {
+		t.Fatal("Exporting = false with an endpoint set")
+	}
+	_, span := otel.Tracer("test").Start(ctx, "probe-span")
+	span.End()
+	shutdownCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tel.Shutdown(shutdownCtx); err != nil { // flushes the batch
+		t.Fatal(err)
+	}
+
+	receiver.mu.Lock()
+	defer receiver.mu.Unlock()
+	var spans []string
+	var service string
+	for _, req := range receiver.requests {
+		for _, rs := range req.GetResourceSpans() {
+			for _, attr := range rs.GetResource().GetAttributes() {
+				if attr.GetKey() == "service.name" {
+					service = attr.GetValue().GetStringValue()
+				}
+			}
+			for _, ss := range rs.GetScopeSpans() {
+				for _, s := range ss.GetSpans() {
+					spans = append(spans, s.GetName())
+				}
+			}
+		}
+	}
+	if len(spans) != 1 || spans[0] != "probe-span" {
+		t.Fatalf("exported spans %v; want [probe-span]", spans)
+	}
+	if service != "renamed-by-env" {
+		t.Fatalf("service.name = %q; want the OTEL_SERVICE_NAME value", service)
+	}
+}
+
+func TestSetupChoices(t *testing.T) {
+	tests := []struct {
+		name          string
+		env           map[string]string
+		wantExporting bool
+		wantErr       string
+	}{
+		{name: "no endpoint exports nothing"},
+		{name: "disabled wins over an endpoint", env: map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}},
+		{name: "grpc protocol", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, wantExporting: true},
+		{name: "unknown protocol", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}, wantErr: "carrier-pigeon"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearOTELEnv(t)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			tel, err := telemetry.Setup(context.Background(), "events")
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Setup error %v; want one naming %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tel.Shutdown(context.Background()) }()
+			if tel.Exporting != tt.wantExporting {
+				t.Fatalf("Exporting = %v; want %v", tel.Exporting, tt.wantExporting)
+			}
+		})
+	}
+}
+
+func TestMetricsHandlerServesPrometheusAndOpenTelemetryMetrics(t *testing.T) {
+	clearOTELEnv(t)
+	tel, err := telemetry.Setup(context.Background(), "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	counter, err := otel.Meter("test").Int64Counter("flyte_test_probes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.Add(context.Background(), 3)
+
+	srv := httptest.NewServer(tel.MetricsHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"go_goroutines", "process_cpu_seconds_total", "flyte_test_probes_total 3"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
