@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -167,7 +168,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.serving = true
 	s.mu.Unlock()
 
-	reflector := grpcreflect.NewStaticReflector(s.names...)
+	// Health is listed too, so `buf curl` can check it without a schema.
+	reflector := grpcreflect.NewStaticReflector(append(slices.Clone(s.names), grpchealth.HealthV1ServiceName)...)
 	s.mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	s.mux.Handle(grpchealth.NewHandler(s.health))

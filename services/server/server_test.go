@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
@@ -270,8 +271,10 @@ func TestReflectionAndHealth(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ListServices: %v", err)
 		}
-		if !slices.Contains(names, eventsv1connect.EventsServiceName) {
-			t.Fatalf("reflection lists %v; want %s", names, eventsv1connect.EventsServiceName)
+		for _, want := range []string{eventsv1connect.EventsServiceName, grpchealth.HealthV1ServiceName} {
+			if !slices.Contains(names, protoreflect.FullName(want)) {
+				t.Fatalf("reflection lists %v; want %s", names, want)
+			}
 		}
 		files, err := stream.FileContainingSymbol(eventsv1connect.EventsServiceName)
 		if err != nil || len(files) == 0 {
@@ -280,27 +283,21 @@ func TestReflectionAndHealth(t *testing.T) {
 		_, _ = stream.Close()
 	}
 
-	if got := healthStatus(t, r, ""); got != servingStatusServing {
+	if got := healthStatus(t, r, ""); got != grpchealth.StatusServing {
 		t.Fatalf("health = %d; want SERVING", got)
 	}
-	if got := healthStatus(t, r, eventsv1connect.EventsServiceName); got != servingStatusServing {
+	if got := healthStatus(t, r, eventsv1connect.EventsServiceName); got != grpchealth.StatusServing {
 		t.Fatalf("health of %s = %d; want SERVING", eventsv1connect.EventsServiceName, got)
 	}
 }
 
-const servingStatusServing = 1
-
-// healthStatus calls grpc.health.v1.Health/Check. HealthCheckRequest{service} and
-// HealthCheckResponse{status} have the wire shapes of StringValue and Int32Value (one
-// field numbered 1), which spares importing a second copy of the health protos.
-func healthStatus(t *testing.T, r *running, service string) int32 {
+func healthStatus(t *testing.T, r *running, service string) grpchealth.Status {
 	t.Helper()
-	client := connect.NewClient[wrapperspb.StringValue, wrapperspb.Int32Value](r.http, r.url+"/grpc.health.v1.Health/Check", connect.WithGRPC())
-	resp, err := client.CallUnary(context.Background(), connect.NewRequest(wrapperspb.String(service)))
+	resp, err := grpchealth.NewClient(r.http, r.url, connect.WithGRPC()).Check(context.Background(), &grpchealth.CheckRequest{Service: service})
 	if err != nil {
 		t.Fatalf("health check: %v", err)
 	}
-	return resp.Msg.GetValue()
+	return resp.Status
 }
 
 func TestGracefulShutdown(t *testing.T) {
@@ -359,7 +356,7 @@ func TestBufCurl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	bufCurl := func(args ...string) string {
 		t.Helper()
@@ -381,5 +378,9 @@ func TestBufCurl(t *testing.T) {
 		r.url+"/flyte.events.v1.EventsService/GetAction")
 	if !strings.Contains(out, `"ACTION_PHASE_RUNNING"`) {
 		t.Fatalf("buf curl GetAction:\n%s", out)
+	}
+	out = bufCurl("--protocol", "grpc", r.url+"/grpc.health.v1.Health/Check")
+	if !strings.Contains(out, `"SERVING"`) {
+		t.Fatalf("buf curl Health/Check:\n%s", out)
 	}
 }
