@@ -1,0 +1,32 @@
+// Command events serves flyte.events.v1.EventsService: action events recorded
+// idempotently in Postgres, the latest state of each action, and live watches.
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+
+	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/services/server"
+)
+
+func main() {
+	var cfg events.Config
+	flag.StringVar(&cfg.Listen, "listen", ":8090", "address for Connect, gRPC and gRPC-Web")
+	flag.StringVar(&cfg.MetricsListen, "metrics-listen", ":9090", "address for Prometheus /metrics; empty disables it")
+	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
+	flag.DurationVar(&cfg.RetentionTTL, "retention-ttl", 0, "delete finished actions and their events this long after they finished; 0 keeps them")
+	flag.DurationVar(&cfg.RetentionInterval, "retention-interval", events.Config{}.WithDefaults().RetentionInterval, "how often retention runs")
+	flag.IntVar(&cfg.WatchBuffer, "watch-buffer", events.Config{}.WithDefaults().WatchBuffer, "updates queued per watcher before it is ended")
+	flag.Parse()
+
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := server.SignalContext(context.Background())
+	defer stop()
+	if err := events.Run(ctx, cfg, log, nil); err != nil {
+		log.Error("events stopped", "error", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,144 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/events/store"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/services/postgres"
+)
+
+var pg *pgtest.Server
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &pg)) }
+
+// instance is one running events service.
+type instance struct {
+	url        string
+	metricsURL string
+	client     eventsv1connect.EventsServiceClient
+	stop       func() // graceful shutdown; waits for Run to return
+}
+
+func h2cClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+// startInstance runs the service as its main does, on loopback ports.
+func startInstance(t *testing.T, dbURL string, mutate ...func(*events.Config)) *instance {
+	t.Helper()
+	cfg := events.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: dbURL}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan events.Addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a events.Addrs) { started <- a }) }()
+	var addrs events.Addrs
+	select {
+	case addrs = <-started:
+	case err := <-done:
+		t.Fatalf("events.Run: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("events service did not start")
+	}
+	inst := &instance{url: "http://" + addrs.RPC.String(), metricsURL: "http://" + addrs.Metrics.String() + "/metrics"}
+	inst.client = eventsv1connect.NewEventsServiceClient(h2cClient(), inst.url, connect.WithGRPC())
+	var stopped bool
+	inst.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("events.Run: %v", err)
+		}
+	}
+	t.Cleanup(inst.stop)
+	return inst
+}
+
+// openStore opens a store over a migrated database for direct checks.
+func openStore(t *testing.T, dbURL string) (*store.Store, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := postgres.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := postgres.Migrate(ctx, pool, store.Migrations(), slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	return store.New(pool), pool
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func actionID(run, action string) *flytecorev1.ActionIdentifier {
+	return &flytecorev1.ActionIdentifier{Project: "demo", Domain: "development", Run: run, Action: action}
+}
+
+// event builds an event of action id; at counts seconds after a fixed epoch.
+func event(id *flytecorev1.ActionIdentifier, attempt uint32, phase flytecorev1.ActionPhase, version uint32, at int) *eventsv1.ActionEvent {
+	return &eventsv1.ActionEvent{
+		Id:         id,
+		Attempt:    attempt,
+		Phase:      phase,
+		Version:    version,
+		OccurredAt: timestamppb.New(epoch.Add(time.Duration(at) * time.Second)),
+		Reason:     fmt.Sprintf("attempt %d %s v%d", attempt, phase, version),
+		TaskType:   "container",
+	}
+}
+
+const (
+	queued      = flytecorev1.ActionPhase_ACTION_PHASE_QUEUED
+	waiting     = flytecorev1.ActionPhase_ACTION_PHASE_WAITING_FOR_RESOURCES
+	initialized = flytecorev1.ActionPhase_ACTION_PHASE_INITIALIZING
+	running     = flytecorev1.ActionPhase_ACTION_PHASE_RUNNING
+	succeeded   = flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED
+	failed      = flytecorev1.ActionPhase_ACTION_PHASE_FAILED
+	aborted     = flytecorev1.ActionPhase_ACTION_PHASE_ABORTED
+)
+
+func record(t *testing.T, c eventsv1connect.EventsServiceClient, evs ...*eventsv1.ActionEvent) *eventsv1.RecordResponse {
+	t.Helper()
+	resp, err := c.Record(context.Background(), connect.NewRequest(&eventsv1.RecordRequest{Events: evs}))
+	if err != nil {
+		t.Fatalf("Record: %v", err)
+	}
+	return resp.Msg
+}
+
+func getAction(t *testing.T, c eventsv1connect.EventsServiceClient, id *flytecorev1.ActionIdentifier) *eventsv1.Action {
+	t.Helper()
+	resp, err := c.GetAction(context.Background(), connect.NewRequest(&eventsv1.GetActionRequest{Id: id}))
+	if err != nil {
+		t.Fatalf("GetAction(%v): %v", id, err)
+	}
+	return resp.Msg.GetAction()
+}
+
+// stateString summarises the parts of an action the fold decides.
+func stateString(a *eventsv1.Action) string {
+	return fmt.Sprintf("attempt %d %s v%d (%s)", a.GetAttempt(), a.GetPhase(), a.GetVersion(), a.GetReason())
+}

@@ -1,0 +1,48 @@
+-- +goose Up
+
+-- Every event ever recorded, keyed by its identity so that redelivery is absorbed.
+-- The event itself is kept whole, protobuf-encoded; the key columns exist for lookups.
+CREATE TABLE action_events (
+    project     text        NOT NULL,
+    domain      text        NOT NULL,
+    run         text        NOT NULL,
+    action      text        NOT NULL,
+    attempt     integer     NOT NULL,
+    phase       smallint    NOT NULL,
+    version     integer     NOT NULL,
+    occurred_at timestamptz NOT NULL,
+    event       bytea       NOT NULL,
+    PRIMARY KEY (project, domain, run, action, attempt, phase, version)
+);
+
+-- The latest state of each action, folded from its events in the same transaction that
+-- records them. (attempt, rank, version, occurred_at, phase) orders states: a row is only
+-- replaced by a state that is greater, so late or repeated events never move it back.
+-- rank is the phase for non-terminal phases (they only move forward within an attempt)
+-- and 5 for every terminal phase.
+CREATE TABLE actions (
+    id          bigint      GENERATED ALWAYS AS IDENTITY,
+    project     text        NOT NULL,
+    domain      text        NOT NULL,
+    run         text        NOT NULL,
+    action      text        NOT NULL,
+    attempt     integer     NOT NULL,
+    phase       smallint    NOT NULL,
+    version     integer     NOT NULL,
+    rank        smallint    NOT NULL,
+    occurred_at timestamptz NOT NULL,
+    created_at  timestamptz NOT NULL,
+    state       bytea       NOT NULL,
+    PRIMARY KEY (project, domain, run, action)
+);
+
+-- Listing is newest first by id, which is assigned once and never changes, so keyset
+-- pages stay stable while actions progress.
+CREATE INDEX actions_by_domain ON actions (project, domain, id DESC);
+CREATE INDEX actions_by_run ON actions (project, domain, run, id DESC);
+-- Retention finds finished actions by age.
+CREATE INDEX actions_finished ON actions (occurred_at) WHERE rank = 5;
+
+-- +goose Down
+DROP TABLE actions;
+DROP TABLE action_events;

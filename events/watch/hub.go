@@ -1,0 +1,299 @@
+// Package watch fans action changes out to WatchActions streams.
+//
+// Every replica runs one Hub. It LISTENs on the store's notify channel over one
+// dedicated connection, so an event recorded through any replica reaches watchers on all
+// of them. Notifications only carry action keys; the hub coalesces the keys that arrive
+// while it is busy, reads the current state of those that some watcher wants in one
+// query, and hands each watcher its matches. A watcher that cannot keep up is ended
+// (ErrOverflow) rather than allowed to block the hub or grow memory; when the hub loses
+// its connection, notifications may have been missed, so every watcher is ended
+// (ErrResync). Either way the client resumes from ListActions.
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/events/store"
+)
+
+var (
+	// ErrOverflow ends a watcher whose buffer filled up.
+	ErrOverflow = errors.New("watcher fell behind; resume from ListActions")
+	// ErrResync ends every watcher when notifications may have been missed.
+	ErrResync = errors.New("watch feed was interrupted; resume from ListActions")
+	// ErrClosed ends every watcher when the hub stops.
+	ErrClosed = errors.New("server is shutting down")
+)
+
+// Filter selects the actions a watcher wants.
+type Filter struct {
+	Project, Domain string
+	// Run narrows to one run when not empty.
+	Run string
+}
+
+func (f Filter) matches(k store.Key) bool {
+	return k.Project == f.Project && k.Domain == f.Domain && (f.Run == "" || k.Run == f.Run)
+}
+
+// Subscription is one watcher's feed.
+type Subscription struct {
+	filter Filter
+	ch     chan *eventsv1.Action
+	done   chan struct{}
+	err    error // set before done is closed
+}
+
+// C delivers the new state of each matching action.
+func (s *Subscription) C() <-chan *eventsv1.Action { return s.ch }
+
+// Done is closed when the hub ends the subscription; Err then says why.
+func (s *Subscription) Done() <-chan struct{} { return s.done }
+
+// Err says why the subscription ended.
+func (s *Subscription) Err() error { return s.err }
+
+// Metrics observes the hub; nil fields are ignored.
+type Metrics struct {
+	// Watchers is set to the number of open subscriptions.
+	Watchers func(n int)
+	// Ended counts subscriptions ended by the hub, by reason.
+	Ended func(reason string)
+}
+
+// Hub distributes action changes to subscriptions.
+type Hub struct {
+	pool    *pgxpool.Pool
+	store   *store.Store
+	buffer  int
+	log     *slog.Logger
+	metrics Metrics
+
+	mu        sync.Mutex
+	subs      map[*Subscription]struct{}
+	listening chan struct{} // closed while a LISTEN is established; replaced on loss
+	pending   map[store.Key]struct{}
+	wake      chan struct{}
+}
+
+// NewHub creates a hub whose subscriptions buffer up to buffer updates each.
+func NewHub(pool *pgxpool.Pool, st *store.Store, buffer int, log *slog.Logger, m Metrics) *Hub {
+	if buffer < 1 {
+		buffer = 1
+	}
+	return &Hub{
+		pool: pool, store: st, buffer: buffer, log: log, metrics: m,
+		subs:      make(map[*Subscription]struct{}),
+		listening: make(chan struct{}),
+		pending:   make(map[store.Key]struct{}),
+		wake:      make(chan struct{}, 1),
+	}
+}
+
+// Subscribe opens a subscription once the hub is listening, so that nothing recorded
+// after Subscribe returns can be missed. It waits for ctx otherwise.
+func (h *Hub) Subscribe(ctx context.Context, f Filter) (*Subscription, error) {
+	for {
+		h.mu.Lock()
+		listening := h.listening
+		select {
+		case <-listening:
+			s := &Subscription{filter: f, ch: make(chan *eventsv1.Action, h.buffer), done: make(chan struct{})}
+			h.subs[s] = struct{}{}
+			n := len(h.subs)
+			h.mu.Unlock()
+			h.observeWatchers(n)
+			return s, nil
+		default:
+		}
+		h.mu.Unlock()
+		select {
+		case <-listening:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("watch: waiting for the change feed: %w", ctx.Err())
+		}
+	}
+}
+
+// Unsubscribe removes a subscription; it is safe to call after the hub ended it.
+func (h *Hub) Unsubscribe(s *Subscription) {
+	h.mu.Lock()
+	_, ok := h.subs[s]
+	delete(h.subs, s)
+	n := len(h.subs)
+	h.mu.Unlock()
+	if ok {
+		h.observeWatchers(n)
+	}
+}
+
+// endLocked ends a subscription with err; h.mu must be held.
+func (h *Hub) endLocked(s *Subscription, err error, reason string) {
+	delete(h.subs, s)
+	s.err = err
+	close(s.done)
+	if h.metrics.Ended != nil {
+		h.metrics.Ended(reason)
+	}
+}
+
+func (h *Hub) endAll(err error, reason string) {
+	h.mu.Lock()
+	for s := range h.subs {
+		h.endLocked(s, err, reason)
+	}
+	h.mu.Unlock()
+	h.observeWatchers(0)
+}
+
+func (h *Hub) observeWatchers(n int) {
+	if h.metrics.Watchers != nil {
+		h.metrics.Watchers(n)
+	}
+}
+
+// Run listens and dispatches until ctx ends, reconnecting after connection loss.
+func (h *Hub) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { h.dispatchLoop(ctx) })
+	defer wg.Wait()
+	defer h.endAll(ErrClosed, "shutdown")
+
+	delay := 100 * time.Millisecond
+	for {
+		err := h.listen(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		h.log.Warn("change feed lost; reconnecting", "error", err, "in", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// listen holds one LISTEN connection until it fails.
+func (h *Hub) listen(ctx context.Context) error {
+	pooled, err := h.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("watch: acquiring connection: %w", err)
+	}
+	conn := pooled.Hijack() // held for as long as it lives; never returned to the pool
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{store.NotifyChannel}.Sanitize()); err != nil {
+		return fmt.Errorf("watch: LISTEN: %w", err)
+	}
+
+	h.mu.Lock()
+	close(h.listening)
+	h.mu.Unlock()
+	defer func() {
+		// Whatever was notified while nobody listened is lost: end every watcher so its
+		// client re-lists, and make new subscribers wait for the next LISTEN.
+		h.mu.Lock()
+		h.listening = make(chan struct{})
+		h.mu.Unlock()
+		if ctx.Err() == nil {
+			h.endAll(ErrResync, "resync")
+		}
+	}()
+
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("watch: waiting for notifications: %w", err)
+		}
+		key, err := store.ParseKey(n.Payload)
+		if err != nil {
+			h.log.Warn("ignoring malformed notification", "payload", n.Payload)
+			continue
+		}
+		h.mu.Lock()
+		wanted := false
+		for s := range h.subs {
+			if s.filter.matches(key) {
+				wanted = true
+				break
+			}
+		}
+		if wanted {
+			h.pending[key] = struct{}{}
+		}
+		h.mu.Unlock()
+		if wanted {
+			select {
+			case h.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// dispatchLoop reads the state of pending actions, a batch at a time, and hands it out.
+func (h *Hub) dispatchLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.wake:
+		}
+		h.mu.Lock()
+		keys := make([]store.Key, 0, len(h.pending))
+		for k := range h.pending {
+			keys = append(keys, k)
+		}
+		clear(h.pending)
+		h.mu.Unlock()
+		if len(keys) == 0 {
+			continue
+		}
+		actions, err := h.store.ActionsByKey(ctx, keys)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// The updates are lost to the watchers that wanted them: make them re-list.
+			h.log.Error("reading changed actions", "error", err, "actions", len(keys))
+			h.endAll(ErrResync, "resync")
+			continue
+		}
+		h.deliver(actions)
+	}
+}
+
+func (h *Hub) deliver(actions []*eventsv1.Action) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, a := range actions {
+		key := store.KeyOf(a.GetId())
+		for s := range h.subs {
+			if !s.filter.matches(key) {
+				continue
+			}
+			select {
+			case s.ch <- a:
+			default:
+				h.endLocked(s, ErrOverflow, "overflow")
+			}
+		}
+	}
+	h.observeWatchersLocked()
+}
+
+func (h *Hub) observeWatchersLocked() {
+	if h.metrics.Watchers != nil {
+		h.metrics.Watchers(len(h.subs))
+	}
+}
