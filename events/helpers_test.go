@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/events/store"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/events"
-	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/postgres"
 )
@@ -50,7 +50,9 @@ func startInstance(t *testing.T, dbURL string, mutate ...func(*events.Config)) *
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan events.Addrs, 1)
 	done := make(chan error, 1)
-	go func() { done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a events.Addrs) { started <- a }) }()
+	go func() {
+		done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a events.Addrs) { started <- a })
+	}()
 	var addrs events.Addrs
 	select {
 	case addrs = <-started:

@@ -13,10 +13,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/events/watch"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/services/postgres"
 )
 
