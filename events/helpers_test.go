@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,17 +63,19 @@ func startInstance(t *testing.T, dbURL string, mutate ...func(*events.Config)) *
 		t.Fatal("events service did not start")
 	}
 	inst := &instance{url: "http://" + addrs.RPC.String(), metricsURL: "http://" + addrs.Metrics.String() + "/metrics"}
-	inst.client = eventsv1connect.NewEventsServiceClient(h2cClient(), inst.url, connect.WithGRPC())
-	var stopped bool
+	httpClient := h2cClient()
+	inst.client = eventsv1connect.NewEventsServiceClient(httpClient, inst.url, connect.WithGRPC())
+	var once sync.Once
 	inst.stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("events.Run: %v", err)
-		}
+		once.Do(func() {
+			// Closing our idle connection first spares the server's wait for clients
+			// to hang up after its GOAWAY.
+			httpClient.CloseIdleConnections()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("events.Run: %v", err)
+			}
+		})
 	}
 	t.Cleanup(inst.stop)
 	return inst

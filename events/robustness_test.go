@@ -1,0 +1,250 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/events/store"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+)
+
+func storeKey(e *eventsv1.ActionEvent) store.Key { return store.KeyOf(e.GetId()) }
+
+func countRows(t *testing.T, dbURL string) (events, actions int) {
+	t.Helper()
+	_, pool := openStore(t, dbURL)
+	ctx := context.Background()
+	if err := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM action_events), (SELECT count(*) FROM actions)").Scan(&events, &actions); err != nil {
+		t.Fatal(err)
+	}
+	return events, actions
+}
+
+func TestInvalidRequestsAreRejectedAndWriteNothing(t *testing.T) {
+	db := pg.NewDatabase(t)
+	inst := startInstance(t, db)
+	batchWith := func(i int, mutate func(*eventsv1.ActionEvent)) *eventsv1.RecordRequest {
+		var evs []*eventsv1.ActionEvent
+		for j := range 5 {
+			e := event(actionID("r1", fmt.Sprintf("a%d", j)), 1, running, 0, j)
+			if j == i {
+				mutate(e)
+			}
+			evs = append(evs, e)
+		}
+		return &eventsv1.RecordRequest{Events: evs}
+	}
+	tooMany := &eventsv1.RecordRequest{}
+	for i := range 1001 {
+		tooMany.Events = append(tooMany.Events, event(actionID("r1", fmt.Sprintf("a%d", i)), 1, running, 0, i))
+	}
+	c := inst.client
+	ctx := context.Background()
+	tests := []struct {
+		name      string
+		call      func() error
+		wantField string
+	}{
+		{"empty batch", func() error { _, err := c.Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{})); return err }, "events"},
+		{"more than 1000 events", func() error { _, err := c.Record(ctx, connect.NewRequest(tooMany)); return err }, "events"},
+		{"one bad event spoils the batch", func() error {
+			_, err := c.Record(ctx, connect.NewRequest(batchWith(3, func(e *eventsv1.ActionEvent) { e.Attempt = 0 })))
+			return err
+		}, "events[3].attempt"},
+		{"missing identifier", func() error {
+			_, err := c.Record(ctx, connect.NewRequest(batchWith(2, func(e *eventsv1.ActionEvent) { e.Id = nil })))
+			return err
+		}, "events[2].id"},
+		{"uppercase project", func() error {
+			_, err := c.Record(ctx, connect.NewRequest(batchWith(0, func(e *eventsv1.ActionEvent) { e.Id.Project = "Demo" })))
+			return err
+		}, "events[0].id.project"},
+		{"unspecified phase", func() error {
+			_, err := c.Record(ctx, connect.NewRequest(batchWith(4, func(e *eventsv1.ActionEvent) { e.Phase = 0 })))
+			return err
+		}, "events[4].phase"},
+		{"missing occurred_at", func() error {
+			_, err := c.Record(ctx, connect.NewRequest(batchWith(1, func(e *eventsv1.ActionEvent) { e.OccurredAt = nil })))
+			return err
+		}, "events[1].occurred_at"},
+		{"log link that is not a URI", func() error {
+			_, err := c.Record(ctx, connect.NewRequest(batchWith(1, func(e *eventsv1.ActionEvent) {
+				e.LogLinks = []*eventsv1.LogLink{{Name: "logs", Uri: "not a uri"}}
+			})))
+			return err
+		}, "events[1].log_links[0].uri"},
+		{"GetAction without id", func() error { _, err := c.GetAction(ctx, connect.NewRequest(&eventsv1.GetActionRequest{})); return err }, "id"},
+		{"ListActions without project", func() error {
+			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Domain: "development"}))
+			return err
+		}, "project"},
+		{"ListActions page too large", func() error {
+			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "demo", Domain: "development", PageSize: 1001}))
+			return err
+		}, "page_size"},
+		{"ListActions undefined phase", func() error {
+			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "demo", Domain: "development", Phase: 42}))
+			return err
+		}, "phase"},
+		{"ListActionEvents with a bad action name", func() error {
+			id := actionID("r1", "a_0")
+			_, err := c.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id}))
+			return err
+		}, "id.action"},
+		{"WatchActions with a bad run", func() error {
+			stream, err := c.WatchActions(ctx, connect.NewRequest(&eventsv1.WatchActionsRequest{Project: "demo", Domain: "development", Run: "UPPER"}))
+			if err != nil {
+				return err
+			}
+			for stream.Receive() {
+			}
+			return stream.Err()
+		}, "run"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.wantField+":") {
+				t.Fatalf("got %v; want InvalidArgument naming %s", err, tt.wantField)
+			}
+		})
+	}
+	if evs, acts := countRows(t, db); evs != 0 || acts != 0 {
+		t.Fatalf("invalid requests wrote %d events and %d actions", evs, acts)
+	}
+}
+
+// TestRestartLosesNoAcknowledgedEvent restarts the service under a writer: every batch
+// the service acknowledged must be stored, whatever happened to the others.
+func TestRestartLosesNoAcknowledgedEvent(t *testing.T) {
+	db := pg.NewDatabase(t)
+	first := startInstance(t, db)
+
+	var (
+		mu     sync.Mutex
+		acked  []*eventsv1.ActionEvent
+		client atomic.Pointer[eventsv1connect.EventsServiceClient]
+		stop   atomic.Bool
+		wg     sync.WaitGroup
+	)
+	client.Store(&first.client)
+	const writers = 4
+	var batches atomic.Int64
+	for w := range writers {
+		wg.Go(func() {
+			for b := 0; !stop.Load(); b++ {
+				var batch []*eventsv1.ActionEvent
+				for i := range 50 {
+					batch = append(batch, event(actionID(fmt.Sprintf("w%d", w), fmt.Sprintf("b%d-%d", b, i)), 1, running, 0, b))
+				}
+				if _, err := (*client.Load()).Record(context.Background(), connect.NewRequest(&eventsv1.RecordRequest{Events: batch})); err != nil {
+					time.Sleep(10 * time.Millisecond) // not acknowledged: the client may retry or drop it
+					continue
+				}
+				batches.Add(1)
+				mu.Lock()
+				acked = append(acked, batch...)
+				mu.Unlock()
+			}
+		})
+	}
+	waitFor := func(n int64) {
+		for batches.Load() < n {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor(20)
+	first.stop() // graceful: in-flight batches finish, new ones are refused
+	second := startInstance(t, db)
+	client.Store(&second.client)
+	waitFor(batches.Load() + 20)
+	stop.Store(true)
+	wg.Wait()
+
+	st, _ := openStore(t, db)
+	var missing int
+	for _, e := range acked {
+		if _, err := st.GetAction(context.Background(), storeKey(e)); err != nil {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d acknowledged events are missing after a restart", missing, len(acked))
+	}
+	t.Logf("%d acknowledged events across a restart, none lost", len(acked))
+}
+
+func TestRetentionDeletesOnlyOldFinishedActions(t *testing.T) {
+	db := pg.NewDatabase(t)
+	inst := startInstance(t, db, func(c *events.Config) {
+		c.RetentionTTL = time.Hour
+		c.RetentionInterval = 50 * time.Millisecond
+		c.RetentionBatch = 2 // several batches per pass
+	})
+	old := time.Now().Add(-2 * time.Hour)
+	var batch []*eventsv1.ActionEvent
+	at := func(e *eventsv1.ActionEvent, ts time.Time) *eventsv1.ActionEvent {
+		e.OccurredAt = timestamppb.New(ts)
+		return e
+	}
+	for i := range 5 {
+		id := actionID("old", fmt.Sprintf("done%d", i))
+		batch = append(batch, at(event(id, 1, running, 0, 0), old.Add(-time.Minute)), at(event(id, 1, succeeded, 0, 0), old))
+	}
+	stillRunning := actionID("old", "running")
+	recentlyDone := actionID("new", "done")
+	batch = append(batch, at(event(stillRunning, 1, running, 0, 0), old), at(event(recentlyDone, 1, failed, 0, 0), time.Now()))
+	record(t, inst.client, batch...)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		evs, acts := countRows(t, db)
+		if evs == 2 && acts == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retention left %d events and %d actions; want 2 and 2", evs, acts)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	getAction(t, inst.client, stillRunning)
+	getAction(t, inst.client, recentlyDone)
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	e := event(actionID("r1", "a0"), 1, running, 0, 1)
+	record(t, inst.client, e)
+	record(t, inst.client, e)
+	resp, err := http.Get(inst.metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		"flyte_events_received_total 2",
+		"flyte_events_recorded_total 1",
+		"flyte_events_duplicates_total 1",
+		"flyte_events_record_batch_size_count 2",
+		`flyte_events_record_duration_seconds_count{outcome="ok"} 2`,
+		"flyte_events_watchers 0",
+		"rpc_server_call_duration_seconds", // otelconnect, through the OpenTelemetry bridge
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/flytekube/backend/events"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+)
+
+// openWatch starts a watch and waits until the server has established it.
+func openWatch(t *testing.T, inst *instance, req *eventsv1.WatchActionsRequest) (*connect.ServerStreamForClient[eventsv1.WatchActionsResponse], context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := inst.client.WatchActions(ctx, connect.NewRequest(req))
+	if err != nil {
+		cancel()
+		t.Fatalf("WatchActions: %v", err)
+	}
+	// The server sends headers once it is subscribed; ResponseHeader waits for them.
+	_ = stream.ResponseHeader()
+	t.Cleanup(func() { cancel(); _ = stream.Close() })
+	return stream, cancel
+}
+
+func TestWatchAcrossReplicas(t *testing.T) {
+	db := pg.NewDatabase(t)
+	a := startInstance(t, db)
+	b := startInstance(t, db)
+	stream, _ := openWatch(t, b, &eventsv1.WatchActionsRequest{Project: "demo", Domain: "development", Run: "watched"})
+
+	// Recorded through replica a: one matching action goes through its life, one
+	// action of another run must not show up.
+	id := actionID("watched", "a0")
+	record(t, a.client, event(actionID("other", "a0"), 1, running, 0, 1), event(id, 1, queued, 0, 1))
+	record(t, a.client, event(id, 1, running, 0, 2))
+	record(t, a.client, event(id, 1, succeeded, 0, 3))
+
+	deadline := time.After(30 * time.Second)
+	received := make(chan *eventsv1.Action)
+	go func() {
+		for stream.Receive() {
+			received <- stream.Msg().GetAction()
+		}
+		close(received)
+	}()
+	for {
+		select {
+		case act, ok := <-received:
+			if !ok {
+				t.Fatalf("stream ended: %v", stream.Err())
+			}
+			if act.GetId().GetRun() != "watched" {
+				t.Fatalf("watch on run watched delivered %v", act.GetId())
+			}
+			if act.GetPhase() == succeeded {
+				return // the final state arrived (intermediate ones may be coalesced)
+			}
+		case <-deadline:
+			t.Fatal("replica b's watcher never saw the action succeed")
+		}
+	}
+}
+
+func TestSlowWatcherIsEndedWithoutBlockingRecord(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t), func(c *events.Config) { c.WatchBuffer = 4 })
+	stream, _ := openWatch(t, inst, &eventsv1.WatchActionsRequest{Project: "demo", Domain: "development"})
+
+	// The watcher reads nothing while far more than its buffer and the HTTP/2 windows
+	// (a few MiB) is recorded: 400 actions with 60 KiB messages.
+	big := strings.Repeat("x", 60<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for b := range 40 {
+		var batch []*eventsv1.ActionEvent
+		for i := range 10 {
+			e := event(actionID("flood", fmt.Sprintf("a%d-%d", b, i)), 1, running, 0, b)
+			e.Message = big
+			batch = append(batch, e)
+		}
+		if _, err := inst.client.Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: batch})); err != nil {
+			t.Fatalf("Record blocked or failed behind a slow watcher: %v", err)
+		}
+	}
+	// Now the watcher reads: it gets what was buffered, then ResourceExhausted.
+	for stream.Receive() {
+	}
+	if connect.CodeOf(stream.Err()) != connect.CodeResourceExhausted {
+		t.Fatalf("slow watcher ended with %v; want ResourceExhausted", stream.Err())
+	}
+}
+
+func TestWatchEndsUnavailableOnShutdown(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	stream, _ := openWatch(t, inst, &eventsv1.WatchActionsRequest{Project: "demo", Domain: "development"})
+	go inst.stop()
+	for stream.Receive() {
+	}
+	if connect.CodeOf(stream.Err()) != connect.CodeUnavailable {
+		t.Fatalf("stream ended with %v; want Unavailable", stream.Err())
+	}
+}
