@@ -8,15 +8,18 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -110,84 +113,266 @@ type RecordResult struct {
 	Changed int
 }
 
-// recordSQL records a batch in one statement. The batch arrives as parallel arrays;
-// rows are taken in key order so that concurrent batches lock in the same order and
-// cannot deadlock. Only events that were new take part in the fold.
-const recordSQL = `
-WITH batch AS (
+// upsertActionsSQL folds each action's winning event ($1-$11, one per action, sorted by
+// key) into the actions table and announces the actions whose state moved. A state is
+// replaced only by a greater one, in the order foldKey describes. The %s is a condition
+// that lets a statement make the fold wait for its event inserts: every path must lock
+// events before actions, or two batches could deadlock.
+const upsertActionsSQL = `
+upserted AS (
+    INSERT INTO actions AS a (project, domain, run, action, attempt, phase, version, rank, occurred_at, created_at, event)
     SELECT * FROM unnest(
         $1::text[], $2::text[], $3::text[], $4::text[],
         $5::integer[], $6::smallint[], $7::integer[], $8::smallint[],
-        $9::timestamptz[], $10::bytea[], $11::bytea[]
-    ) AS b(project, domain, run, action, attempt, phase, version, rank, occurred_at, event, state)
-),
-inserted AS (
-    INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event)
-    SELECT project, domain, run, action, attempt, phase, version, occurred_at, event
-    FROM batch
-    ORDER BY project, domain, run, action, attempt, phase, version
-    ON CONFLICT DO NOTHING
-    RETURNING project, domain, run, action, attempt, phase, version
-),
-winners AS (
-    SELECT DISTINCT ON (b.project, b.domain, b.run, b.action)
-           b.project, b.domain, b.run, b.action, b.attempt, b.phase, b.version, b.rank, b.occurred_at, b.state,
-           min(b.occurred_at) OVER (PARTITION BY b.project, b.domain, b.run, b.action) AS created_at
-    FROM batch b
-    JOIN inserted i USING (project, domain, run, action, attempt, phase, version)
-    ORDER BY b.project, b.domain, b.run, b.action,
-             b.attempt DESC, b.rank DESC, b.version DESC, b.occurred_at DESC, b.phase DESC
-),
-upserted AS (
-    INSERT INTO actions AS a (project, domain, run, action, attempt, phase, version, rank, occurred_at, created_at, state)
-    SELECT project, domain, run, action, attempt, phase, version, rank, occurred_at, created_at, state
-    FROM winners
-    ORDER BY project, domain, run, action
+        $9::timestamptz[], $10::timestamptz[], $11::bytea[])
+    WHERE %s
     ON CONFLICT (project, domain, run, action) DO UPDATE
     SET attempt = EXCLUDED.attempt, phase = EXCLUDED.phase, version = EXCLUDED.version,
-        rank = EXCLUDED.rank, occurred_at = EXCLUDED.occurred_at, state = EXCLUDED.state
+        rank = EXCLUDED.rank, occurred_at = EXCLUDED.occurred_at, event = EXCLUDED.event,
+        created_at = LEAST(a.created_at, EXCLUDED.created_at)
     WHERE (EXCLUDED.attempt, EXCLUDED.rank, EXCLUDED.version, EXCLUDED.occurred_at, EXCLUDED.phase)
         > (a.attempt, a.rank, a.version, a.occurred_at, a.phase)
     RETURNING project, domain, run, action
-)
-SELECT (SELECT count(*) FROM inserted),
-       (SELECT count(pg_notify('` + NotifyChannel + `', project || '/' || domain || '/' || run || '/' || action)) FROM upserted)`
+),
+notified AS (
+    SELECT count(pg_notify('` + NotifyChannel + `', project || '/' || domain || '/' || run || '/' || action)) AS changed
+    FROM upserted
+)`
 
-// Record stores a batch of validated events, all or nothing.
-func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (RecordResult, error) {
-	n := len(events)
-	var (
-		projects, domains, runs, actions = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		attempts, versions               = make([]int32, n), make([]int32, n)
-		phases, ranks                    = make([]int16, n), make([]int16, n)
-		occurred                         = make([]time.Time, n)
-		encoded, states                  = make([][]byte, n), make([][]byte, n)
-	)
-	for i, ev := range events {
-		id := ev.GetId()
-		projects[i], domains[i], runs[i], actions[i] = id.GetProject(), id.GetDomain(), id.GetRun(), id.GetAction()
-		attempts[i], versions[i] = int32(ev.GetAttempt()), int32(ev.GetVersion())
-		phases[i], ranks[i] = int16(ev.GetPhase()), Rank(ev.GetPhase())
-		occurred[i] = ev.GetOccurredAt().AsTime()
-		var err error
-		if encoded[i], err = proto.Marshal(ev); err != nil {
-			return RecordResult{}, fmt.Errorf("store: encoding event %d: %w", i, err)
-		}
-		if states[i], err = proto.Marshal(stateOf(ev)); err != nil {
-			return RecordResult{}, fmt.Errorf("store: encoding state of event %d: %w", i, err)
-		}
-	}
-	var recorded, changed int
-	err := s.pool.QueryRow(ctx, recordSQL, projects, domains, runs, actions,
-		attempts, phases, versions, ranks, occurred, encoded, states).Scan(&recorded, &changed)
-	if err != nil {
-		return RecordResult{}, fmt.Errorf("store: recording %d events: %w", n, err)
-	}
-	return RecordResult{Recorded: recorded, Duplicates: n - recorded, Changed: changed}, nil
+// foldSQL runs after the events were copied in.
+var foldSQL = `WITH ` + fmt.Sprintf(upsertActionsSQL, "true") + `
+SELECT changed FROM notified`
+
+// insertAndFoldSQL is the path for batches holding events that are already stored: the
+// events ($12-$20) are inserted with ON CONFLICT DO NOTHING and the fold runs in the same
+// statement.
+var insertAndFoldSQL = `
+WITH inserted AS (
+    INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event)
+    SELECT * FROM unnest(
+        $12::text[], $13::text[], $14::text[], $15::text[],
+        $16::integer[], $17::smallint[], $18::integer[], $19::timestamptz[], $20::bytea[])
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+),
+inserted_count AS (
+    SELECT count(*) AS n FROM inserted
+),` + fmt.Sprintf(upsertActionsSQL, "(SELECT n FROM inserted_count) >= 0") + `
+SELECT (SELECT n FROM inserted_count), changed FROM notified`
+
+var eventColumns = []string{"project", "domain", "run", "action", "attempt", "phase", "version", "occurred_at", "event"}
+
+// row is one event ready for the database.
+type row struct {
+	key      Key
+	fold     foldKey
+	encoded  []byte
+	occurred time.Time
 }
 
-// stateOf is the action's state if this event wins the fold; created_at is filled in
-// when the state is read.
+// foldKey orders the states of one action; it mirrors the tuple comparison in recordSQL.
+type foldKey struct {
+	attempt  int32
+	rank     int16
+	version  int32
+	occurred time.Time // truncated to the database's microseconds
+	phase    int16
+}
+
+func (k foldKey) compare(o foldKey) int {
+	return cmp.Or(
+		cmp.Compare(k.attempt, o.attempt),
+		cmp.Compare(k.rank, o.rank),
+		cmp.Compare(k.version, o.version),
+		k.occurred.Compare(o.occurred),
+		cmp.Compare(k.phase, o.phase),
+	)
+}
+
+func (k Key) compare(o Key) int {
+	return cmp.Or(
+		strings.Compare(k.Project, o.Project), strings.Compare(k.Domain, o.Domain),
+		strings.Compare(k.Run, o.Run), strings.Compare(k.Action, o.Action),
+	)
+}
+
+// Record stores a batch of validated events, all or nothing.
+//
+// New events, the common case, are copied in with COPY, the fastest way into Postgres,
+// and folded in the same transaction. When the copy finds an event already stored (a
+// redelivery), the transaction is rolled back and the batch goes through
+// insertAndFoldSQL, which absorbs what is already there. The fold's winners are chosen
+// among all of the batch's events: a redelivered event was folded when it was first
+// recorded, so the conditional upsert finds it no greater than the stored state.
+func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (RecordResult, error) {
+	rows, err := prepare(events)
+	if err != nil {
+		return RecordResult{}, err
+	}
+	unique := dedupe(rows) // a repeat inside the batch would fail the copy
+	winners, created := fold(rows)
+
+	changed, err := s.copyAndFold(ctx, unique, winners, created)
+	recorded := len(unique)
+	if isUniqueViolation(err) {
+		recorded, changed, err = s.insertAndFold(ctx, unique, winners, created)
+	}
+	if err != nil {
+		return RecordResult{}, fmt.Errorf("store: recording %d events: %w", len(events), err)
+	}
+	return RecordResult{Recorded: recorded, Duplicates: len(events) - recorded, Changed: changed}, nil
+}
+
+func (s *Store) copyAndFold(ctx context.Context, rows []row, winners *columns, created []time.Time) (changed int, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"action_events"}, eventColumns, copySource(rows)); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, foldSQL, winners.args(created)...).Scan(&changed)
+	})
+	return changed, err
+}
+
+func (s *Store) insertAndFold(ctx context.Context, rows []row, winners *columns, created []time.Time) (recorded, changed int, err error) {
+	ev := newColumns(len(rows))
+	for _, r := range rows {
+		ev.add(r)
+	}
+	args := append(winners.args(created),
+		ev.projects, ev.domains, ev.runs, ev.actions, ev.attempts, ev.phases, ev.versions, ev.occurred, ev.encoded)
+	err = s.pool.QueryRow(ctx, insertAndFoldSQL, args...).Scan(&recorded, &changed)
+	return recorded, changed, err
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+// prepare encodes the events and sorts them by key, and within one action by fold
+// order, so that every statement takes its locks in the same order.
+func prepare(events []*eventsv1.ActionEvent) ([]row, error) {
+	rows := make([]row, len(events))
+	for i, ev := range events {
+		encoded, err := proto.Marshal(ev)
+		if err != nil {
+			return nil, fmt.Errorf("store: encoding event %d: %w", i, err)
+		}
+		occurred := ev.GetOccurredAt().AsTime().Truncate(time.Microsecond)
+		rows[i] = row{
+			key: KeyOf(ev.GetId()),
+			fold: foldKey{
+				attempt: int32(ev.GetAttempt()), rank: Rank(ev.GetPhase()), version: int32(ev.GetVersion()),
+				occurred: occurred, phase: int16(ev.GetPhase()),
+			},
+			encoded:  encoded,
+			occurred: occurred,
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Or(a.key.compare(b.key), a.fold.compare(b.fold)) })
+	return rows, nil
+}
+
+// identity is what makes two events the same event.
+type identity struct {
+	key              Key
+	attempt, version int32
+	phase            int16
+}
+
+// dedupe returns the rows without repeats of an identity, keeping the first.
+func dedupe(rows []row) []row {
+	seen := make(map[identity]struct{}, len(rows))
+	out := make([]row, 0, len(rows))
+	for _, r := range rows {
+		id := identity{r.key, r.fold.attempt, r.fold.version, r.fold.phase}
+		if _, dup := seen[id]; dup {
+			continue
+		}
+		seen[id] = struct{}{}
+		out = append(out, r)
+	}
+	return out
+}
+
+// fold picks each action's greatest event (rows are sorted, so it is the last of its
+// action) and its earliest occurrence.
+func fold(rows []row) (*columns, []time.Time) {
+	win := newColumns(0)
+	var created []time.Time
+	for i, r := range rows {
+		if i == 0 || rows[i-1].key != r.key {
+			created = append(created, r.occurred)
+		} else {
+			created[len(created)-1] = minTime(created[len(created)-1], r.occurred)
+		}
+		if i == len(rows)-1 || rows[i+1].key != r.key {
+			win.add(r)
+		}
+	}
+	return win, created
+}
+
+// copySource feeds rows to COPY.
+func copySource(rows []row) pgx.CopyFromSource {
+	i := -1
+	return pgx.CopyFromFunc(func() ([]any, error) {
+		i++
+		if i == len(rows) {
+			return nil, nil
+		}
+		r := rows[i]
+		return []any{r.key.Project, r.key.Domain, r.key.Run, r.key.Action,
+			r.fold.attempt, r.fold.phase, r.fold.version, r.occurred, r.encoded}, nil
+	})
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// columns holds rows as the parallel arrays the statement takes.
+type columns struct {
+	projects, domains, runs, actions []string
+	attempts, versions               []int32
+	phases, ranks                    []int16
+	occurred                         []time.Time
+	encoded                          [][]byte
+}
+
+func newColumns(capacity int) *columns {
+	return &columns{
+		projects: make([]string, 0, capacity), domains: make([]string, 0, capacity),
+		runs: make([]string, 0, capacity), actions: make([]string, 0, capacity),
+		attempts: make([]int32, 0, capacity), versions: make([]int32, 0, capacity),
+		phases: make([]int16, 0, capacity), ranks: make([]int16, 0, capacity),
+		occurred: make([]time.Time, 0, capacity), encoded: make([][]byte, 0, capacity),
+	}
+}
+
+// args are the winners' columns in upsertActionsSQL's parameter order.
+func (c *columns) args(created []time.Time) []any {
+	return []any{c.projects, c.domains, c.runs, c.actions, c.attempts, c.phases, c.versions, c.ranks,
+		c.occurred, created, c.encoded}
+}
+
+func (c *columns) add(r row) {
+	c.projects = append(c.projects, r.key.Project)
+	c.domains = append(c.domains, r.key.Domain)
+	c.runs = append(c.runs, r.key.Run)
+	c.actions = append(c.actions, r.key.Action)
+	c.attempts = append(c.attempts, r.fold.attempt)
+	c.versions = append(c.versions, r.fold.version)
+	c.phases = append(c.phases, r.fold.phase)
+	c.ranks = append(c.ranks, r.fold.rank)
+	c.occurred = append(c.occurred, r.occurred)
+	c.encoded = append(c.encoded, r.encoded)
+}
+
+// stateOf is the action's state when this event won the fold.
 func stateOf(ev *eventsv1.ActionEvent) *eventsv1.Action {
 	return &eventsv1.Action{
 		Id:          ev.GetId(),
@@ -205,13 +390,15 @@ func stateOf(ev *eventsv1.ActionEvent) *eventsv1.Action {
 	}
 }
 
-func decodeAction(state []byte, createdAt time.Time) (*eventsv1.Action, error) {
-	var a eventsv1.Action
-	if err := proto.Unmarshal(state, &a); err != nil {
+// decodeAction turns an action's winning event into its state.
+func decodeAction(event []byte, createdAt time.Time) (*eventsv1.Action, error) {
+	var ev eventsv1.ActionEvent
+	if err := proto.Unmarshal(event, &ev); err != nil {
 		return nil, fmt.Errorf("store: decoding action state: %w", err)
 	}
+	a := stateOf(&ev)
 	a.CreatedAt = timestamppb.New(createdAt)
-	return &a, nil
+	return a, nil
 }
 
 // GetAction returns the latest state of one action, or ErrNotFound.
@@ -221,7 +408,7 @@ func (s *Store) GetAction(ctx context.Context, key Key) (*eventsv1.Action, error
 		createdAt time.Time
 	)
 	err := s.pool.QueryRow(ctx,
-		`SELECT state, created_at FROM actions WHERE project = $1 AND domain = $2 AND run = $3 AND action = $4`,
+		`SELECT event, created_at FROM actions WHERE project = $1 AND domain = $2 AND run = $3 AND action = $4`,
 		key.Project, key.Domain, key.Run, key.Action).Scan(&state, &createdAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
@@ -254,7 +441,7 @@ func (s *Store) ListActions(ctx context.Context, f ActionFilter, after int64, li
 	// The query is built per filter combination so that each gets its own index plan;
 	// "($3 = '' OR run = $3)" would defeat the indexes.
 	var q strings.Builder
-	q.WriteString(`SELECT id, state, created_at FROM actions WHERE project = $1 AND domain = $2`)
+	q.WriteString(`SELECT id, event, created_at FROM actions WHERE project = $1 AND domain = $2`)
 	args := []any{f.Project, f.Domain}
 	if f.Run != "" {
 		args = append(args, f.Run)
@@ -353,7 +540,7 @@ func (s *Store) ActionsByKey(ctx context.Context, keys []Key) ([]*eventsv1.Actio
 		projects[i], domains[i], runs[i], actions[i] = k.Project, k.Domain, k.Run, k.Action
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT a.state, a.created_at
+SELECT a.event, a.created_at
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(project, domain, run, action)
 JOIN actions a USING (project, domain, run, action)`, projects, domains, runs, actions)
 	if err != nil {

@@ -32,16 +32,16 @@ CREATE TABLE actions (
     rank        smallint    NOT NULL,
     occurred_at timestamptz NOT NULL,
     created_at  timestamptz NOT NULL,
-    state       bytea       NOT NULL,
+    event       bytea       NOT NULL, -- the event that set this state
     PRIMARY KEY (project, domain, run, action)
-);
+) WITH (fillfactor = 70);
 
 -- Listing is newest first by id, which is assigned once and never changes, so keyset
 -- pages stay stable while actions progress.
 CREATE INDEX actions_by_domain ON actions (project, domain, id DESC);
 CREATE INDEX actions_by_run ON actions (project, domain, run, id DESC);
 -- Retention finds finished actions by age.
-CREATE INDEX actions_finished ON actions (occurred_at) WHERE rank = 5;
+
 
 -- +goose Down
 DROP TABLE actions;

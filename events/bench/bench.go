@@ -1,0 +1,387 @@
+// Package bench measures the events service against a baseline taken in the same run,
+// because absolute figures on shared machines mean little:
+//
+//   - ingest: Record throughput (8 clients over real HTTP/2, batches of 100 and 500)
+//     beside the ceiling of the same rows written with pgx CopyFrom into the same table;
+//   - queries: GetAction, ListActions and ListActionEvents latency over a large store.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/events/store"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/services/postgres"
+)
+
+// Options size the run.
+type Options struct {
+	DatabaseURL string
+	// Clients is the number of concurrent writers and readers.
+	Clients int
+	// IngestEvents is the number of events per ingest measurement.
+	IngestEvents int
+	// BatchSizes are the Record batch sizes to measure.
+	BatchSizes []int
+	// Rounds repeats each ingest measurement, alternating baseline and service; the
+	// median is reported.
+	Rounds int
+	// StoredEvents is the store size for the query latencies.
+	StoredEvents int
+	// Queries is the number of calls per query latency.
+	Queries int
+}
+
+// phases is the life of one benchmark action: five events.
+var phases = []struct {
+	phase   flytecorev1.ActionPhase
+	version uint32
+}{
+	{flytecorev1.ActionPhase_ACTION_PHASE_QUEUED, 0},
+	{flytecorev1.ActionPhase_ACTION_PHASE_INITIALIZING, 0},
+	{flytecorev1.ActionPhase_ACTION_PHASE_RUNNING, 0},
+	{flytecorev1.ActionPhase_ACTION_PHASE_RUNNING, 1},
+	{flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED, 0},
+}
+
+// generate makes n events: actions of runsOf actions per run, five events each, named
+// with prefix so that rounds do not collide.
+func generate(prefix string, n, actionsPerRun int) []*eventsv1.ActionEvent {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	out := make([]*eventsv1.ActionEvent, 0, n)
+	for i := 0; len(out) < n; i++ {
+		id := &flytecorev1.ActionIdentifier{
+			Project: "bench", Domain: "development",
+			Run:    fmt.Sprintf("%s-r%d", prefix, i/actionsPerRun),
+			Action: fmt.Sprintf("a%d", i%actionsPerRun),
+		}
+		for j, p := range phases {
+			if len(out) == n {
+				break
+			}
+			out = append(out, &eventsv1.ActionEvent{
+				Id: id, Attempt: 1, Phase: p.phase, Version: p.version,
+				OccurredAt: timestamppb.New(start.Add(time.Duration(i*10+j) * time.Millisecond)),
+				ReportedAt: timestamppb.New(start.Add(time.Duration(i*10+j+1) * time.Millisecond)),
+				Cluster:    "bench-cluster", TaskType: "container",
+				Reason: "BenchmarkPhase", Message: "a phase change of a benchmark action, of typical length",
+			})
+		}
+	}
+	return out
+}
+
+func batches(evs []*eventsv1.ActionEvent, size int) [][]*eventsv1.ActionEvent {
+	var out [][]*eventsv1.ActionEvent
+	for len(evs) > 0 {
+		n := min(size, len(evs))
+		out = append(out, evs[:n])
+		evs = evs[n:]
+	}
+	return out
+}
+
+// fanOut runs work on the batches from clients goroutines and returns the elapsed time.
+func fanOut(clients int, bs [][]*eventsv1.ActionEvent, work func(client int, batch []*eventsv1.ActionEvent) error) (time.Duration, error) {
+	next := make(chan []*eventsv1.ActionEvent, len(bs))
+	for _, b := range bs {
+		next <- b
+	}
+	close(next)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	start := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			for b := range next {
+				if err := work(c, b); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start), first
+}
+
+// IngestResult is one batch size's figures, in events per second.
+type IngestResult struct {
+	BatchSize       int
+	CopyPerSecond   float64
+	RecordPerSecond float64
+}
+
+// Ratio is Record throughput as a fraction of the CopyFrom ceiling.
+func (r IngestResult) Ratio() float64 { return r.RecordPerSecond / r.CopyPerSecond }
+
+// copyRows writes the batch the cheapest way Postgres offers: COPY, no conflict
+// handling, no fold.
+func copyRows(ctx context.Context, pool *pgxpool.Pool, batch []*eventsv1.ActionEvent) error {
+	rows := make([][]any, len(batch))
+	for i, e := range batch {
+		b, err := proto.Marshal(e)
+		if err != nil {
+			return err
+		}
+		id := e.GetId()
+		rows[i] = []any{id.GetProject(), id.GetDomain(), id.GetRun(), id.GetAction(),
+			int32(e.GetAttempt()), int16(e.GetPhase()), int32(e.GetVersion()), e.GetOccurredAt().AsTime(), b}
+	}
+	_, err := pool.CopyFrom(ctx, pgx.Identifier{"action_events"},
+		[]string{"project", "domain", "run", "action", "attempt", "phase", "version", "occurred_at", "event"},
+		pgx.CopyFromRows(rows))
+	return err
+}
+
+func truncate(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, "TRUNCATE action_events, actions")
+	if err == nil {
+		_, err = pool.Exec(ctx, "VACUUM ANALYZE action_events, actions")
+	}
+	return err
+}
+
+func h2cClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+// service runs the events service in-process, as its binary does.
+type service struct {
+	clients []eventsv1connect.EventsServiceClient
+	stop    func() error
+}
+
+func startService(ctx context.Context, o Options) (*service, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	started := make(chan events.Addrs, 1)
+	done := make(chan error, 1)
+	cfg := events.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL}
+	go func() {
+		done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a events.Addrs) { started <- a })
+	}()
+	select {
+	case err := <-done:
+		cancel()
+		return nil, err
+	case a := <-started:
+		s := &service{stop: func() error { cancel(); return <-done }}
+		// One connection per client, like separate executors.
+		for range o.Clients {
+			s.clients = append(s.clients, eventsv1connect.NewEventsServiceClient(h2cClient(), "http://"+a.RPC.String(), connect.WithGRPC()))
+		}
+		return s, nil
+	}
+}
+
+// Ingest measures each batch size.
+func Ingest(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service) ([]IngestResult, error) {
+	var results []IngestResult
+	for _, size := range o.BatchSizes {
+		var copies, records []float64
+		for round := range o.Rounds {
+			evs := generate(fmt.Sprintf("b%d-%d", size, round), o.IngestEvents, 100)
+			bs := batches(evs, size)
+
+			if err := truncate(ctx, pool); err != nil {
+				return nil, err
+			}
+			d, err := fanOut(o.Clients, bs, func(_ int, b []*eventsv1.ActionEvent) error { return copyRows(ctx, pool, b) })
+			if err != nil {
+				return nil, fmt.Errorf("copy: %w", err)
+			}
+			copies = append(copies, float64(len(evs))/d.Seconds())
+
+			if err := truncate(ctx, pool); err != nil {
+				return nil, err
+			}
+			d, err = fanOut(o.Clients, bs, func(c int, b []*eventsv1.ActionEvent) error {
+				resp, err := svc.clients[c].Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: b}))
+				if err == nil && int(resp.Msg.GetRecorded()) != len(b) {
+					err = fmt.Errorf("recorded %d of %d new events", resp.Msg.GetRecorded(), len(b))
+				}
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("record: %w", err)
+			}
+			records = append(records, float64(len(evs))/d.Seconds())
+		}
+		results = append(results, IngestResult{BatchSize: size, CopyPerSecond: median(copies), RecordPerSecond: median(records)})
+	}
+	return results, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// Latency is one query's latency distribution.
+type Latency struct {
+	Query    string
+	P50, P99 time.Duration
+	Calls    int
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// Queries fills the store to o.StoredEvents through Record and measures query latency
+// from o.Clients concurrent clients.
+func Queries(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service, progress io.Writer) ([]Latency, error) {
+	if err := truncate(ctx, pool); err != nil {
+		return nil, err
+	}
+	const actionsPerRun = 200
+	evs := generate("q", o.StoredEvents, actionsPerRun)
+	start := time.Now()
+	if _, err := fanOut(o.Clients, batches(evs, 1000), func(c int, b []*eventsv1.ActionEvent) error {
+		_, err := svc.clients[c].Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: b}))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("loading: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE action_events, actions"); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "loaded %d events in %s\n", len(evs), time.Since(start).Round(time.Second))
+
+	actions := len(evs) / len(phases)
+	runs := actions / actionsPerRun
+	idOf := func(i int) *flytecorev1.ActionIdentifier {
+		i = (i * 7919) % actions // spread over the whole key space
+		return &flytecorev1.ActionIdentifier{Project: "bench", Domain: "development", Run: fmt.Sprintf("q-r%d", i/actionsPerRun), Action: fmt.Sprintf("a%d", i%actionsPerRun)}
+	}
+	queries := []struct {
+		name string
+		call func(c eventsv1connect.EventsServiceClient, i int) error
+	}{
+		{"GetAction", func(c eventsv1connect.EventsServiceClient, i int) error {
+			_, err := c.GetAction(ctx, connect.NewRequest(&eventsv1.GetActionRequest{Id: idOf(i)}))
+			return err
+		}},
+		{"ListActions, project and domain, first page of 100", func(c eventsv1connect.EventsServiceClient, _ int) error {
+			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "bench", Domain: "development", PageSize: 100}))
+			return err
+		}},
+		{"ListActions, one run (200 actions), page of 100", func(c eventsv1connect.EventsServiceClient, i int) error {
+			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "bench", Domain: "development", Run: fmt.Sprintf("q-r%d", (i*31)%runs), PageSize: 100}))
+			return err
+		}},
+		{"ListActions, phase filter, first page of 100", func(c eventsv1connect.EventsServiceClient, _ int) error {
+			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "bench", Domain: "development", Phase: flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED, PageSize: 100}))
+			return err
+		}},
+		{"ListActionEvents (5 events)", func(c eventsv1connect.EventsServiceClient, i int) error {
+			_, err := c.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: idOf(i)}))
+			return err
+		}},
+	}
+	var out []Latency
+	for _, q := range queries {
+		lat := make([]time.Duration, o.Queries)
+		next := make(chan int, o.Queries)
+		for i := range o.Queries {
+			next <- i
+		}
+		close(next)
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			first error
+		)
+		for c := range o.Clients {
+			wg.Go(func() {
+				for i := range next {
+					t := time.Now()
+					err := q.call(svc.clients[c], i)
+					lat[i] = time.Since(t)
+					if err != nil {
+						mu.Lock()
+						first = err
+						mu.Unlock()
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if first != nil {
+			return nil, fmt.Errorf("%s: %w", q.name, first)
+		}
+		out = append(out, Latency{Query: q.name, P50: percentile(lat, 0.5), P99: percentile(lat, 0.99), Calls: o.Queries})
+	}
+	return out, nil
+}
+
+// Run performs every measurement and writes a Markdown report to w.
+func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error {
+	pool, err := postgres.Open(ctx, o.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := postgres.Migrate(ctx, pool, store.Migrations(), slog.New(slog.DiscardHandler)); err != nil {
+		return err
+	}
+	svc, err := startService(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.stop() }()
+
+	fmt.Fprintf(progress, "ingest: %d events per run, batches %v, %d clients, %d rounds\n", o.IngestEvents, o.BatchSizes, o.Clients, o.Rounds)
+	ingest, err := Ingest(ctx, o, pool, svc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "### Ingest: %d events, %d concurrent clients, median of %d rounds\n\n", o.IngestEvents, o.Clients, o.Rounds)
+	fmt.Fprintln(w, "| batch | ceiling: pgx CopyFrom (events/s) | Record over HTTP/2 (events/s) | Record / ceiling |")
+	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: |")
+	for _, r := range ingest {
+		fmt.Fprintf(w, "| %d | %.0f | %.0f | %.0f%% |\n", r.BatchSize, r.CopyPerSecond, r.RecordPerSecond, 100*r.Ratio())
+	}
+
+	fmt.Fprintf(progress, "queries: loading %d events\n", o.StoredEvents)
+	lats, err := Queries(ctx, o, pool, svc, progress)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n### Query latency: %d stored events (%d actions), %d concurrent clients, %d calls each\n\n", o.StoredEvents, o.StoredEvents/len(phases), o.Clients, o.Queries)
+	fmt.Fprintln(w, "| query | p50 | p99 |")
+	fmt.Fprintln(w, "| --- | ---: | ---: |")
+	for _, l := range lats {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", l.Query, l.P50.Round(10*time.Microsecond), l.P99.Round(10*time.Microsecond))
+	}
+	return nil
+}
