@@ -100,12 +100,12 @@ var File_flyte_core_v1_identifier_proto protoreflect.FileDescriptor
 
 const file_flyte_core_v1_identifier_proto_rawDesc = "" +
 	"\n" +
-	"\x1eflyte/core/v1/identifier.proto\x12\rflyte.core.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cflyte/core/v1/validate.proto\"\xa6\x01\n" +
-	"\x10ActionIdentifier\x12&\n" +
-	"\aproject\x18\x01 \x01(\tB\f\xbaH\t\xc8\x01\x01r\x04\x88\xa6'\x01R\aproject\x12$\n" +
-	"\x06domain\x18\x02 \x01(\tB\f\xbaH\t\xc8\x01\x01r\x04\x88\xa6'\x01R\x06domain\x12\x1e\n" +
-	"\x03run\x18\x03 \x01(\tB\f\xbaH\t\xc8\x01\x01r\x04\x88\xa6'\x01R\x03run\x12$\n" +
-	"\x06action\x18\x04 \x01(\tB\f\xbaH\t\xc8\x01\x01r\x04\x88\xa6'\x01R\x06actionB?Z=github.com/flytekube/backend/gen/go/flyte/core/v1;flytecorev1b\x06proto3"
+	"\x1eflyte/core/v1/identifier.proto\x12\rflyte.core.v1\x1a\x1bbuf/validate/validate.proto\"\xa2\x02\n" +
+	"\x10ActionIdentifier\x12E\n" +
+	"\aproject\x18\x01 \x01(\tB+\xbaH(\xc8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\aproject\x12C\n" +
+	"\x06domain\x18\x02 \x01(\tB+\xbaH(\xc8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x06domain\x12=\n" +
+	"\x03run\x18\x03 \x01(\tB+\xbaH(\xc8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x03run\x12C\n" +
+	"\x06action\x18\x04 \x01(\tB+\xbaH(\xc8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x06actionB?Z=github.com/flytekube/backend/gen/go/flyte/core/v1;flytecorev1b\x06proto3"
 
 var (
 	file_flyte_core_v1_identifier_proto_rawDescOnce sync.Once
@@ -136,7 +136,6 @@ func file_flyte_core_v1_identifier_proto_init() {
 	if File_flyte_core_v1_identifier_proto != nil {
 		return
 	}
-	file_flyte_core_v1_validate_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1072,7 +1072,7 @@ var File_flyte_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1cflyte/events/v1/events.proto\x12\x0fflyte.events.v1\x1a\x1bbuf/validate/validate.proto\x1a flyte/core/v1/cache_status.proto\x1a\x19flyte/core/v1/error.proto\x1a\x1eflyte/core/v1/identifier.proto\x1a\x19flyte/core/v1/phase.proto\x1a\x1cflyte/core/v1/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x92\x06\n" +
+	"\x1cflyte/events/v1/events.proto\x12\x0fflyte.events.v1\x1a\x1bbuf/validate/validate.proto\x1a flyte/core/v1/cache_status.proto\x1a\x19flyte/core/v1/error.proto\x1a\x1eflyte/core/v1/identifier.proto\x1a\x19flyte/core/v1/phase.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x92\x06\n" +
 	"\vActionEvent\x127\n" +
 	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\x02id\x12$\n" +
 	"\aattempt\x18\x02 \x01(\rB\n" +
@@ -1135,11 +1135,11 @@ const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"\x10GetActionRequest\x127\n" +
 	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\x02id\"D\n" +
 	"\x11GetActionResponse\x12/\n" +
-	"\x06action\x18\x01 \x01(\v2\x17.flyte.events.v1.ActionR\x06action\"\x88\x02\n" +
-	"\x12ListActionsRequest\x12#\n" +
-	"\aproject\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x88\xa6'\x01R\aproject\x12!\n" +
-	"\x06domain\x18\x02 \x01(\tB\t\xbaH\x06r\x04\x88\xa6'\x01R\x06domain\x12\x1e\n" +
-	"\x03run\x18\x03 \x01(\tB\f\xbaH\t\xd8\x01\x01r\x04\x88\xa6'\x01R\x03run\x12:\n" +
+	"\x06action\x18\x01 \x01(\v2\x17.flyte.events.v1.ActionR\x06action\"\xe5\x02\n" +
+	"\x12ListActionsRequest\x12B\n" +
+	"\aproject\x18\x01 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\aproject\x12@\n" +
+	"\x06domain\x18\x02 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x06domain\x12=\n" +
+	"\x03run\x18\x03 \x01(\tB+\xbaH(\xd8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x03run\x12:\n" +
 	"\x05phase\x18\x04 \x01(\x0e2\x1a.flyte.core.v1.ActionPhaseB\b\xbaH\x05\x82\x01\x02\x10\x01R\x05phase\x12%\n" +
 	"\tpage_size\x18\x05 \x01(\rB\b\xbaH\x05*\x03\x18\xe8\aR\bpageSize\x12'\n" +
 	"\n" +
@@ -1154,11 +1154,11 @@ const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"x\n" +
 	"\x18ListActionEventsResponse\x124\n" +
 	"\x06events\x18\x01 \x03(\v2\x1c.flyte.events.v1.ActionEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"}\n" +
-	"\x13WatchActionsRequest\x12#\n" +
-	"\aproject\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x88\xa6'\x01R\aproject\x12!\n" +
-	"\x06domain\x18\x02 \x01(\tB\t\xbaH\x06r\x04\x88\xa6'\x01R\x06domain\x12\x1e\n" +
-	"\x03run\x18\x03 \x01(\tB\f\xbaH\t\xd8\x01\x01r\x04\x88\xa6'\x01R\x03run\"G\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xda\x01\n" +
+	"\x13WatchActionsRequest\x12B\n" +
+	"\aproject\x18\x01 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\aproject\x12@\n" +
+	"\x06domain\x18\x02 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x06domain\x12=\n" +
+	"\x03run\x18\x03 \x01(\tB+\xbaH(\xd8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x03run\"G\n" +
 	"\x14WatchActionsResponse\x12/\n" +
 	"\x06action\x18\x01 \x01(\v2\x17.flyte.events.v1.ActionR\x06action2\xdf\x03\n" +
 	"\rEventsService\x12I\n" +
