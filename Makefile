@@ -12,7 +12,7 @@ BUF       := $(TOOL) buf
 # schema registry, which is unreachable from where we build.
 PROTOVALIDATE_VERSION := v1.2.2
 PROTOVALIDATE_PROTO   := build/protovalidate/buf/validate/validate.proto
-TEST_FLAGS ?= -count=1 -timeout 20m
+TEST_FLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: help
 help: ## List the targets.

@@ -1,0 +1,116 @@
+package events_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flytekube/backend/internal/repo"
+)
+
+// TestBufCurlCallsEveryRPC runs the buf curl commands of docs/events.md against a
+// running service: reflection alone must be enough to call every RPC.
+func TestBufCurlCallsEveryRPC(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	modfile, err := repo.Path("tools", "go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	base := inst.url + "/flyte.events.v1.EventsService/"
+	command := func(ctx context.Context, args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + modfile, "buf", "curl",
+			"--http2-prior-knowledge", "--protocol", "grpc"}, args...)...)
+	}
+	bufCurl := func(args ...string) string {
+		t.Helper()
+		out, err := command(ctx, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("buf curl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	const id = `{"project":"demo","domain":"development","run":"r1","action":"a0"}`
+
+	if out := bufCurl("--list-methods", inst.url); !strings.Contains(out, "flyte.events.v1.EventsService/WatchActions") {
+		t.Fatalf("--list-methods:\n%s", out)
+	}
+
+	// Open a watch first and wait until the server counts it.
+	var watchOut syncBuffer
+	watch := command(ctx, "-d", `{"project":"demo","domain":"development","run":"r1"}`, base+"WatchActions")
+	watch.Stdout, watch.Stderr = &watchOut, &watchOut
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Process.Kill() }()
+	if !waitForMetric(inst.metricsURL, "flyte_events_watchers 1") {
+		t.Fatalf("the watch never opened; buf curl printed:\n%s", watchOut.String())
+	}
+
+	out := bufCurl("-d", `{"events":[{"id":`+id+`,"attempt":1,"phase":"ACTION_PHASE_RUNNING","occurredAt":"2026-11-29T10:00:00Z","taskType":"container"}]}`, base+"Record")
+	if !strings.Contains(out, `"recorded": 1`) {
+		t.Fatalf("Record:\n%s", out)
+	}
+	for rpc, body := range map[string]string{
+		"GetAction":        `{"id":` + id + `}`,
+		"ListActions":      `{"project":"demo","domain":"development","pageSize":10}`,
+		"ListActionEvents": `{"id":` + id + `}`,
+	} {
+		if out := bufCurl("-d", body, base+rpc); !strings.Contains(out, "ACTION_PHASE_RUNNING") {
+			t.Fatalf("%s:\n%s", rpc, out)
+		}
+	}
+
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(watchOut.String(), "ACTION_PHASE_RUNNING") {
+		if time.Now().After(deadline) {
+			t.Fatalf("WatchActions printed:\n%s", watchOut.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitForMetric reports whether url's metrics show line within a minute.
+func waitForMetric(url, line string) bool {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if strings.Contains(string(body), line) {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
