@@ -571,9 +571,11 @@ func (s *Store) DeleteFinished(ctx context.Context, cutoff time.Time, limit int)
 	var n int
 	err := s.pool.QueryRow(ctx, `
 WITH doomed AS (
+    -- An action finishes after it is created, so every action finished before the cutoff
+    -- was created before it: the created_at index narrows the search.
     SELECT project, domain, run, action FROM actions
-    WHERE rank = 5 AND occurred_at < $1
-    ORDER BY occurred_at
+    WHERE created_at < $1 AND rank = 5 AND occurred_at < $1
+    ORDER BY created_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ),

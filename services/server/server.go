@@ -204,7 +204,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 
-	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
+	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout.String())
 	s.health.SetStatus("", grpchealth.StatusNotServing)
 	for _, name := range s.names {
 		s.health.SetStatus(name, grpchealth.StatusNotServing)
