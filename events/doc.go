@@ -1,4 +1,5 @@
-// Package events will hold the events service (not written yet): it records every action event the executor
-// reports, idempotently, in Postgres, folds them into the latest state of each action,
-// and serves both back (get, list, live watch) over flyte.events.v1.EventsService.
+// Package events runs the events service: every action event the executor reports is
+// recorded idempotently in Postgres (store), folded into the latest state of each action,
+// and served back over flyte.events.v1.EventsService (service), with live watches fed by
+// Postgres LISTEN/NOTIFY (watch). Run wires them together; cmd/events is the binary.
 package events

@@ -5,18 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"sync"
 	"time"
 
 	"github.com/flytekube/backend/events/service"
 	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/events/watch"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/server"
-	"github.com/flytekube/backend/services/telemetry"
 )
 
 // Config is the events service's configuration; WithDefaults fills the zero fields.
@@ -74,109 +70,54 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Addrs are where a started service listens.
-type Addrs struct {
-	RPC, Metrics net.Addr
-}
-
 // Run migrates the database, then serves until ctx ends and shuts down gracefully:
 // calls in flight finish, so every acknowledged event is committed. started, when not
 // nil, is called once the service accepts calls.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(Addrs)) error {
+func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Addrs)) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("events: config: %w", err)
 	}
-	tel, err := telemetry.Setup(ctx, "events")
-	if err != nil {
-		return err
+	appCfg := app.Config{
+		Name: "events", Listen: cfg.Listen, MetricsListen: cfg.MetricsListen,
+		DatabaseURL: cfg.DatabaseURL, Migrations: store.Migrations(), Server: cfg.Server,
 	}
-	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
-
-	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	pool, err := postgres.Open(openCtx, cfg.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("events: %w", err)
-	}
-	defer pool.Close()
-	if _, err := postgres.Migrate(openCtx, pool, store.Migrations(), log); err != nil {
-		return fmt.Errorf("events: %w", err)
-	}
-
-	metrics, err := service.NewMetrics(tel.Registry)
-	if err != nil {
-		return err
-	}
-	st := store.New(pool)
-	hub := watch.NewHub(pool, st, cfg.WatchBuffer, log.With("component", "watch"), metrics.Watch())
-
-	srvCfg := cfg.Server
-	srvCfg.Addr = cfg.Listen
-	srv, err := server.New(srvCfg, log)
-	if err != nil {
-		return fmt.Errorf("events: %w", err)
-	}
-	srv.Handle(eventsv1connect.NewEventsServiceHandler(service.New(st, hub, metrics, log), srv.HandlerOptions()...))
-
-	addrs := Addrs{RPC: srv.Addr()}
-	var metricsSrv *http.Server
-	if cfg.MetricsListen != "" {
-		lis, err := net.Listen("tcp", cfg.MetricsListen)
+	return app.Run(ctx, appCfg, log, func(d app.Deps) ([]app.Background, error) {
+		metrics, err := service.NewMetrics(d.Registry)
 		if err != nil {
-			return fmt.Errorf("events: metrics listener: %w", err)
+			return nil, err
 		}
-		addrs.Metrics = lis.Addr()
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", tel.MetricsHandler())
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = metricsSrv.Serve(lis) }()
-		defer func() { _ = metricsSrv.Close() }()
-	}
-
-	// The hub and retention stop only after the server has drained, so calls in
-	// flight during shutdown still have them.
-	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	var bg sync.WaitGroup
-	defer bg.Wait()
-	defer stopBackground()
-	bg.Go(func() { _ = hub.Run(bgCtx) })
-	if cfg.RetentionTTL > 0 {
-		bg.Go(func() { runRetention(bgCtx, st, cfg, log.With("component", "retention")) })
-	}
-
-	if started != nil {
-		started(addrs)
-	}
-	return srv.Serve(ctx)
+		st := store.New(d.Pool)
+		hub := watch.NewHub(d.Pool, st, cfg.WatchBuffer, log.With("component", "watch"), metrics.Watch())
+		d.Server.Handle(eventsv1connect.NewEventsServiceHandler(service.New(st, hub, metrics, log), d.Server.HandlerOptions()...))
+		loops := []app.Background{func(ctx context.Context) { _ = hub.Run(ctx) }}
+		if cfg.RetentionTTL > 0 {
+			rlog := log.With("component", "retention")
+			loops = append(loops, func(ctx context.Context) {
+				app.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { deleteFinished(ctx, st, cfg, rlog) })
+			})
+		}
+		return loops, nil
+	}, started)
 }
 
-// runRetention deletes finished actions older than the TTL, a batch at a time.
-func runRetention(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
-	ticker := time.NewTicker(cfg.RetentionInterval)
-	defer ticker.Stop()
+// deleteFinished deletes finished actions older than the TTL, a batch at a time.
+func deleteFinished(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
+	total := 0
 	for {
-		total := 0
-		for {
-			n, err := st.DeleteFinished(ctx, time.Now().Add(-cfg.RetentionTTL), cfg.RetentionBatch)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("deleting finished actions", "error", err)
-				}
-				break
+		n, err := st.DeleteFinished(ctx, time.Now().Add(-cfg.RetentionTTL), cfg.RetentionBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("deleting finished actions", "error", err)
 			}
-			total += n
-			if n < cfg.RetentionBatch {
-				break
-			}
+			break
 		}
-		if total > 0 {
-			log.Info("deleted finished actions", "actions", total, "ttl", cfg.RetentionTTL)
+		total += n
+		if n < cfg.RetentionBatch {
+			break
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
+	}
+	if total > 0 {
+		log.Info("deleted finished actions", "actions", total, "ttl", cfg.RetentionTTL.String())
 	}
 }

@@ -20,6 +20,7 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/postgres"
 )
 
@@ -49,12 +50,12 @@ func startInstance(t *testing.T, dbURL string, mutate ...func(*events.Config)) *
 		m(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan events.Addrs, 1)
+	started := make(chan app.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a events.Addrs) { started <- a })
+		done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
 	}()
-	var addrs events.Addrs
+	var addrs app.Addrs
 	select {
 	case addrs = <-started:
 	case err := <-done:

@@ -27,6 +27,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/postgres"
 )
 
@@ -179,11 +180,11 @@ type service struct {
 
 func startService(ctx context.Context, o Options) (*service, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	started := make(chan events.Addrs, 1)
+	started := make(chan app.Addrs, 1)
 	done := make(chan error, 1)
 	cfg := events.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL}
 	go func() {
-		done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a events.Addrs) { started <- a })
+		done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
 	}()
 	select {
 	case err := <-done:

@@ -1,0 +1,131 @@
+// Package app runs a Postgres-backed Connect service the way every service of this project
+// runs: telemetry from the environment, the database opened and migrated, handlers served
+// through the server runtime, Prometheus metrics on their own listener, background loops
+// that outlive the drain, and a graceful shutdown.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/services/server"
+	"github.com/flytekube/backend/services/telemetry"
+)
+
+// Config says what to run.
+type Config struct {
+	// Name names the service in traces and logs.
+	Name string
+	// Listen is the RPC address.
+	Listen string
+	// MetricsListen serves /metrics when not empty.
+	MetricsListen string
+	// DatabaseURL is the Postgres connection URL.
+	DatabaseURL string
+	// Migrations are applied at start.
+	Migrations postgres.Migrations
+	// Server holds the RPC server's limits; its Addr is taken from Listen.
+	Server server.Config
+}
+
+// Deps is what a service builds its handlers from.
+type Deps struct {
+	Pool     *pgxpool.Pool
+	Server   *server.Server
+	Registry prometheus.Registerer
+	Log      *slog.Logger
+}
+
+// Background is a loop that runs until its context ends. Loops stop only after the
+// server has drained, so calls in flight during shutdown still have them.
+type Background func(ctx context.Context)
+
+// Setup registers the service's handlers on deps.Server and returns its loops.
+type Setup func(deps Deps) ([]Background, error)
+
+// Addrs are where a started service listens.
+type Addrs struct {
+	RPC, Metrics net.Addr
+}
+
+// Run serves until ctx ends, then shuts down gracefully. started, when not nil, is called
+// once the service accepts calls.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started func(Addrs)) error {
+	tel, err := telemetry.Setup(ctx, cfg.Name)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
+
+	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	pool, err := postgres.Open(openCtx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cfg.Name, err)
+	}
+	defer pool.Close()
+	if _, err := postgres.Migrate(openCtx, pool, cfg.Migrations, log); err != nil {
+		return fmt.Errorf("%s: %w", cfg.Name, err)
+	}
+
+	srvCfg := cfg.Server
+	srvCfg.Addr = cfg.Listen
+	srv, err := server.New(srvCfg, log)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cfg.Name, err)
+	}
+	loops, err := setup(Deps{Pool: pool, Server: srv, Registry: tel.Registry, Log: log})
+	if err != nil {
+		return fmt.Errorf("%s: %w", cfg.Name, err)
+	}
+
+	addrs := Addrs{RPC: srv.Addr()}
+	if cfg.MetricsListen != "" {
+		lis, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("%s: metrics listener: %w", cfg.Name, err)
+		}
+		addrs.Metrics = lis.Addr()
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", tel.MetricsHandler())
+		metricsSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = metricsSrv.Serve(lis) }()
+		defer func() { _ = metricsSrv.Close() }()
+	}
+
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer stopBackground()
+	for _, loop := range loops {
+		bg.Go(func() { loop(bgCtx) })
+	}
+
+	if started != nil {
+		started(addrs)
+	}
+	return srv.Serve(ctx)
+}
+
+// Every runs f now and then every interval until ctx ends.
+func Every(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		f(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
