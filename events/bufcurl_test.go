@@ -3,8 +3,6 @@ package events_test
 import (
 	"bytes"
 	"context"
-	"io"
-	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -24,7 +22,7 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	base := inst.url + "/flyte.events.v1.EventsService/"
+	base := inst.URL + "/flyte.events.v1.EventsService/"
 	command := func(ctx context.Context, args ...string) *exec.Cmd {
 		return exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + modfile, "buf", "curl",
 			"--http2-prior-knowledge", "--protocol", "grpc"}, args...)...)
@@ -39,7 +37,7 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 	}
 	const id = `{"project":"demo","domain":"development","run":"r1","action":"a0"}`
 
-	if out := bufCurl("--list-methods", inst.url); !strings.Contains(out, "flyte.events.v1.EventsService/WatchActions") {
+	if out := bufCurl("--list-methods", inst.URL); !strings.Contains(out, "flyte.events.v1.EventsService/WatchActions") {
 		t.Fatalf("--list-methods:\n%s", out)
 	}
 
@@ -51,7 +49,7 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = watch.Process.Kill() }()
-	if !waitForMetric(inst.metricsURL, "flyte_events_watchers 1") {
+	if !inst.WaitForMetric("flyte_events_watchers 1") {
 		t.Fatalf("the watch never opened; buf curl printed:\n%s", watchOut.String())
 	}
 
@@ -94,23 +92,4 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
-}
-
-// waitForMetric reports whether url's metrics show line within a minute.
-func waitForMetric(url, line string) bool {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			if strings.Contains(string(body), line) {
-				return true
-			}
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

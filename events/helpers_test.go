@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/postgres"
 )
@@ -30,16 +29,8 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &pg)) }
 
 // instance is one running events service.
 type instance struct {
-	url        string
-	metricsURL string
-	client     eventsv1connect.EventsServiceClient
-	stop       func() // graceful shutdown; waits for Run to return
-}
-
-func h2cClient() *http.Client {
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+	*servicetest.Instance
+	client eventsv1connect.EventsServiceClient
 }
 
 // startInstance runs the service as its main does, on loopback ports.
@@ -49,37 +40,10 @@ func startInstance(t *testing.T, dbURL string, mutate ...func(*events.Config)) *
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan app.Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
-	}()
-	var addrs app.Addrs
-	select {
-	case addrs = <-started:
-	case err := <-done:
-		t.Fatalf("events.Run: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("events service did not start")
-	}
-	inst := &instance{url: "http://" + addrs.RPC.String(), metricsURL: "http://" + addrs.Metrics.String() + "/metrics"}
-	httpClient := h2cClient()
-	inst.client = eventsv1connect.NewEventsServiceClient(httpClient, inst.url, connect.WithGRPC())
-	var once sync.Once
-	inst.stop = func() {
-		once.Do(func() {
-			// Closing our idle connection first spares the server's wait for clients
-			// to hang up after its GOAWAY.
-			httpClient.CloseIdleConnections()
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("events.Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(inst.stop)
-	return inst
+	inst := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
+		return events.Run(ctx, cfg, slog.New(slog.DiscardHandler), started)
+	})
+	return &instance{Instance: inst, client: eventsv1connect.NewEventsServiceClient(inst.HTTP, inst.URL, connect.WithGRPC())}
 }
 
 // openStore opens a store over a migrated database for direct checks.

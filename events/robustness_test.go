@@ -3,8 +3,6 @@ package events_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -166,7 +164,7 @@ func TestRestartLosesNoAcknowledgedEvent(t *testing.T) {
 		}
 	}
 	waitFor(20)
-	first.stop() // graceful: in-flight batches finish, new ones are refused
+	first.Stop() // graceful: in-flight batches finish, new ones are refused
 	second := startInstance(t, db)
 	client.Store(&second.client)
 	waitFor(batches.Load() + 20)
@@ -228,12 +226,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	e := event(actionID("r1", "a0"), 1, running, 0, 1)
 	record(t, inst.client, e)
 	record(t, inst.client, e)
-	resp, err := http.Get(inst.metricsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(resp.Body)
+	body := inst.Metrics(t)
 	for _, want := range []string{
 		"flyte_events_received_total 2",
 		"flyte_events_recorded_total 1",
@@ -243,7 +236,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		"flyte_events_watchers 0",
 		"rpc_server_call_duration_seconds", // otelconnect, through the OpenTelemetry bridge
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}

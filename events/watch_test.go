@@ -98,7 +98,7 @@ func TestSlowWatcherIsEndedWithoutBlockingRecord(t *testing.T) {
 func TestWatchEndsUnavailableOnShutdown(t *testing.T) {
 	inst := startInstance(t, pg.NewDatabase(t))
 	stream, _ := openWatch(t, inst, &eventsv1.WatchActionsRequest{Project: "demo", Domain: "development"})
-	go inst.stop()
+	go inst.Stop()
 	for stream.Receive() {
 	}
 	if connect.CodeOf(stream.Err()) != connect.CodeUnavailable {

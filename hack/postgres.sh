@@ -4,6 +4,8 @@
 #   hack/postgres.sh start [DIR]   start a cluster in DIR (default: a new temp dir) on a
 #                                  free port on 127.0.0.1; prints "DIR" then the URL last
 #   hack/postgres.sh stop DIR      stop it and remove DIR
+#   hack/postgres.sh pause DIR     stop the server, keeping its data (for outage tests)
+#   hack/postgres.sh resume DIR    start it again on the same port
 #
 # When TEST_DATABASE_URL is set, start prints it and starts nothing. The cluster trades
 # durability for speed (fsync=off): it is for tests only. As root, Postgres is installed
@@ -39,6 +41,12 @@ as_owner() {
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# run_server starts the cluster in $1 on port $2.
+run_server() {
+  as_owner "$(pg_bin)/pg_ctl" -D "$1/data" -l "$1/postgres.log" -w -t 30 start -o \
+    "-p $2 -c listen_addresses=127.0.0.1 -c unix_socket_directories=$1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
+}
+
 start() {
   if [[ -n "${TEST_DATABASE_URL:-}" ]]; then
     echo "-"
@@ -55,8 +63,8 @@ start() {
   for _ in $(seq 1 20); do
     port=$((20000 + RANDOM % 40000))
     port_free "$port" || continue
-    if as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 30 start -o \
-      "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null; then
+    if run_server "$dir" "$port"; then
+      echo "$port" >"$dir/port"
       echo "$dir"
       echo "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
       return
@@ -76,8 +84,20 @@ stop() {
   rm -rf "$dir"
 }
 
+pause() {
+  local dir=${1:?usage: hack/postgres.sh pause DIR}
+  as_owner "$(pg_bin)/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+}
+
+resume() {
+  local dir=${1:?usage: hack/postgres.sh resume DIR}
+  run_server "$dir" "$(cat "$dir/port")"
+}
+
 case "${1:-}" in
   start) shift; start "$@" ;;
   stop) shift; stop "$@" ;;
-  *) echo "usage: hack/postgres.sh start [DIR] | stop DIR" >&2; exit 2 ;;
+  pause) shift; pause "$@" ;;
+  resume) shift; resume "$@" ;;
+  *) echo "usage: hack/postgres.sh start [DIR] | stop DIR | pause DIR | resume DIR" >&2; exit 2 ;;
 esac

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -27,6 +26,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/postgres"
 )
@@ -166,12 +166,6 @@ func truncate(ctx context.Context, pool *pgxpool.Pool) error {
 	return err
 }
 
-func h2cClient() *http.Client {
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: &p}}
-}
-
 // service runs the events service in-process, as its binary does.
 type service struct {
 	clients []eventsv1connect.EventsServiceClient
@@ -194,7 +188,7 @@ func startService(ctx context.Context, o Options) (*service, error) {
 		s := &service{stop: func() error { cancel(); return <-done }}
 		// One connection per client, like separate executors.
 		for range o.Clients {
-			s.clients = append(s.clients, eventsv1connect.NewEventsServiceClient(h2cClient(), "http://"+a.RPC.String(), connect.WithGRPC()))
+			s.clients = append(s.clients, eventsv1connect.NewEventsServiceClient(servicetest.H2CClient(), "http://"+a.RPC.String(), connect.WithGRPC()))
 		}
 		return s, nil
 	}

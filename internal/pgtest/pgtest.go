@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -48,13 +49,27 @@ func Start() (*Server, error) {
 }
 
 // Stop stops the cluster and removes its files.
-func (s *Server) Stop() error {
+func (s *Server) Stop() error { return s.script("stop") }
+
+// Pause stops the server but keeps its data, as in an outage; Resume starts it again on
+// the same address. A cluster given by TEST_DATABASE_URL cannot be paused.
+func (s *Server) Pause() error {
+	if s.dir == "-" {
+		return errors.New("pgtest: cannot pause a server given by TEST_DATABASE_URL")
+	}
+	return s.script("pause")
+}
+
+// Resume restarts a paused server.
+func (s *Server) Resume() error { return s.script("resume") }
+
+func (s *Server) script(verb string) error {
 	script, err := repo.Path("hack", "postgres.sh")
 	if err != nil {
 		return err
 	}
-	if out, err := exec.Command(script, "stop", s.dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("pgtest: stopping Postgres: %w: %s", err, out)
+	if out, err := exec.Command(script, verb, s.dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("pgtest: postgres.sh %s: %w: %s", verb, err, out)
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/server"
 )
 
@@ -82,7 +83,7 @@ func start(t *testing.T, svc *testService) *running {
 	}
 	srv.Handle(eventsv1connect.NewEventsServiceHandler(svc, srv.HandlerOptions()...))
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{url: "http://" + srv.Addr().String(), http: h2cClient(), stop: cancel, served: make(chan error, 1)}
+	r := &running{url: "http://" + srv.Addr().String(), http: servicetest.H2CClient(), stop: cancel, served: make(chan error, 1)}
 	go func() { r.served <- srv.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -91,13 +92,6 @@ func start(t *testing.T, svc *testService) *running {
 		}
 	})
 	return r
-}
-
-// h2cClient speaks HTTP/2 without TLS, as gRPC clients do inside a cluster.
-func h2cClient() *http.Client {
-	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: &protocols}}
 }
 
 func validID() *flytecorev1.ActionIdentifier {

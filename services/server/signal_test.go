@@ -16,6 +16,7 @@ import (
 
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/server"
 )
 
@@ -58,7 +59,7 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 		t.Fatalf("child said %q, %v", line, err)
 	}
 	url := "http://" + strings.TrimSpace(strings.TrimPrefix(line, "listening "))
-	client := eventsv1connect.NewEventsServiceClient(h2cClient(), url, connect.WithGRPC())
+	client := eventsv1connect.NewEventsServiceClient(servicetest.H2CClient(), url, connect.WithGRPC())
 
 	// A Record that takes a second is in flight when SIGTERM arrives: it must complete,
 	// and the process must then exit cleanly.

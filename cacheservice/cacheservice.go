@@ -1,0 +1,128 @@
+package cacheservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/flytekube/backend/cacheservice/service"
+	"github.com/flytekube/backend/cacheservice/store"
+	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
+	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/server"
+)
+
+// Config is the cache service's configuration; WithDefaults fills the zero fields.
+type Config struct {
+	// Listen is the RPC address (Connect, gRPC, gRPC-Web).
+	Listen string
+	// MetricsListen serves /metrics when not empty.
+	MetricsListen string
+	// DatabaseURL is the Postgres connection URL.
+	DatabaseURL string
+	// MaxHeartbeat caps the heartbeat interval of reservations.
+	MaxHeartbeat time.Duration
+	// HeartbeatGraceMultiplier: a reservation expires after this many heartbeat intervals
+	// without one.
+	HeartbeatGraceMultiplier int
+	// EntryTTL deletes entries this long after they were last written; 0 keeps them.
+	EntryTTL time.Duration
+	// CleanupInterval is how often expired reservations and old entries are removed.
+	CleanupInterval time.Duration
+	// CleanupBatch bounds the rows deleted per statement.
+	CleanupBatch int
+	// Server holds the RPC server's limits; its Addr is taken from Listen.
+	Server server.Config
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = ":8094"
+	}
+	if c.MaxHeartbeat == 0 {
+		c.MaxHeartbeat = 10 * time.Second
+	}
+	if c.HeartbeatGraceMultiplier == 0 {
+		c.HeartbeatGraceMultiplier = 3
+	}
+	if c.CleanupInterval == 0 {
+		c.CleanupInterval = time.Minute
+	}
+	if c.CleanupBatch == 0 {
+		c.CleanupBatch = 1000
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.DatabaseURL == "":
+		return errors.New("database-url: required (or set DATABASE_URL)")
+	case c.MaxHeartbeat <= 0 || c.MaxHeartbeat > time.Hour:
+		return fmt.Errorf("max-heartbeat: must be in (0, 1h], got %s", c.MaxHeartbeat)
+	case c.HeartbeatGraceMultiplier < 1:
+		return fmt.Errorf("heartbeat-grace-multiplier: must be at least 1, got %d", c.HeartbeatGraceMultiplier)
+	case c.EntryTTL < 0:
+		return fmt.Errorf("entry-ttl: must not be negative, got %s", c.EntryTTL)
+	case c.CleanupInterval <= 0:
+		return fmt.Errorf("cleanup-interval: must be positive, got %s", c.CleanupInterval)
+	case c.CleanupBatch <= 0:
+		return fmt.Errorf("cleanup-batch: must be positive, got %d", c.CleanupBatch)
+	}
+	return nil
+}
+
+// Run migrates the database, then serves until ctx ends and shuts down gracefully.
+// started, when not nil, is called once the service accepts calls.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Addrs)) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("cacheservice: config: %w", err)
+	}
+	appCfg := app.Config{
+		Name: "cacheservice", Listen: cfg.Listen, MetricsListen: cfg.MetricsListen,
+		DatabaseURL: cfg.DatabaseURL, Migrations: store.Migrations(), Server: cfg.Server,
+	}
+	return app.Run(ctx, appCfg, log, func(d app.Deps) ([]app.Background, error) {
+		metrics, err := service.NewMetrics(d.Registry)
+		if err != nil {
+			return nil, err
+		}
+		st := store.New(d.Pool)
+		res := service.Reservations{MaxHeartbeat: cfg.MaxHeartbeat, GraceMultiplier: cfg.HeartbeatGraceMultiplier}
+		d.Server.Handle(cachev1connect.NewCacheServiceHandler(service.New(st, res, metrics, log), d.Server.HandlerOptions()...))
+		clog := log.With("component", "cleanup")
+		return []app.Background{func(ctx context.Context) {
+			app.Every(ctx, cfg.CleanupInterval, func(ctx context.Context) { cleanup(ctx, st, cfg, metrics, clog) })
+		}}, nil
+	}, started)
+}
+
+// cleanup removes expired reservations and, with a TTL, old entries, a batch at a time.
+func cleanup(ctx context.Context, st *store.Store, cfg Config, m *service.Metrics, log *slog.Logger) {
+	drain := func(kind string, del func() (int64, error)) {
+		for {
+			n, err := del()
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("cleanup failed", "kind", kind, "error", err)
+				}
+				return
+			}
+			m.Cleaned(kind, n)
+			if n < int64(cfg.CleanupBatch) {
+				return
+			}
+		}
+	}
+	drain("reservation", func() (int64, error) { return st.DeleteExpiredReservations(ctx, cfg.CleanupBatch) })
+	if cfg.EntryTTL > 0 {
+		drain("entry", func() (int64, error) {
+			return st.DeleteOldEntries(ctx, time.Now().Add(-cfg.EntryTTL), cfg.CleanupBatch)
+		})
+	}
+}

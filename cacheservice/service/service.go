@@ -1,0 +1,146 @@
+// Package service is the CacheService RPC edge: requests (already validated by the
+// server's protovalidate interceptor) become store calls, and errors become RPC codes.
+// A database outage is Unavailable, so callers (the executor treats any cache error as
+// a miss) can tell it from a real miss.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
+	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
+	"github.com/flytekube/backend/cacheservice/store"
+	"github.com/flytekube/backend/services/postgres"
+)
+
+// Reservations shape the reservations the service grants.
+type Reservations struct {
+	// MaxHeartbeat caps the heartbeat interval a caller may ask for.
+	MaxHeartbeat time.Duration
+	// GraceMultiplier: a reservation expires after this many missed heartbeats.
+	GraceMultiplier int
+}
+
+// Service implements flyte.cache.v1.CacheService.
+type Service struct {
+	store   *store.Store
+	res     Reservations
+	metrics *Metrics
+	log     *slog.Logger
+}
+
+var _ cachev1connect.CacheServiceHandler = (*Service)(nil)
+
+// New creates the service.
+func New(st *store.Store, res Reservations, m *Metrics, log *slog.Logger) *Service {
+	return &Service{store: st, res: res, metrics: m, log: log}
+}
+
+// Get implements CacheService.Get.
+func (s *Service) Get(ctx context.Context, req *connect.Request[cachev1.GetRequest]) (*connect.Response[cachev1.GetResponse], error) {
+	key := store.KeyOf(req.Msg.GetKey())
+	out, err := s.store.Get(ctx, key, req.Msg.GetMaxAge().AsDuration())
+	if errors.Is(err, store.ErrNotFound) {
+		s.metrics.gets.WithLabelValues("miss").Inc()
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("%w for %s", err, key))
+	}
+	if err != nil {
+		return nil, postgres.RPCError(err)
+	}
+	s.metrics.gets.WithLabelValues("hit").Inc()
+	return connect.NewResponse(&cachev1.GetResponse{Output: out}), nil
+}
+
+// Put implements CacheService.Put.
+func (s *Service) Put(ctx context.Context, req *connect.Request[cachev1.PutRequest]) (*connect.Response[cachev1.PutResponse], error) {
+	m := req.Msg
+	res, err := s.store.Put(ctx, store.PutRequest{
+		Key: store.KeyOf(m.GetKey()), OutputURI: m.GetOutputUri(),
+		Source: m.GetSourceAction(), SourceAttempt: m.GetSourceAttempt(),
+		Overwrite: m.GetOverwrite(), MaxAge: m.GetMaxAge().AsDuration(),
+	})
+	if errors.Is(err, store.ErrExists) {
+		s.metrics.puts.WithLabelValues("conflict").Inc()
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%w for %s; set overwrite or max_age to replace it", err, store.KeyOf(m.GetKey())))
+	}
+	if err != nil {
+		return nil, postgres.RPCError(err)
+	}
+	result := "stored"
+	if res.Replaced {
+		result = "replaced"
+	}
+	s.metrics.puts.WithLabelValues(result).Inc()
+	return connect.NewResponse(&cachev1.PutResponse{Output: res.Output}), nil
+}
+
+// Delete implements CacheService.Delete.
+func (s *Service) Delete(ctx context.Context, req *connect.Request[cachev1.DeleteRequest]) (*connect.Response[cachev1.DeleteResponse], error) {
+	deleted, err := s.store.Delete(ctx, store.KeyOf(req.Msg.GetKey()))
+	if err != nil {
+		return nil, postgres.RPCError(err)
+	}
+	if deleted {
+		s.metrics.deleted.Inc()
+	}
+	return connect.NewResponse(&cachev1.DeleteResponse{Deleted: deleted}), nil
+}
+
+// Invalidate implements CacheService.Invalidate.
+func (s *Service) Invalidate(ctx context.Context, req *connect.Request[cachev1.InvalidateRequest]) (*connect.Response[cachev1.InvalidateResponse], error) {
+	m := req.Msg
+	n, err := s.store.Invalidate(ctx, m.GetProject(), m.GetDomain(), m.GetTaskName(), m.GetCacheVersion())
+	if err != nil {
+		return nil, postgres.RPCError(err)
+	}
+	s.metrics.deleted.Add(float64(n))
+	s.log.InfoContext(ctx, "invalidated cache entries", "project", m.GetProject(), "domain", m.GetDomain(),
+		"task", m.GetTaskName(), "cache_version", m.GetCacheVersion(), "deleted", n)
+	return connect.NewResponse(&cachev1.InvalidateResponse{Deleted: uint64(n)}), nil
+}
+
+var outcomeNames = map[store.Outcome]string{
+	store.Granted: "granted", store.Extended: "extended", store.TakenOver: "taken_over", store.Refused: "refused",
+}
+
+// GetOrExtendReservation implements CacheService.GetOrExtendReservation.
+func (s *Service) GetOrExtendReservation(ctx context.Context, req *connect.Request[cachev1.GetOrExtendReservationRequest]) (*connect.Response[cachev1.GetOrExtendReservationResponse], error) {
+	m := req.Msg
+	heartbeat := min(m.GetHeartbeatInterval().AsDuration(), s.res.MaxHeartbeat)
+	res, outcome, err := s.store.GetOrExtendReservation(ctx, store.KeyOf(m.GetKey()), m.GetOwnerId(), heartbeat, s.res.GraceMultiplier)
+	if err != nil {
+		return nil, postgres.RPCError(err)
+	}
+	s.metrics.reservations.WithLabelValues(outcomeNames[outcome]).Inc()
+	return connect.NewResponse(&cachev1.GetOrExtendReservationResponse{
+		Reservation: &cachev1.Reservation{
+			Key:               m.GetKey(),
+			OwnerId:           res.OwnerID,
+			HeartbeatInterval: durationpb.New(res.Heartbeat),
+			ExpiresAt:         timestamppb.New(res.ExpiresAt),
+		},
+		Acquired: outcome != store.Refused,
+	}), nil
+}
+
+// ReleaseReservation implements CacheService.ReleaseReservation.
+func (s *Service) ReleaseReservation(ctx context.Context, req *connect.Request[cachev1.ReleaseReservationRequest]) (*connect.Response[cachev1.ReleaseReservationResponse], error) {
+	released, err := s.store.ReleaseReservation(ctx, store.KeyOf(req.Msg.GetKey()), req.Msg.GetOwnerId())
+	if err != nil {
+		return nil, postgres.RPCError(err)
+	}
+	result := "ignored"
+	if released {
+		result = "released"
+	}
+	s.metrics.releases.WithLabelValues(result).Inc()
+	return connect.NewResponse(&cachev1.ReleaseReservationResponse{Released: released}), nil
+}

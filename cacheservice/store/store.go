@@ -1,0 +1,292 @@
+// Package store keeps cached task outputs and reservations in Postgres.
+//
+// Every operation is one SQL statement, so it is atomic and correct under any number of
+// concurrent callers without reading first and writing after: Put is a conditional upsert
+// whose result says who won, and a reservation is taken, extended or taken over by one
+// conditional upsert as well. Times come from the database clock, so the service's
+// replicas agree on expiry.
+package store
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	"github.com/flytekube/backend/services/postgres"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations are the cache service's schema migrations.
+func Migrations() postgres.Migrations {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the embedded directory is fixed at build time
+	}
+	return postgres.Migrations{Service: "cache", FS: sub}
+}
+
+var (
+	// ErrNotFound is returned when there is no (fresh enough) entry.
+	ErrNotFound = errors.New("no cached output")
+	// ErrExists is returned by Put when an entry exists and may not be replaced.
+	ErrExists = errors.New("a cached output exists")
+)
+
+// Key is a cache key's parts, in primary-key order.
+type Key struct {
+	Project, Domain, TaskName, CacheVersion, Signature, InputsHash string
+}
+
+// KeyOf converts the protobuf key.
+func KeyOf(k *cachev1.CacheKey) Key {
+	return Key{k.GetProject(), k.GetDomain(), k.GetTaskName(), k.GetCacheVersion(), k.GetSignature(), k.GetInputsHash()}
+}
+
+// Proto converts back.
+func (k Key) Proto() *cachev1.CacheKey {
+	return &cachev1.CacheKey{Project: k.Project, Domain: k.Domain, TaskName: k.TaskName,
+		CacheVersion: k.CacheVersion, Signature: k.Signature, InputsHash: k.InputsHash}
+}
+
+func (k Key) args() []any {
+	return []any{k.Project, k.Domain, k.TaskName, k.CacheVersion, k.Signature, k.InputsHash}
+}
+
+// String is for messages.
+func (k Key) String() string {
+	return fmt.Sprintf("%s/%s/%s@%s (signature %s, inputs %s)", k.Project, k.Domain, k.TaskName, k.CacheVersion, k.Signature, k.InputsHash)
+}
+
+const keyMatch = `project = $1 AND domain = $2 AND task_name = $3 AND cache_version = $4 AND signature = $5 AND inputs_hash = $6`
+
+// Store reads and writes entries and reservations.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a store over a migrated database.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+const outputColumns = `output_uri, source_project, source_domain, source_run, source_action, source_attempt, created_at, updated_at`
+
+// scanOutput reads outputColumns, then any extra columns into extra.
+func scanOutput(row pgx.Row, k Key, extra ...any) (*cachev1.CachedOutput, error) {
+	var (
+		out                 = &cachev1.CachedOutput{Key: k.Proto(), SourceAction: &flytecorev1.ActionIdentifier{}}
+		attempt             int32
+		createdAt, updateAt time.Time
+	)
+	err := row.Scan(append([]any{&out.OutputUri, &out.SourceAction.Project, &out.SourceAction.Domain, &out.SourceAction.Run,
+		&out.SourceAction.Action, &attempt, &createdAt, &updateAt}, extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	out.SourceAttempt = uint32(attempt)
+	out.CreatedAt, out.UpdatedAt = timestamp(createdAt), timestamp(updateAt)
+	return out, nil
+}
+
+// maxAgeSeconds turns an optional max age into a SQL parameter: NULL for none.
+func maxAgeSeconds(maxAge time.Duration) *float64 {
+	if maxAge <= 0 {
+		return nil
+	}
+	s := maxAge.Seconds()
+	return &s
+}
+
+// Get returns the entry for k, or ErrNotFound when there is none or, with maxAge > 0,
+// when it was last written longer ago than maxAge.
+func (s *Store) Get(ctx context.Context, k Key, maxAge time.Duration) (*cachev1.CachedOutput, error) {
+	row := s.pool.QueryRow(ctx, `SELECT `+outputColumns+` FROM cached_outputs WHERE `+keyMatch+`
+  AND ($7::float8 IS NULL OR updated_at > now() - make_interval(secs => $7))`,
+		append(k.args(), maxAgeSeconds(maxAge))...)
+	out, err := scanOutput(row, k)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: reading %s: %w", k, err)
+	}
+	return out, nil
+}
+
+// PutRequest is an entry to store.
+type PutRequest struct {
+	Key           Key
+	OutputURI     string
+	Source        *flytecorev1.ActionIdentifier
+	SourceAttempt uint32
+	// Overwrite replaces any existing entry.
+	Overwrite bool
+	// MaxAge, when positive, lets an entry last written longer ago than this be replaced.
+	MaxAge time.Duration
+}
+
+// PutResult is the stored entry and whether it replaced another.
+type PutResult struct {
+	Output   *cachev1.CachedOutput
+	Replaced bool
+}
+
+// Put stores an entry, or returns ErrExists when one exists that may not be replaced.
+// Of concurrent Puts of one key without Overwrite, exactly one succeeds.
+func (s *Store) Put(ctx context.Context, r PutRequest) (PutResult, error) {
+	src := r.Source
+	row := s.pool.QueryRow(ctx, `
+INSERT INTO cached_outputs AS c (project, domain, task_name, cache_version, signature, inputs_hash,
+    output_uri, source_project, source_domain, source_run, source_action, source_attempt, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now())
+ON CONFLICT (project, domain, task_name, cache_version, signature, inputs_hash) DO UPDATE
+SET output_uri = EXCLUDED.output_uri, source_project = EXCLUDED.source_project, source_domain = EXCLUDED.source_domain,
+    source_run = EXCLUDED.source_run, source_action = EXCLUDED.source_action, source_attempt = EXCLUDED.source_attempt,
+    updated_at = now()
+WHERE $13 OR ($14::float8 IS NOT NULL AND c.updated_at <= now() - make_interval(secs => $14))
+RETURNING `+outputColumns+`, xmax <> 0`,
+		append(r.Key.args(), r.OutputURI, src.GetProject(), src.GetDomain(), src.GetRun(), src.GetAction(),
+			int32(r.SourceAttempt), r.Overwrite, maxAgeSeconds(r.MaxAge))...)
+	var replaced bool
+	out, err := scanOutput(row, r.Key, &replaced)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PutResult{}, ErrExists
+	}
+	if err != nil {
+		return PutResult{}, fmt.Errorf("store: storing %s: %w", r.Key, err)
+	}
+	return PutResult{Output: out, Replaced: replaced}, nil
+}
+
+// Delete removes the entry for k and reports whether there was one.
+func (s *Store) Delete(ctx context.Context, k Key) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM cached_outputs WHERE `+keyMatch, k.args()...)
+	if err != nil {
+		return false, fmt.Errorf("store: deleting %s: %w", k, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// Invalidate removes every entry of a task, or of one of its cache versions when
+// version is not empty, and returns how many went.
+func (s *Store) Invalidate(ctx context.Context, project, domain, task, version string) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+DELETE FROM cached_outputs
+WHERE project = $1 AND domain = $2 AND task_name = $3 AND ($4 = '' OR cache_version = $4)`,
+		project, domain, task, version)
+	if err != nil {
+		return 0, fmt.Errorf("store: invalidating %s/%s/%s: %w", project, domain, task, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Outcome says what GetOrExtendReservation did.
+type Outcome int
+
+const (
+	// Granted: there was no reservation; the caller has it now.
+	Granted Outcome = iota + 1
+	// Extended: the caller held it and extended it.
+	Extended
+	// TakenOver: another owner's reservation had expired; the caller has it now.
+	TakenOver
+	// Refused: another owner holds it.
+	Refused
+)
+
+// Reservation is a key's reservation.
+type Reservation struct {
+	OwnerID   string
+	Heartbeat time.Duration
+	ExpiresAt time.Time
+}
+
+// GetOrExtendReservation takes k's reservation for owner when it is free or expired,
+// extends it when owner holds it, and otherwise returns the holder's. The reservation
+// lasts heartbeat x grace from now.
+func (s *Store) GetOrExtendReservation(ctx context.Context, k Key, owner string, heartbeat time.Duration, grace int) (Reservation, Outcome, error) {
+	// One conditional upsert decides; when it does not write, the holder is read in the
+	// same statement. That read uses the statement's snapshot, which may predate a
+	// reservation the upsert saw being committed concurrently; then nothing comes back
+	// and the statement is simply run again with a fresh snapshot.
+	const q = `
+WITH claimed AS (
+    INSERT INTO reservations AS r (project, domain, task_name, cache_version, signature, inputs_hash,
+        owner_id, heartbeat_interval, expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, make_interval(secs => $8), now() + make_interval(secs => $8 * $9))
+    ON CONFLICT (project, domain, task_name, cache_version, signature, inputs_hash) DO UPDATE
+    SET owner_id = EXCLUDED.owner_id, previous_owner = r.owner_id,
+        heartbeat_interval = EXCLUDED.heartbeat_interval, expires_at = EXCLUDED.expires_at
+    WHERE r.owner_id = EXCLUDED.owner_id OR r.expires_at < now()
+    RETURNING owner_id, heartbeat_interval, expires_at, xmax = 0 AS inserted, previous_owner
+)
+SELECT owner_id, heartbeat_interval, expires_at, true, inserted, previous_owner FROM claimed
+UNION ALL
+SELECT owner_id, heartbeat_interval, expires_at, false, false, NULL FROM reservations
+WHERE ` + keyMatch + ` AND NOT EXISTS (SELECT 1 FROM claimed)`
+	args := append(k.args(), owner, heartbeat.Seconds(), grace)
+	for range 5 {
+		var (
+			res                Reservation
+			acquired, inserted bool
+			previous           *string
+		)
+		err := s.pool.QueryRow(ctx, q, args...).Scan(&res.OwnerID, &res.Heartbeat, &res.ExpiresAt, &acquired, &inserted, &previous)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return Reservation{}, 0, fmt.Errorf("store: reserving %s: %w", k, err)
+		}
+		switch {
+		case !acquired:
+			return res, Refused, nil
+		case inserted:
+			return res, Granted, nil
+		case previous != nil && *previous == owner:
+			return res, Extended, nil
+		default:
+			return res, TakenOver, nil
+		}
+	}
+	return Reservation{}, 0, fmt.Errorf("store: reserving %s: the reservation kept changing under contention", k)
+}
+
+// ReleaseReservation deletes k's reservation if owner holds it, and reports whether it did.
+func (s *Store) ReleaseReservation(ctx context.Context, k Key, owner string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM reservations WHERE `+keyMatch+` AND owner_id = $7`, append(k.args(), owner)...)
+	if err != nil {
+		return false, fmt.Errorf("store: releasing %s: %w", k, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// DeleteExpiredReservations removes up to limit reservations that expired before now.
+func (s *Store) DeleteExpiredReservations(ctx context.Context, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+DELETE FROM reservations WHERE ctid IN (
+    SELECT ctid FROM reservations WHERE expires_at < now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`, limit)
+	if err != nil {
+		return 0, fmt.Errorf("store: deleting expired reservations: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DeleteOldEntries removes up to limit entries last written before cutoff.
+func (s *Store) DeleteOldEntries(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+DELETE FROM cached_outputs WHERE ctid IN (
+    SELECT ctid FROM cached_outputs WHERE updated_at < $1 ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("store: deleting old entries: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,106 @@
+// Package servicetest runs a service in-process for tests, the way its binary runs it,
+// on loopback ports, and gives back what a client needs.
+package servicetest
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flytekube/backend/services/app"
+)
+
+// H2CClient speaks HTTP/2 without TLS, as gRPC clients do inside a cluster.
+func H2CClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+// Instance is one running service.
+type Instance struct {
+	// URL is the RPC base URL.
+	URL string
+	// MetricsURL is the /metrics URL.
+	MetricsURL string
+	// HTTP is an HTTP/2 client for URL.
+	HTTP *http.Client
+	// Stop shuts the service down gracefully and waits for it; safe to call twice.
+	Stop func()
+}
+
+// RunFunc starts a service; it must call started once serving and return when ctx ends.
+type RunFunc func(ctx context.Context, started func(app.Addrs)) error
+
+// Start runs a service until the test ends (or Stop).
+func Start(t testing.TB, run RunFunc) *Instance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan app.Addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, func(a app.Addrs) { started <- a }) }()
+	var addrs app.Addrs
+	select {
+	case addrs = <-started:
+	case err := <-done:
+		cancel()
+		t.Fatalf("service did not start: %v", err)
+	case <-time.After(time.Minute):
+		cancel()
+		t.Fatal("service did not start within a minute")
+	}
+	inst := &Instance{URL: "http://" + addrs.RPC.String(), HTTP: H2CClient()}
+	if addrs.Metrics != nil {
+		inst.MetricsURL = "http://" + addrs.Metrics.String() + "/metrics"
+	}
+	var once sync.Once
+	inst.Stop = func() {
+		once.Do(func() {
+			// Closing our idle connection first spares the server's wait for clients to
+			// hang up after its GOAWAY.
+			inst.HTTP.CloseIdleConnections()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("service stopped with: %v", err)
+			}
+		})
+	}
+	t.Cleanup(inst.Stop)
+	return inst
+}
+
+// Metrics returns the service's current /metrics text.
+func (i *Instance) Metrics(t testing.TB) string {
+	t.Helper()
+	resp, err := http.Get(i.MetricsURL)
+	if err != nil {
+		t.Fatalf("scraping %s: %v", i.MetricsURL, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("scraping %s: %v", i.MetricsURL, err)
+	}
+	return string(body)
+}
+
+// WaitForMetric reports whether the metrics show line within a minute.
+func (i *Instance) WaitForMetric(line string) bool {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(i.MetricsURL)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if strings.Contains(string(body), line) {
+				return true
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
