@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 
 	"connectrpc.com/connect"
@@ -34,7 +35,8 @@ func Code(err error) connect.Code {
 			return connect.CodeUnavailable
 		}
 		return connect.CodeInternal
-	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.SafeToRetry(err):
+	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.SafeToRetry(err),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF): // the server went away mid-call
 		return connect.CodeUnavailable
 	}
 	return connect.CodeInternal

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -26,6 +27,7 @@ func TestCode(t *testing.T) {
 		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, connect.CodeUnavailable},
 		{"too many connections", &pgconn.PgError{Code: "53300"}, connect.CodeUnavailable},
 		{"unique violation is a bug here", &pgconn.PgError{Code: "23505"}, connect.CodeInternal},
+		{"connection cut mid-call", fmt.Errorf("store: x: %w", io.ErrUnexpectedEOF), connect.CodeUnavailable},
 		{"anything else", errors.New("boom"), connect.CodeInternal},
 	}
 	for _, tt := range tests {

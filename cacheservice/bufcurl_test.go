@@ -1,0 +1,53 @@
+package cacheservice_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flytekube/backend/internal/repo"
+)
+
+// TestBufCurlCallsEveryRPC runs the buf curl commands of docs/cacheservice.md against a
+// running service: reflection alone must be enough to call every RPC.
+func TestBufCurlCallsEveryRPC(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	modfile, err := repo.Path("tools", "go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	base := inst.URL + "/flyte.cache.v1.CacheService/"
+	bufCurl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + modfile, "buf", "curl",
+			"--http2-prior-knowledge", "--protocol", "grpc"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("buf curl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	const key = `{"project":"demo","domain":"development","taskName":"demo.train","cacheVersion":"1","signature":"sig1","inputsHash":"inputs-a"}`
+	src := `{"project":"demo","domain":"development","run":"r1","action":"a0"}`
+
+	steps := []struct{ rpc, body, want string }{
+		{"Put", `{"key":` + key + `,"outputUri":"s3://bucket/r1/a0/outputs","sourceAction":` + src + `,"sourceAttempt":1}`, `"outputUri": "s3://bucket/r1/a0/outputs"`},
+		{"Get", `{"key":` + key + `}`, `"sourceAttempt": 1`},
+		{"GetOrExtendReservation", `{"key":` + key + `,"ownerId":"r1-a0-1","heartbeatInterval":"5s"}`, `"acquired": true`},
+		{"ReleaseReservation", `{"key":` + key + `,"ownerId":"r1-a0-1"}`, `"released": true`},
+		{"Delete", `{"key":` + key + `}`, `"deleted": true`},
+		{"Invalidate", `{"project":"demo","domain":"development","taskName":"demo.train"}`, `{`},
+	}
+	if out := bufCurl("--list-methods", inst.URL); !strings.Contains(out, "flyte.cache.v1.CacheService/GetOrExtendReservation") {
+		t.Fatalf("--list-methods:\n%s", out)
+	}
+	for _, s := range steps {
+		if out := bufCurl("-d", s.body, base+s.rpc); !strings.Contains(out, s.want) {
+			t.Fatalf("%s printed:\n%s\nwant it to contain %s", s.rpc, out, s.want)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package cacheservice_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flytekube/backend/cacheservice"
+	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
+	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/app"
+)
+
+var pg *pgtest.Server
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &pg)) }
+
+type instance struct {
+	*servicetest.Instance
+	client cachev1connect.CacheServiceClient
+}
+
+func startInstance(t *testing.T, dbURL string, mutate ...func(*cacheservice.Config)) *instance {
+	t.Helper()
+	cfg := cacheservice.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: dbURL}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	inst := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
+		return cacheservice.Run(ctx, cfg, slog.New(slog.DiscardHandler), started)
+	})
+	return &instance{Instance: inst, client: cachev1connect.NewCacheServiceClient(inst.HTTP, inst.URL, connect.WithGRPC())}
+}
+
+func key(task, version, inputs string) *cachev1.CacheKey {
+	return &cachev1.CacheKey{Project: "demo", Domain: "development", TaskName: task, CacheVersion: version, Signature: "sig1", InputsHash: inputs}
+}
+
+func source(action string) *flytecorev1.ActionIdentifier {
+	return &flytecorev1.ActionIdentifier{Project: "demo", Domain: "development", Run: "r1", Action: action}
+}
+
+func put(ctx context.Context, c cachev1connect.CacheServiceClient, k *cachev1.CacheKey, uri string, mutate ...func(*cachev1.PutRequest)) (*cachev1.CachedOutput, error) {
+	req := &cachev1.PutRequest{Key: k, OutputUri: uri, SourceAction: source("a0"), SourceAttempt: 1}
+	for _, m := range mutate {
+		m(req)
+	}
+	resp, err := c.Put(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.GetOutput(), nil
+}
+
+func countRows(t *testing.T, dbURL, table string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
