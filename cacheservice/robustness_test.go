@@ -118,7 +118,10 @@ func TestSurvivesPostgresRestart(t *testing.T) {
 			_, err := inst.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: k}))
 			return err
 		},
-		"Put": func() error { _, err := put(ctx, inst.client, key("demo.train", "1", "inputs-b"), "s3://b/o"); return err },
+		"Put": func() error {
+			_, err := put(ctx, inst.client, key("demo.train", "1", "inputs-b"), "s3://b/o")
+			return err
+		},
 		"GetOrExtendReservation": func() error {
 			_, err := reserve(ctx, inst.client, k, "owner-a", time.Second)
 			return err

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/flytekube/backend/cacheservice/store"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
-	"github.com/flytekube/backend/cacheservice/store"
 	"github.com/flytekube/backend/services/postgres"
 )
 

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/postgres"
@@ -188,7 +188,7 @@ func startService(ctx context.Context, o Options) (*service, error) {
 		s := &service{stop: func() error { cancel(); return <-done }}
 		// One connection per client, like separate executors.
 		for range o.Clients {
-			s.clients = append(s.clients, eventsv1connect.NewEventsServiceClient(servicetest.H2CClient(), "http://"+a.RPC.String(), connect.WithGRPC()))
+			s.clients = append(s.clients, eventsv1connect.NewEventsServiceClient(servicetest.H2CClient(), "http://"+a.RPC.String()))
 		}
 		return s, nil
 	}
@@ -227,15 +227,9 @@ func Ingest(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service) ([
 			}
 			records = append(records, float64(len(evs))/d.Seconds())
 		}
-		results = append(results, IngestResult{BatchSize: size, CopyPerSecond: median(copies), RecordPerSecond: median(records)})
+		results = append(results, IngestResult{BatchSize: size, CopyPerSecond: benchutil.Median(copies), RecordPerSecond: benchutil.Median(records)})
 	}
 	return results, nil
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // Latency is one query's latency distribution.
@@ -243,12 +237,6 @@ type Latency struct {
 	Query    string
 	P50, P99 time.Duration
 	Calls    int
-}
-
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
 }
 
 // Queries fills the store to o.StoredEvents through Record and measures query latency
@@ -334,7 +322,7 @@ func Queries(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service, p
 		if first != nil {
 			return nil, fmt.Errorf("%s: %w", q.name, first)
 		}
-		out = append(out, Latency{Query: q.name, P50: percentile(lat, 0.5), P99: percentile(lat, 0.99), Calls: o.Queries})
+		out = append(out, Latency{Query: q.name, P50: benchutil.Percentile(lat, 0.5), P99: benchutil.Percentile(lat, 0.99), Calls: o.Queries})
 	}
 	return out, nil
 }

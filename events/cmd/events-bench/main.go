@@ -8,11 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 
 	"github.com/flytekube/backend/events/bench"
+	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/pgtest"
 )
 
@@ -29,16 +29,12 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (client and service) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+		stop, err := benchutil.StartCPUProfile(*cpuProfile)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "events-bench:", err)
 			os.Exit(1)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(os.Stderr, "events-bench:", err)
-			os.Exit(1)
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -49,9 +45,8 @@ func main() {
 		o.BatchSizes = append(o.BatchSizes, n)
 	}
 	if err := run(o); err != nil {
-		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "events-bench:", err)
-		os.Exit(1)
+		os.Exit(1) //nolint:gocritic // the profile of a failed run is not wanted
 	}
 }
 

@@ -1,0 +1,53 @@
+// Command cache-bench measures the cache service against a baseline taken in the same
+// run and prints a Markdown report (see docs/benchmarks.md). Without --database-url it
+// starts a throwaway Postgres with hack/postgres.sh.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/flytekube/backend/cacheservice/bench"
+	"github.com/flytekube/backend/internal/benchutil"
+	"github.com/flytekube/backend/internal/pgtest"
+)
+
+func main() {
+	var o bench.Options
+	flag.StringVar(&o.DatabaseURL, "database-url", "", "Postgres to use (its cache tables are truncated); default: a throwaway cluster")
+	flag.IntVar(&o.Entries, "entries", 100_000, "cache entries stored")
+	flag.IntVar(&o.Clients, "clients", 16, "concurrent Get clients")
+	flag.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each measurement")
+	flag.IntVar(&o.Rounds, "rounds", 3, "rounds per Get measurement (median reported)")
+	flag.IntVar(&o.ReservationClients, "reservation-clients", 64, "concurrent GetOrExtendReservation clients")
+	flag.IntVar(&o.ReservationKeys, "reservation-keys", 100, "keys they contend for")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (client and service) to this file")
+	flag.Parse()
+	if *cpuProfile != "" {
+		stop, err := benchutil.StartCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cache-bench:", err)
+			os.Exit(1)
+		}
+		defer stop()
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "cache-bench:", err)
+		os.Exit(1) //nolint:gocritic // the profile of a failed run is not wanted
+	}
+}
+
+func run(o bench.Options) error {
+	if o.DatabaseURL == "" {
+		pg, err := pgtest.Start()
+		if err != nil {
+			return err
+		}
+		defer func() { _ = pg.Stop() }()
+		o.DatabaseURL = pg.URL
+	}
+	return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
+}
