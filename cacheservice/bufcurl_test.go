@@ -2,35 +2,19 @@ package cacheservice_test
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/flytekube/backend/internal/repo"
 )
 
 // TestBufCurlCallsEveryRPC runs the buf curl commands of docs/cacheservice.md against a
 // running service: reflection alone must be enough to call every RPC.
 func TestBufCurlCallsEveryRPC(t *testing.T) {
 	inst := startInstance(t, pg.NewDatabase(t))
-	modfile, err := repo.Path("tools", "go.mod")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	base := inst.URL + "/flyte.cache.v1.CacheService/"
-	bufCurl := func(args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + modfile, "buf", "curl",
-			"--http2-prior-knowledge", "--protocol", "grpc"}, args...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("buf curl %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	bufCurl := func(args ...string) string { t.Helper(); return inst.BufCurl(t, ctx, args...) }
 	const key = `{"project":"demo","domain":"development","taskName":"demo.train","cacheVersion":"1","signature":"sig1","inputsHash":"inputs-a"}`
 	src := `{"project":"demo","domain":"development","run":"r1","action":"a0"}`
 

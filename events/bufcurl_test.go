@@ -3,38 +3,20 @@ package events_test
 import (
 	"bytes"
 	"context"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/flytekube/backend/internal/repo"
 )
 
 // TestBufCurlCallsEveryRPC runs the buf curl commands of docs/events.md against a
 // running service: reflection alone must be enough to call every RPC.
 func TestBufCurlCallsEveryRPC(t *testing.T) {
 	inst := startInstance(t, pg.NewDatabase(t))
-	modfile, err := repo.Path("tools", "go.mod")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	base := inst.URL + "/flyte.events.v1.EventsService/"
-	command := func(ctx context.Context, args ...string) *exec.Cmd {
-		return exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + modfile, "buf", "curl",
-			"--http2-prior-knowledge", "--protocol", "grpc"}, args...)...)
-	}
-	bufCurl := func(args ...string) string {
-		t.Helper()
-		out, err := command(ctx, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("buf curl %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	bufCurl := func(args ...string) string { t.Helper(); return inst.BufCurl(t, ctx, args...) }
 	const id = `{"project":"demo","domain":"development","run":"r1","action":"a0"}`
 
 	if out := bufCurl("--list-methods", inst.URL); !strings.Contains(out, "flyte.events.v1.EventsService/WatchActions") {
@@ -43,7 +25,7 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 
 	// Open a watch first and wait until the server counts it.
 	var watchOut syncBuffer
-	watch := command(ctx, "-d", `{"project":"demo","domain":"development","run":"r1"}`, base+"WatchActions")
+	watch := inst.BufCurlCommand(t, ctx, "-d", `{"project":"demo","domain":"development","run":"r1"}`, base+"WatchActions")
 	watch.Stdout, watch.Stderr = &watchOut, &watchOut
 	if err := watch.Start(); err != nil {
 		t.Fatal(err)

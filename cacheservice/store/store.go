@@ -12,7 +12,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,11 +27,7 @@ var migrationFiles embed.FS
 
 // Migrations are the cache service's schema migrations.
 func Migrations() postgres.Migrations {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the embedded directory is fixed at build time
-	}
-	return postgres.Migrations{Service: "cache", FS: sub}
+	return postgres.EmbeddedMigrations("cache", migrationFiles, "migrations")
 }
 
 var (

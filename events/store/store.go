@@ -13,7 +13,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"strings"
 	"time"
@@ -34,11 +33,7 @@ var migrationFiles embed.FS
 
 // Migrations are the events service's schema migrations.
 func Migrations() postgres.Migrations {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the embedded directory is fixed at build time
-	}
-	return postgres.Migrations{Service: "events", FS: sub}
+	return postgres.EmbeddedMigrations("events", migrationFiles, "migrations")
 }
 
 // NotifyChannel is the Postgres channel on which Record announces changed actions; the

@@ -6,11 +6,13 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/services/app"
 )
 
@@ -103,4 +105,27 @@ func (i *Instance) WaitForMetric(line string) bool {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return false
+}
+
+// BufCurl runs `buf curl` (pinned in tools/go.mod) against the service with HTTP/2 prior
+// knowledge and the gRPC protocol, failing the test when it fails. Reflection is the
+// only schema it gets.
+func (i *Instance) BufCurl(t testing.TB, ctx context.Context, args ...string) string {
+	t.Helper()
+	out, err := i.BufCurlCommand(t, ctx, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("buf curl %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// BufCurlCommand is the command BufCurl runs, for callers that stream its output.
+func (i *Instance) BufCurlCommand(t testing.TB, ctx context.Context, args ...string) *exec.Cmd {
+	t.Helper()
+	modfile, err := repo.Path("tools", "go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + modfile, "buf", "curl",
+		"--http2-prior-knowledge", "--protocol", "grpc"}, args...)...)
 }

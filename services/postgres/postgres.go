@@ -73,6 +73,15 @@ type Migrations struct {
 	FS fs.FS
 }
 
+// EmbeddedMigrations names the migration set in dir of an embedded file system.
+func EmbeddedMigrations(service string, files fs.FS, dir string) Migrations {
+	sub, err := fs.Sub(files, dir)
+	if err != nil {
+		panic(fmt.Sprintf("postgres: migrations of %s: %v", service, err)) // fixed at build time
+	}
+	return Migrations{Service: service, FS: sub}
+}
+
 // Migrate applies every pending migration under the service's advisory lock and returns
 // how many it applied. Running it again, or from several processes at once, is safe.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, m Migrations, log *slog.Logger) (int, error) {
