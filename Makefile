@@ -35,7 +35,12 @@ build: ## Build every package and binary.
 	$(GO) build ./...
 
 .PHONY: generate
-generate: proto-generate ## Regenerate all generated code.
+generate: proto-generate crd-generate ## Regenerate all generated code.
+
+.PHONY: crd-generate
+crd-generate: ## Regenerate the TaskAction deepcopy code and CRD (deploy/crd).
+	$(TOOL) controller-gen object paths=./executor/api/...
+	$(TOOL) controller-gen crd paths=./executor/api/... output:crd:artifacts:config=deploy/crd
 
 .PHONY: proto-generate
 proto-generate: $(PROTOVALIDATE_PROTO) ## Regenerate the protobuf, Connect and gRPC code in gen/go.
@@ -50,8 +55,8 @@ $(PROTOVALIDATE_PROTO):
 
 .PHONY: check-generate
 check-generate: generate ## Fail when generated code differs from what is committed.
-	@if [ -n "$$(git status --porcelain -- gen proto deploy)" ]; then \
-		git status --porcelain -- gen proto deploy; git diff --stat -- gen proto deploy; \
+	@if [ -n "$$(git status --porcelain -- gen proto deploy executor/api)" ]; then \
+		git status --porcelain -- gen proto deploy executor/api; git diff --stat -- gen proto deploy executor/api; \
 		echo "generated code is out of date: run 'make generate' and commit the result"; exit 1; \
 	fi
 

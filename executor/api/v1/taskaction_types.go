@@ -1,0 +1,377 @@
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TaskActionSpec says what to run. It cannot change once the action exists: a different
+// task is a different action.
+//
+// +kubebuilder:validation:XValidation:rule="self.taskType != 'container' || has(self.container)",message="taskType container needs a container section"
+// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || duration(self.timeout) > duration('0s')",message="timeout must be positive"
+type TaskActionSpec struct {
+	// Project groups runs of one team or product.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Project string `json:"project"`
+
+	// Domain separates environments of a project, such as development or production.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Domain string `json:"domain"`
+
+	// RunName is the run this action belongs to.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	RunName string `json:"runName"`
+
+	// ActionName names the action within its run.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	ActionName string `json:"actionName"`
+
+	// ParentActionName is the action that started this one, if any.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	ParentActionName string `json:"parentActionName,omitempty"`
+
+	// TaskName is the task's identity, such as "my.module.train"; the cache key uses it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$`
+	TaskName string `json:"taskName"`
+
+	// TaskType selects the plugin that runs the action, such as "container" or "core-sleep".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$`
+	TaskType string `json:"taskType"`
+
+	// InputURI is where the action's inputs are, if it has any.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	InputURI string `json:"inputUri,omitempty"`
+
+	// RunOutputBase is the prefix under which the run's actions write their outputs.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	RunOutputBase string `json:"runOutputBase"`
+
+	// Retries is how many times a user failure is retried, each as a new attempt.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	Retries int32 `json:"retries,omitempty"`
+
+	// Interruptible lets the action run on preemptible capacity.
+	// +optional
+	Interruptible bool `json:"interruptible,omitempty"`
+
+	// Timeout bounds one attempt; the action ends TimedOut when it is exceeded.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Cache makes the action's outputs reusable by identical actions.
+	// +optional
+	Cache *CacheSpec `json:"cache,omitempty"`
+
+	// EnvVars are set in the task's environment.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=128
+	EnvVars map[string]string `json:"envVars,omitempty"`
+
+	// ServiceAccountName runs the task's pods under this service account; when empty the
+	// executor's default, and then the namespace's, applies.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// Container describes the container of a container task.
+	// +optional
+	Container *ContainerSpec `json:"container,omitempty"`
+
+	// Config holds plugin settings, such as core-sleep's "duration".
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Config map[string]string `json:"config,omitempty"`
+}
+
+// CacheSpec makes an action's outputs reusable.
+//
+// +kubebuilder:validation:XValidation:rule="!self.enabled || size(self.version) > 0",message="an enabled cache needs a version"
+type CacheSpec struct {
+	// Enabled looks the outputs up before running and stores them after.
+	Enabled bool `json:"enabled"`
+
+	// Version is bumped by the task's author to invalidate older outputs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[\x21-\x7e]*$`
+	Version string `json:"version,omitempty"`
+
+	// Serializable makes identical actions wait for one another instead of running at
+	// once: the first to start reserves the computation.
+	// +optional
+	Serializable bool `json:"serializable,omitempty"`
+
+	// IgnoredInputs are left out of the inputs' hash.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	IgnoredInputs []string `json:"ignoredInputs,omitempty"`
+}
+
+// ContainerSpec describes the container of a container task.
+type ContainerSpec struct {
+	// Image is the container image.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Image string `json:"image"`
+
+	// Command is the entrypoint; the image's when empty.
+	// +optional
+	Command []string `json:"command,omitempty"`
+
+	// Args are the entrypoint's arguments.
+	// +optional
+	Args []string `json:"args,omitempty"`
+
+	// Env is set in the container, after the executor's own variables.
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// Resources are the container's requests and limits; the executor's defaults fill
+	// what is missing.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// Phase is where an action is in its life.
+// +kubebuilder:validation:Enum=Queued;WaitingForResources;Initializing;Running;Succeeded;Failed;Aborted;TimedOut
+type Phase string
+
+// The phases; the last four are terminal.
+const (
+	PhaseQueued              Phase = "Queued"
+	PhaseWaitingForResources Phase = "WaitingForResources"
+	PhaseInitializing        Phase = "Initializing"
+	PhaseRunning             Phase = "Running"
+	PhaseSucceeded           Phase = "Succeeded"
+	PhaseFailed              Phase = "Failed"
+	PhaseAborted             Phase = "Aborted"
+	PhaseTimedOut            Phase = "TimedOut"
+)
+
+// IsTerminal reports whether an action in this phase is finished.
+func (p Phase) IsTerminal() bool {
+	switch p {
+	case PhaseSucceeded, PhaseFailed, PhaseAborted, PhaseTimedOut:
+		return true
+	}
+	return false
+}
+
+// Condition types of a TaskAction.
+const (
+	// ConditionProgressing is True while the action is not finished.
+	ConditionProgressing = "Progressing"
+	// ConditionSucceeded is True once the action succeeded.
+	ConditionSucceeded = "Succeeded"
+	// ConditionFailed is True once the action failed, was aborted or timed out.
+	ConditionFailed = "Failed"
+)
+
+// Condition reasons of a TaskAction.
+const (
+	ReasonQueued              = "Queued"
+	ReasonWaitingForResources = "WaitingForResources"
+	ReasonWaitingForCache     = "WaitingForCache"
+	ReasonInitializing        = "Initializing"
+	ReasonRunning             = "Running"
+	ReasonRetrying            = "Retrying"
+	ReasonSucceeded           = "Succeeded"
+	ReasonCacheHit            = "CacheHit"
+	ReasonInvalidSpec         = "InvalidSpec"
+	ReasonUnknownTaskType     = "UnknownTaskType"
+	ReasonUserError           = "UserError"
+	ReasonSystemError         = "SystemError"
+	ReasonRetriesExhausted    = "RetriesExhausted"
+	ReasonAborted             = "Aborted"
+	ReasonTimedOut            = "TimedOut"
+)
+
+// ErrorKind says whose fault a failure is, which decides the budget it spends.
+// +kubebuilder:validation:Enum=User;System
+type ErrorKind string
+
+// The error kinds.
+const (
+	ErrorKindUser   ErrorKind = "User"
+	ErrorKindSystem ErrorKind = "System"
+)
+
+// ExecutionError says why an attempt failed.
+type ExecutionError struct {
+	// Code is a short machine-readable cause, such as "OOMKilled".
+	// +kubebuilder:validation:MaxLength=256
+	Code string `json:"code"`
+	// Kind says whose fault it is.
+	Kind ErrorKind `json:"kind"`
+	// Message explains the failure to a person.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+}
+
+// CacheStatus says what the cache did for an action.
+// +kubebuilder:validation:Enum=Disabled;Miss;Hit;Populated;PutFailure;Skipped
+type CacheStatus string
+
+// The cache statuses.
+const (
+	CacheDisabled   CacheStatus = "Disabled"
+	CacheMiss       CacheStatus = "Miss"
+	CacheHit        CacheStatus = "Hit"
+	CachePopulated  CacheStatus = "Populated"
+	CachePutFailure CacheStatus = "PutFailure"
+	CacheSkipped    CacheStatus = "Skipped"
+)
+
+// PhaseTransition is one entry of an action's phase history.
+type PhaseTransition struct {
+	// Phase entered.
+	Phase Phase `json:"phase"`
+	// Attempt during which it was entered.
+	Attempt int32 `json:"attempt"`
+	// Reason is a short CamelCase cause.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason,omitempty"`
+	// Message explains it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// OccurredAt is when the executor saw it.
+	OccurredAt metav1.Time `json:"occurredAt"`
+}
+
+// PluginState is what a plugin keeps between reconciles.
+type PluginState struct {
+	// Version is the plugin's state format version.
+	Version int32 `json:"version"`
+	// Data is the plugin's encoded state.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	Data []byte `json:"data,omitempty"`
+}
+
+// TaskActionStatus is what the executor observed and did.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.phaseHistory) || (has(self.phaseHistory) && size(self.phaseHistory) >= size(oldSelf.phaseHistory))",message="phaseHistory is append-only"
+type TaskActionStatus struct {
+	// Phase is the action's current phase.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// Conditions are Progressing, Succeeded and Failed.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Attempts is the number of the current attempt, from 1; every relaunch, after a user
+	// or a system failure, is a new attempt.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+
+	// SystemFailures counts failures of the platform, which have their own budget.
+	// +optional
+	SystemFailures int32 `json:"systemFailures,omitempty"`
+
+	// PluginPhase is the plugin's own phase name, and PluginPhaseVersion orders changes
+	// within it.
+	// +optional
+	PluginPhase string `json:"pluginPhase,omitempty"`
+	// +optional
+	PluginPhaseVersion int32 `json:"pluginPhaseVersion,omitempty"`
+
+	// PluginState is the plugin's state between reconciles.
+	// +optional
+	PluginState *PluginState `json:"pluginState,omitempty"`
+
+	// PhaseHistory lists every phase entered, oldest first; it only grows.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	PhaseHistory []PhaseTransition `json:"phaseHistory,omitempty"`
+
+	// Error is the last failure, if any.
+	// +optional
+	Error *ExecutionError `json:"error,omitempty"`
+
+	// CacheStatus says what the cache did.
+	// +optional
+	CacheStatus CacheStatus `json:"cacheStatus,omitempty"`
+
+	// OutputsURI is where the outputs are, once the action succeeded.
+	// +optional
+	OutputsURI string `json:"outputsUri,omitempty"`
+
+	// NextAttemptAt is when the next attempt may start, during a backoff.
+	// +optional
+	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
+
+	// StartedAt is when the first attempt started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
+	// CompletedAt is when the action reached a terminal phase.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+}
+
+// TaskAction is one action of a run, executed by the plugin its task type selects.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ta,categories=flyte
+// +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.spec.runName`
+// +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.actionName`
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.taskType`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Attempts",type=integer,JSONPath=`.status.attempts`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TaskAction struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is immutable once the action exists.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
+	Spec TaskActionSpec `json:"spec"`
+
+	// +optional
+	Status TaskActionStatus `json:"status,omitempty"`
+}
+
+// TaskActionList is a list of TaskActions.
+//
+// +kubebuilder:object:root=true
+type TaskActionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TaskAction `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&TaskAction{}, &TaskActionList{})
+}
