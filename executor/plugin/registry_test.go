@@ -1,0 +1,113 @@
+package plugin_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/flytekube/backend/executor/plugin"
+)
+
+// fake is a plugin that does nothing; its ID tells which one resolved.
+type fake struct{ id string }
+
+func (f fake) GetID() string                    { return f.id }
+func (f fake) GetProperties() plugin.Properties { return plugin.Properties{} }
+func (f fake) Handle(context.Context, plugin.TaskExecutionContext) (plugin.Transition, error) {
+	return plugin.Transition{}, nil
+}
+func (f fake) Abort(context.Context, plugin.TaskExecutionContext) error    { return nil }
+func (f fake) Finalize(context.Context, plugin.TaskExecutionContext) error { return nil }
+
+func entry(id string, isDefault bool, types ...string) plugin.Entry {
+	return plugin.Entry{ID: id, RegisteredTaskTypes: types, IsDefault: isDefault,
+		LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return fake{id}, nil }}
+}
+
+func TestResolve(t *testing.T) {
+	tests := []struct {
+		name      string
+		entries   []plugin.Entry
+		overrides map[string]string
+		taskType  string
+		want      string // plugin ID, or "" for ErrUnknownTaskType
+		warning   string
+	}{
+		{name: "registered type", entries: []plugin.Entry{entry("sleep", false, "core-sleep")}, taskType: "core-sleep", want: "sleep"},
+		{name: "unknown type without a default", entries: []plugin.Entry{entry("sleep", false, "core-sleep")}, taskType: "spark"},
+		{name: "unknown type goes to the default", entries: []plugin.Entry{entry("container", true, "container"), entry("sleep", false, "core-sleep")}, taskType: "python-task", want: "container"},
+		{name: "a registered type beats the default", entries: []plugin.Entry{entry("container", true, "container"), entry("sleep", false, "core-sleep")}, taskType: "core-sleep", want: "sleep"},
+		{name: "collision: the later one wins, with a warning", entries: []plugin.Entry{entry("a", false, "x"), entry("b", false, "x")}, taskType: "x", want: "b", warning: "task type registered by two plugins"},
+		{name: "two defaults: the later one wins, with a warning", entries: []plugin.Entry{entry("a", true), entry("b", true)}, taskType: "x", want: "b", warning: "two default plugins"},
+		{name: "defaultForTaskTypes overrides a registration", entries: []plugin.Entry{entry("container", true, "container"), entry("echo", false, "core-echo")}, overrides: map[string]string{"core-echo": "container"}, taskType: "core-echo", want: "container"},
+		{name: "defaultForTaskTypes maps a new type", entries: []plugin.Entry{entry("echo", false, "core-echo")}, overrides: map[string]string{"python-task": "echo"}, taskType: "python-task", want: "echo"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			r := plugin.NewRegistry(slog.New(slog.NewTextHandler(&logs, nil)))
+			for _, e := range tt.entries {
+				if err := r.Register(e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.Initialize(context.Background(), nil, tt.overrides); err != nil {
+				t.Fatal(err)
+			}
+			p, err := r.Resolve(tt.taskType)
+			switch {
+			case tt.want == "" && !errors.Is(err, plugin.ErrUnknownTaskType):
+				t.Fatalf("Resolve(%q) = %v, %v; want ErrUnknownTaskType", tt.taskType, p, err)
+			case tt.want != "" && (err != nil || p.GetID() != tt.want):
+				t.Fatalf("Resolve(%q) = %v, %v; want %s", tt.taskType, p, err, tt.want)
+			}
+			if !strings.Contains(logs.String(), tt.warning) {
+				t.Fatalf("logs %q lack %q", logs.String(), tt.warning)
+			}
+		})
+	}
+}
+
+func TestRegistryErrors(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name     string
+		register []plugin.Entry
+		init     map[string]string
+		want     string
+	}{
+		{name: "no ID", register: []plugin.Entry{entry("", false, "x")}, want: "needs an ID"},
+		{name: "no loader", register: []plugin.Entry{{ID: "a", RegisteredTaskTypes: []string{"x"}}}, want: "needs LoadPlugin"},
+		{name: "no task types", register: []plugin.Entry{entry("a", false)}, want: "needs task types"},
+		{name: "same ID twice", register: []plugin.Entry{entry("a", false, "x"), entry("a", false, "y")}, want: "registered twice"},
+		{name: "loader fails", register: []plugin.Entry{{ID: "a", RegisteredTaskTypes: []string{"x"},
+			LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return nil, boom }}}, want: "plugin a: loading: boom"},
+		{name: "override names an unknown plugin", register: []plugin.Entry{entry("a", false, "x")}, init: map[string]string{"y": "nope"}, want: `defaultForTaskTypes: task type "y" names plugin "nope"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := plugin.NewRegistry(slog.New(slog.DiscardHandler))
+			var err error
+			for _, e := range tt.register {
+				if err = r.Register(e); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				err = r.Initialize(context.Background(), nil, tt.init)
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestResolveBeforeInitialize(t *testing.T) {
+	if _, err := plugin.NewRegistry(nil).Resolve("x"); err == nil {
+		t.Fatal("Resolve worked before Initialize")
+	}
+}
