@@ -1,0 +1,130 @@
+// Package config holds the executor's configuration: the settings read from the YAML file
+// named by --config. Defaults live in Default, so a deployment only spells out what it
+// changes, and Validate runs at start-up so a bad value stops the executor with a message
+// naming the field, instead of surfacing later as odd behaviour mid-reconcile.
+package config
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Config is the executor's configuration. The json tags are the YAML keys, because
+// sigs.k8s.io/yaml decodes YAML by way of JSON.
+type Config struct {
+	// MetricsBindAddress is where the metrics server listens; "0" turns it off. Default ":10254".
+	MetricsBindAddress string `json:"metricsBindAddress"`
+	// MetricsSecure serves metrics over HTTPS, with authentication and authorisation.
+	// Default true.
+	MetricsSecure bool `json:"metricsSecure"`
+	// MetricsCertPath is the directory holding the metrics server's certificate; empty
+	// means a self-signed certificate is generated. Default "".
+	MetricsCertPath string `json:"metricsCertPath"`
+	// MetricsCertName is the certificate's file name within MetricsCertPath. Default "tls.crt".
+	MetricsCertName string `json:"metricsCertName"`
+	// MetricsCertKey is the private key's file name within MetricsCertPath. Default "tls.key".
+	MetricsCertKey string `json:"metricsCertKey"`
+
+	// HealthProbeBindAddress is where the liveness and readiness probes are served; "0"
+	// turns them off. Default ":8081".
+	HealthProbeBindAddress string `json:"healthProbeBindAddress"`
+
+	// LeaderElect makes replicas elect a leader, so that only one reconciles at a time.
+	// Default false.
+	LeaderElect bool `json:"leaderElect"`
+	// LeaderElectionID names the lock the replicas compete for. Default "abf369a8.flyte.org".
+	LeaderElectionID string `json:"leaderElectionID"`
+	// LeaderElectionNamespace holds the lock; empty means the namespace the executor runs
+	// in. Default "".
+	LeaderElectionNamespace string `json:"leaderElectionNamespace"`
+
+	// WebhookCertPath is the directory holding the webhook server's certificate; empty
+	// means the controller-runtime default location. Default "".
+	WebhookCertPath string `json:"webhookCertPath"`
+	// WebhookCertName is the certificate's file name within WebhookCertPath. Default "tls.crt".
+	WebhookCertName string `json:"webhookCertName"`
+	// WebhookCertKey is the private key's file name within WebhookCertPath. Default "tls.key".
+	WebhookCertKey string `json:"webhookCertKey"`
+
+	// EnableHTTP2 allows HTTP/2 on the metrics and webhook servers. It is off by default
+	// because of the HTTP/2 stream-cancellation and rapid-reset vulnerabilities
+	// (CVE-2023-44487, CVE-2023-39325). Default false.
+	EnableHTTP2 bool `json:"enableHTTP2"`
+
+	// EventsServiceURL is the base URL of the events service that action phase changes are
+	// reported to. Empty disables reporting. Default "http://localhost:8090".
+	EventsServiceURL string `json:"eventsServiceURL"`
+	// CacheServiceURL is the base URL of the cache service consulted around cacheable
+	// tasks. Empty disables caching: every task runs. Default "http://localhost:8094".
+	CacheServiceURL string `json:"cacheServiceURL"`
+
+	// Cluster identifies this executor's cluster in the action events it sends, so that
+	// events from several clusters can be told apart. Default "".
+	Cluster string `json:"cluster"`
+
+	// DefaultServiceAccount is the service account for task pods whose task names none;
+	// empty means the namespace's default service account. Default "".
+	DefaultServiceAccount string `json:"defaultServiceAccount"`
+
+	// MaxSystemFailures is how many system failures (infrastructure errors, as opposed to
+	// the task's own) an action survives before it fails permanently. Default 3.
+	MaxSystemFailures int `json:"maxSystemFailures"`
+
+	// MaxConcurrentReconciles bounds how many actions are reconciled at once. Default 8.
+	MaxConcurrentReconciles int `json:"maxConcurrentReconciles"`
+
+	// RetryBackoff spaces out the attempts of a failing action.
+	RetryBackoff RetryBackoff `json:"retryBackoff"`
+
+	// GC removes finished actions once they are old enough.
+	GC GCConfig `json:"gc"`
+
+	// DefaultForTaskTypes picks the plugin, by ID, that runs each task type, such as
+	// {"python-task": "container"}. Default empty.
+	DefaultForTaskTypes map[string]string `json:"defaultForTaskTypes"`
+}
+
+// RetryBackoff is an exponential backoff with jitter, capped so that a long run of
+// failures does not push retries out indefinitely.
+type RetryBackoff struct {
+	// Base is the delay before the first retry, doubled for each later one. Default 1s.
+	Base metav1.Duration `json:"base"`
+	// Cap is the longest delay between two attempts. Default 5m.
+	Cap metav1.Duration `json:"cap"`
+}
+
+// GCConfig controls the garbage collection of finished actions.
+type GCConfig struct {
+	// Interval is how often garbage collection runs; 0 disables it. Default 30m.
+	Interval metav1.Duration `json:"interval"`
+	// MaxTTL is how long a finished action is kept before it is deleted. Default 1h.
+	MaxTTL metav1.Duration `json:"maxTTL"`
+}
+
+// Default returns the configuration used for every field the file leaves out. It builds a
+// new value on each call, so callers may modify the result freely.
+func Default() Config {
+	return Config{
+		MetricsBindAddress:      ":10254",
+		MetricsSecure:           true,
+		MetricsCertName:         "tls.crt",
+		MetricsCertKey:          "tls.key",
+		HealthProbeBindAddress:  ":8081",
+		LeaderElectionID:        "abf369a8.flyte.org",
+		WebhookCertName:         "tls.crt",
+		WebhookCertKey:          "tls.key",
+		EventsServiceURL:        "http://localhost:8090",
+		CacheServiceURL:         "http://localhost:8094",
+		MaxSystemFailures:       3,
+		MaxConcurrentReconciles: 8,
+		RetryBackoff: RetryBackoff{
+			Base: metav1.Duration{Duration: time.Second},
+			Cap:  metav1.Duration{Duration: 5 * time.Minute},
+		},
+		GC: GCConfig{
+			Interval: metav1.Duration{Duration: 30 * time.Minute},
+			MaxTTL:   metav1.Duration{Duration: time.Hour},
+		},
+	}
+}

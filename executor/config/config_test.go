@@ -1,0 +1,284 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flytekube/backend/executor/config"
+)
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func duration(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := config.Default().Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v", err)
+	}
+	got, err := config.Load("")
+	if err != nil {
+		t.Fatalf(`Load("") error = %v`, err)
+	}
+	if !reflect.DeepEqual(got, config.Default()) {
+		t.Errorf(`Load("") = %+v, want Default() = %+v`, got, config.Default())
+	}
+}
+
+func TestLoadFullFileOverridesEveryField(t *testing.T) {
+	const content = `
+metricsBindAddress: ":9090"
+metricsSecure: false
+metricsCertPath: /certs/metrics
+metricsCertName: metrics.crt
+metricsCertKey: metrics.key
+healthProbeBindAddress: ":9091"
+leaderElect: true
+leaderElectionID: executor.example.com
+leaderElectionNamespace: flyte-system
+webhookCertPath: /certs/webhook
+webhookCertName: webhook.crt
+webhookCertKey: webhook.key
+enableHTTP2: true
+eventsServiceURL: https://events.example.com
+cacheServiceURL: ""
+cluster: prod-eu-1
+defaultServiceAccount: flyte-tasks
+maxSystemFailures: 0
+maxConcurrentReconciles: 32
+retryBackoff:
+  base: 500ms
+  cap: 2m
+gc:
+  interval: 10m
+  maxTTL: 24h
+defaultForTaskTypes:
+  python-task: container
+  sql: sqlite
+`
+	want := config.Config{
+		MetricsBindAddress:      ":9090",
+		MetricsSecure:           false,
+		MetricsCertPath:         "/certs/metrics",
+		MetricsCertName:         "metrics.crt",
+		MetricsCertKey:          "metrics.key",
+		HealthProbeBindAddress:  ":9091",
+		LeaderElect:             true,
+		LeaderElectionID:        "executor.example.com",
+		LeaderElectionNamespace: "flyte-system",
+		WebhookCertPath:         "/certs/webhook",
+		WebhookCertName:         "webhook.crt",
+		WebhookCertKey:          "webhook.key",
+		EnableHTTP2:             true,
+		EventsServiceURL:        "https://events.example.com",
+		CacheServiceURL:         "",
+		Cluster:                 "prod-eu-1",
+		DefaultServiceAccount:   "flyte-tasks",
+		MaxSystemFailures:       0,
+		MaxConcurrentReconciles: 32,
+		RetryBackoff:            config.RetryBackoff{Base: duration(500 * time.Millisecond), Cap: duration(2 * time.Minute)},
+		GC:                      config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour)},
+		DefaultForTaskTypes:     map[string]string{"python-task": "container", "sql": "sqlite"},
+	}
+
+	// Guard the test itself: a field added to Config but not to this file would otherwise
+	// go untested without anyone noticing.
+	assertDiffersEverywhere(t, reflect.ValueOf(want), reflect.ValueOf(config.Default()), "Config")
+
+	got, err := config.Load(writeFile(t, content))
+	if err != nil {
+		t.Fatalf("Load() error = %v", err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Load() =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// assertDiffersEverywhere fails for each leaf field where a equals b, descending into the
+// nested config structs (but not into metav1.Duration, which is compared whole).
+func assertDiffersEverywhere(t *testing.T, a, b reflect.Value, path string) {
+	t.Helper()
+	if a.Kind() == reflect.Struct && a.Type() != reflect.TypeFor[metav1.Duration]() {
+		for i := range a.NumField() {
+			assertDiffersEverywhere(t, a.Field(i), b.Field(i), path+"."+a.Type().Field(i).Name)
+		}
+		return
+	}
+	if reflect.DeepEqual(a.Interface(), b.Interface()) {
+		t.Errorf("test file does not override %s: it equals the default %v", path, b.Interface())
+	}
+}
+
+func TestLoadPartialFileKeepsDefaults(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		modify  func(*config.Config)
+	}{
+		{
+			name:    "empty file",
+			content: "",
+			modify:  func(*config.Config) {},
+		},
+		{
+			name:    "comments only",
+			content: "# nothing to change\n",
+			modify:  func(*config.Config) {},
+		},
+		{
+			name:    "one top-level field",
+			content: "maxConcurrentReconciles: 2\n",
+			modify:  func(c *config.Config) { c.MaxConcurrentReconciles = 2 },
+		},
+		{
+			name:    "false overrides a true default",
+			content: "metricsSecure: false\n",
+			modify:  func(c *config.Config) { c.MetricsSecure = false },
+		},
+		{
+			name:    "empty URL disables an integration",
+			content: "eventsServiceURL: \"\"\n",
+			modify:  func(c *config.Config) { c.EventsServiceURL = "" },
+		},
+		{
+			name:    "one field of a nested struct",
+			content: "retryBackoff:\n  cap: 10m\n",
+			modify:  func(c *config.Config) { c.RetryBackoff.Cap = duration(10 * time.Minute) },
+		},
+		{
+			name:    "null nested struct",
+			content: "gc: null\n",
+			modify:  func(*config.Config) {},
+		},
+		{
+			name:    "bare zero disables gc",
+			content: "gc:\n  interval: 0\n  maxTTL: 0\n",
+			modify: func(c *config.Config) {
+				c.GC = config.GCConfig{}
+			},
+		},
+		{
+			name:    "numeric-looking string value",
+			content: "cluster: 1234\n",
+			modify:  func(c *config.Config) { c.Cluster = "1234" },
+		},
+		{
+			name:    "task type mapping",
+			content: "defaultForTaskTypes:\n  python-task: container\n",
+			modify: func(c *config.Config) {
+				c.DefaultForTaskTypes = map[string]string{"python-task": "container"}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := config.Default()
+			tt.modify(&want)
+
+			got, err := config.Load(writeFile(t, tt.content))
+			if err != nil {
+				t.Fatalf("Load() error = %v", err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("Load() =\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		want    string // a substring of the error, normally the offending field's YAML path
+	}{
+		{"unknown field", "maxConcurrentReconcile: 4\n", `unknown field "maxConcurrentReconcile"`},
+		{"unknown nested field", "gc:\n  ttl: 1h\n", "gc.ttl: unknown field"},
+		{"duplicate key", "cluster: a\ncluster: b\n", "cluster"},
+		{"gc interval set with maxTTL 0", "gc:\n  interval: 5m\n  maxTTL: 0s\n", "gc.maxTTL: must be positive when gc.interval is set"},
+		{"negative gc interval", "gc:\n  interval: -1m\n", "gc.interval: must not be negative"},
+		{"negative gc maxTTL", "gc:\n  maxTTL: -1h\n", "gc.maxTTL: must not be negative"},
+		{"maxConcurrentReconciles 0", "maxConcurrentReconciles: 0\n", "maxConcurrentReconciles: must be at least 1"},
+		{"maxSystemFailures -1", "maxSystemFailures: -1\n", "maxSystemFailures: must not be negative"},
+		{"backoff base 0", "retryBackoff:\n  base: 0s\n", "retryBackoff.base: must be positive"},
+		{"backoff cap below base", "retryBackoff:\n  base: 10s\n  cap: 5s\n", "retryBackoff.cap: must be at least retryBackoff.base"},
+		{"empty task type", "defaultForTaskTypes:\n  \"\": container\n", `defaultForTaskTypes[""]: task type must not be empty`},
+		{"empty plugin ID", "defaultForTaskTypes:\n  python-task: \"\"\n", `defaultForTaskTypes["python-task"]: plugin ID must not be empty`},
+		{"malformed duration", "gc:\n  interval: soon\n", `gc.interval: time: invalid duration "soon"`},
+		{"malformed backoff duration", "retryBackoff:\n  cap: 5 minutes\n", "retryBackoff.cap"},
+		{"bare number as duration", "retryBackoff:\n  base: 5\n", "retryBackoff.base: 5 is not a duration"},
+		{"nested struct not a mapping", "gc: 30m\n", "gc: must be a mapping"},
+		{"wrong scalar type", "maxConcurrentReconciles: many\n", "maxConcurrentReconciles"},
+		{"bad service URL", "eventsServiceURL: localhost:8090\n", "eventsServiceURL: must be an http or https URL"},
+		{"leader election without ID", "leaderElect: true\nleaderElectionID: \"\"\n", "leaderElectionID: must be set when leaderElect is true"},
+		{"cert path without cert name", "metricsCertPath: /certs\nmetricsCertName: \"\"\n", "metricsCertName: must be set when metricsCertPath is set"},
+		{"non-YAML content", "{ this is: [not yaml\n", "config.yaml"},
+		{"YAML that is not a mapping", "- a\n- b\n", "config.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, tt.content)
+			_, err := config.Load(path)
+			if err == nil {
+				t.Fatalf("Load() succeeded, want an error containing %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Load() error = %q, want it to contain %q", err, tt.want)
+			}
+			if !strings.Contains(err.Error(), path) {
+				t.Errorf("Load() error = %q, want it to name the file %q", err, path)
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "absent.yaml")
+	_, err := config.Load(path)
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("Load(%q) error = %v, want one naming the file", path, err)
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	c := config.Default()
+	c.MaxConcurrentReconciles = 0
+	c.GC.MaxTTL = duration(0)
+	c.DefaultForTaskTypes = map[string]string{"": ""}
+
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("Validate() = nil, want errors")
+	}
+	for _, want := range []string{
+		"maxConcurrentReconciles: must be at least 1",
+		"gc.maxTTL: must be positive when gc.interval is set",
+		`defaultForTaskTypes[""]: task type must not be empty`,
+		`defaultForTaskTypes[""]: plugin ID must not be empty`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %q, want it to contain %q", err, want)
+		}
+	}
+}
+
+func TestDefaultReturnsIndependentValues(t *testing.T) {
+	a := config.Default()
+	a.DefaultForTaskTypes = map[string]string{"x": "y"}
+	a.GC.Interval = duration(time.Second)
+	if b := config.Default(); b.DefaultForTaskTypes != nil || b.GC.Interval.Duration != 30*time.Minute {
+		t.Errorf("changing one Default() result changed another: %+v", b)
+	}
+}

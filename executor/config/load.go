@@ -1,0 +1,90 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Load reads the YAML file at path over Default, so that fields the file omits keep their
+// defaults, and validates the result. Unknown fields are rejected because a misspelt key
+// would otherwise be ignored without a word. An empty path means no file: the defaults alone.
+func Load(path string) (Config, error) {
+	cfg := Default()
+	if path == "" {
+		if err := cfg.Validate(); err != nil {
+			return Config{}, fmt.Errorf("config: defaults: %w", err)
+		}
+		return cfg, nil
+	}
+
+	data, err := os.ReadFile(path)
+	if err != nil {
+		// The *fs.PathError already names the file.
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+		return Config{}, fmt.Errorf("config: %s: %w", path, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config: %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// UnmarshalJSON decodes the members present in data, keeping the current value of the rest.
+// It exists so that a bad duration is reported with its YAML path; see decodeDurations.
+func (b *RetryBackoff) UnmarshalJSON(data []byte) error {
+	return decodeDurations(data, "retryBackoff", map[string]*metav1.Duration{
+		"base": &b.Base,
+		"cap":  &b.Cap,
+	})
+}
+
+// UnmarshalJSON decodes the members present in data, keeping the current value of the rest.
+// It exists so that a bad duration is reported with its YAML path; see decodeDurations.
+func (g *GCConfig) UnmarshalJSON(data []byte) error {
+	return decodeDurations(data, "gc", map[string]*metav1.Duration{
+		"interval": &g.Interval,
+		"maxTTL":   &g.MaxTTL,
+	})
+}
+
+// decodeDurations decodes a JSON object whose members are all durations into fields, keyed
+// by member name (which must match the struct's json tags). It replaces encoding/json's own
+// decoding for two reasons: encoding/json passes on an error from metav1.Duration's
+// UnmarshalJSON without saying which field it came from, and metav1.Duration refuses a bare
+// 0, which is the natural way to write "disabled". Like UnmarshalStrict it rejects unknown
+// members, and like encoding/json it treats null as "leave unchanged".
+func decodeDurations(data []byte, prefix string, fields map[string]*metav1.Duration) error {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(data, &members); err != nil {
+		return fmt.Errorf("%s: must be a mapping", prefix)
+	}
+	// Sorted, so that a file with several mistakes always reports the same one.
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		field, ok := fields[name]
+		if !ok {
+			return fmt.Errorf("%s.%s: unknown field", prefix, name)
+		}
+		switch raw := strings.TrimSpace(string(members[name])); raw {
+		case "null":
+		case "0":
+			field.Duration = 0
+		default:
+			if !strings.HasPrefix(raw, `"`) {
+				return fmt.Errorf("%s.%s: %s is not a duration: want a string such as \"30s\" or \"5m\"", prefix, name, raw)
+			}
+			if err := field.UnmarshalJSON([]byte(raw)); err != nil {
+				return fmt.Errorf("%s.%s: %w", prefix, name, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// Validate reports every problem with c rather than just the first, so that one edit can
+// fix them all; each names its field by YAML path. It returns nil if c is usable.
+func (c Config) Validate() error {
+	var errs []error
+	fail := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+
+	// A directory alone cannot be loaded; controller-runtime joins the file names onto it.
+	if c.MetricsCertPath != "" {
+		if c.MetricsCertName == "" {
+			fail("metricsCertName", "must be set when metricsCertPath is set")
+		}
+		if c.MetricsCertKey == "" {
+			fail("metricsCertKey", "must be set when metricsCertPath is set")
+		}
+	}
+	if c.WebhookCertPath != "" {
+		if c.WebhookCertName == "" {
+			fail("webhookCertName", "must be set when webhookCertPath is set")
+		}
+		if c.WebhookCertKey == "" {
+			fail("webhookCertKey", "must be set when webhookCertPath is set")
+		}
+	}
+	if c.LeaderElect && c.LeaderElectionID == "" {
+		fail("leaderElectionID", "must be set when leaderElect is true")
+	}
+
+	// Checked here because a bad URL would otherwise show up only as failed requests,
+	// one per action, long after start-up.
+	if err := checkServiceURL(c.EventsServiceURL); err != nil {
+		fail("eventsServiceURL", "%v", err)
+	}
+	if err := checkServiceURL(c.CacheServiceURL); err != nil {
+		fail("cacheServiceURL", "%v", err)
+	}
+
+	if c.MaxSystemFailures < 0 {
+		fail("maxSystemFailures", "must not be negative, got %d", c.MaxSystemFailures)
+	}
+	if c.MaxConcurrentReconciles < 1 {
+		fail("maxConcurrentReconciles", "must be at least 1, got %d", c.MaxConcurrentReconciles)
+	}
+
+	base, maxDelay := c.RetryBackoff.Base.Duration, c.RetryBackoff.Cap.Duration
+	if base <= 0 {
+		fail("retryBackoff.base", "must be positive, got %s", base)
+	}
+	if maxDelay < base {
+		fail("retryBackoff.cap", "must be at least retryBackoff.base (%s), got %s", base, maxDelay)
+	}
+
+	interval, ttl := c.GC.Interval.Duration, c.GC.MaxTTL.Duration
+	if interval < 0 {
+		fail("gc.interval", "must not be negative (0 disables garbage collection), got %s", interval)
+	}
+	switch {
+	case ttl < 0:
+		fail("gc.maxTTL", "must not be negative, got %s", ttl)
+	case ttl == 0 && interval > 0:
+		// A zero TTL would delete actions the moment they finish, before anyone can read
+		// their outcome.
+		fail("gc.maxTTL", "must be positive when gc.interval is set")
+	}
+
+	for _, taskType := range slices.Sorted(maps.Keys(c.DefaultForTaskTypes)) {
+		path := fmt.Sprintf("defaultForTaskTypes[%q]", taskType)
+		if strings.TrimSpace(taskType) == "" {
+			fail(path, "task type must not be empty")
+		}
+		if strings.TrimSpace(c.DefaultForTaskTypes[taskType]) == "" {
+			fail(path, "plugin ID must not be empty")
+		}
+	}
+
+	return errors.Join(errs...)
+}
+
+// checkServiceURL accepts an empty URL, which disables the integration, or an absolute
+// http or https URL.
+func checkServiceURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("must be an http or https URL, or empty to disable, got %q", raw)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("must include a host, got %q", raw)
+	}
+	return nil
+}
