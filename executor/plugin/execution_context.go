@@ -1,0 +1,209 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+)
+
+// Labels the executor puts on every object it creates for an action.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "flyte-executor"
+	LabelProject   = "flyte.org/project"
+	LabelDomain    = "flyte.org/domain"
+	LabelRun       = "flyte.org/run"
+	LabelAction    = "flyte.org/action"
+	LabelAttempt   = "flyte.org/attempt"
+	// LabelTaskAction names the owning TaskAction, so its objects can be listed.
+	LabelTaskAction = "flyte.org/task-action"
+)
+
+// ExecutionContextOptions build a TaskExecutionContext for one attempt.
+type ExecutionContextOptions struct {
+	// Action is the TaskAction; its Status.PluginState is read and written in place.
+	Action *flytev1.TaskAction
+	// Attempt is the attempt's number, from 1.
+	Attempt int32
+	// DefaultServiceAccount applies when the action names none.
+	DefaultServiceAccount string
+	DataStore             DataStore
+	Secrets               client.Reader
+	Resources             ResourceManager
+	// Clock returns now; time.Now when nil.
+	Clock func() time.Time
+}
+
+// NewTaskExecutionContext builds the context a plugin gets for one attempt.
+func NewTaskExecutionContext(o ExecutionContextOptions) TaskExecutionContext {
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	return &executionContext{o: o, state: &pluginState{status: &o.Action.Status}}
+}
+
+type executionContext struct {
+	o     ExecutionContextOptions
+	state *pluginState
+}
+
+func (c *executionContext) Metadata() TaskExecutionMetadata      { return metadata{c.o} }
+func (c *executionContext) DataStore() DataStore                 { return c.o.DataStore }
+func (c *executionContext) InputReader() InputReader             { return inputs{c.o} }
+func (c *executionContext) OutputWriter() OutputWriter           { return outputs{c.o} }
+func (c *executionContext) SecretManager() SecretManager         { return secrets{c.o} }
+func (c *executionContext) ResourceManager() ResourceManager     { return c.o.Resources }
+func (c *executionContext) PluginStateReader() PluginStateReader { return c.state }
+func (c *executionContext) PluginStateWriter() PluginStateWriter { return c.state }
+
+type metadata struct{ o ExecutionContextOptions }
+
+func (m metadata) Action() *flytev1.TaskAction { return m.o.Action }
+func (m metadata) Attempt() int32              { return m.o.Attempt }
+func (m metadata) Now() time.Time              { return m.o.Clock() }
+
+// ObjectName is "<action object name>-<attempt>", shortened with a hash of the full
+// name when that would exceed a DNS label, so that it stays unique per attempt.
+func (m metadata) ObjectName() string {
+	return AttemptObjectName(m.o.Action.Name, m.o.Attempt)
+}
+
+func (m metadata) OwnerReference() metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         flytev1.GroupVersion.String(),
+		Kind:               "TaskAction",
+		Name:               m.o.Action.Name,
+		UID:                m.o.Action.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+func (m metadata) ServiceAccountName() string {
+	if sa := m.o.Action.Spec.ServiceAccountName; sa != "" {
+		return sa
+	}
+	return m.o.DefaultServiceAccount
+}
+
+func (m metadata) Labels() map[string]string {
+	s := m.o.Action.Spec
+	return map[string]string{
+		LabelManagedBy: ManagedByValue, LabelProject: s.Project, LabelDomain: s.Domain,
+		LabelRun: s.RunName, LabelAction: s.ActionName, LabelAttempt: strconv.Itoa(int(m.o.Attempt)),
+		LabelTaskAction: m.o.Action.Name,
+	}
+}
+
+// AttemptObjectName names an attempt's objects: "<name>-<attempt>", within 63
+// characters.
+func AttemptObjectName(name string, attempt int32) string {
+	suffix := "-" + strconv.Itoa(int(attempt))
+	if len(name)+len(suffix) <= 63 {
+		return name + suffix
+	}
+	h := fnv32(name)
+	keep := 63 - len(suffix) - 9
+	return strings.TrimRight(name[:keep], "-.") + "-" + h + suffix
+}
+
+func fnv32(s string) string {
+	var h uint32 = 2166136261
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return fmt.Sprintf("%08x", h)
+}
+
+type inputs struct{ o ExecutionContextOptions }
+
+func (i inputs) InputURI() string { return i.o.Action.Spec.InputURI }
+
+func (i inputs) Read(ctx context.Context) ([]byte, error) {
+	if i.InputURI() == "" {
+		return nil, nil
+	}
+	return i.o.DataStore.Read(ctx, i.InputURI())
+}
+
+type outputs struct{ o ExecutionContextOptions }
+
+// OutputPrefix is "<runOutputBase>/<action>/<attempt>": every attempt writes apart, so a
+// late writer of an old attempt cannot clobber the new one's outputs.
+func (w outputs) OutputPrefix() string {
+	return strings.TrimRight(w.o.Action.Spec.RunOutputBase, "/") + "/" + w.o.Action.Spec.ActionName + "/" + strconv.Itoa(int(w.o.Attempt))
+}
+
+func (w outputs) OutputsURI() string { return w.OutputPrefix() + "/outputs.json" }
+func (w outputs) ErrorURI() string   { return w.OutputPrefix() + "/error.json" }
+
+func (w outputs) Write(ctx context.Context, content []byte) (string, error) {
+	if err := w.o.DataStore.Write(ctx, w.OutputsURI(), content); err != nil {
+		return "", err
+	}
+	return w.OutputsURI(), nil
+}
+
+type secrets struct{ o ExecutionContextOptions }
+
+func (s secrets) Get(ctx context.Context, name, key string) ([]byte, error) {
+	if s.o.Secrets == nil {
+		return nil, errors.New("plugin: no secret reader configured")
+	}
+	var secret corev1.Secret
+	if err := s.o.Secrets.Get(ctx, client.ObjectKey{Namespace: s.o.Action.Namespace, Name: name}, &secret); err != nil {
+		return nil, fmt.Errorf("plugin: reading secret %s/%s: %w", s.o.Action.Namespace, name, err)
+	}
+	v, ok := secret.Data[key]
+	if !ok {
+		return nil, fmt.Errorf("plugin: secret %s/%s has no key %q", s.o.Action.Namespace, name, key)
+	}
+	return v, nil
+}
+
+// pluginState keeps a plugin's state in the action's status, as versioned JSON.
+type pluginState struct{ status *flytev1.TaskActionStatus }
+
+func (p *pluginState) Version() int32 {
+	if p.status.PluginState == nil {
+		return 0
+	}
+	return p.status.PluginState.Version
+}
+
+func (p *pluginState) Get(v any) (int32, error) {
+	st := p.status.PluginState
+	if st == nil || len(st.Data) == 0 {
+		return 0, nil
+	}
+	if err := json.Unmarshal(st.Data, v); err != nil {
+		return st.Version, fmt.Errorf("%w (version %d): %v", ErrUnreadableState, st.Version, err)
+	}
+	return st.Version, nil
+}
+
+func (p *pluginState) Put(version int32, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("plugin: encoding state: %w", err)
+	}
+	p.status.PluginState = &flytev1.PluginState{Version: version, Data: data}
+	return nil
+}
+
+func (p *pluginState) Reset() error {
+	p.status.PluginState = nil
+	return nil
+}

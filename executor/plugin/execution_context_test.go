@@ -1,0 +1,141 @@
+package plugin_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/datastore"
+)
+
+func action() *flytev1.TaskAction {
+	return &flytev1.TaskAction{
+		ObjectMeta: metav1.ObjectMeta{Name: "r1-a0", Namespace: "demo", UID: "uid-1"},
+		Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "r1", ActionName: "a0",
+			TaskName: "demo.echo", TaskType: "core-echo", InputURI: "mem://b/r1/inputs.json", RunOutputBase: "mem://b/r1/"},
+	}
+}
+
+func TestExecutionContext(t *testing.T) {
+	ctx := context.Background()
+	store := datastore.New()
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	ta := action()
+	tCtx := plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{
+		Action: ta, Attempt: 2, DefaultServiceAccount: "flyte-tasks", DataStore: store,
+		Clock: func() time.Time { return now },
+	})
+
+	md := tCtx.Metadata()
+	if md.ObjectName() != "r1-a0-2" || md.Attempt() != 2 || !md.Now().Equal(now) {
+		t.Fatalf("metadata: %s, %d, %s", md.ObjectName(), md.Attempt(), md.Now())
+	}
+	if md.ServiceAccountName() != "flyte-tasks" {
+		t.Fatalf("service account %q; want the default", md.ServiceAccountName())
+	}
+	ta.Spec.ServiceAccountName = "own"
+	if md.ServiceAccountName() != "own" {
+		t.Fatalf("service account %q; want the action's own", md.ServiceAccountName())
+	}
+	if ref := md.OwnerReference(); ref.Kind != "TaskAction" || ref.UID != "uid-1" || ref.Controller == nil || !*ref.Controller {
+		t.Fatalf("owner reference %+v", ref)
+	}
+	if l := md.Labels(); l[plugin.LabelAttempt] != "2" || l[plugin.LabelRun] != "r1" || l[plugin.LabelManagedBy] != plugin.ManagedByValue {
+		t.Fatalf("labels %v", l)
+	}
+
+	out := tCtx.OutputWriter()
+	if out.OutputPrefix() != "mem://b/r1/a0/2" || out.OutputsURI() != "mem://b/r1/a0/2/outputs.json" || out.ErrorURI() != "mem://b/r1/a0/2/error.json" {
+		t.Fatalf("outputs at %s, %s, %s", out.OutputPrefix(), out.OutputsURI(), out.ErrorURI())
+	}
+	if err := store.Write(ctx, "mem://b/r1/inputs.json", []byte(`{"a":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := tCtx.InputReader().Read(ctx); err != nil || string(in) != `{"a":1}` {
+		t.Fatalf("inputs %q, %v", in, err)
+	}
+
+	// Plugin state: none at first, then versioned JSON in the status, unreadable junk named as such.
+	var st struct{ Started time.Time }
+	if v, err := tCtx.PluginStateReader().Get(&st); v != 0 || err != nil {
+		t.Fatalf("empty state: %d, %v", v, err)
+	}
+	st.Started = now
+	if err := tCtx.PluginStateWriter().Put(3, st); err != nil {
+		t.Fatal(err)
+	}
+	if ta.Status.PluginState == nil || ta.Status.PluginState.Version != 3 {
+		t.Fatalf("state not in the status: %+v", ta.Status.PluginState)
+	}
+	var back struct{ Started time.Time }
+	if v, err := tCtx.PluginStateReader().Get(&back); v != 3 || err != nil || !back.Started.Equal(now) {
+		t.Fatalf("state read back: %d, %v, %v", v, err, back)
+	}
+	ta.Status.PluginState.Data = []byte("not json")
+	if _, err := tCtx.PluginStateReader().Get(&back); !errors.Is(err, plugin.ErrUnreadableState) {
+		t.Fatalf("junk state: %v; want ErrUnreadableState", err)
+	}
+	if err := tCtx.PluginStateWriter().Reset(); err != nil || ta.Status.PluginState != nil {
+		t.Fatalf("reset: %v, %+v", err, ta.Status.PluginState)
+	}
+}
+
+func TestAttemptObjectName(t *testing.T) {
+	long := strings.Repeat("a", 70)
+	tests := []struct {
+		name    string
+		attempt int32
+		want    string
+	}{
+		{"r1-a0", 1, "r1-a0-1"},
+		{"r1-a0", 12, "r1-a0-12"},
+	}
+	for _, tt := range tests {
+		if got := plugin.AttemptObjectName(tt.name, tt.attempt); got != tt.want {
+			t.Errorf("AttemptObjectName(%q, %d) = %q; want %q", tt.name, tt.attempt, got, tt.want)
+		}
+	}
+	a, b := plugin.AttemptObjectName(long, 1), plugin.AttemptObjectName(long+"b", 1)
+	if len(a) > 63 || len(b) > 63 || a == b || !strings.HasSuffix(a, "-1") {
+		t.Fatalf("long names %q and %q must be distinct, within 63, and end with the attempt", a, b)
+	}
+}
+
+func TestTokenPools(t *testing.T) {
+	ctx := context.Background()
+	p := plugin.NewTokenPools(map[string]int{"gpu-api": 2})
+	steps := []struct {
+		op, token string
+		want      plugin.AllocationStatus
+	}{
+		{"allocate", "a", plugin.AllocationGranted},
+		{"allocate", "a", plugin.AllocationGranted}, // idempotent
+		{"allocate", "b", plugin.AllocationGranted},
+		{"allocate", "c", plugin.AllocationExhausted},
+		{"release", "a", 0},
+		{"allocate", "c", plugin.AllocationGranted},
+		{"release", "zzz", 0}, // not held: fine
+	}
+	for i, s := range steps {
+		switch s.op {
+		case "allocate":
+			got, err := p.Allocate(ctx, "gpu-api", s.token)
+			if err != nil || got != s.want {
+				t.Fatalf("step %d: Allocate(%s) = %v, %v; want %v", i, s.token, got, err, s.want)
+			}
+		case "release":
+			if err := p.Release(ctx, "gpu-api", s.token); err != nil {
+				t.Fatalf("step %d: Release(%s): %v", i, s.token, err)
+			}
+		}
+	}
+	if _, err := p.Allocate(ctx, "nope", "a"); err == nil {
+		t.Fatal("an unknown pool was accepted")
+	}
+}
