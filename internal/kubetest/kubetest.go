@@ -79,15 +79,35 @@ func Start(opts Options) (*Env, error) {
 func (e *Env) Stop() error { return e.env.Stop() }
 
 // Main runs a test package's tests against a control plane started for them; call it
-// from TestMain and exit with its result.
-func Main(m *testing.M, env **Env, opts Options) int {
+// from TestMain and exit with its result. Each setup runs once the control plane is up
+// (for example to start a manager) and returns how to stop what it started.
+func Main(m *testing.M, env **Env, opts Options, setups ...func(*Env) (stop func(), err error)) int {
 	e, err := Start(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	*env = e
+	var stops []func()
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	for _, setup := range setups {
+		stop, err := setup(e)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kubetest: setup:", err)
+			_ = e.Stop()
+			return 1
+		}
+		stops = append(stops, stop)
+	}
 	code := m.Run()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+	stops = nil
 	if err := e.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "kubetest: stopping envtest:", err)
 	}

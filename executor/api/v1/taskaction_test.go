@@ -138,12 +138,13 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := metav1.Now()
+	micro := metav1.NewMicroTime(now.Time)
 	ta.Status = flytev1.TaskActionStatus{
 		Phase:    flytev1.PhaseRunning,
 		Attempts: 1,
 		PhaseHistory: []flytev1.PhaseTransition{
-			{Phase: flytev1.PhaseQueued, Attempt: 1, OccurredAt: now},
-			{Phase: flytev1.PhaseRunning, Attempt: 1, OccurredAt: now},
+			{Phase: flytev1.PhaseQueued, Attempt: 1, OccurredAt: micro},
+			{Phase: flytev1.PhaseRunning, Attempt: 1, OccurredAt: micro},
 		},
 		Conditions: []metav1.Condition{{Type: flytev1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: flytev1.ReasonRunning, LastTransitionTime: now}},
 	}

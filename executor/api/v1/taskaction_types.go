@@ -257,8 +257,9 @@ type PhaseTransition struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
-	// OccurredAt is when the executor saw it.
-	OccurredAt metav1.Time `json:"occurredAt"`
+	// OccurredAt is when the executor saw it, to the microsecond: several phases can
+	// pass within a second.
+	OccurredAt metav1.MicroTime `json:"occurredAt"`
 }
 
 // PluginState is what a plugin keeps between reconciles.

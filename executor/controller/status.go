@@ -1,0 +1,67 @@
+package controller
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+)
+
+// maxPhaseHistory bounds the history kept in the status (the CRD allows 256); the oldest
+// entries of a very long-lived action go first, keeping it append-only in spirit while
+// the object stays small.
+const maxPhaseHistory = 200
+
+// setPhase moves the action to phase, recording the change in the history (a new
+// attempt is a change even in the same phase) and the conditions. It reports whether
+// the history grew.
+func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time) bool {
+	st := &ta.Status
+	changed := st.Phase != phase
+	if n := len(st.PhaseHistory); n > 0 && st.PhaseHistory[n-1].Attempt != max(st.Attempts, 1) {
+		changed = true
+	}
+	if changed {
+		st.Phase = phase
+		st.PhaseHistory = append(st.PhaseHistory, flytev1.PhaseTransition{
+			Phase: phase, Attempt: max(st.Attempts, 1), Reason: reason, Message: truncate(message, 1024), OccurredAt: metav1.NewMicroTime(now.Time),
+		})
+		if len(st.PhaseHistory) > maxPhaseHistory {
+			st.PhaseHistory = st.PhaseHistory[len(st.PhaseHistory)-maxPhaseHistory:]
+		}
+	}
+	if st.StartedAt == nil && phase != flytev1.PhaseQueued {
+		st.StartedAt = &now
+	}
+	message = truncate(message, 32768)
+	switch {
+	case phase == flytev1.PhaseSucceeded:
+		st.CompletedAt = &now
+		setCondition(ta, flytev1.ConditionProgressing, metav1.ConditionFalse, reason, message, now)
+		setCondition(ta, flytev1.ConditionSucceeded, metav1.ConditionTrue, reason, message, now)
+	case phase.IsTerminal():
+		st.CompletedAt = &now
+		setCondition(ta, flytev1.ConditionProgressing, metav1.ConditionFalse, reason, message, now)
+		setCondition(ta, flytev1.ConditionFailed, metav1.ConditionTrue, reason, message, now)
+	default:
+		setCondition(ta, flytev1.ConditionProgressing, metav1.ConditionTrue, reason, message, now)
+	}
+	return changed
+}
+
+func setCondition(ta *flytev1.TaskAction, typ string, status metav1.ConditionStatus, reason, message string, now metav1.Time) {
+	if reason == "" {
+		reason = string(ta.Status.Phase)
+	}
+	meta.SetStatusCondition(&ta.Status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: ta.Generation, LastTransitionTime: now,
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

@@ -1,0 +1,171 @@
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/datastore"
+	"github.com/flytekube/backend/executor/plugins/coreecho"
+	"github.com/flytekube/backend/executor/plugins/coresleep"
+	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/internal/repo"
+)
+
+var (
+	env        *kubetest.Env
+	reconciles sync.Map // "namespace/name" -> *int64 under countMu
+	countMu    sync.Mutex
+	calls      = &callLog{seen: map[string][]string{}}
+)
+
+const maxSystemFailures = 2
+
+func TestMain(m *testing.M) {
+	crds, err := repo.Path("deploy", "crd")
+	if err != nil {
+		panic(err)
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, flytev1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(kubetest.Main(m, &env, kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme}, startManager))
+}
+
+// startManager runs the executor's controller against the test API server for the whole
+// package, with the core plugins and the test plugins below.
+func startManager(env *kubetest.Env) (stop func(), err error) {
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: server.Options{BindAddress: "0"}})
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	reg := plugin.NewRegistry(log)
+	for _, e := range []plugin.Entry{coresleep.Entry(), coreecho.Entry(), testPlugin("test-flaky", false), testPlugin("test-system", false),
+		testPlugin("test-error", false), testPlugin("test-finalizer", true)} {
+		if err := reg.Register(e); err != nil {
+			return nil, err
+		}
+	}
+	if err := reg.Initialize(context.Background(), nil, nil); err != nil {
+		return nil, err
+	}
+	r := &controller.TaskActionReconciler{
+		Client: mgr.GetClient(), Registry: reg, DataStore: datastore.New(), Resources: plugin.NewTokenPools(nil),
+		Recorder: mgr.GetEventRecorderFor("flyte-executor"), Clock: clock.RealClock{}, Log: log,
+		Options: controller.Options{
+			MaxSystemFailures: maxSystemFailures, MaxConcurrentReconciles: 4,
+			Backoff: controller.Backoff{Base: 50 * time.Millisecond, Cap: 400 * time.Millisecond, Rand: func() float64 { return 0.5 }},
+		},
+		Observe: func(req ctrl.Request) {
+			countMu.Lock()
+			defer countMu.Unlock()
+			v, _ := reconciles.LoadOrStore(req.String(), new(int64))
+			*v.(*int64)++
+		},
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return func() { cancel(); <-done }, nil
+}
+
+func reconcileCount(namespace, name string) int64 {
+	countMu.Lock()
+	defer countMu.Unlock()
+	v, ok := reconciles.Load(namespace + "/" + name)
+	if !ok {
+		return 0
+	}
+	return *v.(*int64)
+}
+
+// callLog records which plugin methods ran for which action.
+type callLog struct {
+	mu   sync.Mutex
+	seen map[string][]string
+}
+
+func (c *callLog) add(action, call string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen[action] = append(c.seen[action], call)
+}
+
+func (c *callLog) get(action string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.seen[action]...)
+}
+
+// testPluginImpl behaves by its ID:
+//   - test-flaky fails (user error) attempts up to config.failAttempts, then succeeds;
+//   - test-system fails every attempt with a system error;
+//   - test-error returns an error from every Handle;
+//   - test-finalizer runs until aborted, and needs a finalizer.
+type testPluginImpl struct {
+	id        string
+	finalizer bool
+}
+
+func testPlugin(id string, finalizer bool) plugin.Entry {
+	return plugin.Entry{ID: id, RegisteredTaskTypes: []string{id},
+		LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) {
+			return testPluginImpl{id: id, finalizer: finalizer}, nil
+		}}
+}
+
+func (p testPluginImpl) GetID() string { return p.id }
+func (p testPluginImpl) GetProperties() plugin.Properties {
+	return plugin.Properties{NeedsFinalizer: p.finalizer}
+}
+
+func (p testPluginImpl) Handle(_ context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
+	md := tCtx.Metadata()
+	calls.add(md.Action().Name, fmt.Sprintf("handle:%d", md.Attempt()))
+	switch p.id {
+	case "test-flaky":
+		failAttempts, _ := strconv.Atoi(md.Action().Spec.Config["failAttempts"])
+		if int(md.Attempt()) <= failAttempts {
+			return plugin.DoTransition(plugin.PhaseInfoUserFailure("ExitCode1", fmt.Sprintf("attempt %d failed", md.Attempt()))), nil
+		}
+		return plugin.DoTransition(plugin.PhaseInfoSuccess("")), nil
+	case "test-system":
+		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("NodeLost", "the node went away")), nil
+	case "test-error":
+		return plugin.Transition{}, errors.New("the plugin's API call failed")
+	default:
+		return plugin.DoTransition(plugin.PhaseInfoRunning(0, "")), nil
+	}
+}
+
+func (p testPluginImpl) Abort(_ context.Context, tCtx plugin.TaskExecutionContext) error {
+	calls.add(tCtx.Metadata().Action().Name, "abort")
+	return nil
+}
+
+func (p testPluginImpl) Finalize(_ context.Context, tCtx plugin.TaskExecutionContext) error {
+	calls.add(tCtx.Metadata().Action().Name, "finalize")
+	return nil
+}

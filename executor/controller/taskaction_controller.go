@@ -1,0 +1,399 @@
+// Package controller reconciles TaskAction resources: it drives each action's plugin
+// through attempts, retries user and system failures against separate budgets with
+// backoff, enforces timeouts, and runs Abort and Finalize when an action is deleted.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/plugin"
+)
+
+const (
+	// Finalizer keeps a deleted action until its plugin has aborted and finalized.
+	Finalizer = "flyte.org/plugin-finalizer"
+	// LabelTerminal marks finished actions, for the garbage collector.
+	LabelTerminal = "flyte.org/terminal"
+)
+
+// Options tune the reconciler.
+type Options struct {
+	// DefaultServiceAccount applies to actions that name none.
+	DefaultServiceAccount string
+	// MaxSystemFailures is how many system failures an action survives.
+	MaxSystemFailures int32
+	// Backoff spaces attempts.
+	Backoff Backoff
+	// MaxConcurrentReconciles is the number of workers.
+	MaxConcurrentReconciles int
+}
+
+// TaskActionReconciler reconciles TaskActions.
+type TaskActionReconciler struct {
+	Client    client.Client
+	Registry  *plugin.Registry
+	DataStore plugin.DataStore
+	Resources plugin.ResourceManager
+	Recorder  record.EventRecorder
+	Clock     clock.PassiveClock
+	Log       *slog.Logger
+	Options   Options
+	// Observe, when set, is called at the start of every reconcile; tests count them.
+	Observe func(ctrl.Request)
+}
+
+// +kubebuilder:rbac:groups=flyte.org,resources=taskactions,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=flyte.org,resources=taskactions/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=flyte.org,resources=taskactions/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+
+// Reconcile advances one action by one step.
+func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if r.Observe != nil {
+		r.Observe(req)
+	}
+	var ta flytev1.TaskAction
+	if err := r.Client.Get(ctx, req.NamespacedName, &ta); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	log := r.Log.With("namespace", ta.Namespace, "taskAction", ta.Name, "project", ta.Spec.Project,
+		"domain", ta.Spec.Domain, "run", ta.Spec.RunName, "action", ta.Spec.ActionName)
+	s := &scope{r: r, ta: &ta, log: log, now: metav1.NewTime(r.Clock.Now())}
+
+	if !ta.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, s.reconcileDelete(ctx)
+	}
+	if ta.Status.Phase.IsTerminal() {
+		return ctrl.Result{}, s.markTerminal(ctx)
+	}
+
+	before := ta.Status.DeepCopy()
+	result, err := s.reconcileActive(ctx)
+	if !equality.Semantic.DeepEqual(before, &ta.Status) {
+		ta.Status.ObservedGeneration = ta.Generation
+		if uerr := r.Client.Status().Update(ctx, &ta); uerr != nil {
+			// A conflict means someone wrote meanwhile; Handle is idempotent, so the
+			// next reconcile simply does this step again.
+			return ctrl.Result{}, fmt.Errorf("updating status: %w", uerr)
+		}
+	}
+	if ta.Status.Phase.IsTerminal() {
+		return ctrl.Result{}, errors.Join(err, s.markTerminal(ctx))
+	}
+	return result, err
+}
+
+// scope is one reconcile of one action.
+type scope struct {
+	r   *TaskActionReconciler
+	ta  *flytev1.TaskAction
+	log *slog.Logger
+	now metav1.Time
+}
+
+func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
+	return plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{
+		Action: s.ta, Attempt: attempt, DefaultServiceAccount: s.r.Options.DefaultServiceAccount,
+		DataStore: s.r.DataStore, Secrets: s.r.Client, Resources: s.r.Resources, Clock: s.r.Clock.Now,
+	})
+}
+
+func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
+	ta := s.ta
+	p, err := s.r.Registry.Resolve(ta.Spec.TaskType)
+	if errors.Is(err, plugin.ErrUnknownTaskType) {
+		s.fail(flytev1.ReasonUnknownTaskType, flytev1.ErrorKindUser, err.Error())
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if msg := validate(ta); msg != "" {
+		s.fail(flytev1.ReasonInvalidSpec, flytev1.ErrorKindUser, msg)
+		return ctrl.Result{}, nil
+	}
+	// The finalizer goes on before anything that needs cleaning up exists; plugins that
+	// hold nothing outside the action do without it, which saves a write per action.
+	if p.GetProperties().NeedsFinalizer && !controllerutil.ContainsFinalizer(ta, Finalizer) {
+		status := ta.Status.DeepCopy()
+		controllerutil.AddFinalizer(ta, Finalizer)
+		if err := s.r.Client.Update(ctx, ta); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+		ta.Status = *status // Update returned the stored status; keep ours
+	}
+
+	if ta.Status.Attempts == 0 {
+		ta.Status.Attempts = 1
+		s.setPhase(flytev1.PhaseQueued, flytev1.ReasonQueued, "")
+	}
+	if next := ta.Status.NextAttemptAt; next != nil {
+		if wait := next.Sub(s.now.Time); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		ta.Status.NextAttemptAt = nil
+	}
+	attempt := ta.Status.Attempts
+	tCtx := s.executionContext(attempt)
+
+	if timeout := ta.Spec.Timeout; timeout != nil {
+		started := s.attemptStart(attempt)
+		if left := started.Add(timeout.Duration).Sub(s.now.Time); left <= 0 {
+			s.abortAndFinalize(ctx, p, tCtx)
+			s.terminate(flytev1.PhaseTimedOut, flytev1.ReasonTimedOut, &flytev1.ExecutionError{
+				Code: "Timeout", Kind: flytev1.ErrorKindUser, Message: fmt.Sprintf("attempt %d ran longer than %s", attempt, timeout.Duration),
+			})
+			return ctrl.Result{}, nil
+		}
+	}
+
+	tr, err := p.Handle(ctx, tCtx)
+	if err != nil {
+		return s.systemFailure(ctx, p, tCtx, "PluginError", err.Error(), false)
+	}
+	info := tr.Info
+	ta.Status.PluginPhase, ta.Status.PluginPhaseVersion = info.Phase.String(), int32(info.Version)
+	result := ctrl.Result{RequeueAfter: info.RequeueAfter}
+	if timeout := ta.Spec.Timeout; timeout != nil && !info.Phase.IsTerminal() {
+		// Wake up for the timeout even if nothing else happens.
+		left := s.attemptStart(attempt).Add(timeout.Duration).Sub(s.now.Time)
+		if result.RequeueAfter == 0 || left < result.RequeueAfter {
+			result.RequeueAfter = left
+		}
+	}
+	switch info.Phase {
+	case plugin.PhaseNotReady, plugin.PhaseWaitingForResources:
+		s.setPhase(flytev1.PhaseWaitingForResources, or(info.Reason, flytev1.ReasonWaitingForResources), info.Message)
+	case plugin.PhaseQueued:
+		s.setPhase(flytev1.PhaseQueued, or(info.Reason, flytev1.ReasonQueued), info.Message)
+	case plugin.PhaseInitializing:
+		s.setPhase(flytev1.PhaseInitializing, or(info.Reason, flytev1.ReasonInitializing), info.Message)
+	case plugin.PhaseRunning:
+		s.setPhase(flytev1.PhaseRunning, or(info.Reason, flytev1.ReasonRunning), info.Message)
+	case plugin.PhaseSuccess:
+		if err := p.Finalize(ctx, tCtx); err != nil {
+			return s.systemFailure(ctx, p, tCtx, "FinalizeFailed", err.Error(), false)
+		}
+		ta.Status.OutputsURI = info.OutputsURI
+		ta.Status.Error = nil
+		s.terminate(flytev1.PhaseSucceeded, flytev1.ReasonSucceeded, nil)
+		return ctrl.Result{}, nil
+	case plugin.PhaseRetryableFailure:
+		if info.Err != nil && info.Err.Kind == plugin.ErrorKindSystem {
+			return s.systemFailure(ctx, p, tCtx, info.Err.Code, info.Err.Message, true)
+		}
+		return s.userFailure(ctx, p, tCtx, info)
+	case plugin.PhasePermanentFailure:
+		_ = p.Finalize(ctx, tCtx)
+		s.terminate(flytev1.PhaseFailed, or(info.Reason, flytev1.ReasonUserError), toError(info.Err, info.Message))
+		return ctrl.Result{}, nil
+	default:
+		return s.systemFailure(ctx, p, tCtx, "UndefinedPhase", fmt.Sprintf("plugin %s returned phase %s", p.GetID(), info.Phase), false)
+	}
+	return result, nil
+}
+
+// userFailure retries a failed attempt as a new one while the action's retries last.
+func (s *scope) userFailure(ctx context.Context, p plugin.Plugin, tCtx plugin.TaskExecutionContext, info plugin.PhaseInfo) (ctrl.Result, error) {
+	execErr := toError(info.Err, info.Message)
+	userFailures := s.ta.Status.Attempts - s.ta.Status.SystemFailures
+	if userFailures > s.ta.Spec.Retries {
+		_ = p.Finalize(ctx, tCtx)
+		s.terminate(flytev1.PhaseFailed, flytev1.ReasonRetriesExhausted, execErr)
+		return ctrl.Result{}, nil
+	}
+	return s.relaunch(ctx, p, tCtx, execErr, userFailures)
+}
+
+// systemFailure counts a failure of the platform against its own budget. A failed
+// attempt (relaunch) is retried as a new attempt; a failed call into a live attempt is
+// retried in place.
+func (s *scope) systemFailure(ctx context.Context, p plugin.Plugin, tCtx plugin.TaskExecutionContext, code, message string, relaunch bool) (ctrl.Result, error) {
+	s.ta.Status.SystemFailures++
+	execErr := &flytev1.ExecutionError{Code: truncate(code, 256), Kind: flytev1.ErrorKindSystem, Message: truncate(message, 4096)}
+	s.log.Warn("system failure", "code", code, "message", message, "systemFailures", s.ta.Status.SystemFailures)
+	if s.ta.Status.SystemFailures > s.r.Options.MaxSystemFailures {
+		s.abortAndFinalize(ctx, p, tCtx)
+		s.terminate(flytev1.PhaseFailed, flytev1.ReasonSystemError, execErr)
+		return ctrl.Result{}, nil
+	}
+	if relaunch {
+		return s.relaunch(ctx, p, tCtx, execErr, s.ta.Status.SystemFailures)
+	}
+	s.ta.Status.Error = execErr
+	wait := s.r.Options.Backoff.Delay(s.ta.Status.SystemFailures)
+	next := metav1.NewTime(s.now.Add(wait))
+	s.ta.Status.NextAttemptAt = &next
+	return ctrl.Result{RequeueAfter: wait}, nil
+}
+
+// relaunch ends the current attempt and schedules a new one, with a new number, after a
+// backoff that grows with failures (the n-th of its kind).
+func (s *scope) relaunch(ctx context.Context, p plugin.Plugin, tCtx plugin.TaskExecutionContext, execErr *flytev1.ExecutionError, n int32) (ctrl.Result, error) {
+	if err := p.Finalize(ctx, tCtx); err != nil {
+		return ctrl.Result{}, fmt.Errorf("finalizing attempt %d: %w", s.ta.Status.Attempts, err)
+	}
+	st := &s.ta.Status
+	st.Error = execErr
+	st.Attempts++
+	st.PluginState, st.PluginPhase, st.PluginPhaseVersion = nil, "", 0
+	wait := s.r.Options.Backoff.Delay(n)
+	next := metav1.NewTime(s.now.Add(wait))
+	st.NextAttemptAt = &next
+	s.setPhase(flytev1.PhaseQueued, flytev1.ReasonRetrying,
+		fmt.Sprintf("attempt %d failed (%s: %s); attempt %d starts in %s", st.Attempts-1, execErr.Code, execErr.Message, st.Attempts, wait.Round(time.Millisecond)))
+	return ctrl.Result{RequeueAfter: wait}, nil
+}
+
+func (s *scope) abortAndFinalize(ctx context.Context, p plugin.Plugin, tCtx plugin.TaskExecutionContext) {
+	if err := p.Abort(ctx, tCtx); err != nil {
+		s.log.Warn("abort failed", "error", err)
+	}
+	if err := p.Finalize(ctx, tCtx); err != nil {
+		s.log.Warn("finalize failed", "error", err)
+	}
+}
+
+// attemptStart is when the attempt entered its first phase.
+func (s *scope) attemptStart(attempt int32) time.Time {
+	for _, h := range s.ta.Status.PhaseHistory {
+		if h.Attempt == attempt {
+			return h.OccurredAt.Time
+		}
+	}
+	return s.now.Time
+}
+
+func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
+	if setPhase(s.ta, phase, reason, message, s.now) {
+		eventType := corev1.EventTypeNormal
+		if phase == flytev1.PhaseFailed || phase == flytev1.PhaseTimedOut || reason == flytev1.ReasonRetrying {
+			eventType = corev1.EventTypeWarning
+		}
+		if s.r.Recorder != nil {
+			s.r.Recorder.Event(s.ta, eventType, reason, or(message, string(phase)))
+		}
+		s.log.Info("phase changed", "phase", phase, "reason", reason, "attempt", s.ta.Status.Attempts)
+	}
+}
+
+func (s *scope) terminate(phase flytev1.Phase, reason string, execErr *flytev1.ExecutionError) {
+	s.ta.Status.Error = execErr
+	s.ta.Status.NextAttemptAt = nil
+	message := ""
+	if execErr != nil {
+		message = execErr.Message
+	}
+	s.setPhase(phase, reason, message)
+}
+
+// fail ends an action that cannot run at all; it never got a finalizer.
+func (s *scope) fail(reason string, kind flytev1.ErrorKind, message string) {
+	if s.ta.Status.Attempts == 0 {
+		s.ta.Status.Attempts = 1
+	}
+	s.terminate(flytev1.PhaseFailed, reason, &flytev1.ExecutionError{Code: reason, Kind: kind, Message: truncate(message, 4096)})
+}
+
+// markTerminal labels a finished action for the garbage collector and drops the
+// finalizer (its plugin already finalized), in one write.
+func (s *scope) markTerminal(ctx context.Context) error {
+	ta := s.ta
+	if ta.Labels[LabelTerminal] == "true" && !controllerutil.ContainsFinalizer(ta, Finalizer) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(ta.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if ta.Labels == nil {
+		ta.Labels = map[string]string{}
+	}
+	ta.Labels[LabelTerminal] = "true"
+	controllerutil.RemoveFinalizer(ta, Finalizer)
+	if err := s.r.Client.Patch(ctx, ta, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("labeling finished action: %w", err)
+	}
+	return nil
+}
+
+// reconcileDelete aborts and finalizes a deleted action's attempt, then lets it go.
+func (s *scope) reconcileDelete(ctx context.Context) error {
+	ta := s.ta
+	if !controllerutil.ContainsFinalizer(ta, Finalizer) {
+		return nil
+	}
+	if p, err := s.r.Registry.Resolve(ta.Spec.TaskType); err == nil && !ta.Status.Phase.IsTerminal() {
+		tCtx := s.executionContext(max(ta.Status.Attempts, 1))
+		if err := p.Abort(ctx, tCtx); err != nil {
+			return fmt.Errorf("aborting: %w", err)
+		}
+		if err := p.Finalize(ctx, tCtx); err != nil {
+			return fmt.Errorf("finalizing: %w", err)
+		}
+	}
+	patch := client.MergeFrom(ta.DeepCopy())
+	controllerutil.RemoveFinalizer(ta, Finalizer)
+	if err := s.r.Client.Patch(ctx, ta, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	return nil
+}
+
+// validate checks what the CRD schema cannot: that URIs parse.
+func validate(ta *flytev1.TaskAction) string {
+	for field, v := range map[string]string{"spec.inputUri": ta.Spec.InputURI, "spec.runOutputBase": ta.Spec.RunOutputBase} {
+		if v == "" {
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || u.Scheme == "" {
+			return fmt.Sprintf("%s: %q is not a URI such as s3://bucket/path", field, v)
+		}
+	}
+	return ""
+}
+
+func toError(e *plugin.ExecutionError, message string) *flytev1.ExecutionError {
+	if e == nil {
+		return &flytev1.ExecutionError{Code: "Unknown", Kind: flytev1.ErrorKindUser, Message: truncate(message, 4096)}
+	}
+	kind := flytev1.ErrorKindUser
+	if e.Kind == plugin.ErrorKindSystem {
+		kind = flytev1.ErrorKindSystem
+	}
+	return &flytev1.ExecutionError{Code: truncate(e.Code, 256), Kind: kind, Message: truncate(e.Message, 4096)}
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// SetupWithManager registers the reconciler. Only changes of the spec or of deletion
+// (both bump the generation) and explicit requeues wake it: its own status writes do not.
+func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&flytev1.TaskAction{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Named("taskaction").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Options.MaxConcurrentReconciles, 1)}).
+		Complete(r)
+}

@@ -1,0 +1,256 @@
+package controller_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/controller"
+)
+
+func newAction(ns, name, taskType string, config map[string]string) *flytev1.TaskAction {
+	return &flytev1.TaskAction{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: flytev1.TaskActionSpec{
+			Project: "demo", Domain: "development", RunName: "r1", ActionName: name,
+			TaskName: "demo." + taskType, TaskType: taskType, RunOutputBase: "mem://outputs/r1", Config: config,
+		},
+	}
+}
+
+func create(t *testing.T, ta *flytev1.TaskAction) {
+	t.Helper()
+	if err := env.Client.Create(context.Background(), ta); err != nil {
+		t.Fatalf("creating %s: %v", ta.Name, err)
+	}
+}
+
+// waitFor polls the action until cond holds, and returns it.
+func waitFor(t *testing.T, ta *flytev1.TaskAction, what string, cond func(*flytev1.TaskAction) bool) *flytev1.TaskAction {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var got flytev1.TaskAction
+	for {
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got)
+		if err == nil && cond(&got) {
+			return &got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never became %s; last seen %+v (err %v)", ta.Name, what, got.Status, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func terminal(ta *flytev1.TaskAction) bool {
+	return ta.Status.Phase.IsTerminal() && ta.Labels[controller.LabelTerminal] == "true"
+}
+
+func history(ta *flytev1.TaskAction) string {
+	var parts []string
+	for _, h := range ta.Status.PhaseHistory {
+		parts = append(parts, string(h.Phase)+"/"+h.Reason+"@"+string(rune('0'+h.Attempt)))
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestSleepRunsToSucceeded(t *testing.T) {
+	ns := env.Namespace(t)
+	ta := newAction(ns, "sleepy", "core-sleep", map[string]string{"duration": "300ms"})
+	create(t, ta)
+	got := waitFor(t, ta, "finished", terminal)
+
+	if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.Attempts != 1 || got.Status.CompletedAt == nil || got.Status.StartedAt == nil {
+		t.Fatalf("status %+v", got.Status)
+	}
+	if h := history(got); h != "Queued/Queued@1 Running/Sleeping@1 Succeeded/Succeeded@1" {
+		t.Fatalf("phase history %s", h)
+	}
+	for typ, want := range map[string]metav1.ConditionStatus{
+		flytev1.ConditionSucceeded: metav1.ConditionTrue, flytev1.ConditionProgressing: metav1.ConditionFalse,
+	} {
+		if c := findCondition(got, typ); c == nil || c.Status != want {
+			t.Fatalf("condition %s = %+v; want %s", typ, c, want)
+		}
+	}
+	if controllerutil.ContainsFinalizer(got, controller.Finalizer) {
+		t.Fatal("an in-process sleep does not need a finalizer")
+	}
+	// The sleep wakes the action once, then it finishes; its own status writes do not
+	// wake it again. A few extra reconciles come from the label patch.
+	if n := reconcileCount(ns, ta.Name); n > 4 {
+		t.Fatalf("%d reconciles for one sleep; want at most 4", n)
+	}
+}
+
+func TestZeroSleepFinishesInOnePass(t *testing.T) {
+	ns := env.Namespace(t)
+	ta := newAction(ns, "instant", "core-sleep", map[string]string{"duration": "0s"})
+	create(t, ta)
+	got := waitFor(t, ta, "finished", terminal)
+	if got.Status.Phase != flytev1.PhaseSucceeded || history(got) != "Queued/Queued@1 Succeeded/Succeeded@1" {
+		t.Fatalf("status %s: %s", got.Status.Phase, history(got))
+	}
+	time.Sleep(200 * time.Millisecond) // let any stray reconcile happen
+	if n := reconcileCount(ns, ta.Name); n > 3 {
+		t.Fatalf("%d reconciles; want at most 3", n)
+	}
+}
+
+func TestUnknownTaskTypeFailsAtOnce(t *testing.T) {
+	ns := env.Namespace(t)
+	ta := newAction(ns, "mystery", "no-such-type", nil)
+	create(t, ta)
+	got := waitFor(t, ta, "finished", terminal)
+	if got.Status.Phase != flytev1.PhaseFailed || got.Status.Error == nil || got.Status.Error.Code != flytev1.ReasonUnknownTaskType {
+		t.Fatalf("status %+v", got.Status)
+	}
+	if controllerutil.ContainsFinalizer(got, controller.Finalizer) {
+		t.Fatal("a failed-at-once action got a finalizer")
+	}
+}
+
+func TestInvalidSpecFailsAtOnce(t *testing.T) {
+	ns := env.Namespace(t)
+	ta := newAction(ns, "bad-uri", "core-echo", nil)
+	ta.Spec.RunOutputBase = "not a uri"
+	create(t, ta)
+	got := waitFor(t, ta, "finished", terminal)
+	if got.Status.Phase != flytev1.PhaseFailed || got.Status.Error == nil || got.Status.Error.Code != flytev1.ReasonInvalidSpec ||
+		!strings.Contains(got.Status.Error.Message, "spec.runOutputBase") {
+		t.Fatalf("status %+v", got.Status)
+	}
+}
+
+func TestUserRetriesMakeNewAttempts(t *testing.T) {
+	ns := env.Namespace(t)
+	ok := newAction(ns, "flaky-ok", "test-flaky", map[string]string{"failAttempts": "2"})
+	ok.Spec.Retries = 2
+	exhausted := newAction(ns, "flaky-exhausted", "test-flaky", map[string]string{"failAttempts": "2"})
+	exhausted.Spec.Retries = 1
+	create(t, ok)
+	create(t, exhausted)
+
+	got := waitFor(t, ok, "finished", terminal)
+	if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.Attempts != 3 || got.Status.SystemFailures != 0 {
+		t.Fatalf("status %+v", got.Status)
+	}
+	if h := history(got); h != "Queued/Queued@1 Queued/Retrying@2 Queued/Retrying@3 Succeeded/Succeeded@3" {
+		t.Fatalf("phase history %s; want every attempt in it", h)
+	}
+	if c := calls.get(ok.Name); !slices.Equal(c, []string{"handle:1", "finalize", "handle:2", "finalize", "handle:3", "finalize"}) {
+		t.Fatalf("plugin calls %v; want each attempt handled once and finalized", c)
+	}
+	// Backoff: attempt 3 started at least the second delay (2 x 50ms, jitter fixed at
+	// half: 75ms) after attempt 2 was scheduled.
+	h := got.Status.PhaseHistory
+	if gap := h[3].OccurredAt.Sub(h[2].OccurredAt.Time); gap < 75*time.Millisecond {
+		t.Fatalf("attempt 3 finished %s after attempt 2 was scheduled; want the backoff (75ms) between", gap)
+	}
+
+	got = waitFor(t, exhausted, "finished", terminal)
+	if got.Status.Phase != flytev1.PhaseFailed || got.Status.Attempts != 2 || got.Status.Error == nil ||
+		got.Status.Error.Kind != flytev1.ErrorKindUser || got.Status.Error.Code != "ExitCode1" {
+		t.Fatalf("status %+v", got.Status)
+	}
+	if c := findCondition(got, flytev1.ConditionFailed); c == nil || c.Reason != flytev1.ReasonRetriesExhausted {
+		t.Fatalf("failed condition %+v", c)
+	}
+}
+
+func TestSystemFailuresHaveTheirOwnBudget(t *testing.T) {
+	ns := env.Namespace(t)
+	ta := newAction(ns, "lost-nodes", "test-system", nil)
+	ta.Spec.Retries = 0 // user retries are not what system failures spend
+	create(t, ta)
+	got := waitFor(t, ta, "finished", terminal)
+	if got.Status.Phase != flytev1.PhaseFailed || got.Status.SystemFailures != maxSystemFailures+1 ||
+		got.Status.Attempts != maxSystemFailures+1 || got.Status.Error == nil || got.Status.Error.Kind != flytev1.ErrorKindSystem {
+		t.Fatalf("status %+v; want %d system failures over as many attempts", got.Status, maxSystemFailures+1)
+	}
+}
+
+func TestPluginErrorsRetryInPlace(t *testing.T) {
+	ns := env.Namespace(t)
+	ta := newAction(ns, "api-errors", "test-error", nil)
+	create(t, ta)
+	got := waitFor(t, ta, "finished", terminal)
+	if got.Status.Phase != flytev1.PhaseFailed || got.Status.SystemFailures != maxSystemFailures+1 || got.Status.Attempts != 1 {
+		t.Fatalf("status %+v; want the same attempt retried until the system budget ran out", got.Status)
+	}
+}
+
+func TestDeletionAbortsAndFinalizes(t *testing.T) {
+	ns := env.Namespace(t)
+	ta := newAction(ns, "long-runner", "test-finalizer", nil)
+	create(t, ta)
+	waitFor(t, ta, "running with a finalizer", func(a *flytev1.TaskAction) bool {
+		return a.Status.Phase == flytev1.PhaseRunning && controllerutil.ContainsFinalizer(a, controller.Finalizer)
+	})
+	if err := env.Client.Delete(context.Background(), ta); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the action was never released: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := calls.get(ta.Name)
+	if i := slices.Index(c, "abort"); i < 0 || i+1 >= len(c) || c[i+1] != "finalize" {
+		t.Fatalf("plugin calls %v; want abort then finalize", c)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	ns := env.Namespace(t)
+	ta := newAction(ns, "too-slow", "core-sleep", map[string]string{"duration": "1h"})
+	ta.Spec.Timeout = &metav1.Duration{Duration: 300 * time.Millisecond}
+	create(t, ta)
+	got := waitFor(t, ta, "finished", terminal)
+	if got.Status.Phase != flytev1.PhaseTimedOut || got.Status.Error == nil || got.Status.Error.Code != "Timeout" {
+		t.Fatalf("status %+v", got.Status)
+	}
+	if took := got.Status.CompletedAt.Sub(got.CreationTimestamp.Time); took > 10*time.Second {
+		t.Fatalf("timed out after %s; want about 300ms", took)
+	}
+}
+
+func TestBackoffDelay(t *testing.T) {
+	b := controller.Backoff{Base: time.Second, Cap: 10 * time.Second, Rand: func() float64 { return 0 }}
+	tests := []struct {
+		n    int32
+		want time.Duration
+	}{{0, 500 * time.Millisecond}, {1, 500 * time.Millisecond}, {2, time.Second}, {3, 2 * time.Second}, {5, 5 * time.Second}, {60, 5 * time.Second}}
+	for _, tt := range tests {
+		if got := b.Delay(tt.n); got != tt.want {
+			t.Errorf("Delay(%d) = %s; want %s", tt.n, got, tt.want)
+		}
+	}
+	b.Rand = func() float64 { return 0.999 }
+	if got := b.Delay(60); got > 10*time.Second || got < 9*time.Second {
+		t.Errorf("Delay with full jitter = %s; want just under the cap", got)
+	}
+}
+
+func findCondition(ta *flytev1.TaskAction, typ string) *metav1.Condition {
+	for i := range ta.Status.Conditions {
+		if ta.Status.Conditions[i].Type == typ {
+			return &ta.Status.Conditions[i]
+		}
+	}
+	return nil
+}
