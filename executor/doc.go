@@ -1,4 +1,4 @@
-// Package executor will hold the Kubernetes operator (not written yet) that runs TaskAction resources
-// (flyte.org/v1) through plugins, reporting every phase change to the events service and
-// consulting the cache service around cacheable tasks.
+// Package executor assembles the Kubernetes operator that runs TaskAction resources
+// (flyte.org/v1) through plugins: Setup builds its controller-runtime manager from the
+// configuration, and cmd/executor is the binary.
 package executor

@@ -45,6 +45,8 @@ type Options struct {
 	Backoff Backoff
 	// MaxConcurrentReconciles is the number of workers.
 	MaxConcurrentReconciles int
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
 }
 
 // TaskActionReconciler reconciles TaskActions.
@@ -394,6 +396,9 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&flytev1.TaskAction{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("taskaction").
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Options.MaxConcurrentReconciles, 1)}).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(r.Options.MaxConcurrentReconciles, 1),
+			SkipNameValidation:      &r.Options.SkipNameValidation,
+		}).
 		Complete(r)
 }

@@ -1,0 +1,158 @@
+package executor
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/datastore"
+	"github.com/flytekube/backend/executor/plugins/coreecho"
+	"github.com/flytekube/backend/executor/plugins/coresleep"
+)
+
+// Hooks let tests observe and steer the executor; a binary leaves them empty.
+type Hooks struct {
+	// Observe is called at the start of every reconcile.
+	Observe func(ctrl.Request)
+	// Clock replaces the real clock.
+	Clock clock.PassiveClock
+	// Plugins are registered beside the built-in ones.
+	Plugins []plugin.Entry
+	// Namespaces restricts the executor to these namespaces; all when empty.
+	Namespaces []string
+	// SeveralInProcess allows more than one executor in a process, as tests run them.
+	SeveralInProcess bool
+}
+
+// Scheme knows the Kubernetes built-in types and TaskAction.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, flytev1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Setup builds the executor's manager from its configuration: the TaskAction controller
+// with the built-in plugins, the garbage collector when enabled, metrics, health probes
+// and leader election.
+func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log *slog.Logger, hooks Hooks) (manager.Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("executor: config: %w", err)
+	}
+	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+
+	// HTTP/2 stays off unless asked for: it exposes the metrics server to the HTTP/2
+	// stream-cancellation and rapid-reset attacks.
+	var tlsOpts []func(*tls.Config)
+	if !cfg.EnableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metrics := metricsserver.Options{BindAddress: cfg.MetricsBindAddress, SecureServing: cfg.MetricsSecure, TLSOpts: tlsOpts}
+	if cfg.MetricsSecure {
+		// Only authenticated callers allowed to GET /metrics (by RBAC) may scrape.
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+		if cfg.MetricsCertPath != "" {
+			metrics.CertDir, metrics.CertName, metrics.KeyName = cfg.MetricsCertPath, cfg.MetricsCertName, cfg.MetricsCertKey
+		}
+	}
+	cacheOpts := cache.Options{}
+	if len(hooks.Namespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range hooks.Namespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        cfg.HealthProbeBindAddress,
+		LeaderElection:                cfg.LeaderElect,
+		LeaderElectionID:              cfg.LeaderElectionID,
+		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true, // a clean stop hands over at once
+		Cache:                         cacheOpts,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("executor: creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+
+	clk := hooks.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	reg := plugin.NewRegistry(log)
+	for _, e := range append([]plugin.Entry{coresleep.Entry(), coreecho.Entry()}, hooks.Plugins...) {
+		if err := reg.Register(e); err != nil {
+			return nil, err
+		}
+	}
+	recorder := mgr.GetEventRecorderFor("flyte-executor")
+	if err := reg.Initialize(ctx, setupContext{mgr, recorder}, cfg.DefaultForTaskTypes); err != nil {
+		return nil, err
+	}
+	r := &controller.TaskActionReconciler{
+		Client: mgr.GetClient(), Registry: reg, DataStore: datastore.New(), Resources: plugin.NewTokenPools(nil),
+		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe,
+		Options: controller.Options{
+			DefaultServiceAccount:   cfg.DefaultServiceAccount,
+			MaxSystemFailures:       int32(cfg.MaxSystemFailures),
+			MaxConcurrentReconciles: cfg.MaxConcurrentReconciles,
+			SkipNameValidation:      hooks.SeveralInProcess,
+			Backoff:                 controller.Backoff{Base: cfg.RetryBackoff.Base.Duration, Cap: cfg.RetryBackoff.Cap.Duration, Rand: rand.Float64},
+		},
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("executor: setting up the controller: %w", err)
+	}
+	if cfg.GC.Interval.Duration > 0 {
+		gc := &controller.GarbageCollector{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+			Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration, Clock: clk, Log: log.With("component", "gc")}
+		if err := mgr.Add(gc); err != nil {
+			return nil, err
+		}
+	}
+	return mgr, nil
+}
+
+// setupContext is what plugins get when they are loaded.
+type setupContext struct {
+	mgr      manager.Manager
+	recorder record.EventRecorder
+}
+
+func (s setupContext) Client() client.Client               { return s.mgr.GetClient() }
+func (s setupContext) Cache() cache.Cache                  { return s.mgr.GetCache() }
+func (s setupContext) EventRecorder() record.EventRecorder { return s.recorder }

@@ -1,0 +1,152 @@
+package executor_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/flytekube/backend/executor"
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/internal/repo"
+)
+
+var env *kubetest.Env
+
+func TestMain(m *testing.M) {
+	crds, err := repo.Path("deploy", "crd")
+	if err != nil {
+		panic(err)
+	}
+	scheme, err := executor.Scheme()
+	if err != nil {
+		panic(err)
+	}
+	os.Exit(kubetest.Main(m, &env, kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme}))
+}
+
+func testConfig() config.Config {
+	cfg := config.Default()
+	cfg.MetricsBindAddress = "0" // no listeners in tests
+	cfg.HealthProbeBindAddress = "0"
+	cfg.GC.Interval = metav1.Duration{}
+	return cfg
+}
+
+// run starts an executor restricted to namespace until the test ends; its reconciles
+// are counted in count.
+func run(t *testing.T, cfg config.Config, namespace string, count *atomic.Int64) context.CancelFunc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := executor.Setup(ctx, cfg, env.Config, slog.New(slog.DiscardHandler), executor.Hooks{
+		Namespaces:       []string{namespace},
+		SeveralInProcess: true,
+		Observe:          func(ctrl.Request) { count.Add(1) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func waitSucceeded(t *testing.T, key client.ObjectKey) *flytev1.TaskAction {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	var ta flytev1.TaskAction
+	for time.Now().Before(deadline) {
+		if err := env.Client.Get(context.Background(), key, &ta); err == nil && ta.Status.Phase == flytev1.PhaseSucceeded {
+			return &ta
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("%s did not succeed; status %+v", key, ta.Status)
+	return nil
+}
+
+// TestHandWrittenYAMLRunsToSucceeded applies the sample a user would write by hand.
+func TestHandWrittenYAMLRunsToSucceeded(t *testing.T) {
+	ns := env.Namespace(t)
+	var count atomic.Int64
+	run(t, testConfig(), ns, &count)
+
+	path, err := repo.Path("deploy", "samples", "taskaction-sleep.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ta flytev1.TaskAction
+	if err := yaml.UnmarshalStrict(raw, &ta); err != nil {
+		t.Fatal(err)
+	}
+	ta.Namespace = ns
+	if err := env.Client.Create(context.Background(), &ta); err != nil {
+		t.Fatal(err)
+	}
+	got := waitSucceeded(t, client.ObjectKeyFromObject(&ta))
+	if took := got.Status.CompletedAt.Sub(got.CreationTimestamp.Time); took < 2*time.Second || took > 10*time.Second {
+		t.Fatalf("a 2s sleep took %s", took)
+	}
+}
+
+// TestOnlyTheLeaderReconciles runs two executors with leader election: only one of them
+// may reconcile, and the other takes over when the leader stops.
+func TestOnlyTheLeaderReconciles(t *testing.T) {
+	ns := env.Namespace(t)
+	cfg := testConfig()
+	cfg.LeaderElect = true
+	cfg.LeaderElectionNamespace = ns
+	var first, second atomic.Int64
+	stopFirst := run(t, cfg, ns, &first)
+	run(t, cfg, ns, &second)
+
+	create := func(name string) client.ObjectKey {
+		ta := &flytev1.TaskAction{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "r1", ActionName: name,
+				TaskName: "demo.echo", TaskType: "core-echo", RunOutputBase: "mem://out/r1"},
+		}
+		if err := env.Client.Create(context.Background(), ta); err != nil {
+			t.Fatal(err)
+		}
+		return client.ObjectKeyFromObject(ta)
+	}
+	for _, name := range []string{"a0", "a1", "a2"} {
+		waitSucceeded(t, create(name))
+	}
+	if (first.Load() == 0) == (second.Load() == 0) {
+		t.Fatalf("reconciles: first %d, second %d; want exactly one executor reconciling", first.Load(), second.Load())
+	}
+	if second.Load() > 0 {
+		return // the second won the election; the handover below needs the first to lead
+	}
+	stopFirst() // releases the lease on the way out
+	waitSucceeded(t, create("after-handover"))
+	if second.Load() == 0 {
+		t.Fatal("the second executor never took over")
+	}
+}
