@@ -23,9 +23,23 @@ func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message strin
 	}
 	if changed {
 		st.Phase = phase
-		st.PhaseHistory = append(st.PhaseHistory, flytev1.PhaseTransition{
-			Phase: phase, Attempt: max(st.Attempts, 1), Reason: reason, Message: truncate(message, 1024), OccurredAt: metav1.NewMicroTime(now.Time),
-		})
+		attempt := max(st.Attempts, 1)
+		var version int32
+		for _, h := range st.PhaseHistory {
+			if h.Attempt == attempt {
+				version++
+			}
+		}
+		entry := flytev1.PhaseTransition{
+			Phase: phase, Attempt: attempt, Version: version, Reason: reason, Message: truncate(message, 1024),
+			OccurredAt: metav1.NewMicroTime(now.Time), CacheStatus: st.CacheStatus,
+		}
+		if phase == flytev1.PhaseSucceeded {
+			entry.OutputsURI = st.OutputsURI
+		} else if st.Error != nil && (phase.IsTerminal() || reason == flytev1.ReasonRetrying) {
+			entry.Error = st.Error.DeepCopy()
+		}
+		st.PhaseHistory = append(st.PhaseHistory, entry)
 		if len(st.PhaseHistory) > maxPhaseHistory {
 			st.PhaseHistory = st.PhaseHistory[len(st.PhaseHistory)-maxPhaseHistory:]
 		}

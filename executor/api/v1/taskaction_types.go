@@ -260,6 +260,20 @@ type PhaseTransition struct {
 	// OccurredAt is when the executor saw it, to the microsecond: several phases can
 	// pass within a second.
 	OccurredAt metav1.MicroTime `json:"occurredAt"`
+	// Version numbers the entries of one attempt from 0, so that each entry is a
+	// distinct event even when a phase recurs.
+	// +optional
+	Version int32 `json:"version,omitempty"`
+	// Error is the failure that led here, for failed or retried attempts.
+	// +optional
+	Error *ExecutionError `json:"error,omitempty"`
+	// OutputsURI is where the outputs are, on success.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	OutputsURI string `json:"outputsUri,omitempty"`
+	// CacheStatus is what the cache had done by then.
+	// +optional
+	CacheStatus CacheStatus `json:"cacheStatus,omitempty"`
 }
 
 // PluginState is what a plugin keeps between reconciles.
@@ -310,7 +324,10 @@ type TaskActionStatus struct {
 	// +optional
 	PluginState *PluginState `json:"pluginState,omitempty"`
 
-	// PhaseHistory lists every phase entered, oldest first; it only grows.
+	// PhaseHistory lists every phase entered, oldest first; it only grows. It is also the
+	// outbox of the action's events: the executor delivers its entries to the events
+	// service, and an entry stays here after delivery (the annotation
+	// flyte.org/events-delivered counts the delivered entries of a finished action).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
