@@ -24,6 +24,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/executor/eventsink"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/datastore"
 	"github.com/flytekube/backend/executor/plugins/coreecho"
@@ -133,6 +134,13 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			SkipNameValidation:      hooks.SeveralInProcess,
 			Backoff:                 controller.Backoff{Base: cfg.RetryBackoff.Base.Duration, Cap: cfg.RetryBackoff.Cap.Duration, Rand: rand.Float64},
 		},
+	}
+	if cfg.EventsServiceURL != "" {
+		pub := eventsink.New(eventsink.NewClient(cfg.EventsServiceURL), mgr.GetClient(), cfg.Cluster, clk, log.With("component", "events"))
+		if err := mgr.Add(pub); err != nil {
+			return nil, err
+		}
+		r.Events = pub
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("executor: setting up the controller: %w", err)

@@ -40,6 +40,8 @@ func testConfig() config.Config {
 	cfg.MetricsBindAddress = "0" // no listeners in tests
 	cfg.HealthProbeBindAddress = "0"
 	cfg.GC.Interval = metav1.Duration{}
+	cfg.EventsServiceURL = "" // events are tested with the controller
+	cfg.CacheServiceURL = ""
 	return cfg
 }
 

@@ -5,30 +5,38 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/executor/eventsink"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/datastore"
 	"github.com/flytekube/backend/executor/plugins/coreecho"
 	"github.com/flytekube/backend/executor/plugins/coresleep"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/services/app"
 )
 
 var (
 	env        *kubetest.Env
+	eventsSvc  *eventsService
 	reconciles sync.Map // "namespace/name" -> *int64 under countMu
 	countMu    sync.Mutex
 	calls      = &callLog{seen: map[string][]string{}}
@@ -47,7 +55,67 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	os.Exit(kubetest.Main(m, &env, kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme}, startManager))
+	os.Exit(kubetest.Main(m, &env, kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme}, startEvents, startManager))
+}
+
+// startEvents runs a real events service on a real Postgres for the package, on an
+// address that survives its restarts.
+func startEvents(*kubetest.Env) (func(), error) {
+	pg, err := pgtest.Start()
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	eventsSvc = &eventsService{addr: addr, dbURL: pg.URL}
+	if err := eventsSvc.start(); err != nil {
+		return nil, err
+	}
+	return func() { eventsSvc.stop(); _ = pg.Stop() }, nil
+}
+
+// eventsService is the events service, stoppable and restartable on the same address.
+type eventsService struct {
+	addr, dbURL string
+	mu          sync.Mutex
+	cancel      context.CancelFunc
+	done        chan error
+}
+
+func (e *eventsService) start() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	e.cancel, e.done = cancel, make(chan error, 1)
+	cfg := events.Config{Listen: e.addr, DatabaseURL: e.dbURL}
+	go func() {
+		e.done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(app.Addrs) { close(started) })
+	}()
+	select {
+	case <-started:
+		return nil
+	case err := <-e.done:
+		return err
+	}
+}
+
+func (e *eventsService) stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cancel != nil {
+		e.cancel()
+		<-e.done
+		e.cancel = nil
+	}
+}
+
+func (e *eventsService) client() eventsv1connect.EventsServiceClient {
+	return eventsink.NewClient("http://" + e.addr)
 }
 
 // startManager runs the executor's controller against the test API server for the whole
@@ -58,6 +126,7 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 		return nil, err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 	reg := plugin.NewRegistry(log)
 	for _, e := range []plugin.Entry{coresleep.Entry(), coreecho.Entry(), testPlugin("test-flaky", false), testPlugin("test-system", false),
 		testPlugin("test-error", false), testPlugin("test-finalizer", true)} {
@@ -68,7 +137,12 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	if err := reg.Initialize(context.Background(), nil, nil); err != nil {
 		return nil, err
 	}
+	pub := eventsink.New(eventsSvc.client(), mgr.GetClient(), "test-cluster", clock.RealClock{}, log)
+	if err := mgr.Add(pub); err != nil {
+		return nil, err
+	}
 	r := &controller.TaskActionReconciler{
+		Events: pub,
 		Client: mgr.GetClient(), Registry: reg, DataStore: datastore.New(), Resources: plugin.NewTokenPools(nil),
 		Recorder: mgr.GetEventRecorderFor("flyte-executor"), Clock: clock.RealClock{}, Log: log,
 		Options: controller.Options{

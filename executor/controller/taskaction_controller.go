@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/plugin"
@@ -49,6 +51,20 @@ type Options struct {
 	SkipNameValidation bool
 }
 
+// EventSink delivers the phase history the reconciler writes to the events service; a
+// nil sink turns events off.
+type EventSink interface {
+	// Enqueue asks for the undelivered history of ta, as just written, to be delivered.
+	Enqueue(ta *flytev1.TaskAction)
+	// Delivered reports whether all of ta's history was delivered, and the mark to keep
+	// in its AnnotationEventsDelivered.
+	Delivered(ta *flytev1.TaskAction) (bool, string)
+	// Forget drops what the sink knows of an action that is gone.
+	Forget(types.NamespacedName)
+	// Source wakes the reconciler when a finished action's history has been delivered.
+	Source() source.Source
+}
+
 // TaskActionReconciler reconciles TaskActions.
 type TaskActionReconciler struct {
 	Client    client.Client
@@ -58,6 +74,7 @@ type TaskActionReconciler struct {
 	Recorder  record.EventRecorder
 	Clock     clock.PassiveClock
 	Log       *slog.Logger
+	Events    EventSink
 	Options   Options
 	// Observe, when set, is called at the start of every reconcile; tests count them.
 	Observe func(ctrl.Request)
@@ -76,11 +93,14 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	var ta flytev1.TaskAction
 	if err := r.Client.Get(ctx, req.NamespacedName, &ta); err != nil {
+		if apierrors.IsNotFound(err) && r.Events != nil {
+			r.Events.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	log := r.Log.With("namespace", ta.Namespace, "taskAction", ta.Name, "project", ta.Spec.Project,
 		"domain", ta.Spec.Domain, "run", ta.Spec.RunName, "action", ta.Spec.ActionName)
-	s := &scope{r: r, ta: &ta, log: log, now: metav1.NewTime(r.Clock.Now())}
+	s := &scope{r: r, ta: &ta, log: log, now: metav1.NewTime(r.Clock.Now()), before: ta.Status.DeepCopy()}
 
 	if !ta.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, s.reconcileDelete(ctx)
@@ -89,28 +109,59 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, s.markTerminal(ctx)
 	}
 
-	before := ta.Status.DeepCopy()
 	result, err := s.reconcileActive(ctx)
-	if !equality.Semantic.DeepEqual(before, &ta.Status) {
-		ta.Status.ObservedGeneration = ta.Generation
-		if uerr := r.Client.Status().Update(ctx, &ta); uerr != nil {
-			// A conflict means someone wrote meanwhile; Handle is idempotent, so the
-			// next reconcile simply does this step again.
-			return ctrl.Result{}, fmt.Errorf("updating status: %w", uerr)
-		}
+	if werr := s.writeStatus(ctx); werr != nil {
+		return ctrl.Result{}, werr
 	}
 	if ta.Status.Phase.IsTerminal() {
 		return ctrl.Result{}, errors.Join(err, s.markTerminal(ctx))
 	}
+	// An action still running after its first pass gets the finalizer, so that deleting
+	// it aborts the attempt and reports it; one that finishes at once never needs it.
+	if err == nil && !controllerutil.ContainsFinalizer(&ta, Finalizer) {
+		if ferr := s.addFinalizer(ctx); ferr != nil {
+			return ctrl.Result{}, ferr
+		}
+	}
 	return result, err
+}
+
+// writeStatus writes the status if this pass changed it, and hands new history to the
+// event sink.
+func (s *scope) writeStatus(ctx context.Context) error {
+	if equality.Semantic.DeepEqual(s.before, &s.ta.Status) {
+		return nil
+	}
+	s.ta.Status.ObservedGeneration = s.ta.Generation
+	if err := s.r.Client.Status().Update(ctx, s.ta); err != nil {
+		// A conflict means someone wrote meanwhile; Handle is idempotent, so the next
+		// reconcile simply does this step again.
+		return fmt.Errorf("updating status: %w", err)
+	}
+	if s.r.Events != nil && len(s.ta.Status.PhaseHistory) != len(s.before.PhaseHistory) {
+		s.r.Events.Enqueue(s.ta)
+	}
+	s.before = s.ta.Status.DeepCopy()
+	return nil
+}
+
+func (s *scope) addFinalizer(ctx context.Context) error {
+	status := s.ta.Status.DeepCopy()
+	controllerutil.AddFinalizer(s.ta, Finalizer)
+	if err := s.r.Client.Update(ctx, s.ta); err != nil {
+		return fmt.Errorf("adding finalizer: %w", err)
+	}
+	s.ta.Status = *status // Update returned the stored status; keep ours
+	return nil
 }
 
 // scope is one reconcile of one action.
 type scope struct {
-	r   *TaskActionReconciler
-	ta  *flytev1.TaskAction
-	log *slog.Logger
-	now metav1.Time
+	r      *TaskActionReconciler
+	ta     *flytev1.TaskAction
+	before *flytev1.TaskActionStatus // as last written
+	log    *slog.Logger
+	now    metav1.Time
 }
 
 func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
@@ -134,15 +185,12 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 		s.fail(flytev1.ReasonInvalidSpec, flytev1.ErrorKindUser, msg)
 		return ctrl.Result{}, nil
 	}
-	// The finalizer goes on before anything that needs cleaning up exists; plugins that
-	// hold nothing outside the action do without it, which saves a write per action.
+	// Plugins that create things outside the action get the finalizer before they do;
+	// in-process plugins get it only if they outlive their first pass (see Reconcile).
 	if p.GetProperties().NeedsFinalizer && !controllerutil.ContainsFinalizer(ta, Finalizer) {
-		status := ta.Status.DeepCopy()
-		controllerutil.AddFinalizer(ta, Finalizer)
-		if err := s.r.Client.Update(ctx, ta); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		if err := s.addFinalizer(ctx); err != nil {
+			return ctrl.Result{}, err
 		}
-		ta.Status = *status // Update returned the stored status; keep ours
 	}
 
 	if ta.Status.Attempts == 0 {
@@ -317,11 +365,23 @@ func (s *scope) fail(reason string, kind flytev1.ErrorKind, message string) {
 	s.terminate(flytev1.PhaseFailed, reason, &flytev1.ExecutionError{Code: reason, Kind: kind, Message: truncate(message, 4096)})
 }
 
-// markTerminal labels a finished action for the garbage collector and drops the
-// finalizer (its plugin already finalized), in one write.
+// markTerminal labels a finished action for the garbage collector, drops the finalizer
+// (its plugin already finalized) and records the delivery of its events, in one write,
+// once the events service has its whole history: the garbage collector must not remove
+// an action whose history is not yet recorded elsewhere.
 func (s *scope) markTerminal(ctx context.Context) error {
 	ta := s.ta
-	if ta.Labels[LabelTerminal] == "true" && !controllerutil.ContainsFinalizer(ta, Finalizer) {
+	mark := ""
+	if s.r.Events != nil {
+		delivered, m := s.r.Events.Delivered(ta)
+		if !delivered {
+			s.r.Events.Enqueue(ta) // it wakes us when done
+			return nil
+		}
+		mark = m
+	}
+	if ta.Labels[LabelTerminal] == "true" && !controllerutil.ContainsFinalizer(ta, Finalizer) &&
+		(mark == "" || ta.Annotations[flytev1.AnnotationEventsDelivered] == mark) {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(ta.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -329,6 +389,12 @@ func (s *scope) markTerminal(ctx context.Context) error {
 		ta.Labels = map[string]string{}
 	}
 	ta.Labels[LabelTerminal] = "true"
+	if mark != "" {
+		if ta.Annotations == nil {
+			ta.Annotations = map[string]string{}
+		}
+		ta.Annotations[flytev1.AnnotationEventsDelivered] = mark
+	}
 	controllerutil.RemoveFinalizer(ta, Finalizer)
 	if err := s.r.Client.Patch(ctx, ta, patch); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("labeling finished action: %w", err)
@@ -336,19 +402,32 @@ func (s *scope) markTerminal(ctx context.Context) error {
 	return nil
 }
 
-// reconcileDelete aborts and finalizes a deleted action's attempt, then lets it go.
+// reconcileDelete aborts and finalizes a deleted action's attempt, records it Aborted
+// and, once the events service has heard of it, lets the action go.
 func (s *scope) reconcileDelete(ctx context.Context) error {
 	ta := s.ta
 	if !controllerutil.ContainsFinalizer(ta, Finalizer) {
 		return nil
 	}
-	if p, err := s.r.Registry.Resolve(ta.Spec.TaskType); err == nil && !ta.Status.Phase.IsTerminal() {
-		tCtx := s.executionContext(max(ta.Status.Attempts, 1))
-		if err := p.Abort(ctx, tCtx); err != nil {
-			return fmt.Errorf("aborting: %w", err)
+	if !ta.Status.Phase.IsTerminal() {
+		if p, err := s.r.Registry.Resolve(ta.Spec.TaskType); err == nil {
+			tCtx := s.executionContext(max(ta.Status.Attempts, 1))
+			if err := p.Abort(ctx, tCtx); err != nil {
+				return fmt.Errorf("aborting: %w", err)
+			}
+			if err := p.Finalize(ctx, tCtx); err != nil {
+				return fmt.Errorf("finalizing: %w", err)
+			}
 		}
-		if err := p.Finalize(ctx, tCtx); err != nil {
-			return fmt.Errorf("finalizing: %w", err)
+		s.terminate(flytev1.PhaseAborted, flytev1.ReasonAborted, nil)
+		if err := s.writeStatus(ctx); err != nil {
+			return err
+		}
+	}
+	if s.r.Events != nil {
+		if delivered, _ := s.r.Events.Delivered(ta); !delivered {
+			s.r.Events.Enqueue(ta) // it wakes us when done
+			return nil
 		}
 	}
 	patch := client.MergeFrom(ta.DeepCopy())
@@ -393,7 +472,11 @@ func or(a, b string) string {
 // SetupWithManager registers the reconciler. Only changes of the spec or of deletion
 // (both bump the generation) and explicit requeues wake it: its own status writes do not.
 func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Events != nil {
+		b = b.WatchesRawSource(r.Events.Source())
+	}
+	return b.
 		For(&flytev1.TaskAction{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("taskaction").
 		WithOptions(controller.Options{

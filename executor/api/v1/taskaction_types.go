@@ -177,6 +177,10 @@ func (p Phase) IsTerminal() bool {
 	return false
 }
 
+// AnnotationEventsDelivered records on a finished action the last phase-history entry
+// delivered to the events service, as "attempt/version".
+const AnnotationEventsDelivered = "flyte.org/events-delivered"
+
 // Condition types of a TaskAction.
 const (
 	// ConditionProgressing is True while the action is not finished.

@@ -1,0 +1,355 @@
+// Package eventsink delivers TaskAction phase changes to the events service.
+//
+// The outbox is the action's own phase history, which the reconciler writes anyway: no
+// extra API write is spent on events. The publisher keeps in memory how far each action
+// has been delivered, batches the undelivered entries of many actions into one Record
+// call, and retries with backoff while the events service is away, without holding up
+// the actions themselves. A finished action is labeled for garbage collection only once
+// its history has been delivered (the reconciler asks Delivered), and that label patch
+// also records the delivery in an annotation, so that after a restart the executor knows
+// what is done. Delivery is at least once, in order per action; the events service
+// absorbs repeats.
+package eventsink
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+)
+
+// maxBatch is the events service's limit per Record.
+const maxBatch = 1000
+
+// Publisher delivers phase changes. It is a manager runnable; Enqueue is called by the
+// reconciler after it wrote new history.
+type Publisher struct {
+	client  eventsv1connect.EventsServiceClient
+	reader  client.Reader
+	cluster string
+	clock   clock.PassiveClock
+	log     *slog.Logger
+
+	queue    workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	finished chan event.TypedGenericEvent[*flytev1.TaskAction]
+
+	mu        sync.Mutex
+	delivered map[types.NamespacedName]delivery
+	// latest holds the newest state the reconciler wrote of each queued action: the
+	// informer cache may not have it yet, and an older one would deliver too little.
+	latest map[types.NamespacedName]*flytev1.TaskAction
+}
+
+// delivery is how far an action (this incarnation of its name) has been delivered.
+type delivery struct {
+	uid  types.UID
+	mark mark
+}
+
+// mark identifies a history entry.
+type mark struct{ attempt, version int32 }
+
+func (m mark) String() string { return fmt.Sprintf("%d/%d", m.attempt, m.version) }
+
+func (m mark) less(o mark) bool {
+	return m.attempt < o.attempt || m.attempt == o.attempt && m.version < o.version
+}
+
+func parseMark(s string) (mark, bool) {
+	a, v, ok := strings.Cut(s, "/")
+	if !ok {
+		return mark{}, false
+	}
+	attempt, err1 := strconv.Atoi(a)
+	version, err2 := strconv.Atoi(v)
+	return mark{int32(attempt), int32(version)}, err1 == nil && err2 == nil
+}
+
+// New creates a publisher reading actions through reader (the manager's cache).
+func New(c eventsv1connect.EventsServiceClient, reader client.Reader, cluster string, clk clock.PassiveClock, log *slog.Logger) *Publisher {
+	return &Publisher{
+		client: c, reader: reader, cluster: cluster, clock: clk, log: log,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "events"}),
+		finished:  make(chan event.TypedGenericEvent[*flytev1.TaskAction], 1024),
+		delivered: make(map[types.NamespacedName]delivery),
+		latest:    make(map[types.NamespacedName]*flytev1.TaskAction),
+	}
+}
+
+// Enqueue asks for the undelivered history of ta, as the reconciler just wrote it, to
+// be delivered.
+func (p *Publisher) Enqueue(ta *flytev1.TaskAction) {
+	key := types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}
+	p.mu.Lock()
+	p.latest[key] = ta.DeepCopy()
+	p.mu.Unlock()
+	p.queue.Add(key)
+}
+
+// Source wakes the reconciler for finished actions whose history has been delivered,
+// so that it can label them.
+func (p *Publisher) Source() source.Source {
+	return source.Channel(p.finished, &handler.TypedEnqueueRequestForObject[*flytev1.TaskAction]{})
+}
+
+func last(ta *flytev1.TaskAction) (mark, bool) {
+	h := ta.Status.PhaseHistory
+	if len(h) == 0 {
+		return mark{}, false
+	}
+	return mark{h[len(h)-1].Attempt, h[len(h)-1].Version}, true
+}
+
+// deliveredMark is how far ta has been delivered, from memory or, after a restart,
+// from its annotation.
+func (p *Publisher) deliveredMark(ta *flytev1.TaskAction) (mark, bool) {
+	p.mu.Lock()
+	d, ok := p.delivered[types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}]
+	p.mu.Unlock()
+	if ok && d.uid == ta.UID {
+		return d.mark, true
+	}
+	return parseMark(ta.Annotations[flytev1.AnnotationEventsDelivered])
+}
+
+// Delivered reports whether every history entry of ta has been delivered and, if so,
+// the mark to record in flytev1.AnnotationEventsDelivered.
+func (p *Publisher) Delivered(ta *flytev1.TaskAction) (bool, string) {
+	end, ok := last(ta)
+	if !ok {
+		return true, ""
+	}
+	done, known := p.deliveredMark(ta)
+	if !known || done.less(end) {
+		return false, ""
+	}
+	return true, end.String()
+}
+
+// Forget drops what is known of an action that is gone.
+func (p *Publisher) Forget(key types.NamespacedName) {
+	p.mu.Lock()
+	delete(p.delivered, key)
+	delete(p.latest, key)
+	p.mu.Unlock()
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: the leader delivers
+// what its reconciles produced.
+func (p *Publisher) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable: it delivers until ctx ends.
+func (p *Publisher) Start(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		p.queue.ShutDown()
+	}()
+	for {
+		keys, ok := p.next()
+		if !ok {
+			return nil
+		}
+		p.deliver(ctx, keys)
+	}
+}
+
+// next blocks for one key, then takes whatever else is already queued: one Record
+// carries many actions' events.
+func (p *Publisher) next() ([]types.NamespacedName, bool) {
+	key, shutdown := p.queue.Get()
+	if shutdown {
+		return nil, false
+	}
+	keys := []types.NamespacedName{key}
+	for len(keys) < maxBatch && p.queue.Len() > 0 {
+		k, shutdown := p.queue.Get()
+		if shutdown {
+			break
+		}
+		keys = append(keys, k)
+	}
+	return keys, true
+}
+
+type pending struct {
+	key    types.NamespacedName
+	action *flytev1.TaskAction
+	events []*eventsv1.ActionEvent
+	end    mark // the last entry in events
+	more   bool // entries after end remain
+}
+
+func (p *Publisher) deliver(ctx context.Context, keys []types.NamespacedName) {
+	var work []pending
+	for _, key := range keys {
+		ta, err := p.action(ctx, key)
+		if err != nil {
+			// Gone (deleted, or collected after delivery): nothing left to deliver.
+			p.queue.Forget(key)
+			p.queue.Done(key)
+			continue
+		}
+		evs, end, more := p.undelivered(ta)
+		if len(evs) == 0 {
+			p.done(key, ta)
+			continue
+		}
+		work = append(work, pending{key: key, action: ta, events: evs, end: end, more: more})
+	}
+	// One Record per batch of up to maxBatch events; an action's events stay together
+	// and in order.
+	for len(work) > 0 {
+		var batch []*eventsv1.ActionEvent
+		n := 0
+		for n < len(work) && (n == 0 || len(batch)+len(work[n].events) <= maxBatch) {
+			batch = append(batch, work[n].events...)
+			n++
+		}
+		part := work[:n]
+		work = work[n:]
+		_, err := p.client.Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: batch}))
+		for _, w := range part {
+			if err != nil {
+				p.queue.AddRateLimited(w.key)
+				p.queue.Done(w.key)
+				continue
+			}
+			p.mu.Lock()
+			p.delivered[w.key] = delivery{uid: w.action.UID, mark: w.end}
+			p.mu.Unlock()
+			if w.more {
+				p.queue.Forget(w.key)
+				p.queue.Done(w.key)
+				p.queue.Add(w.key)
+				continue
+			}
+			p.done(w.key, w.action)
+		}
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("events service unavailable; will retry", "error", err, "actions", len(part), "events", len(batch))
+		}
+	}
+}
+
+// action is the newest known state of an action: the reconciler's, else the cache's.
+func (p *Publisher) action(ctx context.Context, key types.NamespacedName) (*flytev1.TaskAction, error) {
+	p.mu.Lock()
+	ta, ok := p.latest[key]
+	delete(p.latest, key)
+	p.mu.Unlock()
+	if ok {
+		return ta, nil
+	}
+	var got flytev1.TaskAction
+	if err := p.reader.Get(ctx, key, &got); err != nil {
+		return nil, err
+	}
+	return &got, nil
+}
+
+// done finishes a key; a finished action goes back to the reconciler for its label.
+func (p *Publisher) done(key types.NamespacedName, ta *flytev1.TaskAction) {
+	p.queue.Forget(key)
+	p.queue.Done(key)
+	if ta.Status.Phase.IsTerminal() {
+		select {
+		case p.finished <- event.TypedGenericEvent[*flytev1.TaskAction]{Object: ta}:
+		default:
+			// The reconciler is far behind; it will find the action on its next resync.
+		}
+	}
+}
+
+// undelivered turns the history entries after the delivered mark into events, at most
+// maxBatch of them; more says whether others remain.
+func (p *Publisher) undelivered(ta *flytev1.TaskAction) (evs []*eventsv1.ActionEvent, end mark, more bool) {
+	done, known := p.deliveredMark(ta)
+	now := timestamppb.New(p.clock.Now())
+	for _, h := range ta.Status.PhaseHistory {
+		m := mark{h.Attempt, h.Version}
+		if known && !done.less(m) {
+			continue
+		}
+		if len(evs) == maxBatch {
+			return evs, end, true
+		}
+		evs = append(evs, p.toEvent(ta, h, now))
+		end = m
+	}
+	return evs, end, false
+}
+
+var phases = map[flytev1.Phase]flytecorev1.ActionPhase{
+	flytev1.PhaseQueued:              flytecorev1.ActionPhase_ACTION_PHASE_QUEUED,
+	flytev1.PhaseWaitingForResources: flytecorev1.ActionPhase_ACTION_PHASE_WAITING_FOR_RESOURCES,
+	flytev1.PhaseInitializing:        flytecorev1.ActionPhase_ACTION_PHASE_INITIALIZING,
+	flytev1.PhaseRunning:             flytecorev1.ActionPhase_ACTION_PHASE_RUNNING,
+	flytev1.PhaseSucceeded:           flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED,
+	flytev1.PhaseFailed:              flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
+	flytev1.PhaseAborted:             flytecorev1.ActionPhase_ACTION_PHASE_ABORTED,
+	flytev1.PhaseTimedOut:            flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT,
+}
+
+var cacheStatuses = map[flytev1.CacheStatus]flytecorev1.CacheStatus{
+	flytev1.CacheDisabled: flytecorev1.CacheStatus_CACHE_STATUS_DISABLED, flytev1.CacheMiss: flytecorev1.CacheStatus_CACHE_STATUS_MISS,
+	flytev1.CacheHit: flytecorev1.CacheStatus_CACHE_STATUS_HIT, flytev1.CachePopulated: flytecorev1.CacheStatus_CACHE_STATUS_POPULATED,
+	flytev1.CachePutFailure: flytecorev1.CacheStatus_CACHE_STATUS_PUT_FAILURE, flytev1.CacheSkipped: flytecorev1.CacheStatus_CACHE_STATUS_SKIPPED,
+}
+
+func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, reportedAt *timestamppb.Timestamp) *eventsv1.ActionEvent {
+	ev := &eventsv1.ActionEvent{
+		Id: &flytecorev1.ActionIdentifier{
+			Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName,
+		},
+		Attempt:     uint32(h.Attempt),
+		Phase:       phases[h.Phase],
+		Version:     uint32(h.Version),
+		OccurredAt:  timestamppb.New(h.OccurredAt.Time),
+		ReportedAt:  reportedAt,
+		Cluster:     p.cluster,
+		OutputsUri:  h.OutputsURI,
+		CacheStatus: cacheStatuses[h.CacheStatus],
+		Reason:      h.Reason,
+		Message:     h.Message,
+		TaskType:    ta.Spec.TaskType,
+	}
+	if e := h.Error; e != nil {
+		kind := flytecorev1.ExecutionError_KIND_USER
+		if e.Kind == flytev1.ErrorKindSystem {
+			kind = flytecorev1.ExecutionError_KIND_SYSTEM
+		}
+		ev.Error = &flytecorev1.ExecutionError{Code: e.Code, Kind: kind, Message: e.Message}
+	}
+	return ev
+}
+
+// NewClient returns an events service client for url. Plain http:// URLs speak HTTP/2
+// without TLS (h2c), as the services serve it.
+func NewClient(url string) eventsv1connect.EventsServiceClient {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	httpClient := &http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 30 * time.Second}
+	return eventsv1connect.NewEventsServiceClient(httpClient, url)
+}
