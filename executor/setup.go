@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	outputcache "github.com/flytekube/backend/executor/cache"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/eventsink"
@@ -30,6 +32,11 @@ import (
 	"github.com/flytekube/backend/executor/plugins/coreecho"
 	"github.com/flytekube/backend/executor/plugins/coresleep"
 )
+
+// reservationHeartbeat is how often a running serializable action extends its cache
+// reservation; the cache service caps it (10s by default) and expires a reservation
+// after a few missed beats.
+const reservationHeartbeat = 5 * time.Second
 
 // Hooks let tests observe and steer the executor; a binary leaves them empty.
 type Hooks struct {
@@ -124,8 +131,9 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	if err := reg.Initialize(ctx, setupContext{mgr, recorder}, cfg.DefaultForTaskTypes); err != nil {
 		return nil, err
 	}
+	store := datastore.New()
 	r := &controller.TaskActionReconciler{
-		Client: mgr.GetClient(), Registry: reg, DataStore: datastore.New(), Resources: plugin.NewTokenPools(nil),
+		Client: mgr.GetClient(), Registry: reg, DataStore: store, Resources: plugin.NewTokenPools(nil),
 		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe,
 		Options: controller.Options{
 			DefaultServiceAccount:   cfg.DefaultServiceAccount,
@@ -134,6 +142,9 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			SkipNameValidation:      hooks.SeveralInProcess,
 			Backoff:                 controller.Backoff{Base: cfg.RetryBackoff.Base.Duration, Cap: cfg.RetryBackoff.Cap.Duration, Rand: rand.Float64},
 		},
+	}
+	if cfg.CacheServiceURL != "" {
+		r.Cache = outputcache.New(outputcache.NewClient(cfg.CacheServiceURL), store, reservationHeartbeat, log.With("component", "cache"))
 	}
 	if cfg.EventsServiceURL != "" {
 		pub := eventsink.New(eventsink.NewClient(cfg.EventsServiceURL), mgr.GetClient(), cfg.Cluster, clk, log.With("component", "events"))

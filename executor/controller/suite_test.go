@@ -19,8 +19,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/cache"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/eventsink"
 	"github.com/flytekube/backend/executor/plugin"
@@ -55,12 +57,22 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	os.Exit(kubetest.Main(m, &env, kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme}, startEvents, startManager))
+	dir, err := os.MkdirTemp("", "flyte-data")
+	if err != nil {
+		panic(err)
+	}
+	dataDir = dir
+	code := kubetest.Main(m, &env, kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme}, startServices, startManager)
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
-// startEvents runs a real events service on a real Postgres for the package, on an
-// address that survives its restarts.
-func startEvents(*kubetest.Env) (func(), error) {
+// dataDir holds the actions' inputs and outputs (file:// URIs).
+var dataDir string
+
+// startServices runs real events and cache services on a real Postgres for the package;
+// the events service on an address that survives its restarts.
+func startServices(*kubetest.Env) (func(), error) {
 	pg, err := pgtest.Start()
 	if err != nil {
 		return nil, err
@@ -75,8 +87,25 @@ func startEvents(*kubetest.Env) (func(), error) {
 	if err := eventsSvc.start(); err != nil {
 		return nil, err
 	}
-	return func() { eventsSvc.stop(); _ = pg.Stop() }, nil
+	ctx, stopCache := context.WithCancel(context.Background())
+	started := make(chan app.Addrs, 1)
+	cacheDone := make(chan error, 1)
+	go func() {
+		cacheDone <- cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL, MaxHeartbeat: time.Second},
+			slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
+	}()
+	select {
+	case a := <-started:
+		cacheURL = "http://" + a.RPC.String()
+	case err := <-cacheDone:
+		stopCache()
+		return nil, err
+	}
+	return func() { stopCache(); <-cacheDone; eventsSvc.stop(); _ = pg.Stop() }, nil
 }
+
+// cacheURL is where the cache service listens.
+var cacheURL string
 
 // eventsService is the events service, stoppable and restartable on the same address.
 type eventsService struct {
@@ -129,7 +158,7 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 	reg := plugin.NewRegistry(log)
 	for _, e := range []plugin.Entry{coresleep.Entry(), coreecho.Entry(), testPlugin("test-flaky", false), testPlugin("test-system", false),
-		testPlugin("test-error", false), testPlugin("test-finalizer", true)} {
+		testPlugin("test-error", false), testPlugin("test-finalizer", true), testPlugin("test-echo", false)} {
 		if err := reg.Register(e); err != nil {
 			return nil, err
 		}
@@ -141,9 +170,11 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	if err := mgr.Add(pub); err != nil {
 		return nil, err
 	}
+	store := datastore.New()
 	r := &controller.TaskActionReconciler{
 		Events: pub,
-		Client: mgr.GetClient(), Registry: reg, DataStore: datastore.New(), Resources: plugin.NewTokenPools(nil),
+		Cache:  cache.New(cache.NewClient(cacheURL), store, 200*time.Millisecond, log),
+		Client: mgr.GetClient(), Registry: reg, DataStore: store, Resources: plugin.NewTokenPools(nil),
 		Recorder: mgr.GetEventRecorderFor("flyte-executor"), Clock: clock.RealClock{}, Log: log,
 		Options: controller.Options{
 			MaxSystemFailures: maxSystemFailures, MaxConcurrentReconciles: 4,
@@ -197,7 +228,9 @@ func (c *callLog) get(action string) []string {
 //   - test-flaky fails (user error) attempts up to config.failAttempts, then succeeds;
 //   - test-system fails every attempt with a system error;
 //   - test-error returns an error from every Handle;
-//   - test-finalizer runs until aborted, and needs a finalizer.
+//   - test-finalizer runs until aborted, and needs a finalizer;
+//   - test-echo runs for config.runFor (default: no time), then copies its inputs to its
+//     outputs, like core-echo.
 type testPluginImpl struct {
 	id        string
 	finalizer bool
@@ -229,6 +262,24 @@ func (p testPluginImpl) Handle(_ context.Context, tCtx plugin.TaskExecutionConte
 		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("NodeLost", "the node went away")), nil
 	case "test-error":
 		return plugin.Transition{}, errors.New("the plugin's API call failed")
+	case "test-echo":
+		runFor, _ := time.ParseDuration(md.Action().Spec.Config["runFor"])
+		var started time.Time
+		if _, err := tCtx.PluginStateReader().Get(&started); err != nil {
+			return plugin.Transition{}, err
+		}
+		if started.IsZero() {
+			started = md.Now()
+			if err := tCtx.PluginStateWriter().Put(1, started); err != nil {
+				return plugin.Transition{}, err
+			}
+		}
+		if left := started.Add(runFor).Sub(md.Now()); left > 0 {
+			info := plugin.PhaseInfoRunning(0, "")
+			info.RequeueAfter = left
+			return plugin.DoTransition(info), nil
+		}
+		return coreecho.Plugin{}.Handle(context.Background(), tCtx)
 	default:
 		return plugin.DoTransition(plugin.PhaseInfoRunning(0, "")), nil
 	}

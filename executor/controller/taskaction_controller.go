@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/cache"
 	"github.com/flytekube/backend/executor/plugin"
 )
 
@@ -75,7 +76,9 @@ type TaskActionReconciler struct {
 	Clock     clock.PassiveClock
 	Log       *slog.Logger
 	Events    EventSink
-	Options   Options
+	// Cache memoizes outputs of cacheable actions; nil turns caching off.
+	Cache   *cache.Cache
+	Options Options
 	// Observe, when set, is called at the start of every reconcile; tests count them.
 	Observe func(ctrl.Request)
 }
@@ -206,6 +209,10 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 	attempt := ta.Status.Attempts
 	tCtx := s.executionContext(attempt)
 
+	if done, result := s.consultCache(ctx, p, tCtx); done {
+		return result, nil
+	}
+
 	if timeout := ta.Spec.Timeout; timeout != nil {
 		started := s.attemptStart(attempt)
 		if left := started.Add(timeout.Duration).Sub(s.now.Time); left <= 0 {
@@ -246,6 +253,9 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 		}
 		ta.Status.OutputsURI = info.OutputsURI
 		ta.Status.Error = nil
+		if s.r.Cache != nil && (ta.Status.CacheStatus == flytev1.CacheMiss || ta.Status.CacheStatus == flytev1.CacheSkipped) {
+			ta.Status.CacheStatus = s.r.Cache.Store(ctx, ta, info.OutputsURI)
+		}
 		s.terminate(flytev1.PhaseSucceeded, flytev1.ReasonSucceeded, nil)
 		return ctrl.Result{}, nil
 	case plugin.PhaseRetryableFailure:
@@ -261,6 +271,40 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 		return s.systemFailure(ctx, p, tCtx, "UndefinedPhase", fmt.Sprintf("plugin %s returned phase %s", p.GetID(), info.Phase), false)
 	}
 	return result, nil
+}
+
+// consultCache looks a cacheable action up before its first run: a hit finishes it
+// without running anything; a reservation held by an identical action makes it wait.
+// It reports whether the pass is over.
+func (s *scope) consultCache(ctx context.Context, p plugin.Plugin, tCtx plugin.TaskExecutionContext) (bool, ctrl.Result) {
+	ta := s.ta
+	switch {
+	case !cache.Enabled(ta) || p.GetProperties().DisableNodeLevelCaching:
+		ta.Status.CacheStatus = flytev1.CacheDisabled
+		return false, ctrl.Result{}
+	case s.r.Cache == nil:
+		ta.Status.CacheStatus = flytev1.CacheSkipped
+		return false, ctrl.Result{}
+	case ta.Status.CacheStatus != "":
+		if ta.Status.CacheStatus == flytev1.CacheMiss {
+			s.r.Cache.Resume(ctx, ta)
+		}
+		return false, ctrl.Result{}
+	}
+	d := s.r.Cache.Lookup(ctx, ta, tCtx.OutputWriter().OutputsURI())
+	switch {
+	case d.Hit:
+		ta.Status.CacheStatus = flytev1.CacheHit
+		ta.Status.OutputsURI = d.OutputsURI
+		s.terminate(flytev1.PhaseSucceeded, flytev1.ReasonCacheHit, nil)
+		return true, ctrl.Result{}
+	case d.Wait > 0:
+		s.setPhase(flytev1.PhaseWaitingForResources, flytev1.ReasonWaitingForCache,
+			"an identical action is computing the same outputs: "+d.Holder)
+		return true, ctrl.Result{RequeueAfter: d.Wait}
+	}
+	ta.Status.CacheStatus = d.Status
+	return false, ctrl.Result{}
 }
 
 // userFailure retries a failed attempt as a new one while the action's retries last.
@@ -348,6 +392,9 @@ func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
 }
 
 func (s *scope) terminate(phase flytev1.Phase, reason string, execErr *flytev1.ExecutionError) {
+	if phase != flytev1.PhaseSucceeded && s.r.Cache != nil && cache.Enabled(s.ta) {
+		s.r.Cache.Release(context.Background(), s.ta)
+	}
 	s.ta.Status.Error = execErr
 	s.ta.Status.NextAttemptAt = nil
 	message := ""
@@ -384,7 +431,12 @@ func (s *scope) markTerminal(ctx context.Context) error {
 		(mark == "" || ta.Annotations[flytev1.AnnotationEventsDelivered] == mark) {
 		return nil
 	}
-	patch := client.MergeFromWithOptions(ta.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	// Labels and annotations merge safely with whatever else changed; only dropping a
+	// finalizer (the list is replaced as a whole) needs the optimistic lock.
+	var patch client.Patch = client.MergeFrom(ta.DeepCopy())
+	if controllerutil.ContainsFinalizer(ta, Finalizer) {
+		patch = client.MergeFromWithOptions(ta.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	}
 	if ta.Labels == nil {
 		ta.Labels = map[string]string{}
 	}

@@ -1,0 +1,285 @@
+// Package cache is the executor's side of task output memoization: it computes an
+// action's cache key, looks the key up before running, takes a reservation so that an
+// identical action running at the same time waits instead of repeating the work,
+// heartbeats the reservation on its own timer, and stores the outputs on success.
+//
+// The cache is an optimization, never a dependency: every error of the cache service
+// counts as a miss (or a failed put), and the action runs as if it were not cacheable.
+package cache
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"k8s.io/apimachinery/pkg/types"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/plugin"
+	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
+	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+)
+
+// NewClient returns a cache service client for url (h2c for plain http:// URLs).
+func NewClient(url string) cachev1connect.CacheServiceClient {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	return cachev1connect.NewCacheServiceClient(&http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 10 * time.Second}, url)
+}
+
+// Cache talks to the cache service for the reconciler.
+type Cache struct {
+	client    cachev1connect.CacheServiceClient
+	store     plugin.DataStore
+	heartbeat time.Duration
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	holding map[types.UID]context.CancelFunc // reservations being heartbeated
+}
+
+// New creates a cache; heartbeat is the interval asked for reservations.
+func New(c cachev1connect.CacheServiceClient, store plugin.DataStore, heartbeat time.Duration, log *slog.Logger) *Cache {
+	return &Cache{client: c, store: store, heartbeat: heartbeat, log: log, holding: make(map[types.UID]context.CancelFunc)}
+}
+
+// Enabled reports whether an action is cacheable.
+func Enabled(ta *flytev1.TaskAction) bool { return ta.Spec.Cache != nil && ta.Spec.Cache.Enabled }
+
+// Signature hashes the task's definition: what runs and how. A change of image,
+// command, arguments, environment or plugin configuration changes the signature, so a
+// changed task never serves outputs computed by its old self.
+func Signature(spec *flytev1.TaskActionSpec) string {
+	def := struct {
+		TaskType  string                 `json:"taskType"`
+		Container *flytev1.ContainerSpec `json:"container,omitempty"`
+		Config    map[string]string      `json:"config,omitempty"` // encoding/json sorts map keys
+		EnvVars   map[string]string      `json:"envVars,omitempty"`
+	}{spec.TaskType, spec.Container, spec.Config, spec.EnvVars}
+	b, _ := json.Marshal(def) // plain data always encodes
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// InputsHash hashes the inputs document minus the inputs the task ignores for caching.
+// Objects are hashed in a canonical form (sorted keys), so equal inputs hash alike
+// however they were written.
+func InputsHash(inputs []byte, ignored []string) (string, error) {
+	var doc map[string]json.RawMessage
+	if len(inputs) == 0 {
+		doc = map[string]json.RawMessage{}
+	} else if err := json.Unmarshal(inputs, &doc); err != nil {
+		return "", fmt.Errorf("cache: inputs are not a JSON object: %w", err)
+	}
+	for _, k := range ignored {
+		delete(doc, k)
+	}
+	keys := make([]string, 0, len(doc))
+	for k := range doc {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		var v any
+		if err := json.Unmarshal(doc[k], &v); err != nil {
+			return "", err
+		}
+		canon, _ := json.Marshal(v) // re-encoding sorts nested keys too
+		fmt.Fprintf(h, "%q=%s;", k, canon)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Key computes an action's cache key.
+func (c *Cache) Key(ctx context.Context, ta *flytev1.TaskAction) (*cachev1.CacheKey, error) {
+	var inputs []byte
+	if ta.Spec.InputURI != "" {
+		var err error
+		if inputs, err = c.store.Read(ctx, ta.Spec.InputURI); err != nil {
+			return nil, fmt.Errorf("cache: reading inputs: %w", err)
+		}
+	}
+	hash, err := InputsHash(inputs, ta.Spec.Cache.IgnoredInputs)
+	if err != nil {
+		return nil, err
+	}
+	return &cachev1.CacheKey{
+		Project: ta.Spec.Project, Domain: ta.Spec.Domain, TaskName: ta.Spec.TaskName,
+		CacheVersion: ta.Spec.Cache.Version, Signature: Signature(&ta.Spec), InputsHash: hash,
+	}, nil
+}
+
+// Decision is what Lookup found.
+type Decision struct {
+	// Hit: the outputs are at OutputsURI (copied to the action's own outputs location).
+	Hit        bool
+	OutputsURI string
+	// Wait: another owner holds the reservation; look again after Wait.
+	Wait   time.Duration
+	Holder string
+	// Status is the cache status to report when the action runs (Miss, or Skipped when
+	// the cache could not be consulted).
+	Status flytev1.CacheStatus
+}
+
+func owner(ta *flytev1.TaskAction) string { return ta.Namespace + "/" + ta.Name + "/" + string(ta.UID) }
+
+// Lookup consults the cache before an action runs. On a hit the cached outputs are
+// copied to outputsURI. For a serializable action it then takes the reservation,
+// heartbeating it until Release, or reports whom to wait for.
+func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) Decision {
+	key, err := c.Key(ctx, ta)
+	if err != nil {
+		c.log.Warn("cache key unavailable; running without the cache", "action", ta.Name, "error", err)
+		return Decision{Status: flytev1.CacheSkipped}
+	}
+	got, err := c.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: key}))
+	switch {
+	case err == nil:
+		if err := c.copyOutputs(ctx, got.Msg.GetOutput().GetOutputUri(), outputsURI); err == nil {
+			return Decision{Hit: true, OutputsURI: outputsURI}
+		} else {
+			c.log.Warn("cached outputs unreadable; treating as a miss", "action", ta.Name, "error", err)
+		}
+	case connect.CodeOf(err) != connect.CodeNotFound:
+		c.log.Warn("cache service unavailable; treating as a miss", "action", ta.Name, "error", err)
+		return Decision{Status: flytev1.CacheSkipped}
+	}
+	if !ta.Spec.Cache.Serializable {
+		return Decision{Status: flytev1.CacheMiss}
+	}
+	res, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
+		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat),
+	}))
+	if err != nil {
+		c.log.Warn("reservation unavailable; running without it", "action", ta.Name, "error", err)
+		return Decision{Status: flytev1.CacheMiss}
+	}
+	granted := res.Msg.GetReservation().GetHeartbeatInterval().AsDuration()
+	if !res.Msg.GetAcquired() {
+		return Decision{Wait: granted, Holder: res.Msg.GetReservation().GetOwnerId(), Status: flytev1.CacheMiss}
+	}
+	c.keepAlive(ta, key, granted)
+	return Decision{Status: flytev1.CacheMiss}
+}
+
+// keepAlive heartbeats a held reservation on its own timer, independent of how often
+// the action is reconciled.
+func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.holding[ta.UID]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.holding[ta.UID] = cancel
+	id, name := owner(ta), ta.Name // the goroutine must not read ta, which the reconciler changes
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
+					Key: key, OwnerId: id, HeartbeatInterval: durationpb.New(c.heartbeat),
+				}))
+				if err != nil && ctx.Err() == nil {
+					c.log.Warn("reservation heartbeat failed", "action", name, "error", err)
+				}
+			}
+		}
+	}()
+}
+
+func (c *Cache) copyOutputs(ctx context.Context, from, to string) error {
+	if from == "" {
+		return errors.New("the entry has no outputs")
+	}
+	data, err := c.store.Read(ctx, from)
+	if err != nil {
+		return err
+	}
+	return c.store.Write(ctx, to, data)
+}
+
+// Store puts a succeeded action's outputs in the cache and releases its reservation;
+// it returns the cache status to report.
+func (c *Cache) Store(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) flytev1.CacheStatus {
+	defer c.Release(ctx, ta)
+	key, err := c.Key(ctx, ta)
+	if err != nil || outputsURI == "" {
+		return flytev1.CachePutFailure
+	}
+	_, err = c.client.Put(ctx, connect.NewRequest(&cachev1.PutRequest{
+		Key: key, OutputUri: outputsURI, SourceAttempt: uint32(max(ta.Status.Attempts, 1)),
+		SourceAction: &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},
+		// A newer run of the same key replaces an entry whose outputs may be gone.
+		Overwrite: true,
+	}))
+	if err != nil {
+		c.log.Warn("storing outputs in the cache failed", "action", ta.Name, "error", err)
+		return flytev1.CachePutFailure
+	}
+	return flytev1.CachePopulated
+}
+
+// Resume makes sure a running serializable action's reservation is heartbeated, as
+// after an executor restart: otherwise it would expire and an identical action could
+// take it over and run the same work again.
+func (c *Cache) Resume(ctx context.Context, ta *flytev1.TaskAction) {
+	c.mu.Lock()
+	_, ok := c.holding[ta.UID]
+	c.mu.Unlock()
+	if ok || !ta.Spec.Cache.Serializable {
+		return
+	}
+	key, err := c.Key(ctx, ta)
+	if err != nil {
+		return
+	}
+	res, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
+		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat),
+	}))
+	if err != nil || !res.Msg.GetAcquired() {
+		return // lost it; the action runs on regardless, as on any cache failure
+	}
+	c.keepAlive(ta, key, res.Msg.GetReservation().GetHeartbeatInterval().AsDuration())
+}
+
+// Release gives up the action's reservation. Only its owner's reservation is deleted,
+// so releasing one the action does not hold is harmless.
+func (c *Cache) Release(ctx context.Context, ta *flytev1.TaskAction) {
+	c.mu.Lock()
+	cancel, ok := c.holding[ta.UID]
+	delete(c.holding, ta.UID)
+	c.mu.Unlock()
+	if ok {
+		cancel()
+	}
+	if !ta.Spec.Cache.Serializable {
+		return
+	}
+	key, err := c.Key(ctx, ta)
+	if err != nil {
+		return
+	}
+	if _, err := c.client.ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: key, OwnerId: owner(ta)})); err != nil {
+		// It expires by itself after its heartbeats stop.
+		c.log.Warn("releasing the reservation failed", "action", ta.Name, "error", err)
+	}
+}
