@@ -1,0 +1,341 @@
+// Package bench measures the executor on no-op actions against a real API server (the
+// envtest control plane), with the events and cache services on, beside the ceiling
+// measured in the same run against the same API server: a plain client doing the
+// user's create plus one status write per action. It counts the executor's API writes
+// and reconciles per action, since on this kind of machine the API server's write rate
+// is what bounds throughput.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flytekube/backend/cacheservice"
+	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/executor"
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/internal/benchutil"
+	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/services/app"
+)
+
+// Options size the run.
+type Options struct {
+	Actions  int
+	Creators int
+}
+
+// writeCounter counts the executor's API write requests by resource.
+type writeCounter struct {
+	rt          http.RoundTripper
+	taskActions atomic.Int64
+	events      atomic.Int64
+	other       atomic.Int64
+}
+
+func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet {
+		switch {
+		case strings.Contains(r.URL.Path, "/taskactions"):
+			w.taskActions.Add(1)
+		case strings.Contains(r.URL.Path, "/events"):
+			w.events.Add(1)
+		default:
+			w.other.Add(1)
+		}
+	}
+	return w.rt.RoundTrip(r)
+}
+
+// Result is one scenario's figures.
+type Result struct {
+	Scenario                      string
+	Ceiling, Executor             float64 // actions per second
+	P50, P99                      time.Duration
+	TaskActionWrites, EventWrites float64 // per action
+	Reconciles                    float64 // per action
+}
+
+func action(ns, name, taskType string) *flytev1.TaskAction {
+	return &flytev1.TaskAction{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: flytev1.TaskActionSpec{Project: "bench", Domain: "development", RunName: "r-" + ns, ActionName: name,
+			TaskName: "bench." + taskType, TaskType: taskType, RunOutputBase: "mem://bench/" + ns},
+	}
+}
+
+func namespace(ctx context.Context, c client.Client, name string) error {
+	return c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+// Run performs every measurement and writes a Markdown report to w.
+func Run(ctx context.Context, o Options, w, progress io.Writer) error {
+	log := slog.New(slog.DiscardHandler)
+	crds, err := repo.Path("deploy", "crd")
+	if err != nil {
+		return err
+	}
+	scheme, err := executor.Scheme()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(progress, "starting the control plane, Postgres and the services")
+	env, err := kubetest.Start(kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	pg, err := pgtest.Start()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pg.Stop() }()
+	eventsURL, stopEvents, err := serve(ctx, func(ctx context.Context, started func(app.Addrs)) error {
+		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL}, log, started)
+	})
+	if err != nil {
+		return err
+	}
+	defer stopEvents()
+	cacheURL, stopCache, err := serve(ctx, func(ctx context.Context, started func(app.Addrs)) error {
+		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL}, log, started)
+	})
+	if err != nil {
+		return err
+	}
+	defer stopCache()
+	dataDir, err := os.MkdirTemp("", "executor-bench")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dataDir) }()
+
+	// A first run warms the API server and etcd up, so that the first scenario's ceiling
+	// is not measured cold.
+	fmt.Fprintln(progress, "warming up")
+	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }); err != nil {
+		return err
+	}
+
+	var results []Result
+	for _, sc := range []struct {
+		name, taskType string
+		prepare        func(ta *flytev1.TaskAction, i int) error
+	}{
+		{"core-sleep 0s", "core-sleep", func(ta *flytev1.TaskAction, _ int) error {
+			ta.Spec.Config = map[string]string{"duration": "0s"}
+			return nil
+		}},
+		{"core-echo, cached (each a miss and a put)", "core-echo", func(ta *flytev1.TaskAction, i int) error {
+			path := filepath.Join(dataDir, ta.Namespace, ta.Name+".json")
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return err
+			}
+			ta.Spec.InputURI = "file://" + path
+			ta.Spec.Cache = &flytev1.CacheSpec{Enabled: true, Version: "1"}
+			return os.WriteFile(path, []byte(fmt.Sprintf(`{"i": %d}`, i)), 0o644)
+		}},
+	} {
+		fmt.Fprintf(progress, "%s: ceiling\n", sc.name)
+		ceiling, err := runCeiling(ctx, env, o, sc.taskType, sc.prepare)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(progress, "%s: executor\n", sc.name)
+		r, err := runExecutor(ctx, env, o, sc.taskType, sc.prepare, eventsURL, cacheURL)
+		if err != nil {
+			return err
+		}
+		r.Scenario, r.Ceiling = sc.name, ceiling
+		results = append(results, r)
+	}
+
+	fmt.Fprintf(w, "### No-op actions: %d per scenario, created by %d concurrent clients\n\n", o.Actions, o.Creators)
+	fmt.Fprintln(w, "| scenario | ceiling: create + 1 status write (actions/s) | executor (actions/s) | executor / ceiling | p50 | p99 | TaskAction writes / action | Event writes / action | reconciles / action |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range results {
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f%% | %s | %s | %.2f | %.2f | %.2f |\n", r.Scenario, r.Ceiling, r.Executor,
+			100*r.Executor/r.Ceiling, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.TaskActionWrites, r.EventWrites, r.Reconciles)
+	}
+	return nil
+}
+
+func serve(ctx context.Context, run func(context.Context, func(app.Addrs)) error) (string, func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	started := make(chan app.Addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, func(a app.Addrs) { started <- a }) }()
+	select {
+	case a := <-started:
+		return "http://" + a.RPC.String(), func() { cancel(); <-done }, nil
+	case err := <-done:
+		cancel()
+		return "", nil, err
+	}
+}
+
+// create makes o.Actions actions from o.Creators clients and reports when each call
+// started.
+func create(ctx context.Context, c client.Client, o Options, ns, taskType string, prepare func(*flytev1.TaskAction, int) error, after func(*flytev1.TaskAction) error) (map[string]time.Time, error) {
+	var (
+		mu      sync.Mutex
+		started = make(map[string]time.Time, o.Actions)
+		next    atomic.Int64
+		first   error
+		wg      sync.WaitGroup
+	)
+	for range o.Creators {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= o.Actions {
+					return
+				}
+				ta := action(ns, fmt.Sprintf("a%05d", i), taskType)
+				err := prepare(ta, i)
+				t := time.Now()
+				if err == nil {
+					err = c.Create(ctx, ta)
+				}
+				if err == nil && after != nil {
+					err = after(ta)
+				}
+				mu.Lock()
+				started[ta.Name] = t
+				if err != nil && first == nil {
+					first = err
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return started, first
+}
+
+func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error) (float64, error) {
+	ns := fmt.Sprintf("ceiling-%d", time.Now().UnixNano()%1e6)
+	if err := namespace(ctx, env.Client, ns); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	_, err := create(ctx, env.Client, o, ns, taskType, prepare, func(ta *flytev1.TaskAction) error {
+		now := metav1.Now()
+		ta.Status = flytev1.TaskActionStatus{Phase: flytev1.PhaseSucceeded, Attempts: 1, CompletedAt: &now,
+			PhaseHistory: []flytev1.PhaseTransition{{Phase: flytev1.PhaseSucceeded, Attempt: 1, OccurredAt: metav1.NewMicroTime(now.Time)}}}
+		return env.Client.Status().Update(ctx, ta)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ceiling: %w", err)
+	}
+	return float64(o.Actions) / time.Since(start).Seconds(), nil
+}
+
+func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error, eventsURL, cacheURL string) (Result, error) {
+	ns := fmt.Sprintf("executor-%d", time.Now().UnixNano()%1e6)
+	if err := namespace(ctx, env.Client, ns); err != nil {
+		return Result{}, err
+	}
+	cfg := config.Default()
+	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
+	cfg.EventsServiceURL, cfg.CacheServiceURL = eventsURL, cacheURL
+	cfg.GC.Interval = metav1.Duration{}
+	counter := &writeCounter{}
+	restConfig := rest.CopyConfig(env.Config)
+	restConfig.QPS, restConfig.Burst = 1000, 2000 // the API server, not the client, should be the limit
+	restConfig.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.rt = rt; return counter }
+	var reconciles atomic.Int64
+	mctx, stop := context.WithCancel(ctx)
+	defer stop()
+	mgr, err := executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
+		Namespaces: []string{ns}, SeveralInProcess: true, Observe: func(ctrl.Request) { reconciles.Add(1) },
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	defer func() { stop(); <-done }()
+	if !mgr.GetCache().WaitForCacheSync(mctx) {
+		return Result{}, fmt.Errorf("executor cache did not sync")
+	}
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		return Result{}, err
+	}
+	watcher, err := wc.Watch(ctx, &flytev1.TaskActionList{}, client.InNamespace(ns), client.MatchingLabels{controller.LabelTerminal: "true"})
+	if err != nil {
+		return Result{}, err
+	}
+	defer watcher.Stop()
+	baseTA, baseEvents := counter.taskActions.Load(), counter.events.Load()
+
+	start := time.Now()
+	var started map[string]time.Time
+	created := make(chan error, 1)
+	go func() {
+		var err error
+		started, err = create(ctx, env.Client, o, ns, taskType, prepare, nil)
+		created <- err
+	}()
+	finished := make(map[string]time.Time, o.Actions)
+	timeout := time.After(10 * time.Minute)
+	for len(finished) < o.Actions {
+		select {
+		case ev, ok := <-watcher.ResultChan():
+			if !ok {
+				return Result{}, fmt.Errorf("watch ended")
+			}
+			if ta, isTA := ev.Object.(*flytev1.TaskAction); isTA && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+				if ta.Status.Phase != flytev1.PhaseSucceeded {
+					return Result{}, fmt.Errorf("%s ended %s: %+v", ta.Name, ta.Status.Phase, ta.Status.Error)
+				}
+				if _, seen := finished[ta.Name]; !seen {
+					finished[ta.Name] = time.Now()
+				}
+			}
+		case <-timeout:
+			return Result{}, fmt.Errorf("only %d of %d actions finished", len(finished), o.Actions)
+		}
+	}
+	elapsed := time.Since(start)
+	if err := <-created; err != nil {
+		return Result{}, err
+	}
+	var lat []time.Duration
+	for name, t := range finished {
+		lat = append(lat, t.Sub(started[name]))
+	}
+	n := float64(o.Actions)
+	return Result{
+		Executor:         n / elapsed.Seconds(),
+		P50:              benchutil.Percentile(lat, 0.5),
+		P99:              benchutil.Percentile(lat, 0.99),
+		TaskActionWrites: float64(counter.taskActions.Load()-baseTA) / n,
+		EventWrites:      float64(counter.events.Load()-baseEvents) / n,
+		Reconciles:       float64(reconciles.Load()) / n,
+	}, nil
+}
