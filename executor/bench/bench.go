@@ -43,6 +43,8 @@ import (
 type Options struct {
 	Actions  int
 	Creators int
+	// Workers is the executor's maxConcurrentReconciles; its configured default when 0.
+	Workers int
 }
 
 // writeCounter counts the executor's API write requests by resource.
@@ -263,6 +265,9 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
 	cfg.EventsServiceURL, cfg.CacheServiceURL = eventsURL, cacheURL
 	cfg.GC.Interval = metav1.Duration{}
+	if o.Workers > 0 {
+		cfg.MaxConcurrentReconciles = o.Workers
+	}
 	counter := &writeCounter{}
 	restConfig := rest.CopyConfig(env.Config)
 	restConfig.QPS, restConfig.Burst = 1000, 2000 // the API server, not the client, should be the limit
@@ -286,11 +291,16 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	if err != nil {
 		return Result{}, err
 	}
-	watcher, err := wc.Watch(ctx, &flytev1.TaskActionList{}, client.InNamespace(ns), client.MatchingLabels{controller.LabelTerminal: "true"})
+	// A watch without a resource version starts with every matching object, so
+	// re-opening it after the server closes it loses nothing.
+	openWatch := func() (watch.Interface, error) {
+		return wc.Watch(ctx, &flytev1.TaskActionList{}, client.InNamespace(ns), client.MatchingLabels{controller.LabelTerminal: "true"})
+	}
+	watcher, err := openWatch()
 	if err != nil {
 		return Result{}, err
 	}
-	defer watcher.Stop()
+	defer func() { watcher.Stop() }()
 	baseTA, baseEvents := counter.taskActions.Load(), counter.events.Load()
 
 	start := time.Now()
@@ -307,7 +317,10 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 		select {
 		case ev, ok := <-watcher.ResultChan():
 			if !ok {
-				return Result{}, fmt.Errorf("watch ended")
+				if watcher, err = openWatch(); err != nil {
+					return Result{}, err
+				}
+				continue
 			}
 			if ta, isTA := ev.Object.(*flytev1.TaskAction); isTA && (ev.Type == watch.Added || ev.Type == watch.Modified) {
 				if ta.Status.Phase != flytev1.PhaseSucceeded {

@@ -71,7 +71,8 @@ type Config struct {
 	// the task's own) an action survives before it fails permanently. Default 3.
 	MaxSystemFailures int `json:"maxSystemFailures"`
 
-	// MaxConcurrentReconciles bounds how many actions are reconciled at once. Default 8.
+	// MaxConcurrentReconciles bounds how many actions are reconciled at once. Default 32:
+	// reconciles mostly wait on the API server and the services, so workers overlap.
 	MaxConcurrentReconciles int `json:"maxConcurrentReconciles"`
 
 	// RetryBackoff spaces out the attempts of a failing action.
@@ -117,7 +118,7 @@ func Default() Config {
 		EventsServiceURL:        "http://localhost:8090",
 		CacheServiceURL:         "http://localhost:8094",
 		MaxSystemFailures:       3,
-		MaxConcurrentReconciles: 8,
+		MaxConcurrentReconciles: 32,
 		RetryBackoff: RetryBackoff{
 			Base: metav1.Duration{Duration: time.Second},
 			Cap:  metav1.Duration{Duration: 5 * time.Minute},

@@ -57,7 +57,7 @@ cacheServiceURL: ""
 cluster: prod-eu-1
 defaultServiceAccount: flyte-tasks
 maxSystemFailures: 0
-maxConcurrentReconciles: 32
+maxConcurrentReconciles: 48
 retryBackoff:
   base: 500ms
   cap: 2m
@@ -87,7 +87,7 @@ defaultForTaskTypes:
 		Cluster:                 "prod-eu-1",
 		DefaultServiceAccount:   "flyte-tasks",
 		MaxSystemFailures:       0,
-		MaxConcurrentReconciles: 32,
+		MaxConcurrentReconciles: 48,
 		RetryBackoff:            config.RetryBackoff{Base: duration(500 * time.Millisecond), Cap: duration(2 * time.Minute)},
 		GC:                      config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour)},
 		DefaultForTaskTypes:     map[string]string{"python-task": "container", "sql": "sqlite"},

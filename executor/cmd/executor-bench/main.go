@@ -16,6 +16,7 @@ func main() {
 	var o bench.Options
 	flag.IntVar(&o.Actions, "actions", 1000, "actions per scenario")
 	flag.IntVar(&o.Creators, "creators", 8, "concurrent clients creating them")
+	flag.IntVar(&o.Workers, "workers", 0, "the executor's maxConcurrentReconciles (default: its configured default)")
 	flag.Parse()
 	if err := bench.Run(context.Background(), o, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "executor-bench:", err)
