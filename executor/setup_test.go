@@ -17,6 +17,7 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/repo"
 )
@@ -49,11 +50,18 @@ func testConfig() config.Config {
 // are counted in count.
 func run(t *testing.T, cfg config.Config, namespace string, count *atomic.Int64) context.CancelFunc {
 	t.Helper()
+	return runWith(t, cfg, namespace, count)
+}
+
+// runWith is run with extra plugins.
+func runWith(t *testing.T, cfg config.Config, namespace string, count *atomic.Int64, plugins ...plugin.Entry) context.CancelFunc {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := executor.Setup(ctx, cfg, env.Config, slog.New(slog.DiscardHandler), executor.Hooks{
 		Namespaces:       []string{namespace},
 		SeveralInProcess: true,
 		Observe:          func(ctrl.Request) { count.Add(1) },
+		Plugins:          plugins,
 	})
 	if err != nil {
 		t.Fatal(err)

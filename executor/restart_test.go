@@ -1,0 +1,160 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flytekube/backend/events"
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/eventsink"
+	"github.com/flytekube/backend/executor/plugin"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/app"
+)
+
+// starts counts, per action and attempt, how often test-work began its work.
+var starts sync.Map
+
+// workPlugin works for config.workFor, remembering when it began in its plugin state, so
+// that a restarted executor continues the work instead of beginning it again.
+type workPlugin struct{}
+
+func (workPlugin) GetID() string                    { return "test-work" }
+func (workPlugin) GetProperties() plugin.Properties { return plugin.Properties{} }
+func (workPlugin) Abort(context.Context, plugin.TaskExecutionContext) error {
+	return nil
+}
+func (workPlugin) Finalize(context.Context, plugin.TaskExecutionContext) error { return nil }
+
+func (workPlugin) Handle(_ context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
+	md := tCtx.Metadata()
+	var began time.Time
+	if _, err := tCtx.PluginStateReader().Get(&began); err != nil {
+		return plugin.Transition{}, err
+	}
+	if began.IsZero() {
+		v, _ := starts.LoadOrStore(fmt.Sprintf("%s/%d", md.Action().Name, md.Attempt()), new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+		began = md.Now()
+		if err := tCtx.PluginStateWriter().Put(1, began); err != nil {
+			return plugin.Transition{}, err
+		}
+	}
+	workFor, _ := time.ParseDuration(md.Action().Spec.Config["workFor"])
+	if left := began.Add(workFor).Sub(md.Now()); left > 0 {
+		info := plugin.PhaseInfoRunning(0, "Working")
+		info.RequeueAfter = left
+		return plugin.DoTransition(info), nil
+	}
+	return plugin.DoTransition(plugin.PhaseInfoSuccess("")), nil
+}
+
+func workEntry() plugin.Entry {
+	return plugin.Entry{ID: "test-work", RegisteredTaskTypes: []string{"test-work"},
+		LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return workPlugin{}, nil }}
+}
+
+// TestRestartMidRunLosesNothingAndRunsNothingTwice stops the executor while actions
+// work and starts another: every action finishes having begun its work once, and the
+// events service has every phase change exactly once.
+func TestRestartMidRunLosesNothingAndRunsNothingTwice(t *testing.T) {
+	pg, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	svc := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
+		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t)}, slog.New(slog.DiscardHandler), started)
+	})
+
+	ns := env.Namespace(t)
+	cfg := testConfig()
+	cfg.EventsServiceURL = svc.URL
+	var count atomic.Int64
+	stopFirst := runWith(t, cfg, ns, &count, workEntry())
+
+	const n = 5
+	var actions []*flytev1.TaskAction
+	for i := range n {
+		ta := &flytev1.TaskAction{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("work-%d", i), Namespace: ns},
+			Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "restart", ActionName: fmt.Sprintf("work-%d", i),
+				TaskName: "demo.work", TaskType: "test-work", RunOutputBase: "mem://out/restart", Config: map[string]string{"workFor": "2s"}},
+		}
+		if err := env.Client.Create(context.Background(), ta); err != nil {
+			t.Fatal(err)
+		}
+		actions = append(actions, ta)
+	}
+	for _, ta := range actions {
+		waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseRunning)
+	}
+	stopFirst()
+	runWith(t, cfg, ns, &count, workEntry())
+
+	eventsClient := eventsink.NewClient(svc.URL)
+	for _, ta := range actions {
+		got := waitDelivered(t, eventsClient, ta)
+		if v, ok := starts.Load(ta.Name + "/1"); !ok || v.(*atomic.Int64).Load() != 1 {
+			t.Fatalf("%s began its work %v times; want once", ta.Name, v)
+		}
+		if got.Status.Attempts != 1 {
+			t.Fatalf("%s needed %d attempts; want 1", ta.Name, got.Status.Attempts)
+		}
+	}
+}
+
+func waitPhase(t *testing.T, key client.ObjectKey, phase flytev1.Phase) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		var ta flytev1.TaskAction
+		if err := env.Client.Get(context.Background(), key, &ta); err == nil && ta.Status.Phase == phase {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s never reached %s", key, phase)
+}
+
+// waitDelivered waits until the action is finished and labeled, then checks that the
+// events service holds each of its history entries exactly once.
+func waitDelivered(t *testing.T, c interface {
+	ListActionEvents(context.Context, *connect.Request[eventsv1.ListActionEventsRequest]) (*connect.Response[eventsv1.ListActionEventsResponse], error)
+}, ta *flytev1.TaskAction) *flytev1.TaskAction {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	var got flytev1.TaskAction
+	for {
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got)
+		if err == nil && got.Status.Phase == flytev1.PhaseSucceeded && got.Annotations[flytev1.AnnotationEventsDelivered] != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never finished with its events delivered: %+v", ta.Name, got.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := c.ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{
+		Id: &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Msg.GetEvents()) != len(got.Status.PhaseHistory) {
+		t.Fatalf("%s: %d events stored; want its %d history entries, once each", ta.Name, len(resp.Msg.GetEvents()), len(got.Status.PhaseHistory))
+	}
+	return &got
+}
