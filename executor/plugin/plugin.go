@@ -63,3 +63,13 @@ type Entry struct {
 	// IsDefault makes the plugin run any task type no other plugin claims.
 	IsDefault bool
 }
+
+// CoreEntry registers an in-process plugin that needs nothing at load time, for the task
+// type named like its ID.
+func CoreEntry(p Plugin) Entry {
+	return Entry{
+		ID:                  p.GetID(),
+		RegisteredTaskTypes: []string{p.GetID()},
+		LoadPlugin:          func(context.Context, SetupContext) (Plugin, error) { return p, nil },
+	}
+}

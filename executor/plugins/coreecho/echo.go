@@ -15,13 +15,7 @@ import (
 const ID = "core-echo"
 
 // Entry registers the plugin.
-func Entry() plugin.Entry {
-	return plugin.Entry{
-		ID:                  ID,
-		RegisteredTaskTypes: []string{ID},
-		LoadPlugin:          func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return Plugin{}, nil },
-	}
-}
+func Entry() plugin.Entry { return plugin.CoreEntry(Plugin{}) }
 
 // Plugin echoes.
 type Plugin struct{}

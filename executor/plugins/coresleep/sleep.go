@@ -22,13 +22,7 @@ type state struct {
 }
 
 // Entry registers the plugin.
-func Entry() plugin.Entry {
-	return plugin.Entry{
-		ID:                  ID,
-		RegisteredTaskTypes: []string{ID},
-		LoadPlugin:          func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return Plugin{}, nil },
-	}
-}
+func Entry() plugin.Entry { return plugin.CoreEntry(Plugin{}) }
 
 // Plugin sleeps.
 type Plugin struct{}
