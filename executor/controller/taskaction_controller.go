@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +31,10 @@ import (
 	"github.com/flytekube/backend/executor/cache"
 	"github.com/flytekube/backend/executor/plugin"
 )
+
+// staleCacheWait is how long a reconcile that found the cache behind our own write waits
+// before looking again.
+const staleCacheWait = 50 * time.Millisecond
 
 const (
 	// Finalizer keeps a deleted action until its plugin has aborted and finalized.
@@ -81,6 +86,12 @@ type TaskActionReconciler struct {
 	Options Options
 	// Observe, when set, is called at the start of every reconcile; tests count them.
 	Observe func(ctrl.Request)
+
+	// written remembers, per action, how long the phase history was when this process
+	// last wrote it. The informer cache can lag behind our own writes; a reconcile that
+	// sees a shorter history would redo a step and fail on a conflict, so it waits for
+	// the cache instead (the "expectations" of Kubernetes' own controllers).
+	written sync.Map // types.UID -> int
 }
 
 // +kubebuilder:rbac:groups=flyte.org,resources=taskactions,verbs=get;list;watch;update;patch;delete
@@ -100,6 +111,12 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			r.Events.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if n, ok := r.written.Load(ta.UID); ok {
+		if len(ta.Status.PhaseHistory) < n.(int) {
+			return ctrl.Result{RequeueAfter: staleCacheWait}, nil
+		}
+		r.written.Delete(ta.UID)
 	}
 	log := r.Log.With("namespace", ta.Namespace, "taskAction", ta.Name, "project", ta.Spec.Project,
 		"domain", ta.Spec.Domain, "run", ta.Spec.RunName, "action", ta.Spec.ActionName)
@@ -140,6 +157,9 @@ func (s *scope) writeStatus(ctx context.Context) error {
 		// A conflict means someone wrote meanwhile; Handle is idempotent, so the next
 		// reconcile simply does this step again.
 		return fmt.Errorf("updating status: %w", err)
+	}
+	if n := len(s.ta.Status.PhaseHistory); n != len(s.before.PhaseHistory) {
+		s.r.written.Store(s.ta.UID, n)
 	}
 	if s.r.Events != nil && len(s.ta.Status.PhaseHistory) != len(s.before.PhaseHistory) {
 		s.r.Events.Enqueue(s.ta)
