@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -29,6 +31,8 @@ import (
 	"github.com/flytekube/backend/executor/eventsink"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/datastore"
+	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/executor/plugins/container"
 	"github.com/flytekube/backend/executor/plugins/coreecho"
 	"github.com/flytekube/backend/executor/plugins/coresleep"
 )
@@ -90,7 +94,10 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			metrics.CertDir, metrics.CertName, metrics.KeyName = cfg.MetricsCertPath, cfg.MetricsCertName, cfg.MetricsCertKey
 		}
 	}
-	cacheOpts := cache.Options{}
+	// The pod informer holds only the pods the executor manages, so its memory does not
+	// grow with the cluster.
+	managed := labels.SelectorFromSet(labels.Set{plugin.LabelManagedBy: plugin.ManagedByValue})
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: managed}}}
 	if len(hooks.Namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range hooks.Namespaces {
@@ -122,7 +129,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		clk = clock.RealClock{}
 	}
 	reg := plugin.NewRegistry(log)
-	for _, e := range append([]plugin.Entry{coresleep.Entry(), coreecho.Entry()}, hooks.Plugins...) {
+	for _, e := range append([]plugin.Entry{coresleep.Entry(), coreecho.Entry(), container.Entry(k8s.DefaultConfig())}, hooks.Plugins...) {
 		if err := reg.Register(e); err != nil {
 			return nil, err
 		}
@@ -173,5 +180,6 @@ type setupContext struct {
 }
 
 func (s setupContext) Client() client.Client               { return s.mgr.GetClient() }
+func (s setupContext) APIReader() client.Reader            { return s.mgr.GetAPIReader() }
 func (s setupContext) Cache() cache.Cache                  { return s.mgr.GetCache() }
 func (s setupContext) EventRecorder() record.EventRecorder { return s.recorder }

@@ -548,6 +548,19 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Events != nil {
 		b = b.WatchesRawSource(r.Events.Source())
 	}
+	// Objects that plugins create (pods, jobs) wake their owning action when they change.
+	watched := map[string]bool{}
+	for _, p := range r.Registry.Plugins() {
+		w, ok := p.(interface{ ResourceToWatch() client.Object })
+		if !ok || w.ResourceToWatch() == nil {
+			continue
+		}
+		obj := w.ResourceToWatch()
+		if key := fmt.Sprintf("%T", obj); !watched[key] {
+			watched[key] = true
+			b = b.Owns(obj)
+		}
+	}
 	return b.
 		For(&flytev1.TaskAction{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("taskaction").

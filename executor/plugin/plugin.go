@@ -46,6 +46,9 @@ type Properties struct {
 type SetupContext interface {
 	// Client reads and writes Kubernetes objects.
 	Client() client.Client
+	// APIReader reads straight from the API server, for the rare reads the informer
+	// cache cannot answer (an object created by a pass whose result was lost).
+	APIReader() client.Reader
 	// Cache is the manager's informer cache, for plugins that watch objects.
 	Cache() cache.Cache
 	// EventRecorder records Kubernetes events.

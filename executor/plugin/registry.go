@@ -129,3 +129,14 @@ func (r *Registry) Plugin(id string) (Plugin, bool) {
 	p, ok := r.byID[id]
 	return p, ok
 }
+
+// Plugins returns every loaded plugin.
+func (r *Registry) Plugins() []Plugin {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Plugin, 0, len(r.byID))
+	for _, p := range r.byID {
+		out = append(out, p)
+	}
+	return out
+}

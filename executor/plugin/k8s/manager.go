@@ -1,0 +1,262 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/flytekube/backend/executor/plugin"
+)
+
+// LabelTaskActionUID ties an object to the TaskAction incarnation that made it, so that
+// an object left by an earlier action of the same name is never adopted.
+const LabelTaskActionUID = "flyte.org/task-action-uid"
+
+// quotaWait is how long an action held back by a ResourceQuota waits before trying again.
+const quotaWait = 5 * time.Second
+
+// stateVersion versions managerState.
+const stateVersion = 1
+
+// managerState is what the manager keeps between reconciles of an attempt.
+type managerState struct {
+	// Created is set once the attempt's object was created (or adopted): from then on,
+	// an object that cannot be found is gone, not yet to be made.
+	Created bool `json:"created"`
+}
+
+// Entry adapts a Kubernetes plugin to the core registry.
+func Entry(e PluginEntry, cfg Config) plugin.Entry {
+	return plugin.Entry{
+		ID: e.ID, RegisteredTaskTypes: e.RegisteredTaskTypes, IsDefault: e.IsDefault,
+		LoadPlugin: func(_ context.Context, setup plugin.SetupContext) (plugin.Plugin, error) {
+			return &PluginManager{id: e.ID, plugin: e.Plugin, watch: e.ResourceToWatch, client: setup.Client(),
+				reader: setup.APIReader(), cfg: cfg}, nil
+		},
+	}
+}
+
+// PluginManager runs a Kubernetes plugin as a core plugin.
+type PluginManager struct {
+	id     string
+	plugin Plugin
+	watch  client.Object
+	client client.Client // cached reads, writes
+	reader client.Reader // uncached reads, for the rare case the cache cannot answer
+	cfg    Config
+}
+
+var _ plugin.Plugin = (*PluginManager)(nil)
+
+// GetID implements plugin.Plugin.
+func (m *PluginManager) GetID() string { return m.id }
+
+// GetProperties implements plugin.Plugin: the objects live outside the action, so the
+// action needs its finalizer before one is created.
+func (m *PluginManager) GetProperties() plugin.Properties {
+	return plugin.Properties{NeedsFinalizer: true}
+}
+
+// ResourceToWatch is the kind of object the executor must watch for this plugin.
+func (m *PluginManager) ResourceToWatch() client.Object { return m.watch }
+
+func (m *PluginManager) identity(ctx context.Context, md plugin.TaskExecutionMetadata) (client.Object, error) {
+	obj, err := m.plugin.BuildIdentityResource(ctx, md)
+	if err != nil {
+		return nil, fmt.Errorf("%s: building identity: %w", m.id, err)
+	}
+	obj.SetName(md.ObjectName())
+	obj.SetNamespace(md.Action().Namespace)
+	return obj, nil
+}
+
+// Handle implements plugin.Plugin: create the attempt's object if it does not exist yet,
+// otherwise report its phase.
+func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
+	md := tCtx.Metadata()
+	var st managerState
+	if _, err := tCtx.PluginStateReader().Get(&st); err != nil {
+		return plugin.Transition{}, err
+	}
+	obj, err := m.identity(ctx, md)
+	if err != nil {
+		return plugin.Transition{}, err
+	}
+	err = m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	switch {
+	case apierrors.IsNotFound(err) && st.Created:
+		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("ObjectGone",
+			fmt.Sprintf("%s %s disappeared before it finished", kind(obj), obj.GetName()))), nil
+	case apierrors.IsNotFound(err):
+		return m.create(ctx, tCtx)
+	case err != nil:
+		return plugin.Transition{}, fmt.Errorf("%s: reading %s: %w", m.id, obj.GetName(), err)
+	}
+	if !m.ours(obj, md) {
+		return plugin.DoTransition(plugin.PhaseInfoPermanentFailure(plugin.ErrorKindSystem, "ObjectConflict",
+			fmt.Sprintf("%s %s exists but belongs to another action or attempt", kind(obj), obj.GetName()))), nil
+	}
+	if !st.Created {
+		if err := tCtx.PluginStateWriter().Put(stateVersion, managerState{Created: true}); err != nil {
+			return plugin.Transition{}, err
+		}
+	}
+	info, err := m.plugin.GetTaskPhase(ctx, tCtx, obj)
+	if err != nil {
+		return plugin.Transition{}, fmt.Errorf("%s: reading the phase of %s: %w", m.id, obj.GetName(), err)
+	}
+	return plugin.DoTransition(info), nil
+}
+
+// ours reports whether obj was made for this action and attempt.
+func (m *PluginManager) ours(obj client.Object, md plugin.TaskExecutionMetadata) bool {
+	l := obj.GetLabels()
+	return l[LabelTaskActionUID] == string(md.Action().UID) && l[plugin.LabelAttempt] == md.Labels()[plugin.LabelAttempt]
+}
+
+func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
+	md := tCtx.Metadata()
+	obj, err := m.plugin.BuildResource(ctx, tCtx)
+	if err != nil {
+		return plugin.DoTransition(plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "BadTaskSpec", err.Error())), nil
+	}
+	m.decorate(obj, md)
+	err = m.client.Create(ctx, obj)
+	switch {
+	case err == nil:
+	case apierrors.IsAlreadyExists(err):
+		// Created by an earlier pass whose result we did not see (a crash, a conflict):
+		// adopt it only if it is this attempt's and alive; never report someone else's.
+		existing, ierr := m.identity(ctx, md)
+		if ierr != nil {
+			return plugin.Transition{}, ierr
+		}
+		if gerr := m.reader.Get(ctx, client.ObjectKeyFromObject(existing), existing); gerr != nil {
+			return plugin.Transition{}, fmt.Errorf("%s: reading existing %s: %w", m.id, existing.GetName(), gerr)
+		}
+		if !m.ours(existing, md) || existing.GetDeletionTimestamp() != nil {
+			info := plugin.PhaseInfoWaitingForResources(0, "ObjectNameTaken",
+				fmt.Sprintf("%s %s exists and is not this attempt's; waiting for it to go", kind(existing), existing.GetName()))
+			info.RequeueAfter = quotaWait
+			return plugin.DoTransition(info), nil
+		}
+	case isQuotaExceeded(err):
+		info := plugin.PhaseInfoWaitingForResources(0, "ResourceQuotaExceeded", err.Error())
+		info.RequeueAfter = quotaWait
+		return plugin.DoTransition(info), nil
+	default:
+		return plugin.Transition{}, fmt.Errorf("%s: creating %s: %w", m.id, obj.GetName(), err)
+	}
+	if err := tCtx.PluginStateWriter().Put(stateVersion, managerState{Created: true}); err != nil {
+		return plugin.Transition{}, err
+	}
+	return plugin.DoTransition(plugin.PhaseInfoQueued("ObjectCreated")), nil
+}
+
+func isQuotaExceeded(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
+}
+
+// decorate applies what every object gets: name, labels, annotations, owner, finalizer,
+// and for pods the cluster's defaults.
+func (m *PluginManager) decorate(obj client.Object, md plugin.TaskExecutionMetadata) {
+	obj.SetName(md.ObjectName())
+	obj.SetNamespace(md.Action().Namespace)
+	labels := maps.Clone(m.cfg.DefaultLabels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, obj.GetLabels())
+	maps.Copy(labels, md.Labels())
+	labels[LabelTaskActionUID] = string(md.Action().UID)
+	obj.SetLabels(labels)
+	if len(m.cfg.DefaultAnnotations) > 0 {
+		annotations := maps.Clone(m.cfg.DefaultAnnotations)
+		maps.Copy(annotations, obj.GetAnnotations())
+		obj.SetAnnotations(annotations)
+	}
+	if !m.plugin.GetProperties().DisableInjectOwnerReferences {
+		obj.SetOwnerReferences(append(obj.GetOwnerReferences(), md.OwnerReference()))
+	}
+	if m.cfg.InjectFinalizer {
+		controllerutil.AddFinalizer(obj, Finalizer)
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		m.podDefaults(pod, md)
+	}
+}
+
+func (m *PluginManager) podDefaults(pod *corev1.Pod, md plugin.TaskExecutionMetadata) {
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if c.Resources.Requests == nil {
+			c.Resources.Requests = corev1.ResourceList{}
+		}
+		if _, ok := c.Resources.Requests[corev1.ResourceCPU]; !ok && !m.cfg.DefaultCPURequest.IsZero() {
+			c.Resources.Requests[corev1.ResourceCPU] = m.cfg.DefaultCPURequest
+		}
+		if _, ok := c.Resources.Requests[corev1.ResourceMemory]; !ok && !m.cfg.DefaultMemoryRequest.IsZero() {
+			c.Resources.Requests[corev1.ResourceMemory] = m.cfg.DefaultMemoryRequest
+		}
+	}
+	if md.Action().Spec.Interruptible {
+		pod.Spec.Tolerations = append(pod.Spec.Tolerations, m.cfg.InterruptibleTolerations...)
+		if len(m.cfg.InterruptibleNodeSelector) > 0 {
+			if pod.Spec.NodeSelector == nil {
+				pod.Spec.NodeSelector = map[string]string{}
+			}
+			maps.Copy(pod.Spec.NodeSelector, m.cfg.InterruptibleNodeSelector)
+		}
+	}
+}
+
+// Abort implements plugin.Plugin: delete the attempt's object.
+func (m *PluginManager) Abort(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
+	obj, err := m.identity(ctx, tCtx.Metadata())
+	if err != nil {
+		return err
+	}
+	if err := m.client.Delete(ctx, obj, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("%s: deleting %s: %w", m.id, obj.GetName(), err)
+	}
+	return nil
+}
+
+// Finalize implements plugin.Plugin: drop the object's finalizer, and delete it when so
+// configured.
+func (m *PluginManager) Finalize(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
+	obj, err := m.identity(ctx, tCtx.Metadata())
+	if err != nil {
+		return err
+	}
+	if err := m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if controllerutil.ContainsFinalizer(obj, Finalizer) {
+		patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(obj, Finalizer)
+		if err := m.client.Patch(ctx, obj, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("%s: removing the finalizer of %s: %w", m.id, obj.GetName(), err)
+		}
+	}
+	if m.cfg.DeleteOnFinalize {
+		if err := m.client.Delete(ctx, obj, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("%s: deleting %s: %w", m.id, obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func kind(obj client.Object) string {
+	if k := obj.GetObjectKind().GroupVersionKind().Kind; k != "" {
+		return k
+	}
+	return fmt.Sprintf("%T", obj)
+}

@@ -1,0 +1,82 @@
+// Package k8s adapts plugins that run actions as Kubernetes objects (a Pod, a Job, a
+// custom resource) to the core plugin interface. Such a plugin only builds its object
+// and maps the object's status to a phase; the PluginManager does the rest the same way
+// for every one of them: naming the object after the action and attempt, labeling it,
+// owning it, applying the cluster's defaults, creating it, observing it through the
+// informer cache, and deleting it on abort.
+package k8s
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flytekube/backend/executor/plugin"
+)
+
+// Plugin builds and reads one kind of object.
+type Plugin interface {
+	// BuildIdentityResource returns an empty object of the plugin's kind (type meta
+	// only); the manager fills in name and namespace to look it up.
+	BuildIdentityResource(ctx context.Context, md plugin.TaskExecutionMetadata) (client.Object, error)
+	// BuildResource returns the object to create for the attempt.
+	BuildResource(ctx context.Context, tCtx plugin.TaskExecutionContext) (client.Object, error)
+	// GetTaskPhase maps the object's current state to a phase. It runs on every
+	// reconcile, so it must be cheap and make no network calls.
+	GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionContext, obj client.Object) (plugin.PhaseInfo, error)
+	// GetProperties tunes how the manager treats the plugin's objects.
+	GetProperties() Properties
+}
+
+// Properties tune the manager for one plugin.
+type Properties struct {
+	// DisableInjectOwnerReferences leaves the owner reference off, for objects in
+	// another cluster or namespace; they are then found by their labels.
+	DisableInjectOwnerReferences bool
+}
+
+// PluginEntry registers a Kubernetes plugin.
+type PluginEntry struct {
+	// ID names the plugin uniquely.
+	ID string
+	// RegisteredTaskTypes are the task types it runs.
+	RegisteredTaskTypes []string
+	// ResourceToWatch is an object of the kind the plugin creates; the executor watches
+	// that kind (only the objects it manages) and reconciles their owning actions.
+	ResourceToWatch client.Object
+	// Plugin builds and reads the objects.
+	Plugin Plugin
+	// IsDefault runs the plugin for task types nobody claims.
+	IsDefault bool
+}
+
+// Config holds the cluster-wide defaults the manager applies to every object.
+type Config struct {
+	// DefaultCPURequest and DefaultMemoryRequest fill containers that request nothing.
+	DefaultCPURequest, DefaultMemoryRequest resource.Quantity
+	// DefaultLabels and DefaultAnnotations go on every object.
+	DefaultLabels, DefaultAnnotations map[string]string
+	// InterruptibleTolerations and InterruptibleNodeSelector place interruptible
+	// actions' pods on preemptible nodes.
+	InterruptibleTolerations  []corev1.Toleration
+	InterruptibleNodeSelector map[string]string
+	// InjectFinalizer puts the executor's finalizer on every object, so that it cannot
+	// vanish (and take its status with it) before the executor has read its outcome.
+	InjectFinalizer bool
+	// DeleteOnFinalize deletes an attempt's object once the attempt is over; by default
+	// it stays (its logs with it) until the TaskAction goes.
+	DeleteOnFinalize bool
+}
+
+// Finalizer is the finalizer the manager puts on objects when Config.InjectFinalizer.
+const Finalizer = "flyte.org/object-finalizer"
+
+// DefaultConfig is what the executor applies when not configured otherwise.
+func DefaultConfig() Config {
+	return Config{
+		DefaultCPURequest:    resource.MustParse("100m"),
+		DefaultMemoryRequest: resource.MustParse("128Mi"),
+	}
+}

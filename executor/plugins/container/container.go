@@ -1,0 +1,165 @@
+// Package container is the container plugin (task type "container", the default): it
+// runs an action's container as a Pod and reads the task's outcome from the Pod's status
+// and, for a user error, from the error document the task wrote.
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/k8s"
+)
+
+// ID is the plugin's ID and task type.
+const ID = "container"
+
+// ContainerName is the name of the task's container in its Pod.
+const ContainerName = "task"
+
+// Environment variables every task container gets.
+const (
+	EnvInputURI     = "FLYTE_INPUT_URI"
+	EnvOutputPrefix = "FLYTE_OUTPUT_PREFIX"
+	EnvAttempt      = "FLYTE_ATTEMPT"
+	EnvProject      = "FLYTE_PROJECT"
+	EnvDomain       = "FLYTE_DOMAIN"
+	EnvRun          = "FLYTE_RUN"
+	EnvAction       = "FLYTE_ACTION"
+)
+
+// Entry registers the plugin as the default one.
+func Entry(cfg k8s.Config) plugin.Entry {
+	return k8s.Entry(k8s.PluginEntry{
+		ID: ID, RegisteredTaskTypes: []string{ID}, ResourceToWatch: &corev1.Pod{}, Plugin: Plugin{}, IsDefault: true,
+	}, cfg)
+}
+
+// Plugin builds and reads task Pods.
+type Plugin struct{}
+
+var _ k8s.Plugin = Plugin{}
+
+// GetProperties implements k8s.Plugin.
+func (Plugin) GetProperties() k8s.Properties { return k8s.Properties{} }
+
+// BuildIdentityResource implements k8s.Plugin.
+func (Plugin) BuildIdentityResource(context.Context, plugin.TaskExecutionMetadata) (client.Object, error) {
+	return &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}}, nil
+}
+
+// BuildResource implements k8s.Plugin.
+func (Plugin) BuildResource(_ context.Context, tCtx plugin.TaskExecutionContext) (client.Object, error) {
+	md := tCtx.Metadata()
+	spec := md.Action().Spec
+	if spec.Container == nil || spec.Container.Image == "" {
+		return nil, errors.New("a container task needs spec.container.image")
+	}
+	env := []corev1.EnvVar{
+		{Name: EnvInputURI, Value: tCtx.InputReader().InputURI()},
+		{Name: EnvOutputPrefix, Value: tCtx.OutputWriter().OutputPrefix()},
+		{Name: EnvAttempt, Value: strconv.Itoa(int(md.Attempt()))},
+		{Name: EnvProject, Value: spec.Project}, {Name: EnvDomain, Value: spec.Domain},
+		{Name: EnvRun, Value: spec.RunName}, {Name: EnvAction, Value: spec.ActionName},
+	}
+	for _, k := range sortedKeys(spec.EnvVars) {
+		env = append(env, corev1.EnvVar{Name: k, Value: spec.EnvVars[k]})
+	}
+	env = append(env, spec.Container.Env...)
+	return &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+		Spec: corev1.PodSpec{
+			RestartPolicy:      corev1.RestartPolicyNever,
+			ServiceAccountName: md.ServiceAccountName(),
+			Containers: []corev1.Container{{
+				Name: ContainerName, Image: spec.Container.Image, Command: spec.Container.Command, Args: spec.Container.Args,
+				Env: env, Resources: *spec.Container.Resources.DeepCopy(),
+			}},
+		},
+	}, nil
+}
+
+// GetTaskPhase implements k8s.Plugin.
+func (Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionContext, obj client.Object) (plugin.PhaseInfo, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return plugin.PhaseInfo{}, fmt.Errorf("container: expected a Pod, got %T", obj)
+	}
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded:
+		return succeeded(ctx, tCtx)
+	case corev1.PodFailed:
+		return failed(pod), nil
+	case corev1.PodRunning:
+		return plugin.PhaseInfoRunning(0, "Running"), nil
+	default: // Pending or unknown
+		return pending(pod), nil
+	}
+}
+
+func pending(pod *corev1.Pod) plugin.PhaseInfo {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return plugin.PhaseInfoWaitingForResources(0, "Unschedulable", c.Message)
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" {
+			return plugin.PhaseInfoInitializing(0, w.Reason, w.Message)
+		}
+	}
+	return plugin.PhaseInfoInitializing(0, "Pending", "")
+}
+
+func failed(pod *corev1.Pod) plugin.PhaseInfo {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; cs.Name == ContainerName && t != nil {
+			code := fmt.Sprintf("ExitCode%d", t.ExitCode)
+			if t.Reason == "OOMKilled" {
+				code = "OOMKilled"
+			}
+			return plugin.PhaseInfoUserFailure(code, fmt.Sprintf("container %s exited with %d (%s) %s", cs.Name, t.ExitCode, t.Reason, t.Message))
+		}
+	}
+	return plugin.PhaseInfoSystemFailure(or(pod.Status.Reason, "PodFailed"), pod.Status.Message)
+}
+
+// errorDocument is what a task writes to its error URI to report a user error.
+type errorDocument struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func succeeded(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.PhaseInfo, error) {
+	out := tCtx.OutputWriter()
+	if store := tCtx.DataStore(); store != nil {
+		raw, err := store.Read(ctx, out.ErrorURI())
+		switch {
+		case err == nil:
+			var doc errorDocument
+			if jerr := jsonUnmarshal(raw, &doc); jerr != nil || doc.Code == "" {
+				doc = errorDocument{Code: "UserError", Message: string(raw)}
+			}
+			return plugin.PhaseInfoUserFailure(doc.Code, doc.Message), nil
+		case !errors.Is(err, plugin.ErrNotFound):
+			return plugin.PhaseInfo{}, fmt.Errorf("container: reading the error document: %w", err)
+		}
+		if ok, err := store.Exists(ctx, out.OutputsURI()); err == nil && ok {
+			return plugin.PhaseInfoSuccess(out.OutputsURI()), nil
+		}
+	}
+	return plugin.PhaseInfoSuccess(""), nil
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
