@@ -121,3 +121,88 @@ func TestContainerUserFailureRetriesUnderANewName(t *testing.T) {
 		t.Fatalf("history %+v; want a retry caused by ExitCode3", got.Status.PhaseHistory)
 	}
 }
+
+// TestGracefulDeletionIsNotAFailure is the upstream bug: a running pod deleted gracefully
+// (preemption, a drained node) must keep its action Running, start nothing beside it, and
+// only once it is gone start a new attempt under a new name, on the system budget.
+func TestGracefulDeletionIsNotAFailure(t *testing.T) {
+	ns := env.Namespace(t)
+	var count atomic.Int64
+	run(t, testConfig(), ns, &count)
+	ta := containerAction(ns, "c2", 0) // no user retries: only the system budget may relaunch it
+	if err := env.Client.Create(context.Background(), ta); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitPod(t, ns, "c2-1")
+	// Bound to a node, a pod is deleted gracefully: it stays, with a deletionTimestamp.
+	if err := env.Client.SubResource("binding").Create(context.Background(), pod,
+		&corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}); err != nil {
+		t.Fatalf("binding: %v", err)
+	}
+	pod = waitPod(t, ns, "c2-1")
+	kubelet(t, pod, corev1.PodRunning, nil)
+	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseRunning)
+
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+		Reason: "PreemptionByScheduler", Message: "preempted by a higher-priority pod"})
+	if err := env.Client.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	// During the grace period: Running, reason Preempted, and no second pod.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got flytev1.TaskAction
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Phase.IsTerminal() || got.Status.Attempts != 1 {
+			t.Fatalf("during the grace period the action moved on: %s, attempt %d", got.Status.Phase, got.Status.Attempts)
+		}
+		if c := findProgressing(&got); c != nil && c.Reason == "Preempted" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the action never said Preempted: %+v", got.Status.Conditions)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	var pods corev1.PodList
+	if err := env.Client.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 {
+		t.Fatalf("%d pods during the grace period; want only the terminating one", len(pods.Items))
+	}
+
+	// The kubelet finishes the deletion: now, and only now, a new attempt starts.
+	if err := env.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	var mid flytev1.TaskAction
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &mid); err != nil {
+		t.Fatal(err)
+	}
+	last := mid.Status.PhaseHistory[len(mid.Status.PhaseHistory)-1]
+	if last.Phase != flytev1.PhaseRunning || last.Reason != "Preempted" || last.Version == 0 {
+		t.Fatalf("history ends %+v; want the preemption recorded as a new version of Running", last)
+	}
+	second := waitPod(t, ns, "c2-2")
+	kubelet(t, second, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
+	got := waitSucceeded(t, client.ObjectKeyFromObject(ta))
+	if got.Status.Attempts != 2 || got.Status.SystemFailures != 1 {
+		t.Fatalf("attempts %d, system failures %d; want 2 and 1", got.Status.Attempts, got.Status.SystemFailures)
+	}
+}
+
+func findProgressing(ta *flytev1.TaskAction) *metav1.Condition {
+	for i := range ta.Status.Conditions {
+		if ta.Status.Conditions[i].Type == flytev1.ConditionProgressing {
+			return &ta.Status.Conditions[i]
+		}
+	}
+	return nil
+}

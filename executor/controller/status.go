@@ -13,11 +13,11 @@ import (
 const maxPhaseHistory = 200
 
 // setPhase moves the action to phase, recording the change in the history (a new
-// attempt is a change even in the same phase) and the conditions. It reports whether
-// the history grew.
-func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time) bool {
+// attempt, or a new version of the plugin's phase, is a change even in the same phase)
+// and the conditions. It reports whether the history grew.
+func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time, newVersion bool) bool {
 	st := &ta.Status
-	changed := st.Phase != phase
+	changed := st.Phase != phase || newVersion
 	if n := len(st.PhaseHistory); n > 0 && st.PhaseHistory[n-1].Attempt != max(st.Attempts, 1) {
 		changed = true
 	}

@@ -185,6 +185,8 @@ type scope struct {
 	before *flytev1.TaskActionStatus // as last written
 	log    *slog.Logger
 	now    metav1.Time
+	// newVersion: the plugin reported a new version of its phase in this pass.
+	newVersion bool
 }
 
 func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
@@ -249,6 +251,8 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 		return s.systemFailure(ctx, p, tCtx, "PluginError", err.Error(), false)
 	}
 	info := tr.Info
+	// A new version within the same phase (a new reason, say) is reported like a new phase.
+	s.newVersion = ta.Status.PluginPhase == info.Phase.String() && ta.Status.PluginPhaseVersion != int32(info.Version)
 	ta.Status.PluginPhase, ta.Status.PluginPhaseVersion = info.Phase.String(), int32(info.Version)
 	result := ctrl.Result{RequeueAfter: info.RequeueAfter}
 	if timeout := ta.Spec.Timeout; timeout != nil && !info.Phase.IsTerminal() {
@@ -399,7 +403,7 @@ func (s *scope) attemptStart(attempt int32) time.Time {
 }
 
 func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
-	if setPhase(s.ta, phase, reason, message, s.now) {
+	if setPhase(s.ta, phase, reason, message, s.now, s.newVersion) {
 		eventType := corev1.EventTypeNormal
 		if phase == flytev1.PhaseFailed || phase == flytev1.PhaseTimedOut || reason == flytev1.ReasonRetrying {
 			eventType = corev1.EventTypeWarning

@@ -96,6 +96,21 @@ func (Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionContext
 		return succeeded(ctx, tCtx)
 	case corev1.PodFailed:
 		return failed(pod), nil
+	}
+	if pod.DeletionTimestamp != nil {
+		// A pod being deleted gracefully has not failed: it may still finish, and a new
+		// attempt must not start beside it. The manager relaunches once it is gone.
+		reason, message := "Terminating", fmt.Sprintf("pod %s is being deleted", pod.Name)
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+				reason, message = "Preempted", c.Message
+			}
+		}
+		info := plugin.PhaseInfoRunning(1, reason)
+		info.Message = message
+		return info, nil
+	}
+	switch pod.Status.Phase {
 	case corev1.PodRunning:
 		return plugin.PhaseInfoRunning(0, "Running"), nil
 	default: // Pending or unknown
