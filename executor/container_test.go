@@ -206,3 +206,47 @@ func findProgressing(ta *flytev1.TaskAction) *metav1.Condition {
 	}
 	return nil
 }
+
+// TestQuotaRejectionWaitsWithoutSpendingAnAttempt: a ResourceQuota that refuses the pod
+// holds the action in WaitingForResources; once there is room, the same attempt runs.
+func TestQuotaRejectionWaitsWithoutSpendingAnAttempt(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	// No quota controller runs here, so the test fills in the quota's status itself.
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "pods", Namespace: ns},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}}}
+	if err := env.Client.Create(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	quota.Status = corev1.ResourceQuotaStatus{
+		Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")},
+		Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}, // full
+	}
+	if err := env.Client.Status().Update(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	var count atomic.Int64
+	run(t, testConfig(), ns, &count)
+	ta := containerAction(ns, "c3", 0)
+	if err := env.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseWaitingForResources)
+	var waiting flytev1.TaskAction
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ta), &waiting); err != nil {
+		t.Fatal(err)
+	}
+	if c := findProgressing(&waiting); c == nil || c.Reason != "ResourceQuotaExceeded" || waiting.Status.Attempts != 1 {
+		t.Fatalf("waiting: %+v, attempts %d", c, waiting.Status.Attempts)
+	}
+
+	quota.Status.Used = corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")} // room now
+	if err := env.Client.Status().Update(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitPod(t, ns, "c3-1") // the same attempt, once the quota allows it
+	kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
+	if got := waitSucceeded(t, client.ObjectKeyFromObject(ta)); got.Status.Attempts != 1 || got.Status.SystemFailures != 0 {
+		t.Fatalf("attempts %d, system failures %d; want a single attempt and no failure", got.Status.Attempts, got.Status.SystemFailures)
+	}
+}
