@@ -250,3 +250,34 @@ func TestQuotaRejectionWaitsWithoutSpendingAnAttempt(t *testing.T) {
 		t.Fatalf("attempts %d, system failures %d; want a single attempt and no failure", got.Status.Attempts, got.Status.SystemFailures)
 	}
 }
+
+// TestRequestAboveTheQuotaFailsAtOnce: no amount of waiting fits a pod that asks for more
+// than the namespace's quota allows at all.
+func TestRequestAboveTheQuotaFailsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	hard := corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1")}
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "compute", Namespace: ns}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
+	if err := env.Client.Create(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	quota.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("0")}}
+	if err := env.Client.Status().Update(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	var count atomic.Int64
+	run(t, testConfig(), ns, &count)
+	ta := containerAction(ns, "c4", 2)
+	ta.Spec.Container.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+	if err := env.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseFailed)
+	var got flytev1.TaskAction
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ta), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Error == nil || got.Status.Error.Code != "ExceedsResourceQuota" || got.Status.Attempts != 1 {
+		t.Fatalf("status %+v; want one attempt failed with ExceedsResourceQuota", got.Status)
+	}
+}

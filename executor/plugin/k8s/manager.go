@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -19,8 +21,23 @@ import (
 // an object left by an earlier action of the same name is never adopted.
 const LabelTaskActionUID = "flyte.org/task-action-uid"
 
-// quotaWait is how long an action held back by a ResourceQuota waits before trying again.
-const quotaWait = 5 * time.Second
+// Waits for a ResourceQuota to make room grow exponentially, jittered, up to a cap, so
+// that a namespace full of waiting actions does not hammer the API server.
+const (
+	quotaWaitBase = time.Second
+	quotaWaitCap  = 2 * time.Minute
+	// nameTakenWait is how long to wait for an old object holding this attempt's name.
+	nameTakenWait = 5 * time.Second
+)
+
+// quotaWait is the wait after the n-th refusal (n >= 1), with equal jitter.
+func quotaWait(n int) time.Duration {
+	d := quotaWaitCap
+	if n < 8 {
+		d = min(quotaWaitBase<<(n-1), quotaWaitCap)
+	}
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
 
 // stateVersion versions managerState.
 const stateVersion = 1
@@ -30,6 +47,8 @@ type managerState struct {
 	// Created is set once the attempt's object was created (or adopted): from then on,
 	// an object that cannot be found is gone, not yet to be made.
 	Created bool `json:"created"`
+	// QuotaRefusals counts creates a ResourceQuota refused, for the backoff.
+	QuotaRefusals int `json:"quotaRefusals,omitempty"`
 }
 
 // Entry adapts a Kubernetes plugin to the core registry.
@@ -95,7 +114,7 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("ObjectGone",
 			fmt.Sprintf("%s %s disappeared before it finished", kind(obj), obj.GetName()))), nil
 	case apierrors.IsNotFound(err):
-		return m.create(ctx, tCtx)
+		return m.create(ctx, tCtx, st)
 	case err != nil:
 		return plugin.Transition{}, fmt.Errorf("%s: reading %s: %w", m.id, obj.GetName(), err)
 	}
@@ -121,7 +140,7 @@ func (m *PluginManager) ours(obj client.Object, md plugin.TaskExecutionMetadata)
 	return l[LabelTaskActionUID] == string(md.Action().UID) && l[plugin.LabelAttempt] == md.Labels()[plugin.LabelAttempt]
 }
 
-func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
+func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionContext, st managerState) (plugin.Transition, error) {
 	md := tCtx.Metadata()
 	obj, err := m.plugin.BuildResource(ctx, tCtx)
 	if err != nil {
@@ -144,12 +163,21 @@ func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionCon
 		if !m.ours(existing, md) || existing.GetDeletionTimestamp() != nil {
 			info := plugin.PhaseInfoWaitingForResources(0, "ObjectNameTaken",
 				fmt.Sprintf("%s %s exists and is not this attempt's; waiting for it to go", kind(existing), existing.GetName()))
-			info.RequeueAfter = quotaWait
+			info.RequeueAfter = nameTakenWait
 			return plugin.DoTransition(info), nil
 		}
 	case isQuotaExceeded(err):
-		info := plugin.PhaseInfoWaitingForResources(0, "ResourceQuotaExceeded", err.Error())
-		info.RequeueAfter = quotaWait
+		if over := overHardLimit(err.Error()); over != "" {
+			// Waiting cannot help: even an empty namespace would not fit it.
+			return plugin.DoTransition(plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "ExceedsResourceQuota",
+				fmt.Sprintf("the %s requested is more than the namespace's quota allows at all: %s", over, err.Error()))), nil
+		}
+		st.QuotaRefusals++
+		if err := tCtx.PluginStateWriter().Put(stateVersion, st); err != nil {
+			return plugin.Transition{}, err
+		}
+		info := plugin.PhaseInfoWaitingForResources(uint32(st.QuotaRefusals), "ResourceQuotaExceeded", err.Error())
+		info.RequeueAfter = quotaWait(st.QuotaRefusals)
 		return plugin.DoTransition(info), nil
 	default:
 		return plugin.Transition{}, fmt.Errorf("%s: creating %s: %w", m.id, obj.GetName(), err)
@@ -162,6 +190,42 @@ func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionCon
 
 func isQuotaExceeded(err error) bool {
 	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
+}
+
+// overHardLimit reads the API server's quota message ("exceeded quota: q, requested:
+// cpu=2, used: cpu=0, limited: cpu=1") and names a resource whose request alone is over
+// the quota's hard limit, or returns "".
+func overHardLimit(msg string) string {
+	requested, limited := quotaList(msg, "requested: "), quotaList(msg, "limited: ")
+	for name, want := range requested {
+		if limit, ok := limited[name]; ok && want.Cmp(limit) > 0 {
+			return name
+		}
+	}
+	return ""
+}
+
+// quotaList parses "name=quantity,name=quantity" after prefix, up to the next ", x:".
+func quotaList(msg, prefix string) map[string]resource.Quantity {
+	i := strings.Index(msg, prefix)
+	if i < 0 {
+		return nil
+	}
+	rest := msg[i+len(prefix):]
+	if j := strings.Index(rest, ", "); j >= 0 && strings.Contains(rest[j:], ":") {
+		rest = rest[:j]
+	}
+	out := map[string]resource.Quantity{}
+	for _, item := range strings.Split(rest, ",") {
+		name, value, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			continue
+		}
+		if q, err := resource.ParseQuantity(strings.TrimSpace(value)); err == nil {
+			out[name] = q
+		}
+	}
+	return out
 }
 
 // decorate applies what every object gets: name, labels, annotations, owner, finalizer,
