@@ -281,3 +281,37 @@ func TestRequestAboveTheQuotaFailsAtOnce(t *testing.T) {
 		t.Fatalf("status %+v; want one attempt failed with ExceedsResourceQuota", got.Status)
 	}
 }
+
+// TestAnotherObjectWithTheAttemptsNameIsNeverAdopted: a pod left by an earlier action of
+// the same name is not this attempt's; the action waits for it to go, visibly, instead
+// of reporting it as its own.
+func TestAnotherObjectWithTheAttemptsNameIsNeverAdopted(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	stale := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "c5-1", Namespace: ns, Labels: map[string]string{
+			plugin.LabelManagedBy: plugin.ManagedByValue, plugin.LabelAttempt: "1", k8s.LabelTaskActionUID: "an-older-action"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "task", Image: "busybox:1.36"}}},
+	}
+	if err := env.Client.Create(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	var count atomic.Int64
+	run(t, testConfig(), ns, &count)
+	ta := containerAction(ns, "c5", 0)
+	if err := env.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	// The executor finds the stale pod under attempt 1's name, refuses it, and goes on
+	// as attempt 2 under a new name.
+	second := waitPod(t, ns, "c5-2")
+	kubelet(t, second, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
+	got := waitSucceeded(t, client.ObjectKeyFromObject(ta))
+	if got.Status.Attempts != 2 || got.Status.SystemFailures != 1 {
+		t.Fatalf("attempts %d, system failures %d; want 2 and 1", got.Status.Attempts, got.Status.SystemFailures)
+	}
+	var still corev1.Pod
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(stale), &still); err != nil || still.Labels[k8s.LabelTaskActionUID] != "an-older-action" {
+		t.Fatalf("the stale pod was touched: %v", err)
+	}
+}

@@ -119,7 +119,9 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 		return plugin.Transition{}, fmt.Errorf("%s: reading %s: %w", m.id, obj.GetName(), err)
 	}
 	if !m.ours(obj, md) {
-		return plugin.DoTransition(plugin.PhaseInfoPermanentFailure(plugin.ErrorKindSystem, "ObjectConflict",
+		// Someone else's object holds this attempt's name: never report it as ours. A new
+		// attempt has a new name, so the action goes on there, on the system budget.
+		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("ObjectConflict",
 			fmt.Sprintf("%s %s exists but belongs to another action or attempt", kind(obj), obj.GetName()))), nil
 	}
 	if !st.Created {
@@ -281,13 +283,31 @@ func (m *PluginManager) podDefaults(pod *corev1.Pod, md plugin.TaskExecutionMeta
 	}
 }
 
+// attemptObject returns the attempt's object if it exists and is this attempt's; an
+// object of someone else under the same name is never touched.
+func (m *PluginManager) attemptObject(ctx context.Context, md plugin.TaskExecutionMetadata) (client.Object, error) {
+	obj, err := m.identity(ctx, md)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if !m.ours(obj, md) {
+		return nil, nil
+	}
+	return obj, nil
+}
+
 // Abort implements plugin.Plugin: delete the attempt's object.
 func (m *PluginManager) Abort(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
-	obj, err := m.identity(ctx, tCtx.Metadata())
-	if err != nil {
+	obj, err := m.attemptObject(ctx, tCtx.Metadata())
+	if err != nil || obj == nil {
 		return err
 	}
-	if err := m.client.Delete(ctx, obj, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+	uid := obj.GetUID()
+	err = m.client.Delete(ctx, obj, client.PropagationPolicy("Background"), client.Preconditions{UID: &uid})
+	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("%s: deleting %s: %w", m.id, obj.GetName(), err)
 	}
 	return nil
@@ -296,12 +316,9 @@ func (m *PluginManager) Abort(ctx context.Context, tCtx plugin.TaskExecutionCont
 // Finalize implements plugin.Plugin: drop the object's finalizer, and delete it when so
 // configured.
 func (m *PluginManager) Finalize(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
-	obj, err := m.identity(ctx, tCtx.Metadata())
-	if err != nil {
+	obj, err := m.attemptObject(ctx, tCtx.Metadata())
+	if err != nil || obj == nil {
 		return err
-	}
-	if err := m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-		return client.IgnoreNotFound(err)
 	}
 	if controllerutil.ContainsFinalizer(obj, Finalizer) {
 		patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
@@ -311,7 +328,9 @@ func (m *PluginManager) Finalize(ctx context.Context, tCtx plugin.TaskExecutionC
 		}
 	}
 	if m.cfg.DeleteOnFinalize {
-		if err := m.client.Delete(ctx, obj, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+		uid := obj.GetUID()
+		err := m.client.Delete(ctx, obj, client.PropagationPolicy("Background"), client.Preconditions{UID: &uid})
+		if client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("%s: deleting %s: %w", m.id, obj.GetName(), err)
 		}
 	}
