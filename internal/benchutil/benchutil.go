@@ -4,11 +4,14 @@ package benchutil
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/flytekube/backend/internal/pgtest"
 )
 
 // Result is what a run measured.
@@ -98,4 +101,37 @@ func StartCPUProfile(path string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		_ = f.Close()
 	}, nil
+}
+
+// Main runs a bench command's body under an optional CPU profile (written to cpuProfile
+// when not empty) and exits with a message naming the command when it fails.
+func Main(name, cpuProfile string, body func() error) {
+	stop := func() {}
+	if cpuProfile != "" {
+		var err error
+		if stop, err = StartCPUProfile(cpuProfile); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+			os.Exit(1)
+		}
+	}
+	err := body()
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// WithDatabase calls f with url, or, when url is empty, with a throwaway Postgres
+// cluster's that is removed afterwards.
+func WithDatabase(url string, f func(url string) error) error {
+	if url != "" {
+		return f(url)
+	}
+	pg, err := pgtest.Start()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pg.Stop() }()
+	return f(pg.URL)
 }

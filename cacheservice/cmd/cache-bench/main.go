@@ -6,13 +6,11 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"time"
 
 	"github.com/flytekube/backend/cacheservice/bench"
 	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/pgtest"
 )
 
 func main() {
@@ -26,28 +24,10 @@ func main() {
 	flag.IntVar(&o.ReservationKeys, "reservation-keys", 100, "keys they contend for")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (client and service) to this file")
 	flag.Parse()
-	if *cpuProfile != "" {
-		stop, err := benchutil.StartCPUProfile(*cpuProfile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "cache-bench:", err)
-			os.Exit(1)
-		}
-		defer stop()
-	}
-	if err := run(o); err != nil {
-		fmt.Fprintln(os.Stderr, "cache-bench:", err)
-		os.Exit(1) //nolint:gocritic // the profile of a failed run is not wanted
-	}
-}
-
-func run(o bench.Options) error {
-	if o.DatabaseURL == "" {
-		pg, err := pgtest.Start()
-		if err != nil {
-			return err
-		}
-		defer func() { _ = pg.Stop() }()
-		o.DatabaseURL = pg.URL
-	}
-	return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
+	benchutil.Main("cache-bench", *cpuProfile, func() error {
+		return benchutil.WithDatabase(o.DatabaseURL, func(url string) error {
+			o.DatabaseURL = url
+			return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
+		})
+	})
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/flytekube/backend/events/bench"
 	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/pgtest"
 )
 
 func main() {
@@ -28,14 +27,6 @@ func main() {
 	flag.IntVar(&o.Queries, "queries", 5000, "calls per query latency")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (client and service) to this file")
 	flag.Parse()
-	if *cpuProfile != "" {
-		stop, err := benchutil.StartCPUProfile(*cpuProfile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "events-bench:", err)
-			os.Exit(1)
-		}
-		defer stop()
-	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || n > 1000 {
@@ -44,20 +35,10 @@ func main() {
 		}
 		o.BatchSizes = append(o.BatchSizes, n)
 	}
-	if err := run(o); err != nil {
-		fmt.Fprintln(os.Stderr, "events-bench:", err)
-		os.Exit(1) //nolint:gocritic // the profile of a failed run is not wanted
-	}
-}
-
-func run(o bench.Options) error {
-	if o.DatabaseURL == "" {
-		pg, err := pgtest.Start()
-		if err != nil {
-			return err
-		}
-		defer func() { _ = pg.Stop() }()
-		o.DatabaseURL = pg.URL
-	}
-	return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
+	benchutil.Main("events-bench", *cpuProfile, func() error {
+		return benchutil.WithDatabase(o.DatabaseURL, func(url string) error {
+			o.DatabaseURL = url
+			return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
+		})
+	})
 }
