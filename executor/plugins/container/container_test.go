@@ -1,0 +1,86 @@
+package container_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/datastore"
+	"github.com/flytekube/backend/executor/plugins/container"
+)
+
+func terminated(code int32, reason string) []corev1.ContainerStatus {
+	return []corev1.ContainerStatus{{Name: container.ContainerName, State: corev1.ContainerState{
+		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason}}}}
+}
+
+func TestGetTaskPhase(t *testing.T) {
+	ctx := context.Background()
+	deleting := metav1.NewTime(time.Now())
+	tests := []struct {
+		name       string
+		pod        corev1.Pod
+		files      map[string]string // written to the data store first
+		wantPhase  plugin.Phase
+		wantReason string
+		wantCode   string
+		wantKind   plugin.ErrorKind
+		wantOut    string
+	}{
+		{name: "pending", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}},
+			wantPhase: plugin.PhaseInitializing, wantReason: "Pending"},
+		{name: "unschedulable", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available"}}}},
+			wantPhase: plugin.PhaseWaitingForResources, wantReason: "Unschedulable"},
+		{name: "image pull backoff", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: container.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}}}},
+			wantPhase: plugin.PhaseInitializing, wantReason: "ImagePullBackOff"},
+		{name: "running", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, wantPhase: plugin.PhaseRunning, wantReason: "Running"},
+		{name: "terminating", pod: corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleting}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+			wantPhase: plugin.PhaseRunning, wantReason: "Terminating"},
+		{name: "preempted", pod: corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleting}, Status: corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}}},
+			wantPhase: plugin.PhaseRunning, wantReason: "Preempted"},
+		{name: "finished while terminating counts as finished", pod: corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleting},
+			Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, wantPhase: plugin.PhaseSuccess},
+		{name: "succeeded with outputs", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}},
+			files: map[string]string{"mem://out/r1/a0/1/outputs.json": `{"y": 1}`}, wantPhase: plugin.PhaseSuccess, wantOut: "mem://out/r1/a0/1/outputs.json"},
+		{name: "succeeded but wrote an error document", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}},
+			files:     map[string]string{"mem://out/r1/a0/1/error.json": `{"code": "BadInput", "message": "x must be positive"}`},
+			wantPhase: plugin.PhaseRetryableFailure, wantCode: "BadInput", wantKind: plugin.ErrorKindUser},
+		{name: "exit code", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: terminated(3, "Error")}},
+			wantPhase: plugin.PhaseRetryableFailure, wantCode: "ExitCode3", wantKind: plugin.ErrorKindUser},
+		{name: "out of memory", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: terminated(137, "OOMKilled")}},
+			wantPhase: plugin.PhaseRetryableFailure, wantCode: "OOMKilled", wantKind: plugin.ErrorKindUser},
+		{name: "evicted before the container ran", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}},
+			wantPhase: plugin.PhaseRetryableFailure, wantCode: "Evicted", wantKind: plugin.ErrorKindSystem},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := datastore.New()
+			for uri, content := range tt.files {
+				if err := store.Write(ctx, uri, []byte(content)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "mem://out/r1"}}
+			tCtx := plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store})
+			pod := tt.pod
+			info, err := container.Plugin{}.GetTaskPhase(ctx, tCtx, &pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Phase != tt.wantPhase || (tt.wantReason != "" && info.Reason != tt.wantReason) || info.OutputsURI != tt.wantOut {
+				t.Fatalf("got %s/%s (outputs %q); want %s/%s (%q)", info.Phase, info.Reason, info.OutputsURI, tt.wantPhase, tt.wantReason, tt.wantOut)
+			}
+			if tt.wantCode != "" && (info.Err == nil || info.Err.Code != tt.wantCode || info.Err.Kind != tt.wantKind) {
+				t.Fatalf("error %+v; want %s of kind %d", info.Err, tt.wantCode, tt.wantKind)
+			}
+		})
+	}
+}
