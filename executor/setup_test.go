@@ -10,8 +10,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor"
@@ -56,12 +58,36 @@ func run(t *testing.T, cfg config.Config, namespace string, count *atomic.Int64)
 // runWith is run with extra plugins.
 func runWith(t *testing.T, cfg config.Config, namespace string, count *atomic.Int64, plugins ...plugin.Entry) context.CancelFunc {
 	t.Helper()
+	stop, _ := start(t, cfg, namespace, runOptions{count: count, plugins: plugins})
+	return stop
+}
+
+// runOptions shape an executor started by a test.
+type runOptions struct {
+	count   *atomic.Int64
+	plugins []plugin.Entry
+	// restConfig replaces the test API server's admin config (to count requests).
+	restConfig *rest.Config
+}
+
+// start runs an executor restricted to namespace until the test ends and returns how to
+// stop it and its manager.
+func start(t *testing.T, cfg config.Config, namespace string, o runOptions) (context.CancelFunc, manager.Manager) {
+	t.Helper()
+	restConfig := o.restConfig
+	if restConfig == nil {
+		restConfig = env.Config
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := executor.Setup(ctx, cfg, env.Config, slog.New(slog.DiscardHandler), executor.Hooks{
+	mgr, err := executor.Setup(ctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
 		Namespaces:       []string{namespace},
 		SeveralInProcess: true,
-		Observe:          func(ctrl.Request) { count.Add(1) },
-		Plugins:          plugins,
+		Observe: func(ctrl.Request) {
+			if o.count != nil {
+				o.count.Add(1)
+			}
+		},
+		Plugins: o.plugins,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +104,7 @@ func runWith(t *testing.T, cfg config.Config, namespace string, count *atomic.In
 		})
 	}
 	t.Cleanup(stop)
-	return stop
+	return stop, mgr
 }
 
 func waitSucceeded(t *testing.T, key client.ObjectKey) *flytev1.TaskAction {
