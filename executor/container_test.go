@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/k8s"
 	"github.com/flytekube/backend/executor/plugins/container"
@@ -60,7 +61,9 @@ func kubelet(t *testing.T, pod *corev1.Pod, phase corev1.PodPhase, terminated *c
 func TestContainerTaskRunsAsAPod(t *testing.T) {
 	ns := env.Namespace(t)
 	var count atomic.Int64
-	run(t, testConfig(), ns, &count)
+	cfg := testConfig()
+	cfg.LogLinks = []config.LogLink{{Name: "Kubernetes", URITemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}/{{.ContainerName}}?attempt={{.Attempt}}"}}
+	run(t, cfg, ns, &count)
 	ta := containerAction(ns, "c0", 0)
 	if err := env.Client.Create(context.Background(), ta); err != nil {
 		t.Fatal(err)
@@ -91,7 +94,21 @@ func TestContainerTaskRunsAsAPod(t *testing.T) {
 	kubelet(t, pod, corev1.PodRunning, nil)
 	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseRunning)
 	kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
-	waitSucceeded(t, client.ObjectKeyFromObject(ta))
+	got := waitSucceeded(t, client.ObjectKeyFromObject(ta))
+	want := "https://logs.example.com/" + ns + "/c0-1/task?attempt=1"
+	running := 0
+	for _, h := range got.Status.PhaseHistory {
+		if h.Phase != flytev1.PhaseRunning {
+			continue
+		}
+		running++
+		if len(h.LogLinks) != 1 || h.LogLinks[0].URI != want || h.LogLinks[0].Name != "Kubernetes" {
+			t.Fatalf("the Running entry's log links %+v; want %s", h.LogLinks, want)
+		}
+	}
+	if running == 0 {
+		t.Fatalf("no Running entry in %+v", got.Status.PhaseHistory)
+	}
 }
 
 func TestContainerUserFailureRetriesUnderANewName(t *testing.T) {

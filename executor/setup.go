@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"text/template"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -129,7 +130,15 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		clk = clock.RealClock{}
 	}
 	reg := plugin.NewRegistry(log)
-	for _, e := range append([]plugin.Entry{coresleep.Entry(), coreecho.Entry(), container.Entry(k8s.DefaultConfig())}, hooks.Plugins...) {
+	k8sCfg := k8s.DefaultConfig()
+	for _, l := range cfg.LogLinks {
+		t, err := template.New(l.Name).Option("missingkey=error").Parse(l.URITemplate)
+		if err != nil {
+			return nil, fmt.Errorf("executor: config: logLinks %s: %w", l.Name, err)
+		}
+		k8sCfg.LogLinks = append(k8sCfg.LogLinks, k8s.LogLinkTemplate{Name: l.Name, Template: t})
+	}
+	for _, e := range append([]plugin.Entry{coresleep.Entry(), coreecho.Entry(), container.Entry(k8sCfg)}, hooks.Plugins...) {
 		if err := reg.Register(e); err != nil {
 			return nil, err
 		}

@@ -84,6 +84,11 @@ type Config struct {
 	// DefaultForTaskTypes picks the plugin, by ID, that runs each task type, such as
 	// {"python-task": "container"}. Default empty.
 	DefaultForTaskTypes map[string]string `json:"defaultForTaskTypes"`
+
+	// LogLinks are links to a container task's logs, shown with its events: Go
+	// templates over .Namespace, .PodName, .ContainerName, .Project, .Domain, .Run,
+	// .Action and .Attempt. None by default.
+	LogLinks []LogLink `json:"logLinks,omitempty"`
 }
 
 // RetryBackoff is an exponential backoff with jitter, capped so that a long run of
@@ -128,4 +133,13 @@ func Default() Config {
 			MaxTTL:   metav1.Duration{Duration: time.Hour},
 		},
 	}
+}
+
+// LogLink is a named template of a link to an attempt's logs.
+type LogLink struct {
+	// Name labels the link, such as "Kubernetes" or "Loki".
+	Name string `json:"name"`
+	// URITemplate is a text/template, such as
+	// "https://logs.example.com/{{.Namespace}}/{{.PodName}}".
+	URITemplate string `json:"uriTemplate"`
 }

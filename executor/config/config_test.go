@@ -67,6 +67,9 @@ gc:
 defaultForTaskTypes:
   python-task: container
   sql: sqlite
+logLinks:
+  - name: Kubernetes
+    uriTemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}"
 `
 	want := config.Config{
 		MetricsBindAddress:      ":9090",
@@ -91,6 +94,7 @@ defaultForTaskTypes:
 		RetryBackoff:            config.RetryBackoff{Base: duration(500 * time.Millisecond), Cap: duration(2 * time.Minute)},
 		GC:                      config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour)},
 		DefaultForTaskTypes:     map[string]string{"python-task": "container", "sql": "sqlite"},
+		LogLinks:                []config.LogLink{{Name: "Kubernetes", URITemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}"}},
 	}
 
 	// Guard the test itself: a field added to Config but not to this file would otherwise
@@ -211,6 +215,8 @@ func TestLoadRejects(t *testing.T) {
 		{"negative gc interval", "gc:\n  interval: -1m\n", "gc.interval: must not be negative"},
 		{"negative gc maxTTL", "gc:\n  maxTTL: -1h\n", "gc.maxTTL: must not be negative"},
 		{"maxConcurrentReconciles 0", "maxConcurrentReconciles: 0\n", "maxConcurrentReconciles: must be at least 1"},
+		{"log link template that does not parse", "logLinks:\n  - name: k\n    uriTemplate: \"{{.Pod\"\n", "logLinks[0].uriTemplate"},
+		{"log link without a name", "logLinks:\n  - uriTemplate: https://x/{{.PodName}}\n", "logLinks[0].name"},
 		{"maxSystemFailures -1", "maxSystemFailures: -1\n", "maxSystemFailures: must not be negative"},
 		{"backoff base 0", "retryBackoff:\n  base: 0s\n", "retryBackoff.base: must be positive"},
 		{"backoff cap below base", "retryBackoff:\n  base: 10s\n  cap: 5s\n", "retryBackoff.cap: must be at least retryBackoff.base"},

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"text/template"
 )
 
 // Validate reports every problem with c rather than just the first, so that one edit can
@@ -75,6 +76,15 @@ func (c Config) Validate() error {
 		fail("gc.maxTTL", "must be positive when gc.interval is set")
 	}
 
+	for i, l := range c.LogLinks {
+		path := fmt.Sprintf("logLinks[%d]", i)
+		if strings.TrimSpace(l.Name) == "" {
+			fail(path+".name", "must not be empty")
+		}
+		if _, err := template.New(l.Name).Parse(l.URITemplate); err != nil || strings.TrimSpace(l.URITemplate) == "" {
+			fail(path+".uriTemplate", "must be a Go template of a URI: %v", err)
+		}
+	}
 	for _, taskType := range slices.Sorted(maps.Keys(c.DefaultForTaskTypes)) {
 		path := fmt.Sprintf("defaultForTaskTypes[%q]", taskType)
 		if strings.TrimSpace(taskType) == "" {

@@ -88,8 +88,8 @@ func TestIdenticalSerializableActionsRunOnce(t *testing.T) {
 			ran++
 		case flytev1.CacheHit:
 			hits++
-			if h := history(got); !slices.Contains(got.Status.PhaseHistory, got.Status.PhaseHistory[0]) || !containsReason(got, flytev1.ReasonWaitingForCache) {
-				t.Fatalf("%s hit without waiting: %s", ta.Name, h)
+			if !containsReason(got, flytev1.ReasonWaitingForCache) {
+				t.Fatalf("%s hit without waiting: %s", ta.Name, history(got))
 			}
 			if c := calls.get(ta.Name); len(c) != 0 {
 				t.Fatalf("%s waited but also ran: %v", ta.Name, c)

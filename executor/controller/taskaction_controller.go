@@ -187,6 +187,8 @@ type scope struct {
 	now    metav1.Time
 	// newVersion: the plugin reported a new version of its phase in this pass.
 	newVersion bool
+	// logLinks are the attempt's log links the plugin reported in this pass.
+	logLinks []flytev1.LogLink
 }
 
 func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
@@ -253,6 +255,9 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 	info := tr.Info
 	// A new version within the same phase (a new reason, say) is reported like a new phase.
 	s.newVersion = ta.Status.PluginPhase == info.Phase.String() && ta.Status.PluginPhaseVersion != int32(info.Version)
+	for _, l := range info.LogLinks {
+		s.logLinks = append(s.logLinks, flytev1.LogLink{Name: l.Name, URI: l.URI})
+	}
 	ta.Status.PluginPhase, ta.Status.PluginPhaseVersion = info.Phase.String(), int32(info.Version)
 	result := ctrl.Result{RequeueAfter: info.RequeueAfter}
 	if timeout := ta.Spec.Timeout; timeout != nil && !info.Phase.IsTerminal() {
@@ -403,7 +408,7 @@ func (s *scope) attemptStart(attempt int32) time.Time {
 }
 
 func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
-	if setPhase(s.ta, phase, reason, message, s.now, s.newVersion) {
+	if setPhase(s.ta, phase, reason, message, s.now, s.newVersion, s.logLinks) {
 		eventType := corev1.EventTypeNormal
 		if phase == flytev1.PhaseFailed || phase == flytev1.PhaseTimedOut || reason == flytev1.ReasonRetrying {
 			eventType = corev1.EventTypeWarning

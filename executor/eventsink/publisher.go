@@ -334,6 +334,9 @@ func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, r
 		Message:     h.Message,
 		TaskType:    ta.Spec.TaskType,
 	}
+	for _, l := range h.LogLinks {
+		ev.LogLinks = append(ev.LogLinks, &eventsv1.LogLink{Name: l.Name, Uri: l.URI})
+	}
 	if e := h.Error; e != nil {
 		kind := flytecorev1.ExecutionError_KIND_USER
 		if e.Kind == flytev1.ErrorKindSystem {

@@ -88,6 +88,13 @@ type PhaseInfo struct {
 	RequeueAfter time.Duration
 	// OutputsURI is where the outputs were written, on success.
 	OutputsURI string
+	// LogLinks point at the attempt's logs.
+	LogLinks []LogLink
+}
+
+// LogLink points at logs of an attempt.
+type LogLink struct {
+	Name, URI string
 }
 
 // Transition is the result of Handle.

@@ -278,6 +278,21 @@ type PhaseTransition struct {
 	// CacheStatus is what the cache had done by then.
 	// +optional
 	CacheStatus CacheStatus `json:"cacheStatus,omitempty"`
+	// LogLinks point at the attempt's logs.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	LogLinks []LogLink `json:"logLinks,omitempty"`
+}
+
+// LogLink points at logs of an attempt.
+type LogLink struct {
+	// Name labels the link, such as "Kubernetes".
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+	// URI is where the logs are.
+	// +kubebuilder:validation:MaxLength=2048
+	URI string `json:"uri"`
 }
 
 // PluginState is what a plugin keeps between reconciles.

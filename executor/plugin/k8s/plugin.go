@@ -8,6 +8,8 @@ package k8s
 
 import (
 	"context"
+	"strings"
+	"text/template"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -68,6 +70,34 @@ type Config struct {
 	// DeleteOnFinalize deletes an attempt's object once the attempt is over; by default
 	// it stays (its logs with it) until the TaskAction goes.
 	DeleteOnFinalize bool
+	// LogLinks are templates of links to an attempt's logs (text/template over
+	// LogLinkData), such as a cluster's log viewer.
+	LogLinks []LogLinkTemplate
+}
+
+// LogLinkTemplate makes one log link.
+type LogLinkTemplate struct {
+	Name     string
+	Template *template.Template
+}
+
+// LogLinkData is what a log link template may use.
+type LogLinkData struct {
+	Namespace, PodName, ContainerName string
+	Project, Domain, Run, Action      string
+	Attempt                           int32
+}
+
+// Links renders the templates; a template that fails is left out.
+func (c Config) Links(data LogLinkData) []plugin.LogLink {
+	var out []plugin.LogLink
+	for _, t := range c.LogLinks {
+		var b strings.Builder
+		if err := t.Template.Execute(&b, data); err == nil {
+			out = append(out, plugin.LogLink{Name: t.Name, URI: b.String()})
+		}
+	}
+	return out
 }
 
 // Finalizer is the finalizer the manager puts on objects when Config.InjectFinalizer.

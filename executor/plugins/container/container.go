@@ -37,12 +37,15 @@ const (
 // Entry registers the plugin as the default one.
 func Entry(cfg k8s.Config) plugin.Entry {
 	return k8s.Entry(k8s.PluginEntry{
-		ID: ID, RegisteredTaskTypes: []string{ID}, ResourceToWatch: &corev1.Pod{}, Plugin: Plugin{}, IsDefault: true,
+		ID: ID, RegisteredTaskTypes: []string{ID}, ResourceToWatch: &corev1.Pod{}, Plugin: Plugin{Config: cfg}, IsDefault: true,
 	}, cfg)
 }
 
 // Plugin builds and reads task Pods.
-type Plugin struct{}
+type Plugin struct {
+	// Config supplies the log link templates.
+	Config k8s.Config
+}
 
 var _ k8s.Plugin = Plugin{}
 
@@ -86,11 +89,23 @@ func (Plugin) BuildResource(_ context.Context, tCtx plugin.TaskExecutionContext)
 }
 
 // GetTaskPhase implements k8s.Plugin.
-func (Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionContext, obj client.Object) (plugin.PhaseInfo, error) {
+func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionContext, obj client.Object) (plugin.PhaseInfo, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return plugin.PhaseInfo{}, fmt.Errorf("container: expected a Pod, got %T", obj)
 	}
+	info, err := phaseOf(ctx, tCtx, pod)
+	if err == nil && len(p.Config.LogLinks) > 0 {
+		spec := tCtx.Metadata().Action().Spec
+		info.LogLinks = p.Config.Links(k8s.LogLinkData{
+			Namespace: pod.Namespace, PodName: pod.Name, ContainerName: ContainerName,
+			Project: spec.Project, Domain: spec.Domain, Run: spec.RunName, Action: spec.ActionName, Attempt: tCtx.Metadata().Attempt(),
+		})
+	}
+	return info, err
+}
+
+func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.Pod) (plugin.PhaseInfo, error) {
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
 		return succeeded(ctx, tCtx)
