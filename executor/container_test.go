@@ -332,3 +332,33 @@ func TestAnotherObjectWithTheAttemptsNameIsNeverAdopted(t *testing.T) {
 		t.Fatalf("the stale pod was touched: %v", err)
 	}
 }
+
+// TestRestartWithAPodInFlightCreatesNoSecondPod: a new executor finds the attempt's pod
+// and carries on with it.
+func TestRestartWithAPodInFlightCreatesNoSecondPod(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	var first, second atomic.Int64
+	stopFirst := run(t, testConfig(), ns, &first)
+	ta := containerAction(ns, "c6", 2)
+	if err := env.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitPod(t, ns, "c6-1")
+	kubelet(t, pod, corev1.PodRunning, nil)
+	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseRunning)
+	stopFirst()
+
+	run(t, testConfig(), ns, &second)
+	pod = waitPod(t, ns, "c6-1")
+	kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
+	got := waitSucceeded(t, client.ObjectKeyFromObject(ta))
+	var pods corev1.PodList
+	if err := env.Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 || got.Status.Attempts != 1 || second.Load() == 0 {
+		t.Fatalf("%d pods, %d attempts, %d reconciles by the new executor; want 1 pod, 1 attempt, the new executor finishing it",
+			len(pods.Items), got.Status.Attempts, second.Load())
+	}
+}
