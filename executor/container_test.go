@@ -91,10 +91,29 @@ func TestContainerTaskRunsAsAPod(t *testing.T) {
 		}
 	}
 
+	// The scheduler complains about the pod, then the kubelet starts it.
+	now := metav1.Now()
+	if err := env.Client.Create(context.Background(), &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "c0-1.scheduling", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: pod.Name, Namespace: ns, UID: pod.UID, APIVersion: "v1"},
+		Type:           corev1.EventTypeWarning, Reason: "FailedScheduling", Message: "0/1 nodes are available",
+		FirstTimestamp: now, LastTimestamp: now, Count: 2, Source: corev1.EventSource{Component: "default-scheduler"},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	kubelet(t, pod, corev1.PodRunning, nil)
 	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseRunning)
 	kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
 	got := waitSucceeded(t, client.ObjectKeyFromObject(ta))
+	var seen []string
+	for _, h := range got.Status.PhaseHistory {
+		for _, e := range h.ClusterEvents {
+			seen = append(seen, e.Object+" "+e.Reason)
+		}
+	}
+	if !slices.Contains(seen, "Pod/c0-1 FailedScheduling") {
+		t.Fatalf("cluster events in the history %v; want the scheduler's", seen)
+	}
 	want := "https://logs.example.com/" + ns + "/c0-1/task?attempt=1"
 	running := 0
 	for _, h := range got.Status.PhaseHistory {

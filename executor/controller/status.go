@@ -15,7 +15,7 @@ const maxPhaseHistory = 200
 // setPhase moves the action to phase, recording the change in the history (a new
 // attempt, or a new version of the plugin's phase, is a change even in the same phase)
 // and the conditions. It reports whether the history grew.
-func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time, newVersion bool, links []flytev1.LogLink) bool {
+func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time, newVersion bool, links []flytev1.LogLink, events []flytev1.ClusterEvent) bool {
 	st := &ta.Status
 	changed := st.Phase != phase || newVersion
 	if n := len(st.PhaseHistory); n > 0 && st.PhaseHistory[n-1].Attempt != max(st.Attempts, 1) {
@@ -32,7 +32,7 @@ func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message strin
 		}
 		entry := flytev1.PhaseTransition{
 			Phase: phase, Attempt: attempt, Version: version, Reason: reason, Message: truncate(message, 1024),
-			OccurredAt: metav1.NewMicroTime(now.Time), CacheStatus: st.CacheStatus, LogLinks: links,
+			OccurredAt: metav1.NewMicroTime(now.Time), CacheStatus: st.CacheStatus, LogLinks: links, ClusterEvents: events,
 		}
 		if phase == flytev1.PhaseSucceeded {
 			entry.OutputsURI = st.OutputsURI

@@ -187,8 +187,9 @@ type scope struct {
 	now    metav1.Time
 	// newVersion: the plugin reported a new version of its phase in this pass.
 	newVersion bool
-	// logLinks are the attempt's log links the plugin reported in this pass.
-	logLinks []flytev1.LogLink
+	// logLinks and clusterEvents are what the plugin reported in this pass.
+	logLinks      []flytev1.LogLink
+	clusterEvents []flytev1.ClusterEvent
 }
 
 func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
@@ -257,6 +258,11 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 	s.newVersion = ta.Status.PluginPhase == info.Phase.String() && ta.Status.PluginPhaseVersion != int32(info.Version)
 	for _, l := range info.LogLinks {
 		s.logLinks = append(s.logLinks, flytev1.LogLink{Name: l.Name, URI: l.URI})
+	}
+	for _, e := range info.ClusterEvents {
+		s.clusterEvents = append(s.clusterEvents, flytev1.ClusterEvent{OccurredAt: metav1.NewTime(e.OccurredAt),
+			Object: truncate(e.Object, 512), Type: truncate(e.Type, 32), Reason: truncate(e.Reason, 256),
+			Message: truncate(e.Message, 1024), Count: e.Count})
 	}
 	ta.Status.PluginPhase, ta.Status.PluginPhaseVersion = info.Phase.String(), int32(info.Version)
 	result := ctrl.Result{RequeueAfter: info.RequeueAfter}
@@ -408,7 +414,7 @@ func (s *scope) attemptStart(attempt int32) time.Time {
 }
 
 func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
-	if setPhase(s.ta, phase, reason, message, s.now, s.newVersion, s.logLinks) {
+	if setPhase(s.ta, phase, reason, message, s.now, s.newVersion, s.logLinks, s.clusterEvents) {
 		eventType := corev1.EventTypeNormal
 		if phase == flytev1.PhaseFailed || phase == flytev1.PhaseTimedOut || reason == flytev1.ReasonRetrying {
 			eventType = corev1.EventTypeWarning

@@ -337,6 +337,10 @@ func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, r
 	for _, l := range h.LogLinks {
 		ev.LogLinks = append(ev.LogLinks, &eventsv1.LogLink{Name: l.Name, Uri: l.URI})
 	}
+	for _, e := range h.ClusterEvents {
+		ev.ClusterEvents = append(ev.ClusterEvents, &eventsv1.ClusterEvent{OccurredAt: timestamppb.New(e.OccurredAt.Time),
+			Object: e.Object, Type: e.Type, Reason: e.Reason, Message: e.Message, Count: uint32(max(e.Count, 0))})
+	}
 	if e := h.Error; e != nil {
 		kind := flytecorev1.ExecutionError_KIND_USER
 		if e.Kind == flytev1.ErrorKindSystem {

@@ -90,6 +90,16 @@ type PhaseInfo struct {
 	OutputsURI string
 	// LogLinks point at the attempt's logs.
 	LogLinks []LogLink
+	// ClusterEvents are Kubernetes events about the attempt's objects seen since the
+	// previous report.
+	ClusterEvents []ClusterEvent
+}
+
+// ClusterEvent is a Kubernetes event about one of an attempt's objects.
+type ClusterEvent struct {
+	OccurredAt                    time.Time
+	Object, Type, Reason, Message string
+	Count                         int32
 }
 
 // LogLink points at logs of an attempt.

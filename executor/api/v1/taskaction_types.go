@@ -283,6 +283,33 @@ type PhaseTransition struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=8
 	LogLinks []LogLink `json:"logLinks,omitempty"`
+	// ClusterEvents are the Kubernetes events seen for the attempt's objects since the
+	// previous entry (the newest ones, at most 10).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	ClusterEvents []ClusterEvent `json:"clusterEvents,omitempty"`
+}
+
+// ClusterEvent is a Kubernetes event about one of an attempt's objects.
+type ClusterEvent struct {
+	// OccurredAt is when it was last seen.
+	OccurredAt metav1.Time `json:"occurredAt"`
+	// Object is "Kind/name".
+	// +kubebuilder:validation:MaxLength=512
+	Object string `json:"object"`
+	// Type is Normal or Warning.
+	// +kubebuilder:validation:MaxLength=32
+	Type string `json:"type,omitempty"`
+	// Reason is the event's short cause.
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason,omitempty"`
+	// Message is the event's text.
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// Count is how often it was seen.
+	// +optional
+	Count int32 `json:"count,omitempty"`
 }
 
 // LogLink points at logs of an attempt.

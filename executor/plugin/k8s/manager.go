@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -49,7 +51,14 @@ type managerState struct {
 	Created bool `json:"created"`
 	// QuotaRefusals counts creates a ResourceQuota refused, for the backoff.
 	QuotaRefusals int `json:"quotaRefusals,omitempty"`
+	// Reported is the phase (and version) last reported, and EventsUntil the time of
+	// the newest Kubernetes event reported with it.
+	Reported    string    `json:"reported,omitempty"`
+	EventsUntil time.Time `json:"eventsUntil,omitempty"`
 }
+
+// maxClusterEvents bounds the events reported with one phase change.
+const maxClusterEvents = 10
 
 // Entry adapts a Kubernetes plugin to the core registry.
 func Entry(e PluginEntry, cfg Config) plugin.Entry {
@@ -125,7 +134,8 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 			fmt.Sprintf("%s %s exists but belongs to another action or attempt", kind(obj), obj.GetName()))), nil
 	}
 	if !st.Created {
-		if err := tCtx.PluginStateWriter().Put(stateVersion, managerState{Created: true}); err != nil {
+		st.Created = true
+		if err := tCtx.PluginStateWriter().Put(stateVersion, st); err != nil {
 			return plugin.Transition{}, err
 		}
 	}
@@ -133,7 +143,57 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 	if err != nil {
 		return plugin.Transition{}, fmt.Errorf("%s: reading the phase of %s: %w", m.id, obj.GetName(), err)
 	}
+	// With each change of phase, report the Kubernetes events about the object since
+	// the previous change: one read per change, not per reconcile.
+	if reported := fmt.Sprintf("%s/%d", info.Phase, info.Version); reported != st.Reported {
+		st.Created, st.Reported = true, reported
+		info.ClusterEvents, st.EventsUntil = m.clusterEvents(ctx, obj, st.EventsUntil)
+		if err := tCtx.PluginStateWriter().Put(stateVersion, st); err != nil {
+			return plugin.Transition{}, err
+		}
+	}
 	return plugin.DoTransition(info), nil
+}
+
+// clusterEvents lists the events about obj newer than since, the newest last, at most
+// maxClusterEvents of them. They are context for people, so a failed read reports none.
+func (m *PluginManager) clusterEvents(ctx context.Context, obj client.Object, since time.Time) ([]plugin.ClusterEvent, time.Time) {
+	var list corev1.EventList
+	err := m.reader.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("involvedObject.uid", string(obj.GetUID()))})
+	if err != nil {
+		return nil, since
+	}
+	var out []plugin.ClusterEvent
+	newest := since
+	for _, e := range list.Items {
+		at := eventTime(&e)
+		if !at.After(since) {
+			continue
+		}
+		if at.After(newest) {
+			newest = at
+		}
+		out = append(out, plugin.ClusterEvent{OccurredAt: at, Object: e.InvolvedObject.Kind + "/" + e.InvolvedObject.Name,
+			Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count})
+	}
+	slices.SortFunc(out, func(a, b plugin.ClusterEvent) int { return a.OccurredAt.Compare(b.OccurredAt) })
+	if len(out) > maxClusterEvents {
+		out = out[len(out)-maxClusterEvents:]
+	}
+	return out, newest
+}
+
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	case !e.FirstTimestamp.IsZero():
+		return e.FirstTimestamp.Time
+	}
+	return e.CreationTimestamp.Time
 }
 
 // ours reports whether obj was made for this action and attempt.
