@@ -212,7 +212,7 @@ func (p *Publisher) deliver(ctx context.Context, keys []types.NamespacedName) {
 		}
 		evs, end, more := p.undelivered(ta)
 		if len(evs) == 0 {
-			p.done(key, ta)
+			p.done(ctx, key, ta)
 			continue
 		}
 		work = append(work, pending{key: key, action: ta, events: evs, end: end, more: more})
@@ -244,7 +244,7 @@ func (p *Publisher) deliver(ctx context.Context, keys []types.NamespacedName) {
 				p.queue.Add(w.key)
 				continue
 			}
-			p.done(w.key, w.action)
+			p.done(ctx, w.key, w.action)
 		}
 		if err != nil && ctx.Err() == nil {
 			p.log.Warn("events service unavailable; will retry", "error", err, "actions", len(part), "events", len(batch))
@@ -269,14 +269,15 @@ func (p *Publisher) action(ctx context.Context, key types.NamespacedName) (*flyt
 }
 
 // done finishes a key; a finished action goes back to the reconciler for its label.
-func (p *Publisher) done(key types.NamespacedName, ta *flytev1.TaskAction) {
+// The reconciler's source drains the channel continuously, so waiting here is brief,
+// and nothing is dropped: no periodic resync would find a dropped action soon.
+func (p *Publisher) done(ctx context.Context, key types.NamespacedName, ta *flytev1.TaskAction) {
 	p.queue.Forget(key)
 	p.queue.Done(key)
 	if ta.Status.Phase.IsTerminal() {
 		select {
 		case p.finished <- event.TypedGenericEvent[*flytev1.TaskAction]{Object: ta}:
-		default:
-			// The reconciler is far behind; it will find the action on its next resync.
+		case <-ctx.Done():
 		}
 	}
 }
