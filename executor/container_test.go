@@ -214,10 +214,6 @@ func TestGracefulDeletionIsNotAFailure(t *testing.T) {
 		t.Fatalf("%d pods during the grace period; want only the terminating one", len(pods.Items))
 	}
 
-	// The kubelet finishes the deletion: now, and only now, a new attempt starts.
-	if err := env.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)); err != nil {
-		t.Fatal(err)
-	}
 	var mid flytev1.TaskAction
 	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &mid); err != nil {
 		t.Fatal(err)
@@ -225,6 +221,11 @@ func TestGracefulDeletionIsNotAFailure(t *testing.T) {
 	last := mid.Status.PhaseHistory[len(mid.Status.PhaseHistory)-1]
 	if last.Phase != flytev1.PhaseRunning || last.Reason != "Preempted" || last.Version == 0 {
 		t.Fatalf("history ends %+v; want the preemption recorded as a new version of Running", last)
+	}
+
+	// The kubelet finishes the deletion: now, and only now, a new attempt starts.
+	if err := env.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
 	}
 	second := waitPod(t, ns, "c2-2")
 	kubelet(t, second, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
