@@ -48,11 +48,13 @@ type Cache struct {
 
 	mu      sync.Mutex
 	holding map[types.UID]context.CancelFunc // reservations being heartbeated
+	keys    map[types.UID]*cachev1.CacheKey  // computed keys, until the action is done with the cache
 }
 
 // New creates a cache; heartbeat is the interval asked for reservations.
 func New(c cachev1connect.CacheServiceClient, store plugin.DataStore, heartbeat time.Duration, log *slog.Logger) *Cache {
-	return &Cache{client: c, store: store, heartbeat: heartbeat, log: log, holding: make(map[types.UID]context.CancelFunc)}
+	return &Cache{client: c, store: store, heartbeat: heartbeat, log: log,
+		holding: make(map[types.UID]context.CancelFunc), keys: make(map[types.UID]*cachev1.CacheKey)}
 }
 
 // Enabled reports whether an action is cacheable.
@@ -103,6 +105,31 @@ func InputsHash(inputs []byte, ignored []string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// key returns an action's cache key, computing it once: it reads and hashes the inputs,
+// and an action asks for it on lookup, on every wait, on put and on release.
+func (c *Cache) key(ctx context.Context, ta *flytev1.TaskAction) (*cachev1.CacheKey, error) {
+	c.mu.Lock()
+	k, ok := c.keys[ta.UID]
+	c.mu.Unlock()
+	if ok {
+		return k, nil
+	}
+	k, err := c.Key(ctx, ta)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.keys[ta.UID] = k
+	c.mu.Unlock()
+	return k, nil
+}
+
+func (c *Cache) forgetKey(ta *flytev1.TaskAction) {
+	c.mu.Lock()
+	delete(c.keys, ta.UID)
+	c.mu.Unlock()
+}
+
 // Key computes an action's cache key.
 func (c *Cache) Key(ctx context.Context, ta *flytev1.TaskAction) (*cachev1.CacheKey, error) {
 	var inputs []byte
@@ -141,7 +168,7 @@ func owner(ta *flytev1.TaskAction) string { return ta.Namespace + "/" + ta.Name 
 // copied to outputsURI. For a serializable action it then takes the reservation,
 // heartbeating it until Release, or reports whom to wait for.
 func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) Decision {
-	key, err := c.Key(ctx, ta)
+	key, err := c.key(ctx, ta)
 	if err != nil {
 		c.log.Warn("cache key unavailable; running without the cache", "action", ta.Name, "error", err)
 		return Decision{Status: flytev1.CacheSkipped}
@@ -150,6 +177,7 @@ func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI s
 	switch {
 	case err == nil:
 		if err := c.copyOutputs(ctx, got.Msg.GetOutput().GetOutputUri(), outputsURI); err == nil {
+			c.forgetKey(ta) // done with the cache
 			return Decision{Hit: true, OutputsURI: outputsURI}
 		} else {
 			c.log.Warn("cached outputs unreadable; treating as a miss", "action", ta.Name, "error", err)
@@ -221,7 +249,7 @@ func (c *Cache) copyOutputs(ctx context.Context, from, to string) error {
 // it returns the cache status to report.
 func (c *Cache) Store(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) flytev1.CacheStatus {
 	defer c.Release(ctx, ta)
-	key, err := c.Key(ctx, ta)
+	key, err := c.key(ctx, ta)
 	if err != nil || outputsURI == "" {
 		return flytev1.CachePutFailure
 	}
@@ -248,7 +276,7 @@ func (c *Cache) Resume(ctx context.Context, ta *flytev1.TaskAction) {
 	if ok || !ta.Spec.Cache.Serializable {
 		return
 	}
-	key, err := c.Key(ctx, ta)
+	key, err := c.key(ctx, ta)
 	if err != nil {
 		return
 	}
@@ -272,9 +300,11 @@ func (c *Cache) Release(ctx context.Context, ta *flytev1.TaskAction) {
 		cancel()
 	}
 	if !ta.Spec.Cache.Serializable {
+		c.forgetKey(ta)
 		return
 	}
-	key, err := c.Key(ctx, ta)
+	key, err := c.key(ctx, ta)
+	c.forgetKey(ta)
 	if err != nil {
 		return
 	}
