@@ -3,7 +3,6 @@ package cacheservice_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,19 +72,14 @@ func TestGetPutDelete(t *testing.T) {
 		t.Fatalf("second Delete = %v, %v; want deleted=false and no error", del, err)
 	}
 
-	metrics := inst.Metrics(t)
-	for _, want := range []string{
+	inst.RequireMetrics(t,
 		`flyte_cache_gets_total{result="hit"} 2`,
 		`flyte_cache_gets_total{result="miss"} 2`,
 		`flyte_cache_puts_total{result="stored"} 1`,
 		`flyte_cache_puts_total{result="replaced"} 2`,
 		`flyte_cache_puts_total{result="conflict"} 2`,
 		`flyte_cache_entries_deleted_total 1`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
+	)
 }
 
 func TestConcurrentPutsHaveOneWinner(t *testing.T) {

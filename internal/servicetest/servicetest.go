@@ -129,3 +129,14 @@ func (i *Instance) BufCurlCommand(t testing.TB, ctx context.Context, args ...str
 	return exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + modfile, "buf", "curl",
 		"--http2-prior-knowledge", "--protocol", "grpc"}, args...)...)
 }
+
+// RequireMetrics fails the test for each line the service's /metrics lacks.
+func (i *Instance) RequireMetrics(t testing.TB, lines ...string) {
+	t.Helper()
+	body := i.Metrics(t)
+	for _, want := range lines {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
