@@ -2,8 +2,6 @@ package executor_test
 
 import (
 	"context"
-	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -47,27 +44,12 @@ func TestPodInformerHoldsOnlyManagedPods(t *testing.T) {
 	}
 }
 
-// writeCounter counts write requests to the API server.
-type writeCounter struct {
-	rt     http.RoundTripper
-	writes atomic.Int64
-}
-
-func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/taskactions") {
-		w.writes.Add(1)
-	}
-	return w.rt.RoundTrip(r)
-}
-
 // TestTerminatingPodCostsConstantWrites: however often a terminating pod's status
 // changes during its grace period, the action is written a bounded number of times.
 func TestTerminatingPodCostsConstantWrites(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	counter := &writeCounter{}
-	restConfig := rest.CopyConfig(env.Config)
-	restConfig.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.rt = rt; return counter }
+	restConfig, rec := recordingConfig()
 	var reconciles atomic.Int64
 	start(t, testConfig(), ns, runOptions{count: &reconciles, restConfig: restConfig})
 
@@ -86,7 +68,7 @@ func TestTerminatingPodCostsConstantWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // the executor records Terminating
-	before := counter.writes.Load()
+	before := rec.writes("taskactions")
 	// The kubelet keeps updating the terminating pod (probes, conditions).
 	for i := range 20 {
 		p = waitPod(t, ns, "t0-1")
@@ -97,7 +79,7 @@ func TestTerminatingPodCostsConstantWrites(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if w := counter.writes.Load() - before; w > 1 {
+	if w := rec.writes("taskactions") - before; w > 1 {
 		t.Fatalf("%d TaskAction writes for 20 updates of a terminating pod; want at most 1", w)
 	}
 }

@@ -119,14 +119,14 @@ func TestRestartMidRunLosesNothingAndRunsNothingTwice(t *testing.T) {
 func waitPhase(t *testing.T, key client.ObjectKey, phase flytev1.Phase) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
+	var ta flytev1.TaskAction
 	for time.Now().Before(deadline) {
-		var ta flytev1.TaskAction
 		if err := env.Client.Get(context.Background(), key, &ta); err == nil && ta.Status.Phase == phase {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("%s never reached %s", key, phase)
+	t.Fatalf("%s never reached %s; status %+v", key, phase, ta.Status)
 }
 
 // waitDelivered waits until the action is finished and labeled, then checks that the

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -35,6 +37,10 @@ import (
 // staleCacheWait is how long a reconcile that found the cache behind our own write waits
 // before looking again.
 const staleCacheWait = 50 * time.Millisecond
+
+// transientRetryBase is the first wait before a pass that failed on a transient error
+// runs again; it doubles with each failure in a row.
+const transientRetryBase = 100 * time.Millisecond
 
 const (
 	// Finalizer keeps a deleted action until its plugin has aborted and finalized.
@@ -250,6 +256,11 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	tr, err := p.Handle(ctx, tCtx)
+	if plugin.IsTransient(err) {
+		// The API server or a service had a bad moment: the same step runs again after
+		// the queue's backoff, and the action is not charged for it.
+		return ctrl.Result{}, fmt.Errorf("plugin %s: %w", p.GetID(), err)
+	}
 	if err != nil {
 		return s.systemFailure(ctx, p, tCtx, "PluginError", err.Error(), false)
 	}
@@ -580,6 +591,10 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&flytev1.TaskAction{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("taskaction").
 		WithOptions(controller.Options{
+			// Failed passes (transient API errors, conflicts) are retried with a backoff
+			// capped like the retries of attempts, not controller-runtime's 16 minutes.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](
+				transientRetryBase, max(r.Options.Backoff.Cap, transientRetryBase)),
 			MaxConcurrentReconciles: max(r.Options.MaxConcurrentReconciles, 1),
 			SkipNameValidation:      &r.Options.SkipNameValidation,
 		}).

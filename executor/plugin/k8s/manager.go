@@ -118,6 +118,12 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 		return plugin.Transition{}, err
 	}
 	err = m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	if apierrors.IsNotFound(err) {
+		// The informer may not have seen the object yet. Ask the API server itself
+		// before concluding that it is gone, or before creating it: a second create would
+		// fail, but the quota admission would already have charged it.
+		err = m.reader.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	}
 	switch {
 	case apierrors.IsNotFound(err) && st.Created:
 		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("ObjectGone",
@@ -125,7 +131,7 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 	case apierrors.IsNotFound(err):
 		return m.create(ctx, tCtx, st)
 	case err != nil:
-		return plugin.Transition{}, fmt.Errorf("%s: reading %s: %w", m.id, obj.GetName(), err)
+		return plugin.Transition{}, apiError(fmt.Sprintf("%s: reading %s", m.id, obj.GetName()), err)
 	}
 	if !m.ours(obj, md) {
 		// Someone else's object holds this attempt's name: never report it as ours. A new
@@ -220,7 +226,7 @@ func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionCon
 			return plugin.Transition{}, ierr
 		}
 		if gerr := m.reader.Get(ctx, client.ObjectKeyFromObject(existing), existing); gerr != nil {
-			return plugin.Transition{}, fmt.Errorf("%s: reading existing %s: %w", m.id, existing.GetName(), gerr)
+			return plugin.Transition{}, apiError(fmt.Sprintf("%s: reading existing %s", m.id, existing.GetName()), gerr)
 		}
 		if !m.ours(existing, md) || existing.GetDeletionTimestamp() != nil {
 			info := plugin.PhaseInfoWaitingForResources(0, "ObjectNameTaken",
@@ -241,8 +247,14 @@ func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionCon
 		info := plugin.PhaseInfoWaitingForResources(uint32(st.QuotaRefusals), "ResourceQuotaExceeded", err.Error())
 		info.RequeueAfter = quotaWait(st.QuotaRefusals)
 		return plugin.DoTransition(info), nil
+	case apierrors.IsInvalid(err):
+		// The object built from the spec is not valid Kubernetes: retrying cannot help.
+		return plugin.DoTransition(plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "InvalidObject",
+			fmt.Sprintf("the API server refused %s %s: %v", kind(obj), obj.GetName(), err))), nil
 	default:
-		return plugin.Transition{}, fmt.Errorf("%s: creating %s: %w", m.id, obj.GetName(), err)
+		// Transient errors (throttling, 5xx, a lost reply) are retried after a backoff;
+		// the next pass asks the API server whether a lost create went through.
+		return plugin.Transition{}, apiError(fmt.Sprintf("%s: creating %s", m.id, obj.GetName()), err)
 	}
 	if err := tCtx.PluginStateWriter().Put(stateVersion, managerState{Created: true}); err != nil {
 		return plugin.Transition{}, err
@@ -351,7 +363,10 @@ func (m *PluginManager) attemptObject(ctx context.Context, md plugin.TaskExecuti
 		return nil, err
 	}
 	if err := m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-		return nil, client.IgnoreNotFound(err)
+		if err = client.IgnoreNotFound(err); err != nil {
+			return nil, apiError(fmt.Sprintf("%s: reading %s", m.id, obj.GetName()), err)
+		}
+		return nil, nil
 	}
 	if !m.ours(obj, md) {
 		return nil, nil
@@ -368,7 +383,7 @@ func (m *PluginManager) Abort(ctx context.Context, tCtx plugin.TaskExecutionCont
 	uid := obj.GetUID()
 	err = m.client.Delete(ctx, obj, client.PropagationPolicy("Background"), client.Preconditions{UID: &uid})
 	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("%s: deleting %s: %w", m.id, obj.GetName(), err)
+		return apiError(fmt.Sprintf("%s: deleting %s", m.id, obj.GetName()), err)
 	}
 	return nil
 }
@@ -384,14 +399,14 @@ func (m *PluginManager) Finalize(ctx context.Context, tCtx plugin.TaskExecutionC
 		patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 		controllerutil.RemoveFinalizer(obj, Finalizer)
 		if err := m.client.Patch(ctx, obj, patch); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("%s: removing the finalizer of %s: %w", m.id, obj.GetName(), err)
+			return apiError(fmt.Sprintf("%s: removing the finalizer of %s", m.id, obj.GetName()), err)
 		}
 	}
 	if m.cfg.DeleteOnFinalize {
 		uid := obj.GetUID()
 		err := m.client.Delete(ctx, obj, client.PropagationPolicy("Background"), client.Preconditions{UID: &uid})
 		if client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("%s: deleting %s: %w", m.id, obj.GetName(), err)
+			return apiError(fmt.Sprintf("%s: deleting %s", m.id, obj.GetName()), err)
 		}
 	}
 	return nil
