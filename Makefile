@@ -38,9 +38,10 @@ build: ## Build every package and binary.
 generate: proto-generate crd-generate ## Regenerate all generated code.
 
 .PHONY: crd-generate
-crd-generate: ## Regenerate the TaskAction deepcopy code and CRD (deploy/crd).
+crd-generate: ## Regenerate the TaskAction deepcopy code, CRD (deploy/crd) and RBAC.
 	$(TOOL) controller-gen object paths=./executor/api/...
 	$(TOOL) controller-gen crd paths=./executor/api/... output:crd:artifacts:config=deploy/crd
+	$(TOOL) controller-gen rbac:roleName=flyte-executor paths=./executor/... output:rbac:artifacts:config=deploy/kustomize/base/rbac
 
 .PHONY: proto-generate
 proto-generate: $(PROTOVALIDATE_PROTO) ## Regenerate the protobuf, Connect and gRPC code in gen/go.

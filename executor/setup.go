@@ -114,6 +114,9 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true, // a clean stop hands over at once
 		Cache:                         cacheOpts,
+		// Secrets are read one at a time, in the action's namespace: caching them would
+		// watch (and hold) every Secret of the cluster and need list and watch on them.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("executor: creating manager: %w", err)

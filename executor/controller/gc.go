@@ -30,8 +30,6 @@ type GarbageCollector struct {
 	PageSize int64
 }
 
-// +kubebuilder:rbac:groups=flyte.org,resources=taskactions,verbs=list;delete
-
 // NeedLeaderElection implements manager.LeaderElectionRunnable: one collector is enough.
 func (g *GarbageCollector) NeedLeaderElection() bool { return true }
 

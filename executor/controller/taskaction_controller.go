@@ -100,12 +100,6 @@ type TaskActionReconciler struct {
 	written sync.Map // types.UID -> int
 }
 
-// +kubebuilder:rbac:groups=flyte.org,resources=taskactions,verbs=get;list;watch;update;patch;delete
-// +kubebuilder:rbac:groups=flyte.org,resources=taskactions/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=flyte.org,resources=taskactions/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-
 // Reconcile advances one action by one step.
 func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	if r.Observe != nil {

@@ -1,0 +1,513 @@
+package deploy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/internal/repo"
+)
+
+var env *kubetest.Env
+
+// No CRDs are preloaded: the one the overlays carry is applied like any other object.
+func TestMain(m *testing.M) { os.Exit(kubetest.Main(m, &env, kubetest.Options{})) }
+
+// overlays are checked one by one; external names the objects an overlay refers to but
+// leaves to the operator, as "Kind/name".
+var overlays = []struct {
+	name     string
+	external []string
+}{
+	{name: "dev"},
+	{name: "production", external: []string{"Secret/flyte-database"}},
+}
+
+func TestOverlays(t *testing.T) {
+	for _, o := range overlays {
+		t.Run(o.name, func(t *testing.T) {
+			objs := render(t, filepath.Join("deploy", "kustomize", "overlays", o.name))
+			applyAll(t, objs)
+			checkPods(t, objs, o.external)
+			checkServices(t, objs)
+			checkExecutor(t, objs)
+		})
+	}
+}
+
+// render runs the pinned kustomize from the repository root, as a user would.
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "go", "tool", "-modfile=tools/go.mod", "kustomize", "build", dir)
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr.String())
+	}
+	var objs []*unstructured.Unstructured
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	for {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			t.Fatal(err)
+		}
+		if len(m) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	if len(objs) == 0 {
+		t.Fatalf("kustomize build %s rendered nothing", dir)
+	}
+	return objs
+}
+
+// applyAll has the API server admit every object by server-side apply: decoded against
+// its schema (an unknown field fails), defaulted and validated. CRDs and namespaces are
+// applied for real, since namespaced and custom objects cannot even be dry-run without
+// them; everything else is a dry run, admitted but not stored, so nothing of one
+// overlay is left behind for the next.
+func applyAll(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	apply := func(u *unstructured.Unstructured, opts ...client.ApplyOption) error {
+		opts = append(opts, client.FieldOwner("deploy-test"), client.ForceOwnership)
+		return env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u.DeepCopy()), opts...)
+	}
+	first := func(u *unstructured.Unstructured) bool {
+		return u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "Namespace"
+	}
+	for _, u := range objs {
+		if first(u) {
+			if err := apply(u); err != nil {
+				t.Fatalf("applying %s: %v", id(u), err)
+			}
+		}
+	}
+	for _, u := range objs {
+		if u.GetKind() == "CustomResourceDefinition" {
+			waitEstablished(ctx, t, u.GetName())
+		}
+	}
+	for _, u := range objs {
+		// Without a namespace kubectl would put the object in whatever namespace the
+		// user's context names.
+		if namespaced, err := env.Client.IsObjectNamespaced(u); err == nil && namespaced && u.GetNamespace() == "" {
+			t.Errorf("%s has no namespace", id(u))
+			continue
+		}
+		if !first(u) {
+			if err := apply(u, client.DryRunAll); err != nil {
+				t.Errorf("dry-run applying %s: %v", id(u), err)
+			}
+		}
+	}
+}
+
+func waitEstablished(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	for {
+		var crd apiextensionsv1.CustomResourceDefinition
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("apiextensions.k8s.io/v1")
+		u.SetKind("CustomResourceDefinition")
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, u); err == nil {
+			convert(t, u, &crd)
+			for _, c := range crd.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("CRD %s not established: %v", name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// checkPods holds every pod template to the hardening the manifests promise, and
+// requires that everything it refers to is rendered too (or is named as external): a
+// misspelt Secret or ConfigMap name passes the API server but leaves the pod pending.
+func checkPods(t *testing.T, objs []*unstructured.Unstructured, external []string) {
+	t.Helper()
+	for name, spec := range podSpecs(t, objs) {
+		if sa := spec.ServiceAccountName; sa != "" && sa != "default" {
+			find(t, objs, "ServiceAccount", sa, external)
+		}
+		for _, v := range spec.Volumes {
+			if v.ConfigMap != nil {
+				find(t, objs, "ConfigMap", v.ConfigMap.Name, external)
+			}
+			if v.Secret != nil {
+				find(t, objs, "Secret", v.Secret.SecretName, external)
+			}
+		}
+		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+			where := name + " container " + c.Name
+			sc := c.SecurityContext
+			if sc == nil {
+				sc = &corev1.SecurityContext{}
+			}
+			nonRoot, user := sc.RunAsNonRoot, sc.RunAsUser
+			if ps := spec.SecurityContext; ps != nil {
+				nonRoot, user = or(nonRoot, ps.RunAsNonRoot), or(user, ps.RunAsUser)
+			}
+			if nonRoot == nil || !*nonRoot || (user != nil && *user == 0) {
+				t.Errorf("%s may run as root (runAsNonRoot %v, runAsUser %v)", where, deref(nonRoot), deref(user))
+			}
+			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("%s has a writable root filesystem", where)
+			}
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Errorf("%s allows privilege escalation", where)
+			}
+			if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+				t.Errorf("%s lacks a memory request or limit", where)
+			}
+			for _, e := range c.Env {
+				switch {
+				case e.ValueFrom == nil:
+				case e.ValueFrom.SecretKeyRef != nil:
+					ref := e.ValueFrom.SecretKeyRef
+					if s := find(t, objs, "Secret", ref.Name, external); s != nil && !hasKey(s, ref.Key) {
+						t.Errorf("%s: Secret %s has no key %s", where, ref.Name, ref.Key)
+					}
+				case e.ValueFrom.ConfigMapKeyRef != nil:
+					ref := e.ValueFrom.ConfigMapKeyRef
+					if cm := find(t, objs, "ConfigMap", ref.Name, external); cm != nil && !hasKey(cm, ref.Key) {
+						t.Errorf("%s: ConfigMap %s has no key %s", where, ref.Name, ref.Key)
+					}
+				}
+				if strings.HasPrefix(e.Value, "http://") {
+					checkURL(t, objs, where+" env "+e.Name, e.Value)
+				}
+			}
+		}
+	}
+}
+
+// checkServices requires every Service to select some pod template and every target
+// port name to be a port of that template's containers.
+func checkServices(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	specs, labels := podSpecs(t, objs), podLabels(t, objs)
+	for _, u := range objs {
+		if u.GetKind() != "Service" {
+			continue
+		}
+		var svc corev1.Service
+		convert(t, u, &svc)
+		var matched string
+		for name, l := range labels {
+			if len(svc.Spec.Selector) > 0 && selects(svc.Spec.Selector, l) {
+				matched = name
+			}
+		}
+		if matched == "" {
+			t.Errorf("Service %s selects no pods", svc.Name)
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			if p.TargetPort.Type == intstr.String && port(specs[matched], p.TargetPort.StrVal) == 0 {
+				t.Errorf("Service %s port %s: %s has no port named %s", svc.Name, p.Name, matched, p.TargetPort.StrVal)
+			}
+		}
+	}
+}
+
+// checkExecutor follows the executor's --config to the ConfigMap key it names, loads it
+// as the executor would, and checks the rest of the manifest agrees with it: probe and
+// metrics ports, the services' addresses, leader election for more than one replica,
+// and the permissions the executor needs.
+func checkExecutor(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	var d appsv1.Deployment
+	convert(t, must(t, objs, "Deployment", "executor"), &d)
+	spec := d.Spec.Template.Spec
+	c := spec.Containers[0]
+	file := ""
+	for i, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--config="); ok {
+			file = v
+		} else if a == "--config" && i+1 < len(c.Args) {
+			file = c.Args[i+1]
+		}
+	}
+	if file == "" {
+		t.Fatalf("executor args %q name no --config", c.Args)
+	}
+	data := configMapFile(t, objs, spec, c, file)
+	local := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(local, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(local)
+	if err != nil {
+		t.Fatalf("the executor would not start with %s: %v", file, err)
+	}
+
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil {
+		t.Fatal("executor lacks HTTP liveness and readiness probes")
+	}
+	wantPort := func(what, addr string, got int32) {
+		_, p, err := net.SplitHostPort(addr)
+		if err != nil || p != fmt.Sprint(got) {
+			t.Errorf("executor %s: the config listens on %q, the pod's port is %d", what, addr, got)
+		}
+	}
+	wantPort("liveness probe", cfg.HealthProbeBindAddress, probePort(c, c.LivenessProbe))
+	wantPort("readiness probe", cfg.HealthProbeBindAddress, probePort(c, c.ReadinessProbe))
+	wantPort("metrics", cfg.MetricsBindAddress, port(spec, "metrics"))
+	for _, u := range []string{cfg.EventsServiceURL, cfg.CacheServiceURL} {
+		if u != "" {
+			checkURL(t, objs, "executor config", u)
+		}
+	}
+	if d.Spec.Replicas != nil && *d.Spec.Replicas > 1 && !cfg.LeaderElect {
+		t.Errorf("%d executor replicas without leaderElect would reconcile the same actions at once", *d.Spec.Replicas)
+	}
+
+	// The permissions: the ClusterRole bound to the executor's service account allows
+	// creating pods, and the leader-election Role (in its namespace) allows leases.
+	var cr rbacv1.ClusterRole
+	convert(t, must(t, objs, "ClusterRole", "flyte-executor"), &cr)
+	if !allows(cr.Rules, "", "pods", "create") {
+		t.Error("ClusterRole flyte-executor does not allow creating pods")
+	}
+	var role rbacv1.Role
+	convert(t, must(t, objs, "Role", "flyte-executor"), &role)
+	if role.Namespace != d.Namespace || !allows(role.Rules, "coordination.k8s.io", "leases", "update") {
+		t.Errorf("Role %s/flyte-executor does not allow leader election in %s", role.Namespace, d.Namespace)
+	}
+	for kind, ref := range map[string]string{"ClusterRoleBinding": "ClusterRole", "RoleBinding": "Role"} {
+		var b rbacv1.RoleBinding // a ClusterRoleBinding has the same fields
+		convert(t, must(t, objs, kind, "flyte-executor"), &b)
+		want := rbacv1.Subject{Kind: "ServiceAccount", Name: spec.ServiceAccountName, Namespace: d.Namespace}
+		if b.RoleRef.Kind != ref || b.RoleRef.Name != "flyte-executor" || !slices.Contains(b.Subjects, want) {
+			t.Errorf("%s flyte-executor binds %+v to %+v, want %s flyte-executor to %+v", kind, b.RoleRef, b.Subjects, ref, want)
+		}
+	}
+}
+
+// configMapFile returns the content of the file at path in container c, which must come
+// from a ConfigMap volume.
+func configMapFile(t *testing.T, objs []*unstructured.Unstructured, spec corev1.PodSpec, c corev1.Container, file string) string {
+	t.Helper()
+	for _, m := range c.VolumeMounts {
+		if path.Dir(file) != path.Clean(m.MountPath) {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name != m.Name || v.ConfigMap == nil {
+				continue
+			}
+			key := path.Base(file)
+			for _, item := range v.ConfigMap.Items {
+				if item.Path == key {
+					key = item.Key
+				}
+			}
+			var cm corev1.ConfigMap
+			convert(t, must(t, objs, "ConfigMap", v.ConfigMap.Name), &cm)
+			data, ok := cm.Data[key]
+			if !ok {
+				t.Fatalf("ConfigMap %s has no key %s for %s (keys: %v)", cm.Name, key, file, slices.Sorted(maps.Keys(cm.Data)))
+			}
+			return data
+		}
+	}
+	t.Fatalf("no ConfigMap is mounted where %s is", file)
+	return ""
+}
+
+// checkURL requires an http://name:port URL to reach a rendered Service's port.
+func checkURL(t *testing.T, objs []*unstructured.Unstructured, where, raw string) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Errorf("%s: %v", where, err)
+		return
+	}
+	host := strings.Split(u.Hostname(), ".")[0] // "events" and "events.flyte.svc" alike
+	found := find(t, objs, "Service", host, nil)
+	if found == nil {
+		return
+	}
+	var svc corev1.Service
+	convert(t, found, &svc)
+	for _, p := range svc.Spec.Ports {
+		if fmt.Sprint(p.Port) == u.Port() {
+			return
+		}
+	}
+	t.Errorf("%s: %s: Service %s has no port %s", where, raw, host, u.Port())
+}
+
+// podSpecs returns the pod templates of the workloads, by "Kind/name".
+func podSpecs(t *testing.T, objs []*unstructured.Unstructured) map[string]corev1.PodSpec {
+	specs := map[string]corev1.PodSpec{}
+	for name, tmpl := range podTemplates(t, objs) {
+		specs[name] = tmpl.Spec
+	}
+	return specs
+}
+
+func podLabels(t *testing.T, objs []*unstructured.Unstructured) map[string]map[string]string {
+	labels := map[string]map[string]string{}
+	for name, tmpl := range podTemplates(t, objs) {
+		labels[name] = tmpl.Labels
+	}
+	return labels
+}
+
+func podTemplates(t *testing.T, objs []*unstructured.Unstructured) map[string]corev1.PodTemplateSpec {
+	t.Helper()
+	out := map[string]corev1.PodTemplateSpec{}
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "Deployment":
+			var d appsv1.Deployment
+			convert(t, u, &d)
+			out[id(u)] = d.Spec.Template
+		case "StatefulSet":
+			var s appsv1.StatefulSet
+			convert(t, u, &s)
+			out[id(u)] = s.Spec.Template
+		case "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod":
+			t.Fatalf("%s: teach this test its pod template, or it goes unchecked", id(u))
+		}
+	}
+	return out
+}
+
+// find returns the rendered object, or nil when it is missing: an error unless it is
+// one of the external ones.
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, external []string) *unstructured.Unstructured {
+	t.Helper()
+	for _, u := range objs {
+		if u.GetKind() == kind && u.GetName() == name {
+			return u
+		}
+	}
+	if !slices.Contains(external, kind+"/"+name) {
+		t.Errorf("%s %s is referred to but not rendered", kind, name)
+	}
+	return nil
+}
+
+// must returns the rendered object, and stops the test when it is missing.
+func must(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := find(t, objs, kind, name, nil)
+	if u == nil {
+		t.FailNow()
+	}
+	return u
+}
+
+func hasKey(u *unstructured.Unstructured, key string) bool {
+	for _, field := range []string{"data", "stringData", "binaryData"} {
+		if _, ok, _ := unstructured.NestedFieldNoCopy(u.Object, field, key); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func port(spec corev1.PodSpec, name string) int32 {
+	for _, c := range spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == name {
+				return p.ContainerPort
+			}
+		}
+	}
+	return 0
+}
+
+func probePort(c corev1.Container, p *corev1.Probe) int32 {
+	if p.HTTPGet.Port.Type == intstr.Int {
+		return p.HTTPGet.Port.IntVal
+	}
+	return port(corev1.PodSpec{Containers: []corev1.Container{c}}, p.HTTPGet.Port.StrVal)
+}
+
+func allows(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
+	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb)
+	})
+}
+
+func selects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func convert(t *testing.T, u *unstructured.Unstructured, into any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
+		t.Fatalf("%s: %v", id(u), err)
+	}
+}
+
+func id(u *unstructured.Unstructured) string { return u.GetKind() + "/" + u.GetName() }
+
+func or[T any](a, b *T) *T {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return "unset"
+	}
+	return *p
+}
