@@ -19,12 +19,16 @@ help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: envtest tools ## Run every test against a real API server and a real Postgres.
+test: envtest jaeger tools ## Run every test against a real API server and a real Postgres.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd for envtest (once; cached outside the clone).
 	@hack/envtest.sh >/dev/null
+
+.PHONY: jaeger
+jaeger: ## Build Jaeger, which the tracing tests run (once; cached outside the clone).
+	@hack/jaeger.sh build >/dev/null
 
 .PHONY: tools
 tools: ## Build buf, which tests also run (go tool caches the binary).

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# A real Jaeger for tests and local runs: the all-in-one program built from the Go module
+# proxy, in-memory storage, every port on 127.0.0.1.
+#
+#   hack/jaeger.sh [build]        build the binary once per version into a per-user cache
+#                                 outside the clone; prints its path last
+#   hack/jaeger.sh start DIR      start Jaeger in the background with its config, log
+#                                 (jaeger.log) and pid (jaeger.pid) in DIR; waits until the
+#                                 query API answers and prints the query URL last
+#   hack/jaeger.sh stop DIR       stop it (DIR is kept)
+#
+# Ports (all on 127.0.0.1) come from the environment:
+#   JAEGER_OTLP_GRPC_PORT (4317)  JAEGER_OTLP_HTTP_PORT (4318)
+#   JAEGER_QUERY_PORT (16686)     JAEGER_QUERY_GRPC_PORT (16685)
+#   JAEGER_HEALTH_PORT (13133)    JAEGER_METRICS_PORT (8888, Jaeger's own Prometheus metrics)
+#
+# No binary downloads work on the machines we build on, and `go install` refuses
+# github.com/jaegertracing/jaeger/cmd/jaeger because Jaeger's go.mod has replace
+# directives, so it is compiled in a throwaway module that repeats them. A module-proxy
+# build carries no UI assets: the HTTP API (/api/services, /api/traces) works, the UI
+# shows a placeholder.
+set -euo pipefail
+
+JAEGER_VERSION=${JAEGER_VERSION:-v1.76.0}
+cache_root=${FLYTE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/flyte-executor}
+bin_dir="$cache_root/jaeger/$JAEGER_VERSION"
+binary="$bin_dir/jaeger"
+
+log() { printf 'jaeger.sh: %s\n' "$*" >&2; }
+
+build() {
+  if [[ -x "$binary" ]]; then
+    echo "$binary"
+    return
+  fi
+  mkdir -p "$bin_dir"
+  # One builder at a time; a second caller waits and then finds the binary.
+  exec 9>"$bin_dir/.lock"
+  flock 9
+  if [[ -x "$binary" ]]; then
+    echo "$binary"
+    return
+  fi
+
+  export GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+  local work start dl jmod
+  work=$(mktemp -d)
+  # shellcheck disable=SC2064 # expand $work now: it is local
+  trap "rm -rf '$work'" EXIT
+  start=$(date +%s)
+
+  log "fetching github.com/jaegertracing/jaeger@$JAEGER_VERSION go.mod"
+  dl=$(cd "$work" && go mod download -json "github.com/jaegertracing/jaeger@$JAEGER_VERSION" 2>&1) || true
+  jmod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"$dl")
+  if [[ ! -f "$jmod" ]]; then
+    log "could not download github.com/jaegertracing/jaeger@$JAEGER_VERSION (is the Go module proxy reachable?):"
+    printf '%s\n' "$dl" >&2
+    exit 1
+  fi
+
+  {
+    echo "module jaegerbuild"
+    echo
+    echo "go $(go env GOVERSION | sed 's/^go\([0-9]*\.[0-9]*\).*/\1/')"
+    echo
+    echo "require github.com/jaegertracing/jaeger $JAEGER_VERSION"
+    echo
+    # Repeat every replace of Jaeger's go.mod, single-line and block form alike; a
+    # replace to a local directory cannot be repeated and would fail the build below.
+    awk '
+      /^replace[[:space:]]*\($/ { block = 1; next }
+      block && /^\)/ { block = 0; next }
+      block && NF { print "replace " $0; next }
+      /^replace[[:space:]]/ { print }
+    ' "$jmod"
+  } >"$work/go.mod"
+  cat >"$work/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "github.com/jaegertracing/jaeger/cmd/jaeger"
+GO
+  log "resolving dependencies"
+  (cd "$work" && go mod tidy >&2)
+  log "building jaeger $JAEGER_VERSION (about 6 minutes on 2 cores the first time)"
+  local vpkg=github.com/jaegertracing/jaeger/internal/version
+  (cd "$work" && CGO_ENABLED=0 go build -trimpath \
+    -ldflags "-s -w -X $vpkg.latestVersion=$JAEGER_VERSION -X $vpkg.date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    -o "$binary.tmp" github.com/jaegertracing/jaeger/cmd/jaeger)
+  mv "$binary.tmp" "$binary"
+  log "built in $(($(date +%s) - start))s"
+  echo "$binary"
+}
+
+# write_config writes a config with every listener on 127.0.0.1: Jaeger's defaults bind
+# the query ports to all interfaces. It keeps only what our code talks to (OTLP in, the
+# query API out, health and metrics), not the Jaeger/Zipkin receivers, remote sampling,
+# expvar or zpages of Jaeger's all-in-one config, so there are fewer ports to collide.
+write_config() {
+  cat >"$1" <<YAML
+service:
+  extensions: [jaeger_storage, jaeger_query, healthcheckv2]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    resource:
+      service.name: jaeger
+    metrics:
+      level: basic
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: 127.0.0.1
+                port: ${JAEGER_METRICS_PORT:-8888}
+    logs:
+      level: info
+
+extensions:
+  jaeger_query:
+    storage:
+      traces: memstore
+    # On by default in v2: Jaeger would trace its own queries and send them over OTLP to
+    # the default endpoint (localhost:4317), which is not ours when the ports are moved.
+    enable_tracing: false
+    http:
+      endpoint: 127.0.0.1:${JAEGER_QUERY_PORT:-16686}
+    grpc:
+      endpoint: 127.0.0.1:${JAEGER_QUERY_GRPC_PORT:-16685}
+  jaeger_storage:
+    backends:
+      memstore:
+        memory:
+          max_traces: 100000
+  healthcheckv2:
+    use_v2: true
+    http:
+      endpoint: 127.0.0.1:${JAEGER_HEALTH_PORT:-13133}
+
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:${JAEGER_OTLP_GRPC_PORT:-4317}
+      http:
+        endpoint: 127.0.0.1:${JAEGER_OTLP_HTTP_PORT:-4318}
+
+processors:
+  batch:
+
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memstore
+YAML
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+running() { [[ -f "$1/jaeger.pid" ]] && kill -0 "$(cat "$1/jaeger.pid")" 2>/dev/null; }
+
+start() {
+  local dir=${1:?usage: hack/jaeger.sh start DIR}
+  local bin query pid
+  bin=$(build)
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  if running "$dir"; then
+    log "already running in $dir (pid $(cat "$dir/jaeger.pid"))"
+    exit 1
+  fi
+  # A port already taken would make Jaeger exit, but the readiness probe below could be
+  # answered by whoever holds it; refuse up front instead.
+  local port
+  for port in "${JAEGER_OTLP_GRPC_PORT:-4317}" "${JAEGER_OTLP_HTTP_PORT:-4318}" "${JAEGER_QUERY_PORT:-16686}" \
+    "${JAEGER_QUERY_GRPC_PORT:-16685}" "${JAEGER_HEALTH_PORT:-13133}" "${JAEGER_METRICS_PORT:-8888}"; do
+    port_free "$port" || { log "port 127.0.0.1:$port is in use (is Jaeger already running? see the JAEGER_*_PORT variables)"; exit 1; }
+  done
+  write_config "$dir/config.yaml"
+  query="http://127.0.0.1:${JAEGER_QUERY_PORT:-16686}"
+  # setsid: its own session, so the caller's Ctrl-C or process group kill leaves it to stop.
+  setsid "$bin" --config "$dir/config.yaml" >"$dir/jaeger.log" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid" >"$dir/jaeger.pid"
+  for _ in $(seq 1 300); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 30 "$dir/jaeger.log" >&2
+      log "jaeger exited during startup; log in $dir/jaeger.log"
+      rm -f "$dir/jaeger.pid"
+      exit 1
+    fi
+    if curl -fsS -o /dev/null "$query/api/services" 2>/dev/null; then
+      echo "$query"
+      return
+    fi
+    sleep 0.1
+  done
+  kill "$pid" 2>/dev/null || true
+  rm -f "$dir/jaeger.pid"
+  tail -n 30 "$dir/jaeger.log" >&2
+  log "query API at $query did not answer within 30s"
+  exit 1
+}
+
+stop() {
+  local dir=${1:?usage: hack/jaeger.sh stop DIR}
+  running "$dir" || { rm -f "$dir/jaeger.pid"; return; }
+  local pid
+  pid=$(cat "$dir/jaeger.pid")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || { rm -f "$dir/jaeger.pid"; return; }
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$dir/jaeger.pid"
+}
+
+case "${1:-build}" in
+  build) build ;;
+  start) shift; start "$@" ;;
+  stop) shift; stop "$@" ;;
+  *) echo "usage: hack/jaeger.sh [build] | start DIR | stop DIR" >&2; exit 2 ;;
+esac
