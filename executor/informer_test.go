@@ -2,10 +2,12 @@ package executor_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,32 +17,45 @@ import (
 	"github.com/flytekube/backend/executor/plugin"
 )
 
-// TestPodInformerHoldsOnlyManagedPods: the executor's cache must not grow with the
-// cluster's pods.
-func TestPodInformerHoldsOnlyManagedPods(t *testing.T) {
+// TestInformersHoldOnlyManagedObjects: the executor's cache of the kinds its plugins
+// create must not grow with the cluster's objects of those kinds.
+func TestInformersHoldOnlyManagedObjects(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	_, mgr := start(t, testConfig(), ns, runOptions{})
-	pod := func(name string, labels map[string]string) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
-		if err := env.Client.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	managed := pod("managed", map[string]string{plugin.LabelManagedBy: plugin.ManagedByValue})
-	other := pod("someone-elses", map[string]string{"app": "web"})
-
-	deadline := time.Now().Add(30 * time.Second)
-	for mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(managed), &corev1.Pod{}) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the managed pod never reached the cache")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(other), &corev1.Pod{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("an unmanaged pod is in the executor's cache: %v", err)
+	podSpec := corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}
+	for _, tc := range []struct {
+		kind string
+		make func(name string, labels map[string]string) client.Object
+	}{
+		{"Pod", func(name string, labels map[string]string) client.Object {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Spec: podSpec}
+		}},
+		{"Job", func(name string, labels map[string]string) client.Object {
+			return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+				Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: podSpec}}}
+		}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			managed := tc.make("managed-"+strings.ToLower(tc.kind), map[string]string{plugin.LabelManagedBy: plugin.ManagedByValue})
+			other := tc.make("someone-elses-"+strings.ToLower(tc.kind), map[string]string{"app": "web"})
+			for _, obj := range []client.Object{managed, other} {
+				if err := env.Client.Create(ctx, obj); err != nil {
+					t.Fatal(err)
+				}
+			}
+			empty := func() client.Object { return tc.make("", nil) }
+			deadline := time.Now().Add(30 * time.Second)
+			for mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(managed), empty()) != nil {
+				if time.Now().After(deadline) {
+					t.Fatalf("the managed %s never reached the cache", tc.kind)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(other), empty()); !apierrors.IsNotFound(err) {
+				t.Fatalf("an unmanaged %s is in the executor's cache: %v", tc.kind, err)
+			}
+		})
 	}
 }
 

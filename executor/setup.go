@@ -36,6 +36,7 @@ import (
 	"github.com/flytekube/backend/executor/plugins/container"
 	"github.com/flytekube/backend/executor/plugins/coreecho"
 	"github.com/flytekube/backend/executor/plugins/coresleep"
+	"github.com/flytekube/backend/executor/plugins/job"
 )
 
 // reservationHeartbeat is how often a running serializable action extends its cache
@@ -95,10 +96,27 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			metrics.CertDir, metrics.CertName, metrics.KeyName = cfg.MetricsCertPath, cfg.MetricsCertName, cfg.MetricsCertKey
 		}
 	}
-	// The pod informer holds only the pods the executor manages, so its memory does not
-	// grow with the cluster.
+	k8sCfg := k8s.DefaultConfig()
+	for _, l := range cfg.LogLinks {
+		t, err := template.New(l.Name).Option("missingkey=error").Parse(l.URITemplate)
+		if err != nil {
+			return nil, fmt.Errorf("executor: config: logLinks %s: %w", l.Name, err)
+		}
+		k8sCfg.LogLinks = append(k8sCfg.LogLinks, k8s.LogLinkTemplate{Name: l.Name, Template: t})
+	}
+	entries := append([]plugin.Entry{coresleep.Entry(), coreecho.Entry(), container.Entry(k8sCfg), job.Entry(k8sCfg)}, hooks.Plugins...)
+
+	// The informers of the kinds plugins create (pods, jobs) hold only the objects the
+	// executor manages, so their memory does not grow with the cluster.
 	managed := labels.SelectorFromSet(labels.Set{plugin.LabelManagedBy: plugin.ManagedByValue})
-	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: managed}}}
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{}}
+	watched := map[string]bool{}
+	for _, e := range entries {
+		if e.Watches != nil && !watched[fmt.Sprintf("%T", e.Watches)] {
+			watched[fmt.Sprintf("%T", e.Watches)] = true
+			cacheOpts.ByObject[e.Watches] = cache.ByObject{Label: managed}
+		}
+	}
 	if len(hooks.Namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range hooks.Namespaces {
@@ -133,15 +151,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		clk = clock.RealClock{}
 	}
 	reg := plugin.NewRegistry(log)
-	k8sCfg := k8s.DefaultConfig()
-	for _, l := range cfg.LogLinks {
-		t, err := template.New(l.Name).Option("missingkey=error").Parse(l.URITemplate)
-		if err != nil {
-			return nil, fmt.Errorf("executor: config: logLinks %s: %w", l.Name, err)
-		}
-		k8sCfg.LogLinks = append(k8sCfg.LogLinks, k8s.LogLinkTemplate{Name: l.Name, Template: t})
-	}
-	for _, e := range append([]plugin.Entry{coresleep.Entry(), coreecho.Entry(), container.Entry(k8sCfg)}, hooks.Plugins...) {
+	for _, e := range entries {
 		if err := reg.Register(e); err != nil {
 			return nil, err
 		}

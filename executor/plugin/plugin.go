@@ -65,6 +65,10 @@ type Entry struct {
 	LoadPlugin func(ctx context.Context, setup SetupContext) (Plugin, error)
 	// IsDefault makes the plugin run any task type no other plugin claims.
 	IsDefault bool
+	// Watches is an object of the kind the plugin's attempts create in the cluster, if
+	// any: the executor caches only the objects of that kind it manages, never the
+	// cluster's others, and wakes an action when one of its objects changes.
+	Watches client.Object
 }
 
 // CoreEntry registers an in-process plugin that needs nothing at load time, for the task

@@ -63,7 +63,7 @@ const maxClusterEvents = 10
 // Entry adapts a Kubernetes plugin to the core registry.
 func Entry(e PluginEntry, cfg Config) plugin.Entry {
 	return plugin.Entry{
-		ID: e.ID, RegisteredTaskTypes: e.RegisteredTaskTypes, IsDefault: e.IsDefault,
+		ID: e.ID, RegisteredTaskTypes: e.RegisteredTaskTypes, IsDefault: e.IsDefault, Watches: e.ResourceToWatch,
 		LoadPlugin: func(_ context.Context, setup plugin.SetupContext) (plugin.Plugin, error) {
 			return &PluginManager{id: e.ID, plugin: e.Plugin, watch: e.ResourceToWatch, client: setup.Client(),
 				reader: setup.APIReader(), cfg: cfg}, nil

@@ -108,7 +108,7 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionConte
 func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.Pod) (plugin.PhaseInfo, error) {
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
-		return succeeded(ctx, tCtx)
+		return Outcome(ctx, tCtx)
 	case corev1.PodFailed:
 		return failed(pod), nil
 	}
@@ -166,7 +166,10 @@ type errorDocument struct {
 	Message string `json:"message"`
 }
 
-func succeeded(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.PhaseInfo, error) {
+// Outcome reads what a task that exited cleanly left behind: an error document at the
+// attempt's error URI makes it a user failure, otherwise it succeeded (with outputs if
+// it wrote them). Plugins whose objects run this plugin's containers share it.
+func Outcome(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.PhaseInfo, error) {
 	out := tCtx.OutputWriter()
 	if store := tCtx.DataStore(); store != nil {
 		raw, err := store.Read(ctx, out.ErrorURI())

@@ -1,0 +1,146 @@
+// Package job is the Kubernetes Job plugin (task type "k8s-job"): it runs an action's
+// container as a batch/v1 Job, for tasks that want a Job's parallelism and completions.
+// It exists beside the container plugin to keep the Kubernetes plugin interface honest:
+// the manager does the same naming, labeling, owning, creating, watching and deleting
+// for a kind that is not a Pod.
+package job
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/executor/plugins/container"
+)
+
+// ID is the plugin's ID and task type.
+const ID = "k8s-job"
+
+// Keys of spec.config the plugin reads.
+const (
+	ConfigParallelism = "parallelism"
+	ConfigCompletions = "completions"
+)
+
+// Entry registers the plugin.
+func Entry(cfg k8s.Config) plugin.Entry {
+	return k8s.Entry(k8s.PluginEntry{
+		ID: ID, RegisteredTaskTypes: []string{ID}, ResourceToWatch: &batchv1.Job{}, Plugin: Plugin{pods: container.Plugin{Config: cfg}},
+	}, cfg)
+}
+
+// Plugin builds and reads task Jobs.
+type Plugin struct {
+	pods container.Plugin
+}
+
+var _ k8s.Plugin = Plugin{}
+
+// GetProperties implements k8s.Plugin.
+func (Plugin) GetProperties() k8s.Properties { return k8s.Properties{} }
+
+// BuildIdentityResource implements k8s.Plugin.
+func (Plugin) BuildIdentityResource(context.Context, plugin.TaskExecutionMetadata) (client.Object, error) {
+	return &batchv1.Job{TypeMeta: metav1.TypeMeta{Kind: "Job", APIVersion: "batch/v1"}}, nil
+}
+
+// BuildResource implements k8s.Plugin: the container plugin's pod, as a Job's template.
+// The Job never retries a pod itself (backoffLimit 0): attempts are the executor's, so
+// that each has its own name, budget and events.
+func (p Plugin) BuildResource(ctx context.Context, tCtx plugin.TaskExecutionContext) (client.Object, error) {
+	obj, err := p.pods.BuildResource(ctx, tCtx)
+	if err != nil {
+		return nil, err
+	}
+	pod := obj.(*corev1.Pod)
+	cfg := tCtx.Metadata().Action().Spec.Config
+	parallelism, err := positive(cfg, ConfigParallelism)
+	if err != nil {
+		return nil, err
+	}
+	completions, err := positive(cfg, ConfigCompletions)
+	if err != nil {
+		return nil, err
+	}
+	// The Job's pods carry the action's labels but not managed-by: they are the Job
+	// controller's, and the executor watches the Job, not them.
+	labels := maps.Clone(tCtx.Metadata().Labels())
+	delete(labels, plugin.LabelManagedBy)
+	return &batchv1.Job{
+		TypeMeta: metav1.TypeMeta{Kind: "Job", APIVersion: "batch/v1"},
+		Spec: batchv1.JobSpec{
+			Parallelism: parallelism, Completions: completions, BackoffLimit: new(int32),
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod.Spec},
+		},
+	}, nil
+}
+
+// positive reads an optional positive integer setting.
+func positive(cfg map[string]string, key string) (*int32, error) {
+	v, ok := cfg[key]
+	if !ok {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("spec.config.%s must be a positive integer, not %q", key, v)
+	}
+	n32 := int32(n)
+	return &n32, nil
+}
+
+// GetTaskPhase implements k8s.Plugin.
+func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionContext, obj client.Object) (plugin.PhaseInfo, error) {
+	job, ok := obj.(*batchv1.Job)
+	if !ok {
+		return plugin.PhaseInfo{}, fmt.Errorf("k8s-job: expected a Job, got %T", obj)
+	}
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return container.Outcome(ctx, tCtx)
+		case batchv1.JobFailed:
+			return plugin.PhaseInfoUserFailure(or(c.Reason, "JobFailed"), c.Message), nil
+		}
+	}
+	if job.DeletionTimestamp != nil {
+		// As with a pod: a Job being deleted may still finish, and the next attempt must
+		// not start beside it; the manager relaunches once it is gone.
+		info := plugin.PhaseInfoRunning(1, "Terminating")
+		info.Message = fmt.Sprintf("job %s is being deleted", job.Name)
+		return info, nil
+	}
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobSuspended && c.Status == corev1.ConditionTrue {
+			return plugin.PhaseInfoWaitingForResources(0, "Suspended", c.Message), nil
+		}
+	}
+	switch {
+	case job.Status.Ready != nil && *job.Status.Ready > 0:
+		info := plugin.PhaseInfoRunning(0, "Running")
+		info.Message = fmt.Sprintf("%d of %d pods ready, %d succeeded", *job.Status.Ready, job.Status.Active, job.Status.Succeeded)
+		return info, nil
+	case job.Status.Active > 0:
+		return plugin.PhaseInfoInitializing(0, "PodsPending", fmt.Sprintf("%d pods started, none ready yet", job.Status.Active)), nil
+	default:
+		return plugin.PhaseInfoInitializing(0, "Pending", ""), nil
+	}
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
