@@ -45,6 +45,12 @@ type Options struct {
 	Creators int
 	// Workers is the executor's maxConcurrentReconciles; its configured default when 0.
 	Workers int
+	// ContainerActions is the size of the container scenario.
+	ContainerActions int
+	// UnmanagedPods and ManagedPods populate the cluster for the memory measurement.
+	UnmanagedPods, ManagedPods int
+	// Only runs one part: "noop", "container" or "memory"; all when empty.
+	Only string
 }
 
 // writeCounter counts the executor's API write requests by resource.
@@ -52,6 +58,7 @@ type writeCounter struct {
 	rt          http.RoundTripper
 	taskActions atomic.Int64
 	events      atomic.Int64
+	pods        atomic.Int64
 	other       atomic.Int64
 }
 
@@ -62,6 +69,8 @@ func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 			w.taskActions.Add(1)
 		case strings.Contains(r.URL.Path, "/events"):
 			w.events.Add(1)
+		case strings.Contains(r.URL.Path, "/pods"):
+			w.pods.Add(1)
 		default:
 			w.other.Add(1)
 		}
@@ -75,6 +84,7 @@ type Result struct {
 	Ceiling, Executor             float64 // actions per second
 	P50, P99                      time.Duration
 	TaskActionWrites, EventWrites float64 // per action
+	PodWrites                     float64 // per action, the executor's
 	Reconciles                    float64 // per action
 }
 
@@ -135,49 +145,104 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	// A first run warms the API server and etcd up, so that the first scenario's ceiling
 	// is not measured cold.
 	fmt.Fprintln(progress, "warming up")
+	if o.Only == "memory" {
+		o.Actions = 0 // nothing to warm up for
+	}
 	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }); err != nil {
 		return err
 	}
 
-	var results []Result
-	for _, sc := range []struct {
+	type scenario struct {
 		name, taskType string
+		actions        int
 		prepare        func(ta *flytev1.TaskAction, i int) error
-	}{
-		{"core-sleep 0s", "core-sleep", func(ta *flytev1.TaskAction, _ int) error {
-			ta.Spec.Config = map[string]string{"duration": "0s"}
-			return nil
-		}},
-		{"core-echo, cached (each a miss and a put)", "core-echo", func(ta *flytev1.TaskAction, i int) error {
-			path := filepath.Join(dataDir, ta.Namespace, ta.Name+".json")
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				return err
-			}
-			ta.Spec.InputURI = "file://" + path
-			ta.Spec.Cache = &flytev1.CacheSpec{Enabled: true, Version: "1"}
-			return os.WriteFile(path, []byte(fmt.Sprintf(`{"i": %d}`, i)), 0o644)
-		}},
-	} {
-		fmt.Fprintf(progress, "%s: ceiling\n", sc.name)
-		ceiling, err := runCeiling(ctx, env, o, sc.taskType, sc.prepare)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(progress, "%s: executor\n", sc.name)
-		r, err := runExecutor(ctx, env, o, sc.taskType, sc.prepare, eventsURL, cacheURL)
-		if err != nil {
-			return err
-		}
-		r.Scenario, r.Ceiling = sc.name, ceiling
-		results = append(results, r)
+		// kubelet: the actions run pods, which a stand-in kubelet finishes at once.
+		kubelet bool
 	}
-
-	fmt.Fprintf(w, "### No-op actions: %d per scenario, created by %d concurrent clients\n\n", o.Actions, o.Creators)
-	fmt.Fprintln(w, "| scenario | ceiling: create + 1 status write (actions/s) | executor (actions/s) | executor / ceiling | p50 | p99 | TaskAction writes / action | Event writes / action | reconciles / action |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	for _, r := range results {
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f%% | %s | %s | %.2f | %.2f | %.2f |\n", r.Scenario, r.Ceiling, r.Executor,
-			100*r.Executor/r.Ceiling, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.TaskActionWrites, r.EventWrites, r.Reconciles)
+	var noop, containers []scenario
+	if o.Only == "" || o.Only == "noop" {
+		noop = []scenario{
+			{name: "core-sleep 0s", taskType: "core-sleep", actions: o.Actions, prepare: func(ta *flytev1.TaskAction, _ int) error {
+				ta.Spec.Config = map[string]string{"duration": "0s"}
+				return nil
+			}},
+			{name: "core-echo, cached (each a miss and a put)", taskType: "core-echo", actions: o.Actions, prepare: func(ta *flytev1.TaskAction, i int) error {
+				path := filepath.Join(dataDir, ta.Namespace, ta.Name+".json")
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					return err
+				}
+				ta.Spec.InputURI = "file://" + path
+				ta.Spec.Cache = &flytev1.CacheSpec{Enabled: true, Version: "1"}
+				return os.WriteFile(path, []byte(fmt.Sprintf(`{"i": %d}`, i)), 0o644)
+			}},
+		}
+	}
+	if o.Only == "" || o.Only == "container" {
+		containers = []scenario{{name: "container, pods finished at once by a stand-in kubelet", taskType: "container", actions: o.ContainerActions, kubelet: true,
+			prepare: func(ta *flytev1.TaskAction, _ int) error {
+				ta.Spec.Container = &flytev1.ContainerSpec{Image: "busybox:1.36", Command: []string{"true"}}
+				return nil
+			}}}
+	}
+	run := func(scs []scenario) ([]Result, error) {
+		var results []Result
+		for _, sc := range scs {
+			so := o
+			so.Actions = sc.actions
+			fmt.Fprintf(progress, "%s: ceiling\n", sc.name)
+			ceilingOf := runCeiling
+			if sc.kubelet {
+				ceilingOf = runPodCeiling
+			}
+			ceiling, err := ceilingOf(ctx, env, so, sc.taskType, sc.prepare)
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(progress, "%s: executor\n", sc.name)
+			r, err := runExecutor(ctx, env, so, sc.taskType, sc.prepare, eventsURL, cacheURL, sc.kubelet)
+			if err != nil {
+				return nil, err
+			}
+			r.Scenario, r.Ceiling = sc.name, ceiling
+			results = append(results, r)
+		}
+		return results, nil
+	}
+	if len(noop) > 0 {
+		results, err := run(noop)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "### No-op actions: %d per scenario, created by %d concurrent clients\n\n", o.Actions, o.Creators)
+		fmt.Fprintln(w, "| scenario | ceiling: create + 1 status write (actions/s) | executor (actions/s) | executor / ceiling | p50 | p99 | TaskAction writes / action | Event writes / action | reconciles / action |")
+		fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		for _, r := range results {
+			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f%% | %s | %s | %.2f | %.2f | %.2f |\n", r.Scenario, r.Ceiling, r.Executor,
+				100*r.Executor/r.Ceiling, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.TaskActionWrites, r.EventWrites, r.Reconciles)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(containers) > 0 {
+		results, err := run(containers)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "### Container actions: %d, created by %d concurrent clients\n\n", o.ContainerActions, o.Creators)
+		fmt.Fprintln(w, "| scenario | ceiling: create, pod create, pod status, status write (actions/s) | executor (actions/s) | executor / ceiling | p50 | p99 | TaskAction writes / action | pod writes / action | reconciles / action |")
+		fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		for _, r := range results {
+			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f%% | %s | %s | %.2f | %.2f | %.2f |\n", r.Scenario, r.Ceiling, r.Executor,
+				100*r.Executor/r.Ceiling, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.TaskActionWrites, r.PodWrites, r.Reconciles)
+		}
+		fmt.Fprintln(w)
+	}
+	if o.Only == "" || o.Only == "memory" {
+		fmt.Fprintf(progress, "memory: %d unmanaged and %d managed pods\n", o.UnmanagedPods, o.ManagedPods)
+		m, err := measureMemory(ctx, env, o)
+		if err != nil {
+			return err
+		}
+		m.write(w, o)
 	}
 	return nil
 }
@@ -256,7 +321,7 @@ func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType stri
 	return float64(o.Actions) / time.Since(start).Seconds(), nil
 }
 
-func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error, eventsURL, cacheURL string) (Result, error) {
+func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error, eventsURL, cacheURL string, kubelet bool) (Result, error) {
 	ns := fmt.Sprintf("executor-%d", time.Now().UnixNano()%1e6)
 	if err := namespace(ctx, env.Client, ns); err != nil {
 		return Result{}, err
@@ -301,7 +366,14 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 		return Result{}, err
 	}
 	defer func() { watcher.Stop() }()
-	baseTA, baseEvents := counter.taskActions.Load(), counter.events.Load()
+	if kubelet {
+		kctx, stopKubelet := context.WithCancel(ctx)
+		defer stopKubelet()
+		if err := startKubelet(kctx, env, ns); err != nil {
+			return Result{}, err
+		}
+	}
+	baseTA, baseEvents, basePods := counter.taskActions.Load(), counter.events.Load(), counter.pods.Load()
 
 	start := time.Now()
 	var started map[string]time.Time
@@ -349,6 +421,7 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 		P99:              benchutil.Percentile(lat, 0.99),
 		TaskActionWrites: float64(counter.taskActions.Load()-baseTA) / n,
 		EventWrites:      float64(counter.events.Load()-baseEvents) / n,
+		PodWrites:        float64(counter.pods.Load()-basePods) / n,
 		Reconciles:       float64(reconciles.Load()) / n,
 	}, nil
 }

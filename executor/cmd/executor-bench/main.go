@@ -1,6 +1,7 @@
-// Command executor-bench measures the executor on no-op actions against the envtest
-// control plane, beside a plain client's ceiling in the same run, and prints a Markdown
-// report (see docs/benchmarks.md).
+// Command executor-bench measures the executor against the envtest control plane — no-op
+// and container actions beside a plain client's ceiling in the same run, and the memory
+// its informers take in a cluster full of others' pods — and prints a Markdown report
+// (see docs/benchmarks.md).
 package main
 
 import (
@@ -17,6 +18,10 @@ func main() {
 	flag.IntVar(&o.Actions, "actions", 1000, "actions per scenario")
 	flag.IntVar(&o.Creators, "creators", 8, "concurrent clients creating them")
 	flag.IntVar(&o.Workers, "workers", 0, "the executor's maxConcurrentReconciles (default: its configured default)")
+	flag.IntVar(&o.ContainerActions, "container-actions", 500, "actions in the container scenario")
+	flag.IntVar(&o.UnmanagedPods, "unmanaged-pods", 5000, "pods of others in the cluster, for the memory measurement")
+	flag.IntVar(&o.ManagedPods, "managed-pods", 1000, "pods of the executor in the cluster, for the memory measurement")
+	flag.StringVar(&o.Only, "only", "", "run one part only: noop, container or memory")
 	flag.Parse()
 	if err := bench.Run(context.Background(), o, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "executor-bench:", err)
