@@ -7,6 +7,8 @@ package config
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -89,6 +91,32 @@ type Config struct {
 	// templates over .Namespace, .PodName, .ContainerName, .Project, .Domain, .Run,
 	// .Action and .Attempt. None by default.
 	LogLinks []LogLink `json:"logLinks,omitempty"`
+
+	// K8s holds what the Kubernetes plugins (container, k8s-job) apply to every object
+	// they create.
+	K8s K8sPluginConfig `json:"k8s"`
+}
+
+// K8sPluginConfig holds the cluster's defaults for the objects Kubernetes plugins create.
+type K8sPluginConfig struct {
+	// DefaultCPURequest and DefaultMemoryRequest fill containers that request nothing.
+	// Default 100m and 128Mi.
+	DefaultCPURequest    resource.Quantity `json:"defaultCpuRequest"`
+	DefaultMemoryRequest resource.Quantity `json:"defaultMemoryRequest"`
+	// DefaultLabels and DefaultAnnotations go on every object (the executor's own labels
+	// win over them). None by default.
+	DefaultLabels      map[string]string `json:"defaultLabels,omitempty"`
+	DefaultAnnotations map[string]string `json:"defaultAnnotations,omitempty"`
+	// InterruptibleTolerations and InterruptibleNodeSelector place the pods of actions
+	// with spec.interruptible on preemptible nodes. None by default.
+	InterruptibleTolerations  []corev1.Toleration `json:"interruptibleTolerations,omitempty"`
+	InterruptibleNodeSelector map[string]string   `json:"interruptibleNodeSelector,omitempty"`
+	// InjectFinalizer puts the executor's finalizer on every object, so that it cannot
+	// vanish before the executor has read its outcome. Default false.
+	InjectFinalizer bool `json:"injectFinalizer"`
+	// DeleteOnFinalize deletes an attempt's object as soon as the attempt is over; by
+	// default it stays (with its logs) until its TaskAction is deleted.
+	DeleteOnFinalize bool `json:"deleteOnFinalize"`
 }
 
 // RetryBackoff is an exponential backoff with jitter, capped so that a long run of
@@ -127,6 +155,10 @@ func Default() Config {
 		RetryBackoff: RetryBackoff{
 			Base: metav1.Duration{Duration: time.Second},
 			Cap:  metav1.Duration{Duration: 5 * time.Minute},
+		},
+		K8s: K8sPluginConfig{
+			DefaultCPURequest:    resource.MustParse("100m"),
+			DefaultMemoryRequest: resource.MustParse("128Mi"),
 		},
 		GC: GCConfig{
 			Interval: metav1.Duration{Duration: 30 * time.Minute},

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flytekube/backend/executor/config"
@@ -70,6 +72,16 @@ defaultForTaskTypes:
 logLinks:
   - name: Kubernetes
     uriTemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}"
+k8s:
+  defaultCpuRequest: 250m
+  defaultMemoryRequest: 256Mi
+  defaultLabels: {team: ml}
+  defaultAnnotations: {example.com/owner: platform}
+  interruptibleTolerations:
+    - {key: spot, operator: Exists, effect: NoSchedule}
+  interruptibleNodeSelector: {node.example.com/spot: "true"}
+  injectFinalizer: true
+  deleteOnFinalize: true
 `
 	want := config.Config{
 		MetricsBindAddress:      ":9090",
@@ -95,6 +107,13 @@ logLinks:
 		GC:                      config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour)},
 		DefaultForTaskTypes:     map[string]string{"python-task": "container", "sql": "sqlite"},
 		LogLinks:                []config.LogLink{{Name: "Kubernetes", URITemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}"}},
+		K8s: config.K8sPluginConfig{
+			DefaultCPURequest: resource.MustParse("250m"), DefaultMemoryRequest: resource.MustParse("256Mi"),
+			DefaultLabels: map[string]string{"team": "ml"}, DefaultAnnotations: map[string]string{"example.com/owner": "platform"},
+			InterruptibleTolerations:  []corev1.Toleration{{Key: "spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			InterruptibleNodeSelector: map[string]string{"node.example.com/spot": "true"},
+			InjectFinalizer:           true, DeleteOnFinalize: true,
+		},
 	}
 
 	// Guard the test itself: a field added to Config but not to this file would otherwise
@@ -114,7 +133,7 @@ logLinks:
 // nested config structs (but not into metav1.Duration, which is compared whole).
 func assertDiffersEverywhere(t *testing.T, a, b reflect.Value, path string) {
 	t.Helper()
-	if a.Kind() == reflect.Struct && a.Type() != reflect.TypeFor[metav1.Duration]() {
+	if a.Kind() == reflect.Struct && a.Type() != reflect.TypeFor[metav1.Duration]() && a.Type() != reflect.TypeFor[resource.Quantity]() {
 		for i := range a.NumField() {
 			assertDiffersEverywhere(t, a.Field(i), b.Field(i), path+"."+a.Type().Field(i).Name)
 		}
@@ -230,6 +249,12 @@ func TestLoadRejects(t *testing.T) {
 		{"bad service URL", "eventsServiceURL: localhost:8090\n", "eventsServiceURL: must be an http or https URL"},
 		{"leader election without ID", "leaderElect: true\nleaderElectionID: \"\"\n", "leaderElectionID: must be set when leaderElect is true"},
 		{"cert path without cert name", "metricsCertPath: /certs\nmetricsCertName: \"\"\n", "metricsCertName: must be set when metricsCertPath is set"},
+		{"negative default CPU", "k8s:\n  defaultCpuRequest: -1\n", "k8s.defaultCpuRequest: must not be negative"},
+		{"malformed quantity", "k8s:\n  defaultMemoryRequest: lots\n", "defaultMemoryRequest"},
+		{"bad default label key", "k8s:\n  defaultLabels: {\"bad key\": x}\n", `k8s.defaultLabels["bad key"]: not a valid key`},
+		{"bad default label value", "k8s:\n  defaultLabels: {team: \"a b\"}\n", `k8s.defaultLabels["team"]: not a valid value`},
+		{"bad node selector key", "k8s:\n  interruptibleNodeSelector: {\"/x\": \"y\"}\n", `k8s.interruptibleNodeSelector["/x"]`},
+		{"unknown k8s field", "k8s:\n  defaultCPU: 1\n", "unknown field"},
 		{"non-YAML content", "{ this is: [not yaml\n", "config.yaml"},
 		{"YAML that is not a mapping", "- a\n- b\n", "config.yaml"},
 	}

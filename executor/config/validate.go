@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"text/template"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Validate reports every problem with c rather than just the first, so that one edit can
@@ -94,6 +96,32 @@ func (c Config) Validate() error {
 			fail(path, "plugin ID must not be empty")
 		}
 	}
+
+	k := c.K8s
+	if k.DefaultCPURequest.Sign() < 0 {
+		fail("k8s.defaultCpuRequest", "must not be negative, got %s", k.DefaultCPURequest.String())
+	}
+	if k.DefaultMemoryRequest.Sign() < 0 {
+		fail("k8s.defaultMemoryRequest", "must not be negative, got %s", k.DefaultMemoryRequest.String())
+	}
+	// Checked here because a bad label would otherwise fail every create, one action at
+	// a time.
+	checkLabels := func(path string, m map[string]string, values bool) {
+		for _, key := range slices.Sorted(maps.Keys(m)) {
+			if problems := validation.IsQualifiedName(key); len(problems) > 0 {
+				fail(fmt.Sprintf("%s[%q]", path, key), "not a valid key: %s", strings.Join(problems, "; "))
+			}
+			if !values {
+				continue
+			}
+			if problems := validation.IsValidLabelValue(m[key]); len(problems) > 0 {
+				fail(fmt.Sprintf("%s[%q]", path, key), "not a valid value: %s", strings.Join(problems, "; "))
+			}
+		}
+	}
+	checkLabels("k8s.defaultLabels", k.DefaultLabels, true)
+	checkLabels("k8s.defaultAnnotations", k.DefaultAnnotations, false)
+	checkLabels("k8s.interruptibleNodeSelector", k.InterruptibleNodeSelector, true)
 
 	return errors.Join(errs...)
 }
