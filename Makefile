@@ -22,6 +22,10 @@ help: ## List the targets.
 test: envtest jaeger tools ## Run every test against a real API server and a real Postgres.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) test $(TEST_FLAGS) ./...
 
+.PHONY: run
+run: envtest jaeger ## Run the whole system here, apply examples/, show them running (Ctrl-C stops it all).
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) run ./sandbox/cmd/sandbox $(RUN_FLAGS)
+
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd for envtest (once; cached outside the clone).
 	@hack/envtest.sh >/dev/null

@@ -160,3 +160,17 @@ func (e *Env) Namespace(t testing.TB) string {
 	})
 	return ns.Name
 }
+
+// Kubeconfig returns a kubeconfig of an administrator of the control plane, for tools
+// (kubectl, other processes) that reach it from outside this process.
+func (e *Env) Kubeconfig() ([]byte, error) {
+	user, err := e.env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: adding an administrator: %w", err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: writing a kubeconfig: %w", err)
+	}
+	return kubeconfig, nil
+}

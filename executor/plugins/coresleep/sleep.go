@@ -1,11 +1,14 @@
 // Package coresleep is the core-sleep plugin: it waits for spec.config.duration and
 // succeeds. It never blocks a worker: Handle remembers when the sleep started (in the
-// plugin state) and asks to be called back when it should end.
+// plugin state) and asks to be called back when it should end. With
+// spec.config.failAttempts N, the first N attempts fail after their sleep with a
+// retryable user error, to show retries at work without a cluster to run pods.
 package coresleep
 
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/flytekube/backend/executor/plugin"
@@ -63,6 +66,17 @@ func (Plugin) Handle(_ context.Context, tCtx plugin.TaskExecutionContext) (plugi
 		info.Message = fmt.Sprintf("sleeping %s, %s left", d, remaining.Round(time.Millisecond))
 		info.RequeueAfter = remaining
 		return plugin.DoTransition(info), nil
+	}
+	if failing := tCtx.Metadata().Action().Spec.Config["failAttempts"]; failing != "" {
+		n, err := strconv.Atoi(failing)
+		if err != nil || n < 0 {
+			return plugin.DoTransition(plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "InvalidConfig",
+				fmt.Sprintf("config.failAttempts %q is not a non-negative number", failing))), nil
+		}
+		if attempt := tCtx.Metadata().Attempt(); int(attempt) <= n {
+			return plugin.DoTransition(plugin.PhaseInfoUserFailure("SimulatedFailure",
+				fmt.Sprintf("attempt %d fails, as config.failAttempts (%d) asks", attempt, n))), nil
+		}
 	}
 	return plugin.DoTransition(plugin.PhaseInfoSuccess("")), nil
 }

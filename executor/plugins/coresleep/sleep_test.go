@@ -19,24 +19,36 @@ func TestSleep(t *testing.T) {
 		want      []plugin.Phase
 		requeue   time.Duration // of the first call
 		errorCode string
+		attempt   int32
+		config    map[string]string
 	}{
 		{name: "two seconds", duration: "2s", elapsed: []time.Duration{0, time.Second, 2 * time.Second},
 			want: []plugin.Phase{plugin.PhaseRunning, plugin.PhaseRunning, plugin.PhaseSuccess}, requeue: 2 * time.Second},
 		{name: "zero finishes at once", duration: "0s", elapsed: []time.Duration{0}, want: []plugin.Phase{plugin.PhaseSuccess}},
 		{name: "no duration finishes at once", elapsed: []time.Duration{0}, want: []plugin.Phase{plugin.PhaseSuccess}},
 		{name: "bad duration", duration: "soon", elapsed: []time.Duration{0}, want: []plugin.Phase{plugin.PhasePermanentFailure}, errorCode: "InvalidConfig"},
+		{name: "failing attempt", duration: "0s", config: map[string]string{"failAttempts": "2"}, attempt: 2, elapsed: []time.Duration{0},
+			want: []plugin.Phase{plugin.PhaseRetryableFailure}, errorCode: "SimulatedFailure"},
+		{name: "attempt after the failing ones", duration: "0s", config: map[string]string{"failAttempts": "2"}, attempt: 3, elapsed: []time.Duration{0},
+			want: []plugin.Phase{plugin.PhaseSuccess}},
+		{name: "bad failAttempts", config: map[string]string{"failAttempts": "some"}, elapsed: []time.Duration{0},
+			want: []plugin.Phase{plugin.PhasePermanentFailure}, errorCode: "InvalidConfig"},
 		{name: "negative duration", duration: "-1s", elapsed: []time.Duration{0}, want: []plugin.Phase{plugin.PhasePermanentFailure}, errorCode: "InvalidConfig"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{Config: map[string]string{}}}
+			for k, v := range tt.config {
+				ta.Spec.Config[k] = v
+			}
+			attempt := max(tt.attempt, 1)
 			if tt.duration != "" {
 				ta.Spec.Config["duration"] = tt.duration
 			}
 			p := coresleep.Plugin{}
 			for i, e := range tt.elapsed {
 				now := start.Add(e)
-				tCtx := plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{Action: ta, Attempt: 1, Clock: func() time.Time { return now }})
+				tCtx := plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{Action: ta, Attempt: attempt, Clock: func() time.Time { return now }})
 				tr, err := p.Handle(context.Background(), tCtx)
 				if err != nil {
 					t.Fatal(err)

@@ -1,0 +1,32 @@
+// Command sandbox runs the whole system on this machine (see package sandbox): `make run`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/flytekube/backend/sandbox"
+)
+
+func main() {
+	var o sandbox.Options
+	flag.StringVar(&o.Dir, "dir", "", "directory for the sandbox's files (default: $TMPDIR/flyte-sandbox, which the examples name)")
+	flag.BoolVar(&o.UntilSettled, "until-settled", false, "stop once every example has ended; fail if one did not end as expected")
+	flag.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "with --until-settled, how long the examples may take")
+	flag.Parse()
+	o.Kubeconfig = os.Getenv("KUBECONFIG")
+	if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		o.Terminal = true
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := sandbox.Run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

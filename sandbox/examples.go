@@ -1,0 +1,157 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+)
+
+// Annotations on the examples say how each should end, so the sandbox can tell whether
+// the system did what it should.
+const (
+	annotationExpect         = "examples.flyte.org/expect"          // a terminal phase, or "Rejected"
+	annotationExpectCache    = "examples.flyte.org/expect-cache"    // a cache status
+	annotationExpectAttempts = "examples.flyte.org/expect-attempts" // a number of attempts
+	// annotationAfter holds an example back until the one it names has ended.
+	annotationAfter = "examples.flyte.org/after"
+	expectRejected  = "Rejected"
+)
+
+// example is one TaskAction from the examples directory and what became of it.
+type example struct {
+	file   string
+	action *flytev1.TaskAction
+	// rejected is the API server's refusal, if it refused it.
+	rejected error
+	// applied is set once the example was sent to the API server.
+	applied bool
+}
+
+// loadExamples reads every TaskAction in the *.yaml files of dir, in file order.
+func loadExamples(dir string) ([]*example, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(files)
+	var out []*example
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		for i, doc := range bytes.Split(raw, []byte("\n---")) {
+			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+				continue
+			}
+			var ta flytev1.TaskAction
+			if err := yaml.UnmarshalStrict(doc, &ta); err != nil {
+				return nil, fmt.Errorf("sandbox: %s, document %d: %w", f, i+1, err)
+			}
+			out = append(out, &example{file: filepath.Base(f), action: &ta})
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("sandbox: no TaskActions in %s", dir)
+	}
+	return out, nil
+}
+
+func stripComments(doc []byte) []byte {
+	var b bytes.Buffer
+	for _, line := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.Bytes()
+}
+
+// apply creates the examples that are not applied yet and whose predecessor (if any)
+// has ended; a refusal is recorded, since showing one is the point of an invalid example.
+func apply(ctx context.Context, c client.Client, examples []*example) error {
+	ended := map[string]bool{}
+	for _, e := range examples {
+		if done, _ := e.verdict(); done && e.applied {
+			ended[e.action.Name] = true
+		}
+	}
+	for _, e := range examples {
+		if e.applied {
+			continue
+		}
+		if after := e.action.Annotations[annotationAfter]; after != "" && !ended[after] {
+			continue
+		}
+		e.applied = true
+		ta := e.action.DeepCopy()
+		err := c.Create(ctx, ta)
+		switch {
+		case err == nil:
+			e.action = ta
+		case e.expect() == expectRejected:
+			e.rejected = err
+		default:
+			return fmt.Errorf("sandbox: applying %s from %s: %w", e.action.Name, e.file, err)
+		}
+	}
+	return nil
+}
+
+func (e *example) expect() string { return e.action.Annotations[annotationExpect] }
+
+// verdict says whether the example ended as expected: done once it cannot change any
+// more, and a problem when it ended otherwise.
+func (e *example) verdict() (done bool, problem string) {
+	want := e.expect()
+	if !e.applied {
+		return false, ""
+	}
+	if want == expectRejected {
+		if e.rejected == nil {
+			return true, "was admitted; want it rejected"
+		}
+		return true, ""
+	}
+	st := e.action.Status
+	if !st.Phase.IsTerminal() {
+		return false, ""
+	}
+	switch {
+	case want != "" && string(st.Phase) != want:
+		return true, fmt.Sprintf("ended %s; want %s", st.Phase, want)
+	case e.action.Annotations[annotationExpectCache] != "" && string(st.CacheStatus) != e.action.Annotations[annotationExpectCache]:
+		return true, fmt.Sprintf("cache %s; want %s", st.CacheStatus, e.action.Annotations[annotationExpectCache])
+	}
+	if a := e.action.Annotations[annotationExpectAttempts]; a != "" {
+		if n, _ := strconv.Atoi(a); int32(n) != st.Attempts {
+			return true, fmt.Sprintf("took %d attempts; want %d", st.Attempts, n)
+		}
+	}
+	return true, ""
+}
+
+// refresh reads the current state of the admitted examples.
+func refresh(ctx context.Context, c client.Client, examples []*example) error {
+	for _, e := range examples {
+		if !e.applied || e.rejected != nil {
+			continue
+		}
+		var ta flytev1.TaskAction
+		if err := c.Get(ctx, client.ObjectKeyFromObject(e.action), &ta); err != nil {
+			return fmt.Errorf("sandbox: reading %s: %w", e.action.Name, err)
+		}
+		e.action = &ta
+	}
+	return nil
+}

@@ -1,0 +1,428 @@
+// Package sandbox runs the whole system on one machine for a newcomer: an embedded
+// control plane (or the cluster KUBECONFIG names), a throwaway Postgres, Jaeger, the
+// events and cache services and the executor, each as its own process; it applies the
+// TaskActions in examples/, shows their progress, and says where to look. Everything it
+// starts stops with it.
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/flytekube/backend/executor"
+	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/repo"
+)
+
+// Options shape a sandbox. The zero value of a port means its default.
+type Options struct {
+	// Dir holds the sandbox's files: kubeconfig, configuration, logs, data. Default
+	// /tmp/flyte-sandbox, the directory the examples' URIs name.
+	Dir string
+	// Kubeconfig names a cluster to use instead of the embedded control plane.
+	Kubeconfig string
+	// Ports of the events service, the cache service, the executor's health probes and
+	// metrics, and Jaeger's query API and OTLP/HTTP receiver.
+	EventsPort, CachePort, ExecutorHealthPort, ExecutorMetricsPort, JaegerQueryPort, JaegerOTLPPort int
+	// UntilSettled ends the sandbox once every example has ended, with an error if one
+	// did not end as expected; otherwise it runs until ctx ends (Ctrl-C).
+	UntilSettled bool
+	// Timeout bounds UntilSettled.
+	Timeout time.Duration
+	// Terminal redraws the progress table in place.
+	Terminal bool
+}
+
+func (o Options) withDefaults() Options {
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&o.EventsPort, 8090)
+	def(&o.CachePort, 8094)
+	def(&o.ExecutorHealthPort, 8081)
+	def(&o.ExecutorMetricsPort, 10254)
+	def(&o.JaegerQueryPort, 16686)
+	def(&o.JaegerOTLPPort, 4318)
+	if o.Dir == "" {
+		o.Dir = filepath.Join(os.TempDir(), "flyte-sandbox")
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 3 * time.Minute
+	}
+	return o
+}
+
+// demoNamespace is where the examples run.
+const demoNamespace = "demo"
+
+// Run brings the system up, applies the examples and shows them running until ctx ends
+// (or, with UntilSettled, until they have all ended), then stops everything it started.
+func Run(ctx context.Context, o Options, out io.Writer) (err error) {
+	o = o.withDefaults()
+	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	var stops []func()
+	defer func() {
+		if len(stops) > 0 {
+			say("stopping")
+		}
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	root, err := repo.Root()
+	if err != nil {
+		return err
+	}
+	logs := filepath.Join(o.Dir, "logs")
+	for _, d := range []string{logs, filepath.Join(o.Dir, "inputs"), filepath.Join(o.Dir, "outputs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+	}
+
+	say("building the binaries")
+	bins, err := build(ctx, root)
+	if err != nil {
+		return err
+	}
+
+	restConfig, kubeconfig, stop, err := controlPlane(o, root, say)
+	if err != nil {
+		return err
+	}
+	stops = append(stops, stop)
+
+	say("starting Postgres")
+	pg, err := pgtest.Start()
+	if err != nil {
+		return err
+	}
+	stops = append(stops, func() { _ = pg.Stop() })
+	dbURL, err := database(ctx, pg.URL)
+	if err != nil {
+		return err
+	}
+
+	say("starting Jaeger (built from the Go module proxy the first time)")
+	jaegerDir := filepath.Join(o.Dir, "jaeger")
+	if err := jaeger(ctx, root, "build"); err != nil {
+		return err
+	}
+	if err := jaeger(ctx, root, "start", jaegerDir, "JAEGER_QUERY_PORT="+strconv.Itoa(o.JaegerQueryPort),
+		"JAEGER_OTLP_HTTP_PORT="+strconv.Itoa(o.JaegerOTLPPort)); err != nil {
+		return err
+	}
+	stops = append(stops, func() { _ = jaeger(context.Background(), root, "stop", jaegerDir) })
+	otel := func(service string) []string {
+		return []string{"OTEL_SERVICE_NAME=" + service, "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:" + strconv.Itoa(o.JaegerOTLPPort),
+			"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"}
+	}
+
+	eventsAddr, cacheAddr := "127.0.0.1:"+strconv.Itoa(o.EventsPort), "127.0.0.1:"+strconv.Itoa(o.CachePort)
+	for _, svc := range []struct{ name, bin, addr string }{
+		{"events", bins["events"], eventsAddr},
+		{"cacheservice", bins["cacheservice"], cacheAddr},
+	} {
+		say("starting %s on %s", svc.name, svc.addr)
+		p, err := startProcess(svc.name, svc.bin, logs, append(otel(svc.name), "DATABASE_URL="+dbURL),
+			"--listen", svc.addr, "--metrics-listen", "")
+		if err != nil {
+			return err
+		}
+		stops = append(stops, p.stop)
+		if err := p.waitHTTP(ctx, "http://"+svc.addr+"/healthz", time.Minute); err != nil {
+			return err
+		}
+	}
+
+	say("starting the executor")
+	cfg := config.Default()
+	cfg.EventsServiceURL, cfg.CacheServiceURL = "http://"+eventsAddr, "http://"+cacheAddr
+	cfg.HealthProbeBindAddress = "127.0.0.1:" + strconv.Itoa(o.ExecutorHealthPort)
+	cfg.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(o.ExecutorMetricsPort)
+	cfg.MetricsSecure = false // plain HTTP on the loopback, so curl can read it
+	cfg.RetryBackoff.Base = metav1.Duration{Duration: 2 * time.Second} // retries a person can watch
+	cfg.Cluster = "sandbox"
+	cfgPath := filepath.Join(o.Dir, "executor.yaml")
+	if err := writeYAML(cfgPath, cfg); err != nil {
+		return err
+	}
+	p, err := startProcess("executor", bins["executor"], logs, append(otel("executor"), "KUBECONFIG="+kubeconfig), "--config", cfgPath)
+	if err != nil {
+		return err
+	}
+	stops = append(stops, p.stop)
+	if err := p.waitHTTP(ctx, "http://"+cfg.HealthProbeBindAddress+"/readyz", time.Minute); err != nil {
+		return err
+	}
+
+	scheme, err := executor.Scheme()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(restConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	examples, err := loadExamples(filepath.Join(root, "examples"))
+	if err != nil {
+		return err
+	}
+	if err := prepareExamples(ctx, c, root, o.Dir, examples); err != nil {
+		return err
+	}
+	say("applying %d TaskActions from examples/ to namespace %s\n", len(examples), demoNamespace)
+	if err := apply(ctx, c, examples); err != nil {
+		return err
+	}
+	say("%s\n", whereToLook(o, kubeconfig, logs))
+	return watchExamples(ctx, c, examples, o, out)
+}
+
+// build compiles the three programs (Go's build cache makes this quick after the first).
+func build(ctx context.Context, root string) (map[string]string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	if d := os.Getenv("FLYTE_CACHE_DIR"); d != "" {
+		cache = d
+	} else {
+		cache = filepath.Join(cache, "flyte-executor")
+	}
+	binDir := filepath.Join(cache, "sandbox-bin")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./events/cmd/events", "./cacheservice/cmd/cacheservice", "./executor/cmd/executor")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("sandbox: go build: %w\n%s", err, out)
+	}
+	bins := map[string]string{}
+	for _, name := range []string{"events", "cacheservice", "executor"} {
+		bins[name] = filepath.Join(binDir, name)
+	}
+	return bins, nil
+}
+
+// controlPlane starts the embedded kube-apiserver and etcd, or connects to the cluster
+// o.Kubeconfig names and installs the CRD there.
+func controlPlane(o Options, root string, say func(string, ...any)) (*rest.Config, string, func(), error) {
+	crds := filepath.Join(root, "deploy", "crd")
+	if o.Kubeconfig != "" {
+		say("using the cluster of %s", o.Kubeconfig)
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("sandbox: %w", err)
+		}
+		if err := installCRD(cfg, filepath.Join(crds, "flyte.org_taskactions.yaml")); err != nil {
+			return nil, "", nil, err
+		}
+		return cfg, o.Kubeconfig, func() {}, nil
+	}
+	say("starting the embedded control plane (kube-apiserver and etcd; built from the Go module proxy the first time)")
+	scheme, err := executor.Scheme()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	env, err := kubetest.Start(kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	stop := func() { _ = env.Stop() }
+	raw, err := env.Kubeconfig()
+	if err == nil {
+		err = os.WriteFile(filepath.Join(o.Dir, "kubeconfig"), raw, 0o600)
+	}
+	if err != nil {
+		stop()
+		return nil, "", nil, fmt.Errorf("sandbox: %w", err)
+	}
+	return env.Config, filepath.Join(o.Dir, "kubeconfig"), stop, nil
+}
+
+// database creates the sandbox's database on the throwaway cluster (both services
+// migrate their own tables in it) and returns its URL.
+func database(ctx context.Context, maintenanceURL string) (string, error) {
+	conn, err := pgx.Connect(ctx, maintenanceURL)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: connecting to Postgres: %w", err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE flyte"); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return "", fmt.Errorf("sandbox: creating the database: %w", err)
+	}
+	u, err := url.Parse(maintenanceURL)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: %w", err)
+	}
+	u.Path = "/flyte"
+	return u.String(), nil
+}
+
+// jaeger runs hack/jaeger.sh with a verb and, after a directory, port settings.
+func jaeger(ctx context.Context, root, verb string, args ...string) error {
+	cmdArgs, env := []string{verb}, os.Environ()
+	for _, a := range args {
+		if strings.Contains(a, "=") {
+			env = append(env, a)
+		} else {
+			cmdArgs = append(cmdArgs, a)
+		}
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "jaeger.sh"), cmdArgs...)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("sandbox: hack/jaeger.sh %s: %w\n%s", verb, err, out)
+	}
+	return nil
+}
+
+// prepareExamples makes the namespace and the input files the examples name.
+func prepareExamples(ctx context.Context, c client.Client, root, dir string, examples []*example) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("sandbox: creating namespace %s: %w", demoNamespace, err)
+	}
+	inputs, err := filepath.Glob(filepath.Join(root, "examples", "inputs", "*"))
+	if err != nil {
+		return err
+	}
+	for _, in := range inputs {
+		raw, err := os.ReadFile(in)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "inputs", filepath.Base(in)), raw, 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	// The examples name the default directory; a sandbox elsewhere moves their URIs.
+	const named = "file:///tmp/flyte-sandbox/"
+	for _, e := range examples {
+		spec := &e.action.Spec
+		for _, uri := range []*string{&spec.InputURI, &spec.RunOutputBase} {
+			if rest, ok := strings.CutPrefix(*uri, named); ok {
+				*uri = "file://" + filepath.ToSlash(dir) + "/" + rest
+			}
+		}
+	}
+	// A sandbox run again finds the examples of the last run: start them afresh.
+	for _, e := range examples {
+		err := c.Delete(ctx, e.action.DeepCopy())
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("sandbox: removing the last run's %s: %w", e.action.Name, err)
+		}
+	}
+	return nil
+}
+
+// watchExamples shows the examples' progress until ctx ends or, with UntilSettled,
+// until every example has ended.
+func watchExamples(ctx context.Context, c client.Client, examples []*example, o Options, out io.Writer) error {
+	view := newProgress(out, o.Terminal)
+	deadline := time.Now().Add(o.Timeout)
+	for {
+		if err := refresh(ctx, c, examples); err != nil && ctx.Err() == nil {
+			return err
+		}
+		if err := apply(ctx, c, examples); err != nil && ctx.Err() == nil {
+			return err
+		}
+		view.show(examples, time.Now())
+		settled, problems := true, []string{}
+		for _, e := range examples {
+			done, problem := e.verdict()
+			settled = settled && done
+			if problem != "" {
+				problems = append(problems, e.action.Name+" "+problem)
+			}
+		}
+		if o.UntilSettled && settled {
+			if len(problems) > 0 {
+				return fmt.Errorf("sandbox: not as expected: %s", strings.Join(problems, "; "))
+			}
+			fmt.Fprintln(out, "every example ended as expected")
+			return nil
+		}
+		if o.UntilSettled && time.Now().After(deadline) {
+			return fmt.Errorf("sandbox: the examples did not all end within %s", o.Timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func installCRD(cfg *rest.Config, path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	var crd map[string]any
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		return fmt.Errorf("sandbox: %s: %w", path, err)
+	}
+	obj := &unstructured.Unstructured{Object: crd}
+	if err := c.Patch(context.Background(), obj, client.Apply, client.FieldOwner("flyte-sandbox"), client.ForceOwnership); err != nil {
+		return fmt.Errorf("sandbox: installing the TaskAction CRD: %w", err)
+	}
+	return nil
+}
+
+func writeYAML(path string, v any) error {
+	raw, err := yaml.Marshal(v)
+	if err == nil {
+		err = os.WriteFile(path, raw, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+func whereToLook(o Options, kubeconfig, logs string) string {
+	q := strconv.Itoa(o.JaegerQueryPort)
+	lines := []string{
+		"Where to look (while the sandbox runs):",
+		"  kubectl --kubeconfig " + kubeconfig + " -n demo get taskactions",
+		"  kubectl --kubeconfig " + kubeconfig + " -n demo get taskaction flaky -o yaml   # the phase history of every attempt",
+		"  alias bufcurl='go tool -modfile=tools/go.mod buf curl --http2-prior-knowledge --protocol grpc'",
+		fmt.Sprintf("  bufcurl -d '{\"project\":\"demo\",\"domain\":\"development\"}' http://127.0.0.1:%d/flyte.events.v1.EventsService/ListActions", o.EventsPort),
+		fmt.Sprintf("  bufcurl -d '{\"id\":{\"project\":\"demo\",\"domain\":\"development\",\"run\":\"flaky\",\"action\":\"flaky\"}}' http://127.0.0.1:%d/flyte.events.v1.EventsService/ListActionEvents", o.EventsPort),
+		fmt.Sprintf("  bufcurl --list-methods http://127.0.0.1:%d", o.CachePort),
+		"  Jaeger: http://127.0.0.1:" + q + "  (a build from the module proxy has no UI; its API: http://127.0.0.1:" + q + "/api/traces?service=executor)",
+		fmt.Sprintf("  metrics: http://127.0.0.1:%d/metrics (executor)", o.ExecutorMetricsPort),
+		"  logs: " + logs,
+	}
+	if !o.UntilSettled {
+		lines = append(lines, "Ctrl-C stops everything.")
+	}
+	return strings.Join(lines, "\n")
+}
