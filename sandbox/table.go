@@ -1,11 +1,15 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 )
@@ -62,7 +66,7 @@ func row(e *example, now time.Time) []string {
 		return []string{ta.Name, ta.Spec.TaskType, "-", "-", "-", "after " + ta.Annotations[annotationAfter], "-", mark}
 	}
 	if e.rejected != nil {
-		return []string{ta.Name, ta.Spec.TaskType, "Rejected", "-", "-", firstLine(e.rejected.Error(), 60), "-", mark}
+		return []string{ta.Name, ta.Spec.TaskType, "Rejected", "-", "-", refusal(e.rejected), "-", mark}
 	}
 	st := ta.Status
 	reason := ""
@@ -76,6 +80,21 @@ func row(e *example, now time.Time) []string {
 		age = now.Sub(ta.CreationTimestamp.Time).Round(time.Second).String()
 	}
 	return []string{ta.Name, ta.Spec.TaskType, or(string(st.Phase), "Pending"), fmt.Sprint(st.Attempts), or(string(st.CacheStatus), "-"), or(reason, "-"), age, mark}
+}
+
+// refusal names the fields the API server refused, or gives its message.
+func refusal(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Details != nil && len(status.Status().Details.Causes) > 0 {
+		var fields []string
+		for _, c := range status.Status().Details.Causes {
+			if !slices.Contains(fields, c.Field) {
+				fields = append(fields, c.Field)
+			}
+		}
+		return "invalid " + strings.Join(fields, ", ")
+	}
+	return firstLine(err.Error(), 60)
 }
 
 func firstLine(s string, n int) string {
