@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/flytekube/backend/cacheservice/service"
 	"github.com/flytekube/backend/cacheservice/store"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
@@ -35,6 +37,9 @@ type Config struct {
 	CleanupBatch int
 	// Server holds the RPC server's limits; its Addr is taken from Listen.
 	Server server.Config
+	// TracerProvider, when set, receives the service's spans instead of the provider the
+	// OTEL_* variables describe (for tests running several services in one process).
+	TracerProvider trace.TracerProvider
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -86,6 +91,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 	appCfg := app.Config{
 		Name: "cacheservice", Listen: cfg.Listen, MetricsListen: cfg.MetricsListen,
 		DatabaseURL: cfg.DatabaseURL, Migrations: store.Migrations(), Server: cfg.Server,
+		TracerProvider: cfg.TracerProvider,
 	}
 	return app.Run(ctx, appCfg, log, func(d app.Deps) ([]app.Background, error) {
 		metrics, err := service.NewMetrics(d.Registry)

@@ -382,3 +382,46 @@ func TestRestartWithAPodInFlightCreatesNoSecondPod(t *testing.T) {
 			len(pods.Items), got.Status.Attempts, second.Load())
 	}
 }
+
+// TestClusterDefaultsAreApplied: the k8s section of the configuration reaches every pod
+// (labels, annotations, requests, interruptible placement, the object finalizer), and at
+// the end of the attempt the finalizer comes off and, when so configured, the pod goes.
+func TestClusterDefaultsAreApplied(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	cfg := testConfig()
+	cfg.K8s = config.K8sPluginConfig{
+		DefaultCPURequest: resource.MustParse("250m"), DefaultMemoryRequest: resource.MustParse("64Mi"),
+		DefaultLabels: map[string]string{"team": "ml"}, DefaultAnnotations: map[string]string{"example.com/owner": "platform"},
+		InterruptibleTolerations:  []corev1.Toleration{{Key: "spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		InterruptibleNodeSelector: map[string]string{"node.example.com/spot": "true"},
+		InjectFinalizer:           true, DeleteOnFinalize: true,
+	}
+	var count atomic.Int64
+	run(t, cfg, ns, &count)
+	ta := containerAction(ns, "d0", 0)
+	ta.Spec.Interruptible = true
+	if err := env.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitPod(t, ns, "d0-1")
+	c := pod.Spec.Containers[0]
+	switch {
+	case pod.Labels["team"] != "ml" || pod.Labels[plugin.LabelManagedBy] != plugin.ManagedByValue:
+		t.Fatalf("labels %v", pod.Labels)
+	case pod.Annotations["example.com/owner"] != "platform":
+		t.Fatalf("annotations %v", pod.Annotations)
+	case !c.Resources.Requests.Cpu().Equal(resource.MustParse("250m")) || !c.Resources.Requests.Memory().Equal(resource.MustParse("64Mi")):
+		t.Fatalf("requests %v", c.Resources.Requests)
+	case len(pod.Spec.Tolerations) == 0 || !slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "spot" }):
+		t.Fatalf("tolerations %v", pod.Spec.Tolerations)
+	case pod.Spec.NodeSelector["node.example.com/spot"] != "true":
+		t.Fatalf("node selector %v", pod.Spec.NodeSelector)
+	case !slices.Contains(pod.Finalizers, k8s.Finalizer):
+		t.Fatalf("finalizers %v", pod.Finalizers)
+	}
+
+	kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
+	waitSucceeded(t, client.ObjectKeyFromObject(ta))
+	waitGone(t, pod) // finalizer removed, then deleted
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,6 +38,7 @@ import (
 	"github.com/flytekube/backend/executor/plugins/coreecho"
 	"github.com/flytekube/backend/executor/plugins/coresleep"
 	"github.com/flytekube/backend/executor/plugins/job"
+	"github.com/flytekube/backend/executor/tracing"
 )
 
 // reservationHeartbeat is how often a running serializable action extends its cache
@@ -56,6 +58,10 @@ type Hooks struct {
 	Namespaces []string
 	// SeveralInProcess allows more than one executor in a process, as tests run them.
 	SeveralInProcess bool
+	// TracerProvider receives the executor's spans instead of the global provider (which
+	// a binary sets up with services/telemetry), for tests that run it beside other
+	// traced services in one process.
+	TracerProvider trace.TracerProvider
 }
 
 // Scheme knows the Kubernetes built-in types and TaskAction.
@@ -88,6 +94,13 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	if !cfg.EnableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
+	// Kubernetes API calls made within a reconcile are spans of it; the interceptors
+	// carry the action's trace on to the cache and events services.
+	restConfig = tracing.WrapKubernetes(restConfig, hooks.TracerProvider)
+	traced, err := tracing.ConnectOption(hooks.TracerProvider)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
 	metrics := metricsserver.Options{BindAddress: cfg.MetricsBindAddress, SecureServing: cfg.MetricsSecure, TLSOpts: tlsOpts}
 	if cfg.MetricsSecure {
 		// Only authenticated callers allowed to GET /metrics (by RBAC) may scrape.
@@ -96,7 +109,12 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			metrics.CertDir, metrics.CertName, metrics.KeyName = cfg.MetricsCertPath, cfg.MetricsCertName, cfg.MetricsCertKey
 		}
 	}
-	k8sCfg := k8s.DefaultConfig()
+	k8sCfg := k8s.Config{
+		DefaultCPURequest: cfg.K8s.DefaultCPURequest, DefaultMemoryRequest: cfg.K8s.DefaultMemoryRequest,
+		DefaultLabels: cfg.K8s.DefaultLabels, DefaultAnnotations: cfg.K8s.DefaultAnnotations,
+		InterruptibleTolerations: cfg.K8s.InterruptibleTolerations, InterruptibleNodeSelector: cfg.K8s.InterruptibleNodeSelector,
+		InjectFinalizer: cfg.K8s.InjectFinalizer, DeleteOnFinalize: cfg.K8s.DeleteOnFinalize,
+	}
 	for _, l := range cfg.LogLinks {
 		t, err := template.New(l.Name).Option("missingkey=error").Parse(l.URITemplate)
 		if err != nil {
@@ -163,7 +181,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	store := datastore.New()
 	r := &controller.TaskActionReconciler{
 		Client: mgr.GetClient(), Registry: reg, DataStore: store, Resources: plugin.NewTokenPools(nil),
-		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe,
+		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe, TracerProvider: hooks.TracerProvider,
 		Options: controller.Options{
 			DefaultServiceAccount:   cfg.DefaultServiceAccount,
 			MaxSystemFailures:       int32(cfg.MaxSystemFailures),
@@ -173,10 +191,14 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		},
 	}
 	if cfg.CacheServiceURL != "" {
-		r.Cache = outputcache.New(outputcache.NewClient(cfg.CacheServiceURL), store, reservationHeartbeat, log.With("component", "cache"))
+		r.Cache = outputcache.New(outputcache.NewClient(cfg.CacheServiceURL, traced), store, reservationHeartbeat, log.With("component", "cache"))
 	}
 	if cfg.EventsServiceURL != "" {
-		pub := eventsink.New(eventsink.NewClient(cfg.EventsServiceURL), mgr.GetClient(), cfg.Cluster, clk, log.With("component", "events"))
+		var pubOpts []eventsink.Option
+		if hooks.TracerProvider != nil {
+			pubOpts = append(pubOpts, eventsink.WithTracerProvider(hooks.TracerProvider))
+		}
+		pub := eventsink.New(eventsink.NewClient(cfg.EventsServiceURL, traced), mgr.GetClient(), cfg.Cluster, clk, log.With("component", "events"), pubOpts...)
 		if err := mgr.Add(pub); err != nil {
 			return nil, err
 		}

@@ -21,22 +21,25 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/apimachinery/pkg/types"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/tracing"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 )
 
-// NewClient returns a cache service client for url (h2c for plain http:// URLs).
-func NewClient(url string) cachev1connect.CacheServiceClient {
+// NewClient returns a cache service client for url (h2c for plain http:// URLs). The
+// executor passes its tracing interceptor in opts.
+func NewClient(url string, opts ...connect.ClientOption) cachev1connect.CacheServiceClient {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	return cachev1connect.NewCacheServiceClient(&http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 10 * time.Second}, url)
+	return cachev1connect.NewCacheServiceClient(&http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 10 * time.Second}, url, opts...)
 }
 
 // Cache talks to the cache service for the reconciler.
@@ -212,7 +215,11 @@ func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every t
 	if _, ok := c.holding[ta.UID]; ok {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// Heartbeats stay out of the action's trace, or a long action would pile up thousands
+	// of identical spans there: an unsampled parent tells the samplers here and in the
+	// cache service to record none.
+	unsampled := tracing.SpanContext(ta.UID).WithTraceFlags(0)
+	ctx, cancel := context.WithCancel(trace.ContextWithRemoteSpanContext(context.Background(), unsampled))
 	c.holding[ta.UID] = cancel
 	id, name := owner(ta), ta.Name // the goroutine must not read ta, which the reconciler changes
 	go func() {

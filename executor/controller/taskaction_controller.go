@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +34,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cache"
 	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/tracing"
 )
 
 // staleCacheWait is how long a reconcile that found the cache behind our own write waits
@@ -92,6 +95,12 @@ type TaskActionReconciler struct {
 	Options Options
 	// Observe, when set, is called at the start of every reconcile; tests count them.
 	Observe func(ctrl.Request)
+	// TracerProvider receives the spans of reconciles and plugin calls; nil means the
+	// global one.
+	TracerProvider trace.TracerProvider
+
+	tracerOnce sync.Once
+	tr         trace.Tracer
 
 	// written remembers, per action, how long the phase history was when this process
 	// last wrote it. The informer cache can lag behind our own writes; a reconcile that
@@ -118,10 +127,33 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 		r.written.Delete(ta.UID)
 	}
+	// Every reconcile of the action is a span of the action's one trace (see tracing).
+	ctx, span := r.tracer().Start(tracing.ContextWithAction(ctx, ta.UID), "TaskAction.Reconcile")
 	log := r.Log.With("namespace", ta.Namespace, "taskAction", ta.Name, "project", ta.Spec.Project,
 		"domain", ta.Spec.Domain, "run", ta.Spec.RunName, "action", ta.Spec.ActionName)
-	s := &scope{r: r, ta: &ta, log: log, now: metav1.NewTime(r.Clock.Now()), before: ta.Status.DeepCopy()}
+	s := &scope{r: r, ta: &ta, log: log, now: metav1.NewTime(r.Clock.Now()), before: ta.Status.DeepCopy(), span: span}
+	result, err := s.reconcile(ctx)
+	if span.IsRecording() { // attributes cost allocations; not when tracing is off
+		span.SetAttributes(tracing.ActionAttributes(&ta)...)
+	}
+	end(span, err)
+	return result, err
+}
 
+func (r *TaskActionReconciler) tracer() trace.Tracer {
+	r.tracerOnce.Do(func() {
+		tp := r.TracerProvider
+		if tp == nil {
+			tp = otel.GetTracerProvider()
+		}
+		r.tr = tp.Tracer(tracing.ScopeName)
+	})
+	return r.tr
+}
+
+// reconcile is one pass over the action.
+func (s *scope) reconcile(ctx context.Context) (ctrl.Result, error) {
+	ta := s.ta
 	if !ta.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, s.reconcileDelete(ctx)
 	}
@@ -138,7 +170,7 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	// An action still running after its first pass gets the finalizer, so that deleting
 	// it aborts the attempt and reports it; one that finishes at once never needs it.
-	if err == nil && !controllerutil.ContainsFinalizer(&ta, Finalizer) {
+	if err == nil && !controllerutil.ContainsFinalizer(ta, Finalizer) {
 		if ferr := s.addFinalizer(ctx); ferr != nil {
 			return ctrl.Result{}, ferr
 		}
@@ -185,6 +217,8 @@ type scope struct {
 	before *flytev1.TaskActionStatus // as last written
 	log    *slog.Logger
 	now    metav1.Time
+	// span is the reconcile's span.
+	span trace.Span
 	// newVersion: the plugin reported a new version of its phase in this pass.
 	newVersion bool
 	// logLinks and clusterEvents are what the plugin reported in this pass.
@@ -201,7 +235,7 @@ func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
 
 func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 	ta := s.ta
-	p, err := s.r.Registry.Resolve(ta.Spec.TaskType)
+	p, err := s.resolve(ta.Spec.TaskType)
 	if errors.Is(err, plugin.ErrUnknownTaskType) {
 		s.fail(flytev1.ReasonUnknownTaskType, flytev1.ErrorKindUser, err.Error())
 		return ctrl.Result{}, nil
@@ -433,7 +467,8 @@ func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
 
 func (s *scope) terminate(phase flytev1.Phase, reason string, execErr *flytev1.ExecutionError) {
 	if phase != flytev1.PhaseSucceeded && s.r.Cache != nil && cache.Enabled(s.ta) {
-		s.r.Cache.Release(context.Background(), s.ta)
+		// Not cancelled with the reconcile, but still part of its trace.
+		s.r.Cache.Release(trace.ContextWithSpan(context.Background(), s.span), s.ta)
 	}
 	s.ta.Status.Error = execErr
 	s.ta.Status.NextAttemptAt = nil
@@ -502,7 +537,7 @@ func (s *scope) reconcileDelete(ctx context.Context) error {
 		return nil
 	}
 	if !ta.Status.Phase.IsTerminal() {
-		if p, err := s.r.Registry.Resolve(ta.Spec.TaskType); err == nil {
+		if p, err := s.resolve(ta.Spec.TaskType); err == nil {
 			tCtx := s.executionContext(max(ta.Status.Attempts, 1))
 			if err := p.Abort(ctx, tCtx); err != nil {
 				return fmt.Errorf("aborting: %w", err)

@@ -22,6 +22,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -32,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/tracing"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
@@ -39,6 +44,16 @@ import (
 
 // maxBatch is the events service's limit per Record.
 const maxBatch = 1000
+
+// maxLinks bounds the links of a delivery span to actions' traces (the SDK's default
+// limit: more would be dropped anyway).
+const maxLinks = 128
+
+// Attributes of a delivery span.
+const (
+	eventsAttr  = attribute.Key("flyte.events")
+	actionsAttr = attribute.Key("flyte.actions")
+)
 
 // Publisher delivers phase changes. It is a manager runnable; Enqueue is called by the
 // reconciler after it wrote new history.
@@ -48,6 +63,7 @@ type Publisher struct {
 	cluster string
 	clock   clock.PassiveClock
 	log     *slog.Logger
+	tracer  trace.Tracer
 
 	queue    workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	finished chan event.TypedGenericEvent[*flytev1.TaskAction]
@@ -84,10 +100,18 @@ func parseMark(s string) (mark, bool) {
 	return mark{int32(attempt), int32(version)}, err1 == nil && err2 == nil
 }
 
+// Option changes a publisher.
+type Option func(*Publisher)
+
+// WithTracerProvider sends the delivery spans to tp instead of the global provider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(p *Publisher) { p.tracer = tp.Tracer(tracing.ScopeName) }
+}
+
 // New creates a publisher reading actions through reader (the manager's cache).
-func New(c eventsv1connect.EventsServiceClient, reader client.Reader, cluster string, clk clock.PassiveClock, log *slog.Logger) *Publisher {
-	return &Publisher{
-		client: c, reader: reader, cluster: cluster, clock: clk, log: log,
+func New(c eventsv1connect.EventsServiceClient, reader client.Reader, cluster string, clk clock.PassiveClock, log *slog.Logger, opts ...Option) *Publisher {
+	p := &Publisher{
+		client: c, reader: reader, cluster: cluster, clock: clk, log: log, tracer: otel.Tracer(tracing.ScopeName),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "events"}),
@@ -95,6 +119,10 @@ func New(c eventsv1connect.EventsServiceClient, reader client.Reader, cluster st
 		delivered: make(map[types.NamespacedName]delivery),
 		latest:    make(map[types.NamespacedName]*flytev1.TaskAction),
 	}
+	for _, opt := range opts {
+		opt(p)
+	}
+	return p
 }
 
 // Enqueue asks for the undelivered history of ta, as the reconciler just wrote it, to
@@ -228,7 +256,13 @@ func (p *Publisher) deliver(ctx context.Context, keys []types.NamespacedName) {
 		}
 		part := work[:n]
 		work = work[n:]
-		_, err := p.client.Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: batch}))
+		rctx, span := p.startDelivery(ctx, part, len(batch))
+		_, err := p.client.Record(rctx, connect.NewRequest(&eventsv1.RecordRequest{Events: batch}))
+		if err != nil && span.IsRecording() {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
 		for _, w := range part {
 			if err != nil {
 				p.queue.AddRateLimited(w.key)
@@ -250,6 +284,34 @@ func (p *Publisher) deliver(ctx context.Context, keys []types.NamespacedName) {
 			p.log.Warn("events service unavailable; will retry", "error", err, "actions", len(part), "events", len(batch))
 		}
 	}
+}
+
+// startDelivery starts the span of one Record call. A span has one parent, and a Record
+// can carry many actions. A call for a single action (the common case unless actions
+// finish in bursts) is part of that action's trace, so that the events service's handler
+// and SQL spans show up in it; a call for several starts a trace of its own, linked to
+// each action's trace (the links are cheap, and reachable from every action's trace).
+func (p *Publisher) startDelivery(ctx context.Context, part []pending, events int) (context.Context, trace.Span) {
+	var opts []trace.SpanStartOption
+	if len(part) == 1 {
+		ctx = tracing.ContextWithAction(ctx, part[0].action.UID)
+	} else {
+		opts = []trace.SpanStartOption{trace.WithNewRoot()}
+	}
+	ctx, span := p.tracer.Start(ctx, "events.Deliver", opts...)
+	if !span.IsRecording() {
+		return ctx, span
+	}
+	span.SetAttributes(eventsAttr.Int(events), actionsAttr.Int(len(part)))
+	if len(part) == 1 {
+		span.SetAttributes(tracing.ActionAttributes(part[0].action)...)
+		return ctx, span
+	}
+	for _, w := range part[:min(len(part), maxLinks)] {
+		span.AddLink(trace.Link{SpanContext: tracing.SpanContext(w.action.UID),
+			Attributes: []attribute.KeyValue{tracing.Action.String(w.action.Spec.ActionName)}})
+	}
+	return ctx, span
 }
 
 // action is the newest known state of an action: the reconciler's, else the cache's.
@@ -353,11 +415,12 @@ func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, r
 }
 
 // NewClient returns an events service client for url. Plain http:// URLs speak HTTP/2
-// without TLS (h2c), as the services serve it.
-func NewClient(url string) eventsv1connect.EventsServiceClient {
+// without TLS (h2c), as the services serve it. The executor passes its tracing
+// interceptor in opts.
+func NewClient(url string, opts ...connect.ClientOption) eventsv1connect.EventsServiceClient {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	httpClient := &http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 30 * time.Second}
-	return eventsv1connect.NewEventsServiceClient(httpClient, url)
+	return eventsv1connect.NewEventsServiceClient(httpClient, url, opts...)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flytekube/backend/services/postgres"
 	"github.com/flytekube/backend/services/server"
@@ -35,6 +36,10 @@ type Config struct {
 	Migrations postgres.Migrations
 	// Server holds the RPC server's limits; its Addr is taken from Listen.
 	Server server.Config
+	// TracerProvider, when set, receives the service's spans (RPCs and SQL) instead of
+	// the provider the OTEL_* variables describe, which is then not installed: tests
+	// running several services in one process give each its own.
+	TracerProvider trace.TracerProvider
 }
 
 // Deps is what a service builds its handlers from.
@@ -60,7 +65,11 @@ type Addrs struct {
 // Run serves until ctx ends, then shuts down gracefully. started, when not nil, is called
 // once the service accepts calls.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started func(Addrs)) error {
-	tel, err := telemetry.Setup(ctx, cfg.Name)
+	var telOpts []telemetry.Option
+	if cfg.TracerProvider != nil {
+		telOpts = append(telOpts, telemetry.WithTracerProvider(cfg.TracerProvider))
+	}
+	tel, err := telemetry.Setup(ctx, cfg.Name, telOpts...)
 	if err != nil {
 		return err
 	}
@@ -68,7 +77,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started
 
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	pool, err := postgres.Open(openCtx, cfg.DatabaseURL)
+	pool, err := postgres.Open(openCtx, cfg.DatabaseURL, postgres.WithTracerProvider(tel.TracerProvider))
 	if err != nil {
 		return fmt.Errorf("%s: %w", cfg.Name, err)
 	}
@@ -79,6 +88,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started
 
 	srvCfg := cfg.Server
 	srvCfg.Addr = cfg.Listen
+	srvCfg.TracerProvider = tel.TracerProvider
 	srv, err := server.New(srvCfg, log)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cfg.Name, err)

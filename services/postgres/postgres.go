@@ -22,12 +22,23 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// Option changes how Open sets up the pool.
+type Option func(*options)
+
+type options struct{ tracing []otelpgx.Option }
+
+// WithTracerProvider traces the queries to tp instead of the global tracer provider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracing = append(o.tracing, otelpgx.WithTracerProvider(tp)) }
+}
 
 // Open parses url, creates a pool that traces every query with OpenTelemetry, and waits
 // until the database answers or ctx ends, so that a service started beside its database
 // does not fail on the first try.
-func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+func Open(ctx context.Context, url string, opts ...Option) (*pgxpool.Pool, error) {
 	if url == "" {
 		return nil, errors.New("postgres: a database URL is required")
 	}
@@ -36,7 +47,11 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		// pgx's parse errors can echo the URL, password included; keep only our words.
 		return nil, errors.New("postgres: the database URL is malformed")
 	}
-	cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTrimSQLInSpanName())
+	o := options{tracing: []otelpgx.Option{otelpgx.WithTrimSQLInSpanName()}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg.ConnConfig.Tracer = otelpgx.NewTracer(o.tracing...)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: creating pool: %w", err)

@@ -20,6 +20,7 @@ import (
 	"connectrpc.com/grpcreflect"
 	"connectrpc.com/otelconnect"
 	"connectrpc.com/validate"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config holds the listener's limits. Zero fields take the defaults of WithDefaults.
@@ -41,6 +42,8 @@ type Config struct {
 	// StreamDrainDelay is how long open streams are left running after shutdown starts
 	// before they are cancelled, so that clients see the health check flip first.
 	StreamDrainDelay time.Duration
+	// TracerProvider receives the RPCs' spans; nil means the global one.
+	TracerProvider trace.TracerProvider
 }
 
 // WithDefaults returns the config with every zero field set to its default.
@@ -109,7 +112,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	otel, err := otelconnect.NewInterceptor(otelconnect.WithTrustRemote())
+	// Trusting the caller's trace context makes each handler span a child of the
+	// caller's span: one trace across the hop.
+	otelOpts := []otelconnect.Option{otelconnect.WithTrustRemote()}
+	if cfg.TracerProvider != nil {
+		otelOpts = append(otelOpts, otelconnect.WithTracerProvider(cfg.TracerProvider))
+	}
+	otel, err := otelconnect.NewInterceptor(otelOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("server: creating OpenTelemetry interceptor: %w", err)
 	}

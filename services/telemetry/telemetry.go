@@ -8,6 +8,10 @@
 // OTEL_SDK_DISABLED=true turns tracing off. The protocol follows
 // OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL ("grpc" or
 // "http/protobuf", the default).
+//
+// Setup installs its providers globally, one service per process. Tests that run several
+// services in one process give each its own tracer provider with WithTracerProvider, so
+// that each reports under its own service name.
 package telemetry
 
 import (
@@ -30,27 +34,71 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// Registry is a Prometheus registry: where metrics are registered and gathered from.
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
+}
 
 // Telemetry holds what Setup installed.
 type Telemetry struct {
 	// Registry is where the process's Prometheus metrics live; services register their
 	// own collectors here.
-	Registry *prometheus.Registry
-	// Exporting is true when traces leave the process.
+	Registry Registry
+	// Exporting is true when traces leave the process through the provider Setup built
+	// from the environment (false when one was given by WithTracerProvider).
 	Exporting bool
+	// TracerProvider is where the service's spans go: the global provider, or the one
+	// given by WithTracerProvider.
+	TracerProvider trace.TracerProvider
 
 	shutdown []func(context.Context) error
 }
 
+// Option changes what Setup installs.
+type Option func(*options)
+
+type options struct {
+	tracerProvider trace.TracerProvider
+	registry       Registry
+}
+
+// WithTracerProvider sends the service's spans to tp, which the caller owns and shuts
+// down, instead of a provider built from the OTEL_* variables; the global tracer provider
+// is left alone. Tests use it to run several services in one process, each under its own
+// service name.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracerProvider = tp }
+}
+
+// WithRegistry puts the OpenTelemetry metrics (such as the RPC latencies of otelconnect)
+// in reg, which already has the Go and process collectors, instead of a new registry: a
+// process whose /metrics someone else serves (the executor, through controller-runtime)
+// gets them there.
+func WithRegistry(reg Registry) Option {
+	return func(o *options) { o.registry = reg }
+}
+
 // Setup installs the global tracer provider, meter provider and propagator for the
-// service named serviceName (overridden by OTEL_SERVICE_NAME).
-func Setup(ctx context.Context, serviceName string) (*Telemetry, error) {
-	t := &Telemetry{Registry: prometheus.NewRegistry()}
-	t.Registry.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+// service named serviceName (overridden by OTEL_SERVICE_NAME). WithTracerProvider
+// replaces the tracer provider, which is then not installed globally.
+func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	t := &Telemetry{Registry: o.registry}
+	if t.Registry == nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		)
+		t.Registry = reg
+	}
 
 	res, err := resource.New(ctx,
 		resource.WithAttributes(semconv.ServiceName(serviceName)),
@@ -66,13 +114,19 @@ func Setup(ctx context.Context, serviceName string) (*Telemetry, error) {
 	// caller's trace continues through this service.
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 
-	if exporter, err := traceExporter(ctx); err != nil {
-		return nil, err
-	} else if exporter != nil {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-		otel.SetTracerProvider(tp)
-		t.shutdown = append(t.shutdown, tp.Shutdown)
-		t.Exporting = true
+	t.TracerProvider = o.tracerProvider
+	if t.TracerProvider == nil {
+		exporter, err := traceExporter(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if exporter != nil {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
+			otel.SetTracerProvider(tp)
+			t.shutdown = append(t.shutdown, tp.Shutdown)
+			t.Exporting = true
+		}
+		t.TracerProvider = otel.GetTracerProvider()
 	}
 
 	metricExporter, err := otelprometheus.New(otelprometheus.WithRegisterer(t.Registry), otelprometheus.WithoutScopeInfo())

@@ -5,12 +5,17 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
@@ -154,6 +159,65 @@ func TestMetricsHandlerServesPrometheusAndOpenTelemetryMetrics(t *testing.T) {
 	for _, want := range []string{"go_goroutines", "process_cpu_seconds_total", "flyte_test_probes_total 3"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// TestInjectedTracerProviderLeavesTheGlobalAlone runs Setup as an in-process test of
+// several services does: the service's spans go to its own provider, even with an
+// endpoint in the environment, and the global provider stays as it was.
+func TestInjectedTracerProviderLeavesTheGlobalAlone(t *testing.T) {
+	clearOTELEnv(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1") // would be used without the option
+	before := otel.GetTracerProvider()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tel, err := telemetry.Setup(context.Background(), "events", telemetry.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	if tel.TracerProvider != tp || tel.Exporting {
+		t.Fatalf("TracerProvider %v, Exporting %v; want the injected provider, not exporting by itself", tel.TracerProvider, tel.Exporting)
+	}
+	if otel.GetTracerProvider() != before {
+		t.Fatal("Setup replaced the global tracer provider")
+	}
+	_, span := tel.TracerProvider.Tracer("test").Start(context.Background(), "probe-span")
+	span.End()
+	if len(rec.Ended()) != 1 {
+		t.Fatalf("the injected provider recorded %d spans; want 1", len(rec.Ended()))
+	}
+}
+
+// TestWithRegistryAddsToAnExistingRegistry is the executor's case: controller-runtime's
+// registry, which has the Go and process collectors already, gets the OpenTelemetry
+// metrics too.
+func TestWithRegistryAddsToAnExistingRegistry(t *testing.T) {
+	clearOTELEnv(t)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tel, err := telemetry.Setup(context.Background(), "executor", telemetry.WithRegistry(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	counter, err := otel.Meter("test").Int64Counter("flyte_test_registry_probes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.Add(context.Background(), 2)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+	for _, want := range []string{"go_goroutines", "flyte_test_registry_probes_total"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the registry lacks %s; has %v", want, names)
 		}
 	}
 }

@@ -1,17 +1,23 @@
 // Command executor runs TaskAction resources through plugins. Its configuration comes
 // from the YAML file given by --config (defaults otherwise); the cluster from KUBECONFIG,
-// --kubeconfig, or the in-cluster service account.
+// --kubeconfig, or the in-cluster service account. Traces go over OTLP where the standard
+// OTEL_* variables say (nowhere when no endpoint is set), as service "executor".
 package main
 
 import (
+	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/flytekube/backend/executor"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/services/telemetry"
 )
 
 func main() {
@@ -24,20 +30,36 @@ func main() {
 		log.Error("invalid configuration", "error", err)
 		os.Exit(2)
 	}
-	restConfig, err := ctrl.GetConfig()
-	if err != nil {
-		log.Error("no Kubernetes configuration", "error", err)
-		os.Exit(1)
-	}
-	ctx := ctrl.SetupSignalHandler()
-	mgr, err := executor.Setup(ctx, cfg, restConfig, log, executor.Hooks{})
-	if err != nil {
-		log.Error("setting up", "error", err)
-		os.Exit(1)
-	}
-	log.Info("starting executor", "leaderElection", cfg.LeaderElect, "metrics", cfg.MetricsBindAddress)
-	if err := mgr.Start(ctx); err != nil {
+	if err := run(cfg, log); err != nil {
 		log.Error("executor stopped", "error", err)
 		os.Exit(1)
 	}
+}
+
+func run(cfg config.Config, log *slog.Logger) error {
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("no Kubernetes configuration: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	// The OpenTelemetry metrics (RPC latencies of the cache and events clients) join
+	// controller-runtime's on the executor's /metrics.
+	tel, err := telemetry.Setup(ctx, "executor", telemetry.WithRegistry(ctrlmetrics.Registry))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Spans still batched are sent before the process exits.
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(shutdownCtx); err != nil {
+			log.Warn("flushing telemetry", "error", err)
+		}
+	}()
+	mgr, err := executor.Setup(ctx, cfg, restConfig, log, executor.Hooks{})
+	if err != nil {
+		return fmt.Errorf("setting up: %w", err)
+	}
+	log.Info("starting executor", "leaderElection", cfg.LeaderElect, "metrics", cfg.MetricsBindAddress, "exportingTraces", tel.Exporting)
+	return mgr.Start(ctx)
 }
