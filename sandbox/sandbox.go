@@ -44,6 +44,8 @@ type Options struct {
 	// Ports of the events service, the cache service, the executor's health probes and
 	// metrics, and Jaeger's query API and OTLP/HTTP receiver.
 	EventsPort, CachePort, ExecutorHealthPort, ExecutorMetricsPort, JaegerQueryPort, JaegerOTLPPort int
+	// EventsMetricsPort and CacheMetricsPort serve the services' /metrics.
+	EventsMetricsPort, CacheMetricsPort int
 	// UntilSettled ends the sandbox once every example has ended, with an error if one
 	// did not end as expected; otherwise it runs until ctx ends (Ctrl-C).
 	UntilSettled bool
@@ -51,6 +53,17 @@ type Options struct {
 	Timeout time.Duration
 	// Terminal redraws the progress table in place.
 	Terminal bool
+	// Settled, with UntilSettled, runs once every example ended as expected, before
+	// anything stops: tests look at the running system through it.
+	Settled func(ctx context.Context, e Endpoints) error
+}
+
+// Endpoints are where the running system answers.
+type Endpoints struct {
+	// EventsMetrics, CacheMetrics and ExecutorMetrics are /metrics URLs.
+	EventsMetrics, CacheMetrics, ExecutorMetrics string
+	// JaegerQuery is Jaeger's query API.
+	JaegerQuery string
 }
 
 func (o Options) withDefaults() Options {
@@ -65,6 +78,8 @@ func (o Options) withDefaults() Options {
 	def(&o.ExecutorMetricsPort, 10254)
 	def(&o.JaegerQueryPort, 16686)
 	def(&o.JaegerOTLPPort, 4318)
+	def(&o.EventsMetricsPort, 9090)
+	def(&o.CacheMetricsPort, 9094)
 	if o.Dir == "" {
 		o.Dir = filepath.Join(os.TempDir(), "flyte-sandbox")
 	}
@@ -141,13 +156,16 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	}
 
 	eventsAddr, cacheAddr := "127.0.0.1:"+strconv.Itoa(o.EventsPort), "127.0.0.1:"+strconv.Itoa(o.CachePort)
-	for _, svc := range []struct{ name, bin, addr string }{
-		{"events", bins["events"], eventsAddr},
-		{"cacheservice", bins["cacheservice"], cacheAddr},
+	for _, svc := range []struct {
+		name, bin, addr string
+		metricsPort     int
+	}{
+		{"events", bins["events"], eventsAddr, o.EventsMetricsPort},
+		{"cacheservice", bins["cacheservice"], cacheAddr, o.CacheMetricsPort},
 	} {
 		say("starting %s on %s", svc.name, svc.addr)
 		p, err := startProcess(svc.name, svc.bin, logs, append(otel(svc.name), "DATABASE_URL="+dbURL),
-			"--listen", svc.addr, "--metrics-listen", "")
+			"--listen", svc.addr, "--metrics-listen", "127.0.0.1:"+strconv.Itoa(svc.metricsPort))
 		if err != nil {
 			return err
 		}
@@ -162,7 +180,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	cfg.EventsServiceURL, cfg.CacheServiceURL = "http://"+eventsAddr, "http://"+cacheAddr
 	cfg.HealthProbeBindAddress = "127.0.0.1:" + strconv.Itoa(o.ExecutorHealthPort)
 	cfg.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(o.ExecutorMetricsPort)
-	cfg.MetricsSecure = false // plain HTTP on the loopback, so curl can read it
+	cfg.MetricsSecure = false                                          // plain HTTP on the loopback, so curl can read it
 	cfg.RetryBackoff.Base = metav1.Duration{Duration: 2 * time.Second} // retries a person can watch
 	cfg.Cluster = "sandbox"
 	cfgPath := filepath.Join(o.Dir, "executor.yaml")
@@ -363,6 +381,14 @@ func watchExamples(ctx context.Context, c client.Client, examples []*example, o 
 				return fmt.Errorf("sandbox: not as expected: %s", strings.Join(problems, "; "))
 			}
 			fmt.Fprintln(out, "every example ended as expected")
+			if o.Settled != nil {
+				return o.Settled(ctx, Endpoints{
+					EventsMetrics:   fmt.Sprintf("http://127.0.0.1:%d/metrics", o.EventsMetricsPort),
+					CacheMetrics:    fmt.Sprintf("http://127.0.0.1:%d/metrics", o.CacheMetricsPort),
+					ExecutorMetrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", o.ExecutorMetricsPort),
+					JaegerQuery:     fmt.Sprintf("http://127.0.0.1:%d", o.JaegerQueryPort),
+				})
+			}
 			return nil
 		}
 		if o.UntilSettled && time.Now().After(deadline) {
@@ -418,7 +444,8 @@ func whereToLook(o Options, kubeconfig, logs string) string {
 		fmt.Sprintf("  bufcurl -d '{\"id\":{\"project\":\"demo\",\"domain\":\"development\",\"run\":\"flaky\",\"action\":\"flaky\"}}' http://127.0.0.1:%d/flyte.events.v1.EventsService/ListActionEvents", o.EventsPort),
 		fmt.Sprintf("  bufcurl --list-methods http://127.0.0.1:%d", o.CachePort),
 		"  Jaeger: http://127.0.0.1:" + q + "  (a build from the module proxy has no UI; its API: http://127.0.0.1:" + q + "/api/traces?service=executor)",
-		fmt.Sprintf("  metrics: http://127.0.0.1:%d/metrics (executor)", o.ExecutorMetricsPort),
+		fmt.Sprintf("  metrics: http://127.0.0.1:%d/metrics (executor), http://127.0.0.1:%d/metrics (events), http://127.0.0.1:%d/metrics (cacheservice)",
+			o.ExecutorMetricsPort, o.EventsMetricsPort, o.CacheMetricsPort),
 		"  logs: " + logs,
 	}
 	if !o.UntilSettled {

@@ -3,12 +3,15 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/sandbox"
 )
 
@@ -32,10 +35,17 @@ func TestSandboxRunsTheExamples(t *testing.T) {
 	}
 	t.Setenv("KUBECONFIG", "") // the embedded control plane, whatever the caller's shell has
 	var out bytes.Buffer
+	scraped := map[string]string{}
 	o := sandbox.Options{
 		Dir: t.TempDir(), UntilSettled: true, Timeout: 2 * time.Minute,
 		EventsPort: freePort(t), CachePort: freePort(t), ExecutorHealthPort: freePort(t), ExecutorMetricsPort: freePort(t),
-		JaegerQueryPort: freePort(t), JaegerOTLPPort: freePort(t),
+		JaegerQueryPort: freePort(t), JaegerOTLPPort: freePort(t), EventsMetricsPort: freePort(t), CacheMetricsPort: freePort(t),
+		Settled: func(ctx context.Context, e sandbox.Endpoints) error {
+			for name, url := range map[string]string{"executor": e.ExecutorMetrics, "events": e.EventsMetrics, "cacheservice": e.CacheMetrics} {
+				scraped[name] = scrape(t, url)
+			}
+			return nil
+		},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -52,6 +62,85 @@ func TestSandboxRunsTheExamples(t *testing.T) {
 	for _, want := range []string{"echo-again: Succeeded", "Hit", "invalid: Rejected", "every example ended as expected", "bufcurl"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the output lacks %q", want)
+		}
+	}
+	checkMetrics(t, scraped)
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Errorf("scraping %s: %v", url, err)
+		return ""
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("scraping %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(body)
+}
+
+// checkMetrics holds the running programs to docs/metrics.md: every metric it documents
+// for a program is on that program's /metrics, and the examples moved the counters they
+// should have.
+func checkMetrics(t *testing.T, scraped map[string]string) {
+	t.Helper()
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		for program, body := range scraped {
+			var names []string
+			for _, l := range strings.Split(body, "\n") {
+				if f := strings.Fields(l); len(f) > 2 && f[1] == "HELP" {
+					names = append(names, f[2])
+				}
+			}
+			t.Logf("%s serves: %s", program, strings.Join(names, " "))
+		}
+	}()
+	path, err := repo.Path("docs", "metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rows of the tables are "| `name` | program | ...".
+	documented := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		program := strings.TrimSpace(cells[2])
+		body, ok := scraped[program]
+		if !ok {
+			t.Errorf("docs/metrics.md: %s: unknown program %q", name, program)
+			continue
+		}
+		documented++
+		if !strings.Contains(body, "# TYPE "+name+" ") {
+			t.Errorf("%s's /metrics lacks %s, which docs/metrics.md lists", program, name)
+		}
+	}
+	if documented < 20 {
+		t.Errorf("docs/metrics.md lists %d metrics; its tables did not parse", documented)
+	}
+	for program, series := range map[string][]string{
+		"executor": {`flyte_executor_retries_total{kind="user"} 2`, `flyte_executor_cache_lookups_total{result="hit"} 1`,
+			`flyte_executor_actions{phase="Succeeded"} 4`, `flyte_executor_cache_puts_total{status="Populated"} 1`},
+		"cacheservice": {`flyte_cache_gets_total{result="hit"} 1`, `flyte_cache_reservations_total{result="granted"}`},
+		"events":       {`flyte_events_recorded_total`},
+	} {
+		for _, s := range series {
+			if !strings.Contains(scraped[program], s) {
+				t.Errorf("%s's /metrics lacks %s", program, s)
+			}
 		}
 	}
 }

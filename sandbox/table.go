@@ -3,8 +3,8 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"

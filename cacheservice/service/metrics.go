@@ -44,6 +44,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Rows removed by the background cleanup, by kind: reservation (expired) or entry (past the TTL).",
 		}, []string{"kind"}),
 	}
+	// Every known label value starts at zero, so a series is there before its first call.
+	for vec, values := range map[*prometheus.CounterVec][]string{
+		m.gets: {"hit", "miss"}, m.puts: {"stored", "replaced", "conflict"},
+		m.reservations: {"granted", "extended", "taken_over", "refused"},
+		m.releases:     {"released", "ignored"}, m.cleaned: {"reservation", "entry"},
+	} {
+		for _, v := range values {
+			vec.WithLabelValues(v)
+		}
+	}
 	for _, c := range []prometheus.Collector{m.gets, m.puts, m.deleted, m.reservations, m.releases, m.cleaned} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("cache: registering metrics: %w", err)

@@ -53,6 +53,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "WatchActions streams ended by the server, by reason (overflow, resync, shutdown).",
 		}, []string{"reason"}),
 	}
+	// Every known label value starts at zero, so a series is there before its first event.
+	for _, reason := range []string{"overflow", "resync", "shutdown"} {
+		m.watchEnded.WithLabelValues(reason)
+	}
+	for _, outcome := range []string{"ok", "error"} {
+		m.record.WithLabelValues(outcome)
+	}
 	for _, c := range []prometheus.Collector{m.received, m.recorded, m.duplicates, m.batchSize, m.record, m.watchers, m.watchEnded} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("events: registering metrics: %w", err)

@@ -33,6 +33,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cache"
+	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/tracing"
 )
@@ -107,6 +108,19 @@ type TaskActionReconciler struct {
 	// sees a shorter history would redo a step and fail on a conflict, so it waits for
 	// the cache instead (the "expectations" of Kubernetes' own controllers).
 	written sync.Map // types.UID -> int
+	// uids remembers the UID behind each action's name, to forget it in the metrics
+	// once it is deleted.
+	uids sync.Map // types.NamespacedName -> types.UID
+}
+
+func resultLabel(r ctrl.Result, err error) string {
+	switch {
+	case err != nil:
+		return "error"
+	case r.RequeueAfter > 0:
+		return "requeue"
+	}
+	return "success"
 }
 
 // Reconcile advances one action by one step.
@@ -116,8 +130,13 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	var ta flytev1.TaskAction
 	if err := r.Client.Get(ctx, req.NamespacedName, &ta); err != nil {
-		if apierrors.IsNotFound(err) && r.Events != nil {
-			r.Events.Forget(req.NamespacedName)
+		if apierrors.IsNotFound(err) {
+			if uid, ok := r.uids.LoadAndDelete(req.NamespacedName); ok {
+				metrics.ForgetAction(uid.(types.UID))
+			}
+			if r.Events != nil {
+				r.Events.Forget(req.NamespacedName)
+			}
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -132,7 +151,11 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	log := r.Log.With("namespace", ta.Namespace, "taskAction", ta.Name, "project", ta.Spec.Project,
 		"domain", ta.Spec.Domain, "run", ta.Spec.RunName, "action", ta.Spec.ActionName)
 	s := &scope{r: r, ta: &ta, log: log, now: metav1.NewTime(r.Clock.Now()), before: ta.Status.DeepCopy(), span: span}
+	started := time.Now()
 	result, err := s.reconcile(ctx)
+	metrics.Reconciled(time.Since(started), resultLabel(result, err))
+	r.uids.Store(req.NamespacedName, ta.UID)
+	metrics.ObservePhase(ta.UID, or(string(ta.Status.Phase), string(flytev1.PhaseQueued)))
 	if span.IsRecording() { // attributes cost allocations; not when tracing is off
 		span.SetAttributes(tracing.ActionAttributes(&ta)...)
 	}
@@ -285,6 +308,7 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 
 	tr, err := p.Handle(ctx, tCtx)
 	if plugin.IsTransient(err) {
+		metrics.Retried(metrics.RetryTransient)
 		// The API server or a service had a bad moment: the same step runs again after
 		// the queue's backoff, and the action is not charged for it.
 		return ctrl.Result{}, fmt.Errorf("plugin %s: %w", p.GetID(), err)
@@ -314,6 +338,9 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 	}
 	switch info.Phase {
 	case plugin.PhaseNotReady, plugin.PhaseWaitingForResources:
+		if info.RequeueAfter > 0 {
+			metrics.BackedOff(metrics.WaitResources, info.RequeueAfter)
+		}
 		s.setPhase(flytev1.PhaseWaitingForResources, or(info.Reason, flytev1.ReasonWaitingForResources), info.Message)
 	case plugin.PhaseQueued:
 		s.setPhase(flytev1.PhaseQueued, or(info.Reason, flytev1.ReasonQueued), info.Message)
@@ -329,6 +356,7 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 		ta.Status.Error = nil
 		if s.r.Cache != nil && (ta.Status.CacheStatus == flytev1.CacheMiss || ta.Status.CacheStatus == flytev1.CacheSkipped) {
 			ta.Status.CacheStatus = s.r.Cache.Store(ctx, ta, info.OutputsURI)
+			metrics.CachePut(string(ta.Status.CacheStatus))
 		}
 		s.terminate(flytev1.PhaseSucceeded, flytev1.ReasonSucceeded, nil)
 		return ctrl.Result{}, nil
@@ -366,6 +394,17 @@ func (s *scope) consultCache(ctx context.Context, p plugin.Plugin, tCtx plugin.T
 		return false, ctrl.Result{}
 	}
 	d := s.r.Cache.Lookup(ctx, ta, tCtx.OutputWriter().OutputsURI())
+	switch {
+	case d.Hit:
+		metrics.CacheLookedUp("hit")
+	case d.Wait > 0:
+		metrics.CacheLookedUp("wait")
+		metrics.BackedOff(metrics.WaitResources, d.Wait)
+	case d.Status == flytev1.CacheSkipped:
+		metrics.CacheLookedUp("skipped")
+	default:
+		metrics.CacheLookedUp("miss")
+	}
 	switch {
 	case d.Hit:
 		ta.Status.CacheStatus = flytev1.CacheHit
@@ -410,6 +449,8 @@ func (s *scope) systemFailure(ctx context.Context, p plugin.Plugin, tCtx plugin.
 	}
 	s.ta.Status.Error = execErr
 	wait := s.r.Options.Backoff.Delay(s.ta.Status.SystemFailures)
+	metrics.Retried(metrics.RetrySystem)
+	metrics.BackedOff(metrics.RetrySystem, wait)
 	next := metav1.NewTime(s.now.Add(wait))
 	s.ta.Status.NextAttemptAt = &next
 	return ctrl.Result{RequeueAfter: wait}, nil
@@ -426,6 +467,12 @@ func (s *scope) relaunch(ctx context.Context, p plugin.Plugin, tCtx plugin.TaskE
 	st.Attempts++
 	st.PluginState, st.PluginPhase, st.PluginPhaseVersion = nil, "", 0
 	wait := s.r.Options.Backoff.Delay(n)
+	kind := metrics.RetryUser
+	if execErr.Kind == flytev1.ErrorKindSystem {
+		kind = metrics.RetrySystem
+	}
+	metrics.Retried(kind)
+	metrics.BackedOff(kind, wait)
 	next := metav1.NewTime(s.now.Add(wait))
 	st.NextAttemptAt = &next
 	s.setPhase(flytev1.PhaseQueued, flytev1.ReasonRetrying,
@@ -462,6 +509,7 @@ func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
 			s.r.Recorder.Event(s.ta, eventType, reason, or(message, string(phase)))
 		}
 		s.log.Info("phase changed", "phase", phase, "reason", reason, "attempt", s.ta.Status.Attempts)
+		metrics.PhaseChanged(string(phase))
 	}
 }
 

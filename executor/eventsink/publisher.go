@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/tracing"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
@@ -133,6 +134,7 @@ func (p *Publisher) Enqueue(ta *flytev1.TaskAction) {
 	p.latest[key] = ta.DeepCopy()
 	p.mu.Unlock()
 	p.queue.Add(key)
+	metrics.Outbox(p.queue.Len())
 }
 
 // Source wakes the reconciler for finished actions whose history has been delivered,
@@ -199,6 +201,7 @@ func (p *Publisher) Start(ctx context.Context) error {
 			return nil
 		}
 		p.deliver(ctx, keys)
+		metrics.Outbox(p.queue.Len())
 	}
 }
 
@@ -263,6 +266,16 @@ func (p *Publisher) deliver(ctx context.Context, keys []types.NamespacedName) {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
+		if err != nil {
+			metrics.DeliveryFailed()
+		} else {
+			now := p.clock.Now()
+			lags := make([]time.Duration, len(batch))
+			for i, ev := range batch {
+				lags[i] = now.Sub(ev.GetOccurredAt().AsTime())
+			}
+			metrics.Delivered(lags)
+		}
 		for _, w := range part {
 			if err != nil {
 				p.queue.AddRateLimited(w.key)
