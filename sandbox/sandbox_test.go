@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/sandbox"
 )
@@ -34,10 +36,48 @@ func TestSandboxRunsTheExamples(t *testing.T) {
 		t.Skip("builds and runs the whole system")
 	}
 	t.Setenv("KUBECONFIG", "") // the embedded control plane, whatever the caller's shell has
+	out, scraped := runSandbox(t, "")
+	for _, want := range []string{"echo-again: Succeeded", "Hit", "invalid: Rejected", "every example ended as expected", "bufcurl"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output lacks %q", want)
+		}
+	}
+	checkMetrics(t, scraped)
+}
+
+// TestSandboxUsesTheClusterOfKubeconfig: with KUBECONFIG set, `make run` uses that
+// cluster (here a control plane without the CRD, which the sandbox installs).
+func TestSandboxUsesTheClusterOfKubeconfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole system")
+	}
+	env, err := kubetest.Start(kubetest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	raw, err := env.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := runSandbox(t, kubeconfig)
+	if !strings.Contains(out, "using the cluster of "+kubeconfig) || strings.Contains(out, "embedded control plane") {
+		t.Errorf("the sandbox did not use the given cluster:\n%s", out)
+	}
+}
+
+// runSandbox runs the sandbox until the examples settle and returns its output and the
+// programs' metrics as they were then.
+func runSandbox(t *testing.T, kubeconfig string) (string, map[string]string) {
+	t.Helper()
 	var out bytes.Buffer
 	scraped := map[string]string{}
 	o := sandbox.Options{
-		Dir: t.TempDir(), UntilSettled: true, Timeout: 2 * time.Minute,
+		Dir: t.TempDir(), Kubeconfig: kubeconfig, UntilSettled: true, Timeout: 2 * time.Minute,
 		EventsPort: freePort(t), CachePort: freePort(t), ExecutorHealthPort: freePort(t), ExecutorMetricsPort: freePort(t),
 		JaegerQueryPort: freePort(t), JaegerOTLPPort: freePort(t), EventsMetricsPort: freePort(t), CacheMetricsPort: freePort(t),
 		Settled: func(ctx context.Context, e sandbox.Endpoints) error {
@@ -59,12 +99,7 @@ func TestSandboxRunsTheExamples(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	for _, want := range []string{"echo-again: Succeeded", "Hit", "invalid: Rejected", "every example ended as expected", "bufcurl"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("the output lacks %q", want)
-		}
-	}
-	checkMetrics(t, scraped)
+	return out.String(), scraped
 }
 
 func scrape(t *testing.T, url string) string {
