@@ -10,7 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
@@ -424,4 +426,45 @@ func TestClusterDefaultsAreApplied(t *testing.T) {
 	kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
 	waitSucceeded(t, client.ObjectKeyFromObject(ta))
 	waitGone(t, pod) // finalizer removed, then deleted
+}
+
+// TestActionAppliedAsYAMLStarts: an action written by hand keeps the spelling its author
+// chose (cpu "0.5", timeout "90s", no resources at all). Nothing the executor writes may
+// send the spec back in its own spelling: the CRD holds the spec immutable, so such a
+// write would be refused, forever.
+func TestActionAppliedAsYAMLStarts(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	var count atomic.Int64
+	run(t, testConfig(), ns, &count)
+	for name, container := range map[string]string{
+		"y0": `{image: "busybox:1.36", command: [sh, -c, "exit 0"], resources: {requests: {cpu: "0.5", memory: 100M}}}`,
+		"y1": `{image: "busybox:1.36"}`,
+	} {
+		manifest := `
+apiVersion: flyte.org/v1
+kind: TaskAction
+metadata: {name: ` + name + `, namespace: ` + ns + `}
+spec:
+  project: demo
+  domain: development
+  runName: r1
+  actionName: ` + name + `
+  taskName: demo.container
+  taskType: container
+  runOutputBase: mem://out/r1
+  timeout: 90s
+  container: ` + container + `
+`
+		var obj unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(manifest), &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Create(ctx, &obj); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		pod := waitPod(t, ns, name+"-1")
+		kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
+		waitSucceeded(t, client.ObjectKey{Namespace: ns, Name: name})
+	}
 }

@@ -223,13 +223,18 @@ func (s *scope) writeStatus(ctx context.Context) error {
 	return nil
 }
 
+// addFinalizer adds the finalizer with a patch of the metadata alone. An update would
+// send the whole object back as the Go types spell it ("0.5" CPUs as "500m", "90s" as
+// "1m30s", an absent section as an empty one), which the CRD's immutable-spec rule
+// refuses for an action written by hand.
 func (s *scope) addFinalizer(ctx context.Context) error {
 	status := s.ta.Status.DeepCopy()
+	patch := client.MergeFromWithOptions(s.ta.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(s.ta, Finalizer)
-	if err := s.r.Client.Update(ctx, s.ta); err != nil {
+	if err := s.r.Client.Patch(ctx, s.ta, patch); err != nil {
 		return fmt.Errorf("adding finalizer: %w", err)
 	}
-	s.ta.Status = *status // Update returned the stored status; keep ours
+	s.ta.Status = *status // the patch returned the stored status; keep ours
 	return nil
 }
 
