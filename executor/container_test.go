@@ -468,3 +468,30 @@ spec:
 		waitSucceeded(t, client.ObjectKey{Namespace: ns, Name: name})
 	}
 }
+
+// TestPodStoppedByItsDeletionIsRelaunched: a kubelet that stops a pod for a graceful
+// deletion marks it Failed (the container exits on SIGTERM, 143) before the pod goes. The
+// deletion ended it, not the task: a new attempt on the system budget, not a user retry.
+func TestPodStoppedByItsDeletionIsRelaunched(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	var count atomic.Int64
+	run(t, testConfig(), ns, &count)
+	ta := containerAction(ns, "k0", 0) // no user retries: a user failure would end it
+	if err := env.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	pod := bindAndRun(t, ta, "k0-1")
+	if err := env.Client.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod = waitPod(t, ns, "k0-1")
+	kubelet(t, pod, corev1.PodFailed, &corev1.ContainerStateTerminated{ExitCode: 143, Reason: "Error"})
+
+	second := waitPod(t, ns, "k0-2")
+	kubelet(t, second, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
+	got := waitSucceeded(t, client.ObjectKeyFromObject(ta))
+	if got.Status.Attempts != 2 || got.Status.SystemFailures != 1 {
+		t.Fatalf("attempts %d, system failures %d; want 2 and 1", got.Status.Attempts, got.Status.SystemFailures)
+	}
+}

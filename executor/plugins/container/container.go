@@ -110,17 +110,19 @@ func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.
 	case corev1.PodSucceeded:
 		return Outcome(ctx, tCtx)
 	case corev1.PodFailed:
+		if reason, message, ok := disrupted(pod); ok {
+			// Stopped by a deletion, preemption, eviction or node shutdown: the kubelet
+			// marks such a pod Failed (its container exits on SIGTERM or SIGKILL), but the
+			// task did not fail. Its containers have stopped, so a new attempt, on the
+			// system budget, cannot run beside it.
+			return plugin.PhaseInfoSystemFailure(reason, message+exitOf(pod)), nil
+		}
 		return failed(pod), nil
 	}
 	if pod.DeletionTimestamp != nil {
 		// A pod being deleted gracefully has not failed: it may still finish, and a new
 		// attempt must not start beside it. The manager relaunches once it is gone.
-		reason, message := "Terminating", fmt.Sprintf("pod %s is being deleted", pod.Name)
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
-				reason, message = "Preempted", c.Message
-			}
-		}
+		reason, message, _ := disrupted(pod)
 		info := plugin.PhaseInfoRunning(1, reason)
 		info.Message = message
 		return info, nil
@@ -131,6 +133,35 @@ func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.
 	default: // Pending or unknown
 		return pending(pod), nil
 	}
+}
+
+// disrupted reports whether something other than the task stopped (or is stopping) the
+// pod: a deletion, with reason Preempted when Kubernetes marked it a disruption target,
+// or the kubelet's eviction or node shutdown.
+func disrupted(pod *corev1.Pod) (reason, message string, ok bool) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return "Preempted", or(c.Message, c.Reason), true
+		}
+	}
+	switch pod.Status.Reason {
+	case "Evicted", "Preempting", "Shutdown", "NodeShutdown", "Terminated":
+		return pod.Status.Reason, pod.Status.Message, true
+	}
+	if pod.DeletionTimestamp != nil {
+		return "Terminating", fmt.Sprintf("pod %s is being deleted", pod.Name), true
+	}
+	return "", "", false
+}
+
+// exitOf describes how the task's container ended, if it did.
+func exitOf(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; cs.Name == ContainerName && t != nil {
+			return fmt.Sprintf(" (container exited with %d, %s)", t.ExitCode, t.Reason)
+		}
+	}
+	return ""
 }
 
 func pending(pod *corev1.Pod) plugin.PhaseInfo {
