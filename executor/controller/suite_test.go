@@ -226,6 +226,7 @@ func (c *callLog) get(action string) []string {
 
 // testPluginImpl behaves by its ID:
 //   - test-flaky fails (user error) attempts up to config.failAttempts, then succeeds;
+//     with config.errorsFirst, its first calls return errors;
 //   - test-system fails every attempt with a system error;
 //   - test-error returns an error from every Handle;
 //   - test-finalizer runs until aborted, and needs a finalizer;
@@ -253,6 +254,19 @@ func (p testPluginImpl) Handle(_ context.Context, tCtx plugin.TaskExecutionConte
 	calls.add(md.Action().Name, fmt.Sprintf("handle:%d", md.Attempt()))
 	switch p.id {
 	case "test-flaky":
+		// config.errorsFirst: the first calls return an error (a failed call into a live
+		// attempt, retried in place) before the attempt goes on.
+		errorsFirst, _ := strconv.Atoi(md.Action().Spec.Config["errorsFirst"])
+		var errored int
+		if _, err := tCtx.PluginStateReader().Get(&errored); err != nil {
+			return plugin.Transition{}, err
+		}
+		if errored < errorsFirst {
+			if err := tCtx.PluginStateWriter().Put(1, errored+1); err != nil {
+				return plugin.Transition{}, err
+			}
+			return plugin.Transition{}, errors.New("the plugin's API call failed")
+		}
 		failAttempts, _ := strconv.Atoi(md.Action().Spec.Config["failAttempts"])
 		if int(md.Attempt()) <= failAttempts {
 			return plugin.DoTransition(plugin.PhaseInfoUserFailure("ExitCode1", fmt.Sprintf("attempt %d failed", md.Attempt()))), nil

@@ -428,13 +428,15 @@ func (s *scope) consultCache(ctx context.Context, p plugin.Plugin, tCtx plugin.T
 // userFailure retries a failed attempt as a new one while the action's retries last.
 func (s *scope) userFailure(ctx context.Context, p plugin.Plugin, tCtx plugin.TaskExecutionContext, info plugin.PhaseInfo) (ctrl.Result, error) {
 	execErr := toError(info.Err, info.Message)
-	userFailures := s.ta.Status.Attempts - s.ta.Status.SystemFailures
-	if userFailures > s.ta.Spec.Retries {
+	// Counted, not derived from attempts: a system failure retried in place spends no
+	// attempt, so attempts minus system failures would grant it a user retry.
+	s.ta.Status.UserFailures++
+	if s.ta.Status.UserFailures > s.ta.Spec.Retries {
 		_ = p.Finalize(ctx, tCtx)
 		s.terminate(flytev1.PhaseFailed, flytev1.ReasonRetriesExhausted, execErr)
 		return ctrl.Result{}, nil
 	}
-	return s.relaunch(ctx, p, tCtx, execErr, userFailures)
+	return s.relaunch(ctx, p, tCtx, execErr, s.ta.Status.UserFailures)
 }
 
 // systemFailure counts a failure of the platform against its own budget. A failed

@@ -192,6 +192,19 @@ func TestPluginErrorsRetryInPlace(t *testing.T) {
 	}
 }
 
+// TestErrorsInPlaceGrantNoUserRetries: a failed call retried in place spends the system
+// budget; it must not make room for one more user failure.
+func TestErrorsInPlaceGrantNoUserRetries(t *testing.T) {
+	ns := env.Namespace(t)
+	ta := newAction(ns, "error-then-failure", "test-flaky", map[string]string{"errorsFirst": "1", "failAttempts": "1"})
+	ta.Spec.Retries = 0
+	create(t, ta)
+	got := waitFor(t, ta, "finished", terminal)
+	if got.Status.Phase != flytev1.PhaseFailed || got.Status.Attempts != 1 || got.Status.SystemFailures != 1 || got.Status.UserFailures != 1 {
+		t.Fatalf("status %+v; want Failed after one attempt, with one system and one user failure", got.Status)
+	}
+}
+
 func TestDeletionAbortsAndFinalizes(t *testing.T) {
 	ns := env.Namespace(t)
 	ta := newAction(ns, "long-runner", "test-finalizer", nil)

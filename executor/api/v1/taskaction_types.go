@@ -355,9 +355,14 @@ type TaskActionStatus struct {
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
 
-	// SystemFailures counts failures of the platform, which have their own budget.
+	// SystemFailures counts failures of the platform, which have their own budget
+	// (maxSystemFailures).
 	// +optional
 	SystemFailures int32 `json:"systemFailures,omitempty"`
+
+	// UserFailures counts failed attempts of the task itself, which spend spec.retries.
+	// +optional
+	UserFailures int32 `json:"userFailures,omitempty"`
 
 	// PluginPhase is the plugin's own phase name, and PluginPhaseVersion orders changes
 	// within it.
