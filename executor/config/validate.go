@@ -12,6 +12,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
+// sampleLogLinkData is what a log link template is tried with: the fields the executor
+// fills in (see k8s.LogLinkData, which config does not import).
+var sampleLogLinkData = struct {
+	Namespace, PodName, ContainerName string
+	Project, Domain, Run, Action      string
+	Attempt                           int32
+}{"demo", "r1-a0-1", "task", "demo", "development", "r1", "a0", 1}
+
 // Validate reports every problem with c rather than just the first, so that one edit can
 // fix them all; each names its field by YAML path. It returns nil if c is usable.
 func (c Config) Validate() error {
@@ -78,14 +86,31 @@ func (c Config) Validate() error {
 		fail("gc.maxTTL", "must be positive when gc.interval is set")
 	}
 
+	// An action's phase keeps at most 8 links, and the events service refuses a link
+	// whose name is empty or long, or whose URI is not absolute: such a link would hold
+	// the action's events back.
+	if len(c.LogLinks) > 8 {
+		fail("logLinks", "at most 8, got %d", len(c.LogLinks))
+	}
 	for i, l := range c.LogLinks {
 		path := fmt.Sprintf("logLinks[%d]", i)
-		if strings.TrimSpace(l.Name) == "" {
-			fail(path+".name", "must not be empty")
+		if strings.TrimSpace(l.Name) == "" || len(l.Name) > 128 {
+			fail(path+".name", "must be 1 to 128 characters")
 		}
-		if _, err := template.New(l.Name).Parse(l.URITemplate); err != nil || strings.TrimSpace(l.URITemplate) == "" {
+		t, err := template.New(l.Name).Option("missingkey=error").Parse(l.URITemplate)
+		if err != nil || strings.TrimSpace(l.URITemplate) == "" {
 			fail(path+".uriTemplate", "must be a Go template of a URI: %v", err)
+			continue
 		}
+		var b strings.Builder
+		if err := t.Execute(&b, sampleLogLinkData); err != nil {
+			fail(path+".uriTemplate", "does not render: %v", err)
+		} else if u, err := url.Parse(b.String()); err != nil || !u.IsAbs() || strings.ContainsAny(b.String(), " \t\n") {
+			fail(path+".uriTemplate", "must render an absolute URI, such as https://logs.example.com/...; got %q", b.String())
+		}
+	}
+	if len(c.Cluster) > 253 {
+		fail("cluster", "at most 253 characters, got %d", len(c.Cluster))
 	}
 	for _, taskType := range slices.Sorted(maps.Keys(c.DefaultForTaskTypes)) {
 		path := fmt.Sprintf("defaultForTaskTypes[%q]", taskType)

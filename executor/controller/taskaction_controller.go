@@ -46,6 +46,9 @@ const staleCacheWait = 50 * time.Millisecond
 // runs again; it doubles with each failure in a row.
 const transientRetryBase = 100 * time.Millisecond
 
+// maxLogLinks is how many log links a history entry holds (the CRD's limit).
+const maxLogLinks = 8
+
 const (
 	// Finalizer keeps a deleted action until its plugin has aborted and finalized.
 	Finalizer = "flyte.org/plugin-finalizer"
@@ -325,7 +328,12 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 	// A new version within the same phase (a new reason, say) is reported like a new phase.
 	s.newVersion = ta.Status.PluginPhase == info.Phase.String() && ta.Status.PluginPhaseVersion != int32(info.Version)
 	for _, l := range info.LogLinks {
-		s.logLinks = append(s.logLinks, flytev1.LogLink{Name: l.Name, URI: l.URI})
+		// A link the events service would refuse would hold the action's events back.
+		if l.Name == "" || !plugin.IsAbsoluteURI(l.URI) || len(s.logLinks) == maxLogLinks {
+			s.log.Warn("plugin log link left out: it needs a name and an absolute URI, and at most 8 per phase", "link", l.Name, "uri", l.URI)
+			continue
+		}
+		s.logLinks = append(s.logLinks, flytev1.LogLink{Name: truncate(l.Name, 128), URI: truncate(l.URI, 2048)})
 	}
 	for _, e := range info.ClusterEvents {
 		s.clusterEvents = append(s.clusterEvents, flytev1.ClusterEvent{OccurredAt: metav1.NewTime(e.OccurredAt),

@@ -259,43 +259,70 @@ func (p *Publisher) deliver(ctx context.Context, keys []types.NamespacedName) {
 		}
 		part := work[:n]
 		work = work[n:]
-		rctx, span := p.startDelivery(ctx, part, len(batch))
-		_, err := p.client.Record(rctx, connect.NewRequest(&eventsv1.RecordRequest{Events: batch}))
-		if err != nil && span.IsRecording() {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
+		err := p.record(ctx, part, batch)
+		if connect.CodeOf(err) == connect.CodeInvalidArgument && len(part) > 1 {
+			// One action's bad event must not hold the others back: each goes alone,
+			// and only the bad one waits.
+			for _, w := range part {
+				p.settle(ctx, []pending{w}, w.events, p.record(ctx, []pending{w}, w.events))
+			}
+			continue
 		}
-		span.End()
+		p.settle(ctx, part, batch, err)
+	}
+}
+
+// record sends one batch of events.
+func (p *Publisher) record(ctx context.Context, part []pending, batch []*eventsv1.ActionEvent) error {
+	rctx, span := p.startDelivery(ctx, part, len(batch))
+	_, err := p.client.Record(rctx, connect.NewRequest(&eventsv1.RecordRequest{Events: batch}))
+	if err != nil && span.IsRecording() {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return err
+}
+
+// settle records the outcome of a Record for the actions it carried: delivered ones move
+// on; the others are retried after a backoff.
+func (p *Publisher) settle(ctx context.Context, part []pending, batch []*eventsv1.ActionEvent, err error) {
+	if err != nil {
+		metrics.DeliveryFailed()
+	} else {
+		now := p.clock.Now()
+		lags := make([]time.Duration, len(batch))
+		for i, ev := range batch {
+			lags[i] = now.Sub(ev.GetOccurredAt().AsTime())
+		}
+		metrics.Delivered(lags)
+	}
+	for _, w := range part {
 		if err != nil {
-			metrics.DeliveryFailed()
-		} else {
-			now := p.clock.Now()
-			lags := make([]time.Duration, len(batch))
-			for i, ev := range batch {
-				lags[i] = now.Sub(ev.GetOccurredAt().AsTime())
-			}
-			metrics.Delivered(lags)
+			p.queue.AddRateLimited(w.key)
+			p.queue.Done(w.key)
+			continue
 		}
-		for _, w := range part {
-			if err != nil {
-				p.queue.AddRateLimited(w.key)
-				p.queue.Done(w.key)
-				continue
-			}
-			p.mu.Lock()
-			p.delivered[w.key] = delivery{uid: w.action.UID, mark: w.end}
-			p.mu.Unlock()
-			if w.more {
-				p.queue.Forget(w.key)
-				p.queue.Done(w.key)
-				p.queue.Add(w.key)
-				continue
-			}
-			p.done(ctx, w.key, w.action)
+		p.mu.Lock()
+		p.delivered[w.key] = delivery{uid: w.action.UID, mark: w.end}
+		p.mu.Unlock()
+		if w.more {
+			p.queue.Forget(w.key)
+			p.queue.Done(w.key)
+			p.queue.Add(w.key)
+			continue
 		}
-		if err != nil && ctx.Err() == nil {
-			p.log.Warn("events service unavailable; will retry", "error", err, "actions", len(part), "events", len(batch))
-		}
+		p.done(ctx, w.key, w.action)
+	}
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case connect.CodeOf(err) == connect.CodeInvalidArgument:
+		// Not the service's fault, and retrying will not help until the executor is
+		// fixed; the events stay in the action's history, and it is not released.
+		p.log.Error("events service refused an action's events; keeping them and retrying",
+			"error", err, "action", part[0].key.String(), "events", len(batch))
+	default:
+		p.log.Warn("events service unavailable; will retry", "error", err, "actions", len(part), "events", len(batch))
 	}
 }
 

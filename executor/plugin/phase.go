@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 )
 
@@ -105,6 +107,13 @@ type ClusterEvent struct {
 // LogLink points at logs of an attempt.
 type LogLink struct {
 	Name, URI string
+}
+
+// IsAbsoluteURI reports whether s is an absolute URI (scheme and all, no spaces), the
+// only kind of log link the events service accepts.
+func IsAbsoluteURI(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.IsAbs() && !strings.ContainsAny(s, " \t\n")
 }
 
 // Transition is the result of Handle.

@@ -88,12 +88,13 @@ type LogLinkData struct {
 	Attempt                           int32
 }
 
-// Links renders the templates; a template that fails is left out.
+// Links renders the templates; a template that fails, or renders something other than
+// an absolute URI (which the events service would refuse), is left out.
 func (c Config) Links(data LogLinkData) []plugin.LogLink {
 	var out []plugin.LogLink
 	for _, t := range c.LogLinks {
 		var b strings.Builder
-		if err := t.Template.Execute(&b, data); err == nil {
+		if err := t.Template.Execute(&b, data); err == nil && plugin.IsAbsoluteURI(b.String()) {
 			out = append(out, plugin.LogLink{Name: t.Name, URI: b.String()})
 		}
 	}

@@ -1,0 +1,87 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flytekube/backend/events"
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/app"
+)
+
+// TestOneBadEventHoldsOnlyItsAction: the events service refuses a whole batch for one bad
+// event. That action's events must wait alone (kept, retried, reported), while the
+// actions that shared its batch are delivered.
+func TestOneBadEventHoldsOnlyItsAction(t *testing.T) {
+	ctx := context.Background()
+	pg, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	svc := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
+		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t)}, slog.New(slog.DiscardHandler), started)
+	})
+	ns := env.Namespace(t)
+
+	// Finished actions, written before the executor starts, so that it finds them all at
+	// once and sends their events together; one has a log link the service refuses.
+	finished := func(name, logLink string) *flytev1.TaskAction {
+		ta := &flytev1.TaskAction{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "batch", ActionName: name,
+				TaskName: "demo.sleep", TaskType: "core-sleep", RunOutputBase: "mem://out/batch"},
+		}
+		if err := env.Client.Create(ctx, ta); err != nil {
+			t.Fatal(err)
+		}
+		now := metav1.Now()
+		ta.Status = flytev1.TaskActionStatus{Phase: flytev1.PhaseSucceeded, Attempts: 1, CompletedAt: &now,
+			PhaseHistory: []flytev1.PhaseTransition{{Phase: flytev1.PhaseSucceeded, Attempt: 1, Reason: "Succeeded",
+				OccurredAt: metav1.NewMicroTime(now.Time), LogLinks: []flytev1.LogLink{{Name: "logs", URI: logLink}}}}}
+		if err := env.Client.Status().Update(ctx, ta); err != nil {
+			t.Fatal(err)
+		}
+		return ta
+	}
+	var good []*flytev1.TaskAction
+	for i := range 10 {
+		good = append(good, finished(fmt.Sprintf("good-%d", i), "https://logs.example.com/"+fmt.Sprint(i)))
+	}
+	bad := finished("bad", "not a URI")
+
+	cfg := testConfig()
+	cfg.EventsServiceURL = svc.URL
+	run(t, cfg, ns, nil)
+	for _, ta := range good {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var got flytev1.TaskAction
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ta), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Annotations[flytev1.AnnotationEventsDelivered] != "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's events were never delivered: the bad action's held them back", ta.Name)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var got flytev1.TaskAction
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(bad), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[flytev1.AnnotationEventsDelivered] != "" {
+		t.Fatal("the refused events are marked delivered")
+	}
+}
