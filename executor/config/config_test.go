@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/internal/repo"
 )
 
 func writeFile(t *testing.T, content string) string {
@@ -315,5 +316,17 @@ func TestDefaultReturnsIndependentValues(t *testing.T) {
 	a.GC.Interval = duration(time.Second)
 	if b := config.Default(); b.DefaultForTaskTypes != nil || b.GC.Interval.Duration != 30*time.Minute {
 		t.Errorf("changing one Default() result changed another: %+v", b)
+	}
+}
+
+// TestDocumentedExampleLoads: the complete example in docs/configuration.md (kept as a
+// file) is a valid configuration.
+func TestDocumentedExampleLoads(t *testing.T) {
+	path, err := repo.Path("docs", "examples", "executor-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(path); err != nil {
+		t.Fatal(err)
 	}
 }
