@@ -8,6 +8,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -96,6 +97,9 @@ func TestJobTaskRunsAsAJob(t *testing.T) {
 	if *spec.Parallelism != 2 || *spec.Completions != 2 || *spec.BackoffLimit != 0 ||
 		spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever || spec.Template.Spec.Containers[0].Image != "busybox:1.36" {
 		t.Fatalf("job spec %+v", spec)
+	}
+	if req := spec.Template.Spec.Containers[0].Resources.Requests; !req.Cpu().Equal(resource.MustParse("100m")) || !req.Memory().Equal(resource.MustParse("128Mi")) {
+		t.Fatalf("the Job's pods did not get the cluster's default requests: %v", req)
 	}
 	if _, ok := spec.Template.Labels[plugin.LabelManagedBy]; ok {
 		t.Fatal("the Job's pods carry managed-by: the executor would cache pods it does not own")

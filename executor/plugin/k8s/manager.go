@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -117,6 +118,7 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 	if err != nil {
 		return plugin.Transition{}, err
 	}
+	objKind := kind(obj) // a typed Get clears the type meta
 	err = m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	if apierrors.IsNotFound(err) {
 		// The informer may not have seen the object yet. Ask the API server itself
@@ -127,7 +129,7 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 	switch {
 	case apierrors.IsNotFound(err) && st.Created:
 		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("ObjectGone",
-			fmt.Sprintf("%s %s disappeared before it finished", kind(obj), obj.GetName()))), nil
+			fmt.Sprintf("%s %s disappeared before it finished", objKind, obj.GetName()))), nil
 	case apierrors.IsNotFound(err):
 		return m.create(ctx, tCtx, st)
 	case err != nil:
@@ -137,7 +139,7 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 		// Someone else's object holds this attempt's name: never report it as ours. A new
 		// attempt has a new name, so the action goes on there, on the system budget.
 		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("ObjectConflict",
-			fmt.Sprintf("%s %s exists but belongs to another action or attempt", kind(obj), obj.GetName()))), nil
+			fmt.Sprintf("%s %s exists but belongs to another action or attempt", objKind, obj.GetName()))), nil
 	}
 	if !st.Created {
 		st.Created = true
@@ -225,12 +227,13 @@ func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionCon
 		if ierr != nil {
 			return plugin.Transition{}, ierr
 		}
+		existingKind := kind(existing)
 		if gerr := m.reader.Get(ctx, client.ObjectKeyFromObject(existing), existing); gerr != nil {
 			return plugin.Transition{}, apiError(fmt.Sprintf("%s: reading existing %s", m.id, existing.GetName()), gerr)
 		}
 		if !m.ours(existing, md) || existing.GetDeletionTimestamp() != nil {
 			info := plugin.PhaseInfoWaitingForResources(0, "ObjectNameTaken",
-				fmt.Sprintf("%s %s exists and is not this attempt's; waiting for it to go", kind(existing), existing.GetName()))
+				fmt.Sprintf("%s %s exists and is not this attempt's; waiting for it to go", existingKind, existing.GetName()))
 			info.RequeueAfter = nameTakenWait
 			return plugin.DoTransition(info), nil
 		}
@@ -326,14 +329,18 @@ func (m *PluginManager) decorate(obj client.Object, md plugin.TaskExecutionMetad
 	if m.cfg.InjectFinalizer {
 		controllerutil.AddFinalizer(obj, Finalizer)
 	}
-	if pod, ok := obj.(*corev1.Pod); ok {
-		m.podDefaults(pod, md)
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		m.podDefaults(&o.Spec, md)
+	case *batchv1.Job:
+		m.podDefaults(&o.Spec.Template.Spec, md)
 	}
 }
 
-func (m *PluginManager) podDefaults(pod *corev1.Pod, md plugin.TaskExecutionMetadata) {
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
+// podDefaults applies the cluster's defaults to the pods an object runs.
+func (m *PluginManager) podDefaults(spec *corev1.PodSpec, md plugin.TaskExecutionMetadata) {
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
 		if c.Resources.Requests == nil {
 			c.Resources.Requests = corev1.ResourceList{}
 		}
@@ -345,12 +352,12 @@ func (m *PluginManager) podDefaults(pod *corev1.Pod, md plugin.TaskExecutionMeta
 		}
 	}
 	if md.Action().Spec.Interruptible {
-		pod.Spec.Tolerations = append(pod.Spec.Tolerations, m.cfg.InterruptibleTolerations...)
+		spec.Tolerations = append(spec.Tolerations, m.cfg.InterruptibleTolerations...)
 		if len(m.cfg.InterruptibleNodeSelector) > 0 {
-			if pod.Spec.NodeSelector == nil {
-				pod.Spec.NodeSelector = map[string]string{}
+			if spec.NodeSelector == nil {
+				spec.NodeSelector = map[string]string{}
 			}
-			maps.Copy(pod.Spec.NodeSelector, m.cfg.InterruptibleNodeSelector)
+			maps.Copy(spec.NodeSelector, m.cfg.InterruptibleNodeSelector)
 		}
 	}
 }

@@ -34,8 +34,10 @@ type Plugin interface {
 
 // Properties tune the manager for one plugin.
 type Properties struct {
-	// DisableInjectOwnerReferences leaves the owner reference off, for objects in
-	// another cluster or namespace; they are then found by their labels.
+	// DisableInjectOwnerReferences leaves the owner reference off, for objects that
+	// must outlive their action or cannot be owned by it. They are still found by name
+	// and checked by label, but their changes no longer wake the action: it sees them at
+	// its next requeue.
 	DisableInjectOwnerReferences bool
 }
 
