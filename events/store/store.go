@@ -264,8 +264,20 @@ func prepare(events []*eventsv1.ActionEvent) ([]row, error) {
 			occurred: occurred,
 		}
 	}
-	slices.SortFunc(rows, func(a, b row) int { return cmp.Or(a.key.compare(b.key), a.fold.compare(b.fold)) })
-	return rows, nil
+	// Sorting positions and placing the rows once is cheaper than sorting the rows,
+	// which are large enough for their swaps to dominate.
+	order := make([]int32, len(rows))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		return cmp.Or(rows[a].key.compare(rows[b].key), rows[a].fold.compare(rows[b].fold))
+	})
+	sorted := make([]row, len(rows))
+	for i, j := range order {
+		sorted[i] = rows[j]
+	}
+	return sorted, nil
 }
 
 // identity is what makes two events the same event.

@@ -139,6 +139,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			// Tracing first, so that rejected requests still show up as spans.
 			connect.WithInterceptors(otel, validate.NewInterceptor(), streamDrainer{draining}),
 			connect.WithReadMaxBytes(cfg.MaxMessageBytes),
+			// Compressing a small response costs more CPU than the bytes it saves on the
+			// networks these services run on.
+			connect.WithCompressMinBytes(1024),
 			connect.WithRecover(recoverPanic(log)),
 		},
 	}
