@@ -7,10 +7,10 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 
 	"github.com/flytekube/backend/executor/bench"
+	"github.com/flytekube/backend/internal/benchutil"
 )
 
 func main() {
@@ -22,9 +22,9 @@ func main() {
 	flag.IntVar(&o.UnmanagedPods, "unmanaged-pods", 5000, "pods of others in the cluster, for the memory measurement")
 	flag.IntVar(&o.ManagedPods, "managed-pods", 1000, "pods of the executor in the cluster, for the memory measurement")
 	flag.StringVar(&o.Only, "only", "", "run one part only: noop, container or memory")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the executor, the services and the load) to this file")
 	flag.Parse()
-	if err := bench.Run(context.Background(), o, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "executor-bench:", err)
-		os.Exit(1)
-	}
+	benchutil.Main("executor-bench", *cpuProfile, func() error {
+		return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
+	})
 }
