@@ -82,7 +82,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started
 		return fmt.Errorf("%s: %w", cfg.Name, err)
 	}
 	defer pool.Close()
-	if _, err := postgres.Migrate(openCtx, pool, cfg.Migrations, log); err != nil {
+	// A replica may wait up to five minutes for another's migrations (the lock's own
+	// limit), so they get longer than opening the pool does.
+	migrateCtx, cancelMigrate := context.WithTimeout(ctx, 6*time.Minute)
+	defer cancelMigrate()
+	if _, err := postgres.Migrate(migrateCtx, pool, cfg.Migrations, log); err != nil {
 		return fmt.Errorf("%s: %w", cfg.Name, err)
 	}
 
