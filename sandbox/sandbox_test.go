@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -98,6 +99,14 @@ func runSandbox(t *testing.T, kubeconfig string) (string, map[string]string) {
 			}
 		}
 		t.Fatal(err)
+	}
+	// Everything it started has stopped: nothing answers on its ports any more.
+	for _, port := range []int{o.EventsPort, o.CachePort, o.ExecutorHealthPort, o.ExecutorMetricsPort, o.JaegerQueryPort,
+		o.JaegerOTLPPort, o.EventsMetricsPort, o.CacheMetricsPort} {
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+			_ = c.Close()
+			t.Errorf("port %d still answers after the sandbox stopped", port)
+		}
 	}
 	return out.String(), scraped
 }
