@@ -1,0 +1,679 @@
+package deploy_test
+
+// The Dockerfiles, checked against the packages they build and the flags those binaries take.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	_ "github.com/flytekube/backend/gen/go/flyte/cache/v1"  // the descriptors of the RPCs runCompose calls
+	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
+)
+
+// image is what a Dockerfile builds, as far as can be told without building it.
+type image struct {
+	dockerfile string // relative to the repository root
+	binary     string // "events", from "events.Dockerfile"
+	entrypoint []string
+	files      map[string]string // path in the final image → the Go package built there
+	builds     []goBuild
+	exposed    []int
+	stages     []*dockerStage
+}
+
+type dockerStage struct {
+	name, base string
+	instrs     []dockerInstr
+}
+
+type dockerInstr struct {
+	line  int
+	cmd   string   // upper case
+	flags []string // --from=build, --mount=...
+	args  string
+}
+
+// goBuild is one `go build` of a RUN instruction.
+type goBuild struct {
+	stage  string
+	env    []string // the assignments before "go", as written
+	flags  []string // every flag but -o
+	out    string
+	pkg    string
+	mounts []string // the RUN's --mount flags
+}
+
+func loadImage(t *testing.T, root, dockerfile string) *image {
+	t.Helper()
+	where := dockerfile
+	data, err := os.ReadFile(filepath.Join(root, dockerfile))
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	img := &image{dockerfile: dockerfile, binary: strings.TrimSuffix(path.Base(dockerfile), ".Dockerfile"), files: map[string]string{}}
+	img.stages, err = parseDockerfile(string(data))
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if len(img.stages) < 2 {
+		t.Fatalf("%s: not a multi-stage build", where)
+	}
+	stageNames := map[string]bool{}
+	for _, s := range img.stages[:len(img.stages)-1] {
+		stageNames[s.name] = true
+		for _, in := range s.instrs {
+			if in.cmd != "RUN" {
+				continue
+			}
+			builds, err := goBuilds(in)
+			if err != nil {
+				t.Errorf("%s:%d: %v", where, in.line, err)
+			}
+			for _, b := range builds {
+				b.stage = s.name
+				img.builds = append(img.builds, b)
+			}
+		}
+	}
+	final := img.stages[len(img.stages)-1]
+	for _, in := range final.instrs {
+		switch in.cmd {
+		case "COPY":
+			from := flagValue(in.flags, "from")
+			words, err := shellWords(in.args)
+			if err != nil || len(words) != 2 {
+				t.Errorf("%s:%d: COPY %s: want one source and one destination", where, in.line, in.args)
+				continue
+			}
+			if from == "" {
+				t.Errorf("%s:%d: the final stage copies %s from the build context, not from a build stage", where, in.line, words[0])
+				continue
+			}
+			if !stageNames[from] {
+				t.Errorf("%s:%d: COPY --from=%s: no such stage", where, in.line, from)
+				continue
+			}
+			for _, b := range img.builds {
+				if b.stage == from && b.out == words[0] {
+					img.files[words[1]] = b.pkg
+				}
+			}
+			if _, ok := img.files[words[1]]; !ok {
+				t.Errorf("%s:%d: COPY --from=%s %s: no go build in that stage writes it", where, in.line, from, words[0])
+			}
+		case "ENTRYPOINT":
+			if err := json.Unmarshal([]byte(in.args), &img.entrypoint); err != nil || len(img.entrypoint) == 0 {
+				t.Errorf("%s:%d: ENTRYPOINT %s: want the exec form, a JSON array (there is no shell)", where, in.line, in.args)
+			}
+		case "EXPOSE":
+			for _, p := range strings.Fields(in.args) {
+				n, err := strconv.Atoi(strings.TrimSuffix(p, "/tcp"))
+				if err != nil {
+					t.Errorf("%s:%d: EXPOSE %s: want a TCP port number", where, in.line, p)
+				}
+				img.exposed = append(img.exposed, n)
+			}
+		}
+	}
+	return img
+}
+
+// parseDockerfile splits a Dockerfile into stages of instructions: continuation lines
+// joined, comments and parser directives dropped.
+func parseDockerfile(text string) ([]*dockerStage, error) {
+	var stages []*dockerStage
+	var current strings.Builder
+	start := 0
+	flush := func() error {
+		line := strings.TrimSpace(current.String())
+		current.Reset()
+		if line == "" {
+			return nil
+		}
+		cmd, rest, _ := strings.Cut(line, " ")
+		in := dockerInstr{line: start, cmd: strings.ToUpper(cmd)}
+		rest = strings.TrimSpace(rest)
+		for strings.HasPrefix(rest, "--") {
+			var f string
+			f, rest, _ = strings.Cut(rest, " ")
+			in.flags = append(in.flags, strings.TrimPrefix(f, "--"))
+			rest = strings.TrimSpace(rest)
+		}
+		in.args = rest
+		if in.cmd == "FROM" {
+			words := strings.Fields(rest)
+			s := &dockerStage{base: words[0], name: strconv.Itoa(len(stages))}
+			if len(words) == 3 && strings.EqualFold(words[1], "AS") {
+				s.name = words[2]
+			} else if len(words) != 1 {
+				return fmt.Errorf("line %d: FROM %s", start, rest)
+			}
+			stages = append(stages, s)
+		} else if len(stages) == 0 {
+			if in.cmd != "ARG" {
+				return fmt.Errorf("line %d: %s before FROM", start, in.cmd)
+			}
+			return nil
+		}
+		stages[len(stages)-1].instrs = append(stages[len(stages)-1].instrs, in)
+		return nil
+	}
+	for i, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue // comments, also inside continuations
+		}
+		if current.Len() == 0 {
+			start = i + 1
+		}
+		if cont, ok := strings.CutSuffix(strings.TrimRight(line, " \t"), `\`); ok {
+			current.WriteString(cont + " ")
+			continue
+		}
+		current.WriteString(line)
+		if err := flush(); err != nil {
+			return nil, err
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return stages, nil
+}
+
+// goBuilds finds the `go build` commands of a RUN instruction.
+func goBuilds(in dockerInstr) ([]goBuild, error) {
+	words, err := shellWords(in.args)
+	if err != nil {
+		return nil, err
+	}
+	var out []goBuild
+	for cmd := range splitCommands(words) {
+		i := 0
+		for i < len(cmd) && strings.Contains(cmd[i], "=") && !strings.HasPrefix(cmd[i], "-") {
+			i++
+		}
+		if len(cmd) < i+2 || cmd[i] != "go" || cmd[i+1] != "build" {
+			continue
+		}
+		b := goBuild{env: cmd[:i]}
+		for _, f := range in.flags {
+			if v, ok := strings.CutPrefix(f, "mount="); ok {
+				b.mounts = append(b.mounts, v)
+			}
+		}
+		rest := cmd[i+2:]
+		for j := 0; j < len(rest); j++ {
+			w := rest[j]
+			switch {
+			case w == "-o":
+				if j+1 == len(rest) {
+					return nil, errors.New("go build -o without a file")
+				}
+				j++
+				b.out = rest[j]
+			case strings.HasPrefix(w, "-o="):
+				b.out = strings.TrimPrefix(w, "-o=")
+			case strings.HasPrefix(w, "-") && slices.Contains([]string{"-ldflags", "-gcflags", "-tags", "-mod", "-p"}, w):
+				if j+1 == len(rest) {
+					return nil, fmt.Errorf("go build %s without a value", w)
+				}
+				b.flags = append(b.flags, w+"="+rest[j+1])
+				j++
+			case strings.HasPrefix(w, "-"):
+				b.flags = append(b.flags, w)
+			default:
+				if b.pkg != "" {
+					return nil, fmt.Errorf("go build of %s and %s in one command: build one package per -o", b.pkg, w)
+				}
+				b.pkg = w
+			}
+		}
+		if b.pkg == "" || b.out == "" {
+			return nil, fmt.Errorf("go build %s: want -o FILE and one package", strings.Join(rest, " "))
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// splitCommands yields the simple commands of a shell word list.
+func splitCommands(words []string) func(func([]string) bool) {
+	return func(yield func([]string) bool) {
+		var cmd []string
+		for _, w := range append(words, ";") {
+			if w == "&&" || w == "||" || w == ";" || w == "|" {
+				if len(cmd) > 0 && !yield(cmd) {
+					return
+				}
+				cmd = nil
+				continue
+			}
+			cmd = append(cmd, w)
+		}
+	}
+}
+
+// shellWords splits a POSIX shell command into words, with quotes removed and the
+// operators &&, ||, ; and | as words of their own. Expansions are left as written.
+func shellWords(s string) ([]string, error) {
+	var words []string
+	var w strings.Builder
+	inWord := false
+	end := func() {
+		if inWord {
+			words = append(words, w.String())
+		}
+		w.Reset()
+		inWord = false
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case ch == ' ' || ch == '\t' || ch == '\n':
+			end()
+		case ch == '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				return nil, fmt.Errorf("unterminated ' in %s", s)
+			}
+			w.WriteString(s[i+1 : i+1+j])
+			inWord = true
+			i += j + 1
+		case ch == '"':
+			i++
+			for ; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\"\\$`", s[i+1]) >= 0 {
+					i++
+				}
+				w.WriteByte(s[i])
+			}
+			if i == len(s) {
+				return nil, fmt.Errorf("unterminated \" in %s", s)
+			}
+			inWord = true
+		case ch == '\\' && i+1 < len(s):
+			i++
+			w.WriteByte(s[i])
+			inWord = true
+		case ch == ';' || ch == '|' || ch == '&':
+			end()
+			op := string(ch)
+			if i+1 < len(s) && s[i+1] == ch && ch != ';' {
+				op += string(ch)
+				i++
+			}
+			if op == "&" {
+				return nil, fmt.Errorf("background command in %s", s)
+			}
+			words = append(words, op)
+		default:
+			w.WriteByte(ch)
+			inWord = true
+		}
+	}
+	end()
+	return words, nil
+}
+
+func flagValue(flags []string, name string) string {
+	for _, f := range flags {
+		if v, ok := strings.CutPrefix(f, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// checkDockerfiles holds each Dockerfile to what the images promise: built with go.mod's
+// Go, statically and reproducibly, with module and build caches; a distroless final
+// stage running as non-root the binary of its name, exposing the ports that binary
+// listens on by default; and no Dockerfile left unused by compose.
+func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins map[string]*goBinary) {
+	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := goVersionLine.FindSubmatch(gomod)
+	if m == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	goVersion := string(m[1])
+	used := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(images)) {
+		img := images[name]
+		where := img.dockerfile
+		used[img.dockerfile] = true
+
+		// The build stage.
+		var built bool
+		for _, s := range img.stages[:len(img.stages)-1] {
+			repoName, tag, _ := strings.Cut(s.base, ":")
+			if repoName == "golang" && tag != goVersion && !strings.HasPrefix(tag, goVersion+".") && !strings.HasPrefix(tag, goVersion+"-") {
+				t.Errorf("%s: stage %s builds with %s, go.mod says go %s", where, s.name, s.base, goVersion)
+			}
+			var copiedAll, copiedMod, downloaded bool
+			for _, in := range s.instrs {
+				words := strings.Fields(in.args)
+				switch {
+				case in.cmd == "COPY" && slices.Equal(words, []string{".", "."}):
+					copiedAll = true
+				case in.cmd == "COPY" && len(words) > 2 && slices.Contains(words, "go.mod") && slices.Contains(words, "go.sum"):
+					copiedMod = true
+				case in.cmd == "RUN" && strings.Contains(in.args, "go mod download"):
+					if copiedAll || !copiedMod {
+						t.Errorf("%s:%d: go mod download must follow COPY go.mod go.sum and precede COPY . ., so that only they invalidate it", where, in.line)
+					}
+					if !slices.ContainsFunc(in.flags, func(f string) bool {
+						return strings.Contains(f, "type=cache") && strings.Contains(f, "target=/go/pkg/mod")
+					}) {
+						t.Errorf("%s:%d: go mod download without a cache mount on /go/pkg/mod", where, in.line)
+					}
+					downloaded = true
+				}
+			}
+			if repoName == "golang" {
+				built = true
+				if !downloaded {
+					t.Errorf("%s: stage %s has no go mod download layer", where, s.name)
+				}
+			}
+		}
+		if !built {
+			t.Errorf("%s: no golang build stage", where)
+		}
+		for _, b := range img.builds {
+			if !slices.Contains(b.env, "CGO_ENABLED=0") {
+				t.Errorf("%s: go build %s without CGO_ENABLED=0: distroless static has no libc", where, b.pkg)
+			}
+			if !slices.Contains(b.flags, "-trimpath") {
+				t.Errorf("%s: go build %s without -trimpath", where, b.pkg)
+			}
+			if ld := flagValue(b.flags, "-ldflags"); !slices.Contains(strings.Fields(ld), "-s") || !slices.Contains(strings.Fields(ld), "-w") {
+				t.Errorf("%s: go build %s: -ldflags %q lacks -s -w", where, b.pkg, ld)
+			}
+			for _, cache := range []string{"/go/pkg/mod", "/root/.cache/go-build"} {
+				if !slices.ContainsFunc(b.mounts, func(m string) bool { return strings.Contains(m, "type=cache") && strings.Contains(m, "target="+cache) }) {
+					t.Errorf("%s: go build %s without a cache mount on %s", where, b.pkg, cache)
+				}
+			}
+		}
+
+		// The final stage.
+		final := img.stages[len(img.stages)-1]
+		if !strings.HasPrefix(final.base, "gcr.io/distroless/static") && final.base != "scratch" {
+			t.Errorf("%s: the final stage is %s, not distroless static or scratch", where, final.base)
+		}
+		user := ""
+		labels := map[string]string{}
+		for _, in := range final.instrs {
+			switch in.cmd {
+			case "USER":
+				user = in.args
+			case "LABEL":
+				words, err := shellWords(in.args)
+				if err != nil {
+					t.Errorf("%s:%d: %v", where, in.line, err)
+				}
+				for _, w := range words {
+					k, v, _ := strings.Cut(w, "=")
+					labels[k] = v
+				}
+			case "RUN":
+				t.Errorf("%s:%d: RUN in the final stage: it has no shell", where, in.line)
+			}
+		}
+		uid, _, _ := strings.Cut(user, ":")
+		switch {
+		case uid == "" && !strings.HasSuffix(final.base, ":nonroot"):
+			t.Errorf("%s: no USER, and %s runs as root", where, final.base)
+		case uid == "0" || uid == "root":
+			t.Errorf("%s: USER %s", where, user)
+		case uid != "" && uid != "65532" && uid != "nonroot":
+			t.Errorf("%s: USER %s, the manifests run uid 65532", where, user)
+		}
+		if labels["org.opencontainers.image.title"] != img.binary || labels["org.opencontainers.image.source"] == "" {
+			t.Errorf("%s: OCI labels title=%q source=%q, want title %q and a source", where,
+				labels["org.opencontainers.image.title"], labels["org.opencontainers.image.source"], img.binary)
+		}
+
+		// The binary: ./<binary>/cmd/<binary>, a main package, as the entrypoint.
+		want := "./" + img.binary + "/cmd/" + img.binary
+		if len(img.entrypoint) == 0 || img.files[img.entrypoint[0]] != want {
+			t.Errorf("%s: ENTRYPOINT %q, want the file built from %s", where, img.entrypoint, want)
+			continue
+		}
+		bin := bins[want]
+		if bin == nil || bin.goName != "main" {
+			t.Errorf("%s: %s is not a main package", where, want)
+			continue
+		}
+		defaults, err := bin.listeners(nil, "")
+		if err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+		if got, want := slices.Sorted(slices.Values(img.exposed)), slices.Sorted(maps.Keys(defaults)); !slices.Equal(got, want) {
+			t.Errorf("%s: EXPOSE %v, but %s listens on %v by default (%v)", where, got, img.binary, want, defaults)
+		}
+	}
+	files, err := filepath.Glob(filepath.Join(root, "deploy", "docker", "*Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(root, f)
+		if !used[filepath.ToSlash(rel)] {
+			t.Errorf("%s is built by no compose service", rel)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------------------
+// The binaries
+
+// goBinary is a binary as a Dockerfile builds it, and what it says of itself.
+type goBinary struct {
+	name   string // the last element of pkg
+	pkg    string
+	file   string
+	goName string            // the package name
+	flags  map[string]goFlag // from --help
+	reads  func(env string) bool
+}
+
+type goFlag struct {
+	typ, def string // typ is "" for booleans
+}
+
+// listeners returns the ports the binary listens on, by the flag or setting that says
+// so: flags whose default is an address, and the settings of its --config file.
+func (b *goBinary) listeners(args map[string]string, configFile string) (map[int]string, error) {
+	out := map[int]string{}
+	for name, f := range b.flags {
+		if !addrDefault.MatchString(f.def) {
+			continue
+		}
+		v, ok := args[name]
+		if !ok {
+			v = f.def
+		}
+		if v == "" {
+			continue // disabled
+		}
+		p, err := portOf(v)
+		if err != nil {
+			return nil, fmt.Errorf("--%s=%s: %w", name, v, err)
+		}
+		out[p] = name
+	}
+	if load := configFiles[b.name]; load != nil {
+		listens, _, err := load(configFile)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, listens)
+	}
+	return out, nil
+}
+
+// buildBinaries builds every package the Dockerfiles build, with their flags and
+// environment, and asks each binary its flags.
+func buildBinaries(t *testing.T, root string, images map[string]*image) map[string]*goBinary {
+	t.Helper()
+	dir := t.TempDir()
+	bins := map[string]*goBinary{}
+	for _, name := range slices.Sorted(maps.Keys(images)) {
+		for _, b := range images[name].builds {
+			if bins[b.pkg] != nil {
+				continue
+			}
+			var env []string
+			for _, e := range b.env {
+				if !strings.Contains(e, "$") { // GOOS=$TARGETOS: this machine's
+					env = append(env, e)
+				}
+			}
+			bin := &goBinary{name: path.Base(b.pkg), pkg: b.pkg}
+			bin.file = filepath.Join(dir, bin.name)
+			args := append(append([]string{"build"}, b.flags...), "-o", bin.file, b.pkg)
+			cmd := exec.CommandContext(t.Context(), "go", args...)
+			cmd.Dir, cmd.Env = root, append(os.Environ(), env...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s go %s (as %s builds it): %v\n%s", strings.Join(env, " "), strings.Join(args, " "), images[name].dockerfile, err, out)
+			}
+			bin.goName, bin.reads = goPackage(t, root, env, b.pkg)
+			if bin.goName == "main" {
+				bin.flags = helpFlags(t, bin.file)
+			}
+			bins[b.pkg] = bin
+		}
+	}
+	return bins
+}
+
+// goPackage returns a package's name and a test for whether any Go file the binary is
+// built from (in this repository or a dependency) names an environment variable, as a
+// string literal: a variable nothing names is read by nothing.
+func goPackage(t *testing.T, root string, env []string, pkg string) (string, func(string) bool) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-json=Name,ImportPath,Dir,GoFiles", pkg)
+	cmd.Dir, cmd.Env = root, append(os.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	var name string
+	var files []string
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p struct {
+			Name, ImportPath, Dir string
+			GoFiles               []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range p.GoFiles {
+			files = append(files, filepath.Join(p.Dir, f))
+		}
+		name = p.Name // -deps lists the package itself last
+	}
+	known := map[string]bool{}
+	return name, func(v string) bool {
+		if found, ok := known[v]; ok {
+			return found
+		}
+		lit := []byte(strconv.Quote(v))
+		for _, f := range files {
+			if data, err := os.ReadFile(f); err == nil && bytes.Contains(data, lit) {
+				known[v] = true
+				return true
+			}
+		}
+		known[v] = false
+		return false
+	}
+}
+
+// helpFlags runs the binary with -help and parses what the flag package prints.
+func helpFlags(t *testing.T, bin string) map[string]goFlag {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bin, "-help")
+	cmd.Env = []string{}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s -help: %v\n%s", bin, err, out)
+	}
+	flags := map[string]goFlag{}
+	var name string
+	var f goFlag
+	var usage strings.Builder
+	done := func() {
+		if name != "" {
+			if m := helpDefault.FindStringSubmatch(usage.String()); m != nil {
+				f.def = m[1]
+				if s, err := strconv.Unquote(m[1]); err == nil {
+					f.def = s
+				}
+			}
+			flags[name] = f
+		}
+		name, f = "", goFlag{}
+		usage.Reset()
+	}
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if m := helpFlagLine.FindStringSubmatch(line); m != nil {
+			done()
+			name, f.typ = m[1], m[2]
+			usage.WriteString(m[3])
+		} else if u, ok := strings.CutPrefix(line, "    \t"); ok && name != "" {
+			usage.WriteString(u)
+		}
+	}
+	done()
+	if len(flags) == 0 {
+		t.Fatalf("%s -help lists no flags:\n%s", bin, out)
+	}
+	return flags
+}
+
+// parseArgs reads command-line arguments as the flag package would, into flag values.
+func parseArgs(args []string, flags map[string]goFlag) (map[string]string, error) {
+	vals := map[string]string{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
+			return nil, fmt.Errorf("argument %q: the binary takes no positional arguments", a)
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		f, ok := flags[name]
+		if !ok {
+			return nil, fmt.Errorf("flag -%s is not in its -help", name)
+		}
+		if !hasValue {
+			if f.typ == "" {
+				value = "true"
+			} else if i+1 < len(args) {
+				i++
+				value = args[i]
+			} else {
+				return nil, fmt.Errorf("flag -%s needs a value", name)
+			}
+		}
+		vals[name] = value
+	}
+	return vals, nil
+}
+
+// ---------------------------------------------------------------------------------------
+// .dockerignore
