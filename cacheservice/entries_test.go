@@ -147,3 +147,18 @@ func TestInvalidate(t *testing.T) {
 		t.Fatalf("the other task lost entries: %d left; want 1", n)
 	}
 }
+
+// TestEntryWithoutOutputs: a task that succeeded without outputs is remembered with an
+// empty output URI.
+func TestEntryWithoutOutputs(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	ctx := context.Background()
+	k := key("demo.check", "1", "inputs-a")
+	if _, err := put(ctx, inst.client, k, ""); err != nil {
+		t.Fatalf("Put without outputs: %v", err)
+	}
+	got, err := inst.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: k}))
+	if err != nil || got.Msg.GetOutput().GetOutputUri() != "" || got.Msg.GetOutput().GetSourceAction().GetAction() != "a0" {
+		t.Fatalf("Get = %v, %v; want the entry, without outputs", got, err)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -179,12 +178,16 @@ func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI s
 	got, err := c.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: key}))
 	switch {
 	case err == nil:
-		if err := c.copyOutputs(ctx, got.Msg.GetOutput().GetOutputUri(), outputsURI); err == nil {
+		from := got.Msg.GetOutput().GetOutputUri()
+		cerr := c.copyOutputs(ctx, from, outputsURI)
+		if cerr == nil {
 			c.forgetKey(ta) // done with the cache
+			if from == "" {
+				return Decision{Hit: true} // remembered as succeeded, with no outputs
+			}
 			return Decision{Hit: true, OutputsURI: outputsURI}
-		} else {
-			c.log.Warn("cached outputs unreadable; treating as a miss", "action", ta.Name, "error", err)
 		}
+		c.log.Warn("cached outputs unreadable; treating as a miss", "action", ta.Name, "error", cerr)
 	case connect.CodeOf(err) != connect.CodeNotFound:
 		c.log.Warn("cache service unavailable; treating as a miss", "action", ta.Name, "error", err)
 		return Decision{Status: flytev1.CacheSkipped}
@@ -243,7 +246,7 @@ func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every t
 
 func (c *Cache) copyOutputs(ctx context.Context, from, to string) error {
 	if from == "" {
-		return errors.New("the entry has no outputs")
+		return nil // the task has no outputs
 	}
 	data, err := c.store.Read(ctx, from)
 	if err != nil {
@@ -257,9 +260,10 @@ func (c *Cache) copyOutputs(ctx context.Context, from, to string) error {
 func (c *Cache) Store(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) flytev1.CacheStatus {
 	defer c.Release(ctx, ta)
 	key, err := c.key(ctx, ta)
-	if err != nil || outputsURI == "" {
+	if err != nil {
 		return flytev1.CachePutFailure
 	}
+	// A task without outputs is stored with none: an identical one is a hit all the same.
 	_, err = c.client.Put(ctx, connect.NewRequest(&cachev1.PutRequest{
 		Key: key, OutputUri: outputsURI, SourceAttempt: uint32(max(ta.Status.Attempts, 1)),
 		SourceAction: &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},

@@ -111,3 +111,28 @@ func containsReason(ta *flytev1.TaskAction, reason string) bool {
 	}
 	return false
 }
+
+// TestTaskWithoutOutputsIsCachedToo: a task that succeeds without writing outputs (a
+// side effect, a check) is remembered like any other: an identical action is a hit,
+// with no outputs, and does not run.
+func TestTaskWithoutOutputsIsCachedToo(t *testing.T) {
+	ns := env.Namespace(t)
+	sleeper := func(name string) *flytev1.TaskAction {
+		ta := newAction(ns, name, "core-sleep", map[string]string{"duration": "0s"})
+		ta.Spec.TaskName = "demo.no-outputs-" + ns
+		ta.Spec.RunName = name
+		ta.Spec.Cache = &flytev1.CacheSpec{Enabled: true, Version: "1", Serializable: true}
+		return ta
+	}
+	first := sleeper("first")
+	create(t, first)
+	if got := waitFor(t, first, "finished", terminal); got.Status.Phase != flytev1.PhaseSucceeded || got.Status.CacheStatus != flytev1.CachePopulated {
+		t.Fatalf("first: %s, cache %s; want Succeeded, Populated", got.Status.Phase, got.Status.CacheStatus)
+	}
+	second := sleeper("second")
+	create(t, second)
+	got := waitFor(t, second, "finished", terminal)
+	if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.CacheStatus != flytev1.CacheHit || got.Status.OutputsURI != "" {
+		t.Fatalf("second: %s, cache %s, outputs %q; want a hit with no outputs", got.Status.Phase, got.Status.CacheStatus, got.Status.OutputsURI)
+	}
+}

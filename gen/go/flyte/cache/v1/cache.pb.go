@@ -123,7 +123,7 @@ type CachedOutput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key identifies the entry.
 	Key *CacheKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// output_uri is where the outputs are stored.
+	// output_uri is where the outputs are stored; empty when the task has none.
 	OutputUri string `protobuf:"bytes,2,opt,name=output_uri,json=outputUri,proto3" json:"output_uri,omitempty"`
 	// source_action is the action that produced the outputs.
 	SourceAction *v1.ActionIdentifier `protobuf:"bytes,3,opt,name=source_action,json=sourceAction,proto3" json:"source_action,omitempty"`
@@ -388,7 +388,8 @@ type PutRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key identifies the entry.
 	Key *CacheKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// output_uri is where the outputs are stored.
+	// output_uri is where the outputs are stored; empty for a task that succeeded without
+	// outputs, which is worth remembering too.
 	OutputUri string `protobuf:"bytes,2,opt,name=output_uri,json=outputUri,proto3" json:"output_uri,omitempty"`
 	// source_action is the action that produced the outputs.
 	SourceAction *v1.ActionIdentifier `protobuf:"bytes,3,opt,name=source_action,json=sourceAction,proto3" json:"source_action,omitempty"`
@@ -985,12 +986,12 @@ const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12<\n" +
 	"\amax_age\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\x06maxAge\"C\n" +
 	"\vGetResponse\x124\n" +
-	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputR\x06output\"\xc6\x02\n" +
+	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputR\x06output\"\xc9\x02\n" +
 	"\n" +
 	"PutRequest\x122\n" +
-	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12*\n" +
+	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12-\n" +
 	"\n" +
-	"output_uri\x18\x02 \x01(\tB\v\xbaH\br\x06\x18\x80\x10\x88\x01\x01R\toutputUri\x12L\n" +
+	"output_uri\x18\x02 \x01(\tB\x0e\xbaH\v\xd8\x01\x01r\x06\x18\x80\x10\x88\x01\x01R\toutputUri\x12L\n" +
 	"\rsource_action\x18\x03 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\fsourceAction\x12.\n" +
 	"\x0esource_attempt\x18\x04 \x01(\rB\a\xbaH\x04*\x02(\x01R\rsourceAttempt\x12\x1c\n" +
 	"\toverwrite\x18\x05 \x01(\bR\toverwrite\x12<\n" +
