@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -37,6 +36,7 @@ import (
 	_ "github.com/flytekube/backend/gen/go/flyte/cache/v1"  // the descriptors of the RPCs runCompose calls
 	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
 	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/ports"
 )
 
 // runCompose runs what `docker compose --profile executor up` would, as processes on
@@ -384,12 +384,11 @@ func applyCRDs(t *testing.T, root string) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := ports.Free(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", p[0])
 }
 
 type syncBuffer struct {

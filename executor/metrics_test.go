@@ -3,12 +3,13 @@ package executor_test
 import (
 	"context"
 	"crypto/tls"
-	"net"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/flytekube/backend/internal/ports"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -21,12 +22,11 @@ import (
 func TestSecureMetricsNeedAuthorizedCallers(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	free, err := ports.Free(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := lis.Addr().String()
-	_ = lis.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", free[0])
 	cfg := testConfig()
 	cfg.MetricsSecure = true
 	cfg.MetricsBindAddress = addr

@@ -14,18 +14,18 @@ import (
 	"time"
 
 	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/internal/ports"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/sandbox"
 )
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := ports.Free(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
+	return p[0]
 }
 
 // TestSandboxRunsTheExamples is `make run` from start to end, as a newcomer gets it:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -32,6 +31,7 @@ import (
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/ports"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/services/app"
 )
@@ -77,12 +77,11 @@ func startServices(*kubetest.Env) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	free, err := ports.Free(1)
 	if err != nil {
 		return nil, err
 	}
-	addr := lis.Addr().String()
-	_ = lis.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", free[0])
 	eventsSvc = &eventsService{addr: addr, dbURL: pg.URL}
 	if err := eventsSvc.start(); err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flytekube/backend/internal/ports"
 	"github.com/flytekube/backend/internal/repo"
 )
 
@@ -103,16 +103,16 @@ func StartServer() (*Jaeger, error) {
 		if err != nil {
 			return nil, fmt.Errorf("jaegertest: creating a directory: %w", err)
 		}
-		ports, err := freePorts(6)
+		free, err := freePorts(6)
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 		j := &Jaeger{
 			dir:      dir,
-			otlpGRPC: ports[0], otlpHTTP: ports[1],
-			queryHTTP: ports[2], queryGRPC: ports[3],
-			healthPort: ports[4], metricsPort: ports[5],
+			otlpGRPC: free[0], otlpHTTP: free[1],
+			queryHTTP: free[2], queryGRPC: free[3],
+			healthPort: free[4], metricsPort: free[5],
 			client: &http.Client{Timeout: 10 * time.Second},
 		}
 		cmd := exec.Command(script, "start", dir)
@@ -374,15 +374,9 @@ func (j *Jaeger) WaitForTrace(ctx context.Context, service string, tags map[stri
 
 // freePorts returns n distinct ports that were free on 127.0.0.1 a moment ago.
 func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("jaegertest: finding a free port: %w", err)
-		}
-		// Held until all are found so that the same port is not handed out twice.
-		defer func() { _ = l.Close() }()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	p, err := ports.Free(n)
+	if err != nil {
+		return nil, fmt.Errorf("jaegertest: %w", err)
 	}
-	return ports, nil
+	return p, nil
 }
