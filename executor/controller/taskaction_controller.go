@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"sync"
 	"time"
@@ -20,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -683,10 +682,11 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&flytev1.TaskAction{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("taskaction").
 		WithOptions(controller.Options{
-			// Failed passes (transient API errors, conflicts) are retried with a backoff
-			// capped like the retries of attempts, not controller-runtime's 16 minutes.
-			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](
-				transientRetryBase, max(r.Options.Backoff.Cap, transientRetryBase)),
+			// Failed passes (transient API errors, conflicts) are retried with a jittered
+			// backoff capped like the retries of attempts, not controller-runtime's 16
+			// minutes without jitter.
+			RateLimiter: newTransientLimiter(Backoff{Base: transientRetryBase,
+				Cap: max(r.Options.Backoff.Cap, transientRetryBase), Rand: rand.Float64}),
 			MaxConcurrentReconciles: max(r.Options.MaxConcurrentReconciles, 1),
 			SkipNameValidation:      &r.Options.SkipNameValidation,
 		}).
