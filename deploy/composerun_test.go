@@ -37,6 +37,7 @@ import (
 	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/ports"
+	"github.com/flytekube/backend/internal/servicetest"
 )
 
 // runCompose runs what `docker compose --profile executor up` would, as processes on
@@ -101,7 +102,7 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 	type running struct {
 		name string
 		cmd  *exec.Cmd
-		out  *syncBuffer
+		out  *servicetest.SyncBuffer
 		done chan error
 	}
 	var started []*running
@@ -180,7 +181,7 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 			env = append(env, k+"="+v)
 		}
 
-		r := &running{name: name, out: &syncBuffer{}, done: make(chan error, 1)}
+		r := &running{name: name, out: &servicetest.SyncBuffer{}, done: make(chan error, 1)}
 		r.cmd = exec.Command(bin.file, args...)
 		r.cmd.Env, r.cmd.Stdout, r.cmd.Stderr = env, r.out, r.out
 		if err := r.cmd.Start(); err != nil {
@@ -389,23 +390,6 @@ func freeAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("127.0.0.1:%d", p[0])
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // otlpCollector stands in for Jaeger's OTLP/HTTP receiver and notes the service.name of

@@ -1,12 +1,12 @@
 package events_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/flytekube/backend/internal/servicetest"
 )
 
 // TestBufCurlCallsEveryRPC runs the buf curl commands of docs/events.md against a
@@ -24,7 +24,7 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 	}
 
 	// Open a watch first and wait until the server counts it.
-	var watchOut syncBuffer
+	var watchOut servicetest.SyncBuffer
 	watch := inst.BufCurlCommand(t, ctx, "-d", `{"project":"demo","domain":"development","run":"r1"}`, base+"WatchActions")
 	watch.Stdout, watch.Stderr = &watchOut, &watchOut
 	if err := watch.Start(); err != nil {
@@ -56,22 +56,4 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe to read while a command writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

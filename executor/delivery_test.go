@@ -3,18 +3,13 @@ package executor_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 )
 
 // TestOneBadEventHoldsOnlyItsAction: the events service refuses a whole batch for one bad
@@ -22,14 +17,7 @@ import (
 // actions that shared its batch are delivered.
 func TestOneBadEventHoldsOnlyItsAction(t *testing.T) {
 	ctx := context.Background()
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	svc := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t)}, slog.New(slog.DiscardHandler), started)
-	})
+	svc := startEventsService(t)
 	ns := env.Namespace(t)
 
 	// Finished actions, written before the executor starts, so that it finds them all at

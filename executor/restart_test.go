@@ -66,18 +66,24 @@ func workEntry() plugin.Entry {
 		LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return workPlugin{}, nil }}
 }
 
-// TestRestartMidRunLosesNothingAndRunsNothingTwice stops the executor while actions
-// work and starts another: every action finishes having begun its work once, and the
-// events service has every phase change exactly once.
-func TestRestartMidRunLosesNothingAndRunsNothingTwice(t *testing.T) {
+// startEventsService runs an events service on a throwaway Postgres until the test ends.
+func startEventsService(t *testing.T) *servicetest.Instance {
+	t.Helper()
 	pg, err := pgtest.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pg.Stop() })
-	svc := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
+	return servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
 		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t)}, slog.New(slog.DiscardHandler), started)
 	})
+}
+
+// TestRestartMidRunLosesNothingAndRunsNothingTwice stops the executor while actions
+// work and starts another: every action finishes having begun its work once, and the
+// events service has every phase change exactly once.
+func TestRestartMidRunLosesNothingAndRunsNothingTwice(t *testing.T) {
+	svc := startEventsService(t)
 
 	ns := env.Namespace(t)
 	cfg := testConfig()

@@ -3,6 +3,7 @@
 package servicetest
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -139,4 +140,22 @@ func (i *Instance) RequireMetrics(t testing.TB, lines ...string) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// SyncBuffer is a bytes.Buffer safe to read while a command or server writes to it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
