@@ -126,9 +126,6 @@ func (q *quotaController) syncLocked(t *testing.T) {
 // and then burning every retry on quota refusals. Here: no create at all while the pod
 // terminates, no quota leak, one new pod once the old one is gone, no retry spent.
 func TestSeed004GracefulDeletionUnderAPodsQuota(t *testing.T) {
-	if testing.Short() {
-		t.Skip("holds a pod in its grace period for 20s")
-	}
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	quota := startQuotaController(t, ns, 3)

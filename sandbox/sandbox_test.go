@@ -33,9 +33,6 @@ func freePort(t *testing.T) int {
 // (the sleep and the flaky one succeed, the second echo is a cache hit, the invalid one
 // is refused), and everything stopped afterwards.
 func TestSandboxRunsTheExamples(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the whole system")
-	}
 	t.Setenv("KUBECONFIG", "") // the embedded control plane, whatever the caller's shell has
 	out, scraped := runSandbox(t, "")
 	for _, want := range []string{"echo-again: Succeeded", "Hit", "invalid: Rejected", "every example ended as expected", "bufcurl"} {
@@ -49,9 +46,6 @@ func TestSandboxRunsTheExamples(t *testing.T) {
 // TestSandboxUsesTheClusterOfKubeconfig: with KUBECONFIG set, `make run` uses that
 // cluster (here a control plane without the CRD, which the sandbox installs).
 func TestSandboxUsesTheClusterOfKubeconfig(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the whole system")
-	}
 	env, err := kubetest.Start(kubetest.Options{})
 	if err != nil {
 		t.Fatal(err)
