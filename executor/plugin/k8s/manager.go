@@ -119,13 +119,7 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 		return plugin.Transition{}, err
 	}
 	objKind := kind(obj) // a typed Get clears the type meta
-	err = m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-	if apierrors.IsNotFound(err) {
-		// The informer may not have seen the object yet. Ask the API server itself
-		// before concluding that it is gone, or before creating it: a second create would
-		// fail, but the quota admission would already have charged it.
-		err = m.reader.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-	}
+	err = m.get(ctx, obj)
 	switch {
 	case apierrors.IsNotFound(err) && st.Created:
 		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("ObjectGone",
@@ -362,6 +356,19 @@ func (m *PluginManager) podDefaults(spec *corev1.PodSpec, md plugin.TaskExecutio
 	}
 }
 
+// get reads obj from the informer cache and, when the cache does not have it, from the
+// API server itself: the informer may not have seen it yet. Concluding from the cache
+// alone that an object is gone would relaunch an attempt that runs, or leave a pod behind
+// an abort; creating it again would fail, but the quota admission would already have
+// charged the create.
+func (m *PluginManager) get(ctx context.Context, obj client.Object) error {
+	err := m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	if apierrors.IsNotFound(err) {
+		err = m.reader.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	}
+	return err
+}
+
 // attemptObject returns the attempt's object if it exists and is this attempt's; an
 // object of someone else under the same name is never touched.
 func (m *PluginManager) attemptObject(ctx context.Context, md plugin.TaskExecutionMetadata) (client.Object, error) {
@@ -369,7 +376,7 @@ func (m *PluginManager) attemptObject(ctx context.Context, md plugin.TaskExecuti
 	if err != nil {
 		return nil, err
 	}
-	if err := m.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+	if err := m.get(ctx, obj); err != nil {
 		if err = client.IgnoreNotFound(err); err != nil {
 			return nil, apiError(fmt.Sprintf("%s: reading %s", m.id, obj.GetName()), err)
 		}
