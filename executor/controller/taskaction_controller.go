@@ -110,9 +110,6 @@ type TaskActionReconciler struct {
 	// sees a shorter history would redo a step and fail on a conflict, so it waits for
 	// the cache instead (the "expectations" of Kubernetes' own controllers).
 	written sync.Map // types.UID -> int
-	// uids remembers the UID behind each action's name, to forget it in the metrics
-	// once it is deleted.
-	uids sync.Map // types.NamespacedName -> types.UID
 }
 
 func resultLabel(r ctrl.Result, err error) string {
@@ -133,9 +130,7 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	var ta flytev1.TaskAction
 	if err := r.Client.Get(ctx, req.NamespacedName, &ta); err != nil {
 		if apierrors.IsNotFound(err) {
-			if uid, ok := r.uids.LoadAndDelete(req.NamespacedName); ok {
-				metrics.ForgetAction(uid.(types.UID))
-			}
+			metrics.ForgetAction(req.NamespacedName)
 			if r.Events != nil {
 				r.Events.Forget(req.NamespacedName)
 			}
@@ -156,8 +151,7 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	started := time.Now()
 	result, err := s.reconcile(ctx)
 	metrics.Reconciled(time.Since(started), resultLabel(result, err))
-	r.uids.Store(req.NamespacedName, ta.UID)
-	metrics.ObservePhase(ta.UID, or(string(ta.Status.Phase), string(flytev1.PhaseQueued)))
+	metrics.ObservePhase(req.NamespacedName, or(string(ta.Status.Phase), string(flytev1.PhaseQueued)))
 	if span.IsRecording() { // attributes cost allocations; not when tracing is off
 		span.SetAttributes(tracing.ActionAttributes(&ta)...)
 	}

@@ -101,31 +101,31 @@ const (
 // phases remembers each action's phase for the actions gauge.
 var phases = struct {
 	sync.Mutex
-	m map[types.UID]string
-}{m: map[types.UID]string{}}
+	m map[types.NamespacedName]string
+}{m: map[types.NamespacedName]string{}}
 
 // ObservePhase records an action's current phase; a change moves it in the gauge.
-func ObservePhase(uid types.UID, phase string) {
+func ObservePhase(action types.NamespacedName, phase string) {
 	phases.Lock()
 	defer phases.Unlock()
-	old, known := phases.m[uid]
+	old, known := phases.m[action]
 	if known && old == phase {
 		return
 	}
 	if known {
 		actions.WithLabelValues(old).Dec()
 	}
-	phases.m[uid] = phase
+	phases.m[action] = phase
 	actions.WithLabelValues(phase).Inc()
 }
 
 // ForgetAction drops a deleted action from the gauge.
-func ForgetAction(uid types.UID) {
+func ForgetAction(action types.NamespacedName) {
 	phases.Lock()
 	defer phases.Unlock()
-	if old, known := phases.m[uid]; known {
+	if old, known := phases.m[action]; known {
 		actions.WithLabelValues(old).Dec()
-		delete(phases.m, uid)
+		delete(phases.m, action)
 	}
 }
 
