@@ -157,7 +157,7 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 	reg := plugin.NewRegistry(log)
 	for _, e := range []plugin.Entry{coresleep.Entry(), coreecho.Entry(), testPlugin("test-flaky", false), testPlugin("test-system", false),
-		testPlugin("test-error", false), testPlugin("test-finalizer", true), testPlugin("test-echo", false)} {
+		testPlugin("test-error", false), testPlugin("test-finalizer", true), testPlugin("test-echo", false), testPlugin("test-links", false)} {
 		if err := reg.Register(e); err != nil {
 			return nil, err
 		}
@@ -226,6 +226,7 @@ func (c *callLog) get(action string) []string {
 // testPluginImpl behaves by its ID:
 //   - test-flaky fails (user error) attempts up to config.failAttempts, then succeeds;
 //     with config.errorsFirst, its first calls return errors;
+//   - test-links succeeds with log links, some of which the events service would refuse;
 //   - test-system fails every attempt with a system error;
 //   - test-error returns an error from every Handle;
 //   - test-finalizer runs until aborted, and needs a finalizer;
@@ -271,6 +272,11 @@ func (p testPluginImpl) Handle(_ context.Context, tCtx plugin.TaskExecutionConte
 			return plugin.DoTransition(plugin.PhaseInfoUserFailure("ExitCode1", fmt.Sprintf("attempt %d failed", md.Attempt()))), nil
 		}
 		return plugin.DoTransition(plugin.PhaseInfoSuccess("")), nil
+	case "test-links":
+		info := plugin.PhaseInfoSuccess("")
+		info.LogLinks = []plugin.LogLink{{Name: "good", URI: "https://logs.example.com/a0"}, {Name: "relative", URI: "a0/logs"},
+			{Name: "spaces", URI: "https://logs.example.com/a 0"}, {Name: "", URI: "https://logs.example.com/unnamed"}}
+		return plugin.DoTransition(info), nil
 	case "test-system":
 		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("NodeLost", "the node went away")), nil
 	case "test-error":

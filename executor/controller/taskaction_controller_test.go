@@ -205,6 +205,19 @@ func TestErrorsInPlaceGrantNoUserRetries(t *testing.T) {
 	}
 }
 
+// TestOnlyValidLogLinksAreKept: a link the events service would refuse (no name, not an
+// absolute URI) would hold the action's events back; it is left out, the others kept.
+func TestOnlyValidLogLinksAreKept(t *testing.T) {
+	ns := env.Namespace(t)
+	ta := newAction(ns, "links", "test-links", nil)
+	create(t, ta)
+	got := waitFor(t, ta, "finished", terminal)
+	last := got.Status.PhaseHistory[len(got.Status.PhaseHistory)-1]
+	if len(last.LogLinks) != 1 || last.LogLinks[0].Name != "good" {
+		t.Fatalf("log links %+v; want only the good one", last.LogLinks)
+	}
+}
+
 func TestDeletionAbortsAndFinalizes(t *testing.T) {
 	ns := env.Namespace(t)
 	ta := newAction(ns, "long-runner", "test-finalizer", nil)

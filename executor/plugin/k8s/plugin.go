@@ -90,13 +90,13 @@ type LogLinkData struct {
 	Attempt                           int32
 }
 
-// Links renders the templates; a template that fails, or renders something other than
-// an absolute URI (which the events service would refuse), is left out.
+// Links renders the templates; a template that fails is left out. (The reconciler leaves
+// out any link that is not an absolute URI, whichever plugin made it.)
 func (c Config) Links(data LogLinkData) []plugin.LogLink {
 	var out []plugin.LogLink
 	for _, t := range c.LogLinks {
 		var b strings.Builder
-		if err := t.Template.Execute(&b, data); err == nil && plugin.IsAbsoluteURI(b.String()) {
+		if err := t.Template.Execute(&b, data); err == nil {
 			out = append(out, plugin.LogLink{Name: t.Name, URI: b.String()})
 		}
 	}
