@@ -103,7 +103,7 @@ func StartServer() (*Jaeger, error) {
 		if err != nil {
 			return nil, fmt.Errorf("jaegertest: creating a directory: %w", err)
 		}
-		free, err := freePorts(6)
+		free, err := ports.Free(6)
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
@@ -370,13 +370,4 @@ func (j *Jaeger) WaitForTrace(ctx context.Context, service string, tags map[stri
 		case <-tick.C:
 		}
 	}
-}
-
-// freePorts returns n distinct ports that were free on 127.0.0.1 a moment ago.
-func freePorts(n int) ([]int, error) {
-	p, err := ports.Free(n)
-	if err != nil {
-		return nil, fmt.Errorf("jaegertest: %w", err)
-	}
-	return p, nil
 }
