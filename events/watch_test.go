@@ -67,6 +67,43 @@ func TestWatchAcrossReplicas(t *testing.T) {
 	}
 }
 
+// A batch announces its actions several to a notification; every one must reach the
+// watcher, across the notifications' boundaries.
+func TestWatchSeesEveryActionOfALargeBatch(t *testing.T) {
+	db := pg.NewDatabase(t)
+	a := startInstance(t, db)
+	b := startInstance(t, db)
+	stream, _ := openWatch(t, b, &eventsv1.WatchActionsRequest{Project: "demo", Domain: "development", Run: "big"})
+
+	const actions = 100 // more than three notifications' worth
+	var batch []*eventsv1.ActionEvent
+	for i := range actions {
+		batch = append(batch, event(actionID("big", fmt.Sprintf("a%d", i)), 1, running, 0, 1))
+	}
+	record(t, a.client, batch...)
+
+	seen := map[string]bool{}
+	received := make(chan *eventsv1.Action)
+	go func() {
+		for stream.Receive() {
+			received <- stream.Msg().GetAction()
+		}
+		close(received)
+	}()
+	deadline := time.After(30 * time.Second)
+	for len(seen) < actions {
+		select {
+		case act, ok := <-received:
+			if !ok {
+				t.Fatalf("stream ended after %d actions: %v", len(seen), stream.Err())
+			}
+			seen[act.GetId().GetAction()] = true
+		case <-deadline:
+			t.Fatalf("the watcher saw %d of %d actions", len(seen), actions)
+		}
+	}
+}
+
 func TestSlowWatcherIsEndedWithoutBlockingRecord(t *testing.T) {
 	inst := startInstance(t, pg.NewDatabase(t), func(c *events.Config) { c.WatchBuffer = 4 })
 	stream, _ := openWatch(t, inst, &eventsv1.WatchActionsRequest{Project: "demo", Domain: "development"})

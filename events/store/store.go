@@ -4,7 +4,8 @@
 // action_events (a redelivered event is absorbed by its primary key), and every action
 // they touch is folded into the actions table, where a state is replaced only by a
 // greater one (see Rank). Changed actions are announced with NOTIFY on NotifyChannel,
-// delivered when the transaction commits, so watchers on every replica hear of them.
+// several to a notification, delivered when the transaction commits, so watchers on
+// every replica hear of them.
 package store
 
 import (
@@ -14,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,8 +39,17 @@ func Migrations() postgres.Migrations {
 }
 
 // NotifyChannel is the Postgres channel on which Record announces changed actions; the
-// payload is the action's Key in its String form.
+// payload is one or more action keys in their String form, separated by newlines
+// (ParseKeys reads it). A batch announces its actions in as few notifications as fit
+// Postgres's payload limit, rather than one per action.
 const NotifyChannel = "flyte_events_actions"
+
+// KeysPerNotification bounds the keys in one notification: a key is at most four
+// 63-character names and three separators, and 31 of them with their newlines stay under
+// Postgres's 8000-byte payload limit.
+const KeysPerNotification = 31
+
+var keysPerNotificationSQL = strconv.Itoa(KeysPerNotification)
 
 // ErrNotFound is returned when no event names the action.
 var ErrNotFound = errors.New("action not found")
@@ -56,6 +67,19 @@ func KeyOf(id *flytecorev1.ActionIdentifier) Key {
 // String joins the parts with '/', which names never contain (they are DNS labels).
 func (k Key) String() string {
 	return k.Project + "/" + k.Domain + "/" + k.Run + "/" + k.Action
+}
+
+// ParseKeys reads a notification's payload: keys separated by newlines.
+func ParseKeys(payload string) ([]Key, error) {
+	var keys []Key
+	for line := range strings.SplitSeq(payload, "\n") {
+		k, err := ParseKey(line)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 // ParseKey reverses Key.String.
@@ -113,7 +137,7 @@ type RecordResult struct {
 // replaced only by a greater one, in the order foldKey describes. The %s is a condition
 // that lets a statement make the fold wait for its event inserts: every path must lock
 // events before actions, or two batches could deadlock.
-const upsertActionsSQL = `
+var upsertActionsSQL = `
 upserted AS (
     INSERT INTO actions AS a (project, domain, run, action, attempt, phase, version, rank, occurred_at, created_at, event)
     SELECT * FROM unnest(
@@ -129,9 +153,17 @@ upserted AS (
         > (a.attempt, a.rank, a.version, a.occurred_at, a.phase)
     RETURNING project, domain, run, action
 ),
-notified AS (
-    SELECT count(pg_notify('` + NotifyChannel + `', project || '/' || domain || '/' || run || '/' || action)) AS changed
+numbered AS (
+    SELECT project || '/' || domain || '/' || run || '/' || action AS key,
+           (row_number() OVER () - 1) / ` + keysPerNotificationSQL + ` AS chunk
     FROM upserted
+),
+chunks AS (
+    SELECT string_agg(key, E'\n') AS payload, count(*) AS keys FROM numbered GROUP BY chunk
+),
+notified AS (
+    SELECT coalesce(sum(keys), 0)::bigint AS changed, count(pg_notify('` + NotifyChannel + `', payload)) AS notifications
+    FROM chunks
 )`
 
 // foldSQL runs after the events were copied in.

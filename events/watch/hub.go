@@ -215,21 +215,21 @@ func (h *Hub) listen(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("watch: waiting for notifications: %w", err)
 		}
-		key, err := store.ParseKey(n.Payload)
+		keys, err := store.ParseKeys(n.Payload)
 		if err != nil {
 			h.log.Warn("ignoring malformed notification", "payload", n.Payload)
 			continue
 		}
 		h.mu.Lock()
 		wanted := false
-		for s := range h.subs {
-			if s.filter.matches(key) {
-				wanted = true
-				break
+		for _, key := range keys {
+			for s := range h.subs {
+				if s.filter.matches(key) {
+					h.pending[key] = struct{}{}
+					wanted = true
+					break
+				}
 			}
-		}
-		if wanted {
-			h.pending[key] = struct{}{}
 		}
 		h.mu.Unlock()
 		if wanted {

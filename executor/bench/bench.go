@@ -22,6 +22,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,6 +53,9 @@ type Options struct {
 	UnmanagedPods, ManagedPods int
 	// Only runs one part: "noop", "container" or "memory"; all when empty.
 	Only string
+	// APIServerProfile, when set, is where a CPU profile of the API server is written,
+	// taken over the first executor scenario (the API server serves /debug/pprof).
+	APIServerProfile string
 }
 
 // writeCounter counts the executor's API write requests by resource.
@@ -374,6 +379,15 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	}
 	baseTA, baseEvents, basePods := counter.taskActions.Load(), counter.events.Load(), counter.pods.Load()
 
+	if o.APIServerProfile != "" {
+		profiled := make(chan error, 1)
+		go func() { profiled <- profileAPIServer(ctx, env.Config, o.APIServerProfile, 10*time.Second) }()
+		defer func() {
+			if err := <-profiled; err != nil {
+				fmt.Fprintf(os.Stderr, "API server profile: %v\n", err)
+			}
+		}()
+	}
 	start := time.Now()
 	var started map[string]time.Time
 	created := make(chan error, 1)
@@ -423,4 +437,24 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 		PodWrites:        float64(counter.pods.Load()-basePods) / n,
 		Reconciles:       float64(reconciles.Load()) / n,
 	}, nil
+}
+
+// profileAPIServer writes a CPU profile of the API server over d to path.
+func profileAPIServer(ctx context.Context, cfg *rest.Config, path string, d time.Duration) error {
+	rc, err := rest.UnversionedRESTClientFor(setDefaults(rest.CopyConfig(cfg)))
+	if err != nil {
+		return err
+	}
+	data, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(int(d.Seconds()))).
+		Timeout(d + 30*time.Second).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("fetching the profile: %w", err)
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+func setDefaults(cfg *rest.Config) *rest.Config {
+	cfg.GroupVersion = &schema.GroupVersion{}
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	return cfg
 }

@@ -22,6 +22,7 @@ func main() {
 	flag.IntVar(&o.UnmanagedPods, "unmanaged-pods", 5000, "pods of others in the cluster, for the memory measurement")
 	flag.IntVar(&o.ManagedPods, "managed-pods", 1000, "pods of the executor in the cluster, for the memory measurement")
 	flag.StringVar(&o.Only, "only", "", "run one part only: noop, container or memory")
+	flag.StringVar(&o.APIServerProfile, "apiserver-cpuprofile", "", "write a CPU profile of the API server, taken over 10 s of the first executor scenario, to this file")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the executor, the services and the load) to this file")
 	flag.Parse()
 	benchutil.Main("executor-bench", *cpuProfile, func() error {

@@ -956,10 +956,10 @@ var File_flyte_cache_v1_cache_proto protoreflect.FileDescriptor
 
 const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\n" +
-	"\x1aflyte/cache/v1/cache.proto\x12\x0eflyte.cache.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1eflyte/core/v1/identifier.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x03\n" +
-	"\bCacheKey\x12B\n" +
-	"\aproject\x18\x01 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\aproject\x12@\n" +
-	"\x06domain\x18\x02 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x06domain\x12H\n" +
+	"\x1aflyte/cache/v1/cache.proto\x12\x0eflyte.cache.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1eflyte/core/v1/identifier.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x03\n" +
+	"\bCacheKey\x12<\n" +
+	"\aproject\x18\x01 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\aproject\x12:\n" +
+	"\x06domain\x18\x02 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x06domain\x12H\n" +
 	"\ttask_name\x18\x03 \x01(\tB+\xbaH(r&\x10\x01\x18\xff\x012\x1f^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$R\btaskName\x12?\n" +
 	"\rcache_version\x18\x04 \x01(\tB\x1a\xbaH\x17r\x15\x10\x01\x18\x80\x012\x0e^[\\x21-\\x7e]+$R\fcacheVersion\x12=\n" +
 	"\tsignature\x18\x05 \x01(\tB\x1f\xbaH\x1cr\x1a\x10\x01\x18\x80\x012\x13^[A-Za-z0-9_=+/-]+$R\tsignature\x12@\n" +
@@ -1001,10 +1001,10 @@ const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\rDeleteRequest\x122\n" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\"*\n" +
 	"\x0eDeleteResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted\"\xa5\x02\n" +
-	"\x11InvalidateRequest\x12B\n" +
-	"\aproject\x18\x01 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\aproject\x12@\n" +
-	"\x06domain\x18\x02 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x06domain\x12H\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"\x99\x02\n" +
+	"\x11InvalidateRequest\x12<\n" +
+	"\aproject\x18\x01 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\aproject\x12:\n" +
+	"\x06domain\x18\x02 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x06domain\x12H\n" +
 	"\ttask_name\x18\x03 \x01(\tB+\xbaH(r&\x10\x01\x18\xff\x012\x1f^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$R\btaskName\x12@\n" +
 	"\rcache_version\x18\x04 \x01(\tB\x1b\xbaH\x18\xd8\x01\x01r\x13\x18\x80\x012\x0e^[\\x21-\\x7e]+$R\fcacheVersion\".\n" +
 	"\x12InvalidateResponse\x12\x18\n" +

@@ -24,6 +24,9 @@ const (
 
 // ActionIdentifier names one action of one run. It is unique within a cluster's
 // back end and stable across the action's attempts.
+// Every name is a Kubernetes DNS-1123 label: lowercase letters, digits and '-', starting
+// and ending with a letter or digit, at most 63 characters. The pattern is written so that
+// RE2 matches it in one pass (no backtracking), since it runs on every event of a batch.
 type ActionIdentifier struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// project groups runs of one team or product.
@@ -100,12 +103,12 @@ var File_flyte_core_v1_identifier_proto protoreflect.FileDescriptor
 
 const file_flyte_core_v1_identifier_proto_rawDesc = "" +
 	"\n" +
-	"\x1eflyte/core/v1/identifier.proto\x12\rflyte.core.v1\x1a\x1bbuf/validate/validate.proto\"\xa2\x02\n" +
-	"\x10ActionIdentifier\x12E\n" +
-	"\aproject\x18\x01 \x01(\tB+\xbaH(\xc8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\aproject\x12C\n" +
-	"\x06domain\x18\x02 \x01(\tB+\xbaH(\xc8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x06domain\x12=\n" +
-	"\x03run\x18\x03 \x01(\tB+\xbaH(\xc8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x03run\x12C\n" +
-	"\x06action\x18\x04 \x01(\tB+\xbaH(\xc8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x06actionB?Z=github.com/flytekube/backend/gen/go/flyte/core/v1;flytecorev1b\x06proto3"
+	"\x1eflyte/core/v1/identifier.proto\x12\rflyte.core.v1\x1a\x1bbuf/validate/validate.proto\"\x8a\x02\n" +
+	"\x10ActionIdentifier\x12?\n" +
+	"\aproject\x18\x01 \x01(\tB%\xbaH\"\xc8\x01\x01r\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\aproject\x12=\n" +
+	"\x06domain\x18\x02 \x01(\tB%\xbaH\"\xc8\x01\x01r\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x06domain\x127\n" +
+	"\x03run\x18\x03 \x01(\tB%\xbaH\"\xc8\x01\x01r\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x03run\x12=\n" +
+	"\x06action\x18\x04 \x01(\tB%\xbaH\"\xc8\x01\x01r\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x06actionB?Z=github.com/flytekube/backend/gen/go/flyte/core/v1;flytecorev1b\x06proto3"
 
 var (
 	file_flyte_core_v1_identifier_proto_rawDescOnce sync.Once

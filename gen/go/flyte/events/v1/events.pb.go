@@ -1135,11 +1135,11 @@ const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"\x10GetActionRequest\x127\n" +
 	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\x02id\"D\n" +
 	"\x11GetActionResponse\x12/\n" +
-	"\x06action\x18\x01 \x01(\v2\x17.flyte.events.v1.ActionR\x06action\"\xe5\x02\n" +
-	"\x12ListActionsRequest\x12B\n" +
-	"\aproject\x18\x01 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\aproject\x12@\n" +
-	"\x06domain\x18\x02 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x06domain\x12=\n" +
-	"\x03run\x18\x03 \x01(\tB+\xbaH(\xd8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x03run\x12:\n" +
+	"\x06action\x18\x01 \x01(\v2\x17.flyte.events.v1.ActionR\x06action\"\xd3\x02\n" +
+	"\x12ListActionsRequest\x12<\n" +
+	"\aproject\x18\x01 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\aproject\x12:\n" +
+	"\x06domain\x18\x02 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x06domain\x127\n" +
+	"\x03run\x18\x03 \x01(\tB%\xbaH\"\xd8\x01\x01r\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x03run\x12:\n" +
 	"\x05phase\x18\x04 \x01(\x0e2\x1a.flyte.core.v1.ActionPhaseB\b\xbaH\x05\x82\x01\x02\x10\x01R\x05phase\x12%\n" +
 	"\tpage_size\x18\x05 \x01(\rB\b\xbaH\x05*\x03\x18\xe8\aR\bpageSize\x12'\n" +
 	"\n" +
@@ -1154,11 +1154,11 @@ const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"x\n" +
 	"\x18ListActionEventsResponse\x124\n" +
 	"\x06events\x18\x01 \x03(\v2\x1c.flyte.events.v1.ActionEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xda\x01\n" +
-	"\x13WatchActionsRequest\x12B\n" +
-	"\aproject\x18\x01 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\aproject\x12@\n" +
-	"\x06domain\x18\x02 \x01(\tB(\xbaH%r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x06domain\x12=\n" +
-	"\x03run\x18\x03 \x01(\tB+\xbaH(\xd8\x01\x01r#\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$R\x03run\"G\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc8\x01\n" +
+	"\x13WatchActionsRequest\x12<\n" +
+	"\aproject\x18\x01 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\aproject\x12:\n" +
+	"\x06domain\x18\x02 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x06domain\x127\n" +
+	"\x03run\x18\x03 \x01(\tB%\xbaH\"\xd8\x01\x01r\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x03run\"G\n" +
 	"\x14WatchActionsResponse\x12/\n" +
 	"\x06action\x18\x01 \x01(\v2\x17.flyte.events.v1.ActionR\x06action2\xdf\x03\n" +
 	"\rEventsService\x12I\n" +
