@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/flytekube/backend/cacheservice"
@@ -31,6 +32,9 @@ import (
 // Options size the run.
 type Options struct {
 	DatabaseURL string
+	// Postgres chooses the database's processes, so that their CPU time is reported
+	// beside this process's; nil when unknown (a database given by URL).
+	Postgres func(benchutil.Proc) bool
 	// Entries is how many cache entries are stored.
 	Entries int
 	// Clients is the number of concurrent Get clients.
@@ -71,12 +75,25 @@ func load(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	return err
 }
 
-// GetResult compares the two ways of reading one kind of key.
+// GetResult compares the two ways of reading one kind of key, and sets them beside the
+// cost of the RPC hop alone.
 type GetResult struct {
 	Kind             string // "hit" or "miss"
 	Ceiling, Service benchutil.Result
 	CeilingPerSecond float64 // median over rounds
 	ServicePerSecond float64
+	// HopPerSecond is the median rate of an RPC that does nothing (the same server's
+	// grpc.health.v1 Check, which has no interceptors and no database) from the same
+	// clients: what the RPC hop alone costs on this machine.
+	HopPerSecond float64
+	// Ratio is the median over rounds of Get's rate over the same round's ceiling.
+	Ratio float64
+}
+
+// SerialBound is the rate Get would reach if it cost exactly one empty RPC plus one
+// direct query, the two costs adding up on the same CPUs: 1/(1/hop + 1/ceiling).
+func (g GetResult) SerialBound() float64 {
+	return 1 / (1/g.HopPerSecond + 1/g.CeilingPerSecond)
 }
 
 // Run performs every measurement and writes a Markdown report to w.
@@ -111,15 +128,18 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	defer func() { stopService(); <-done }()
 	url := "http://" + addrs.RPC.String()
 	clients := make([]cachev1connect.CacheServiceClient, max(o.Clients, o.ReservationClients))
+	hops := make([]*connect.Client[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse], len(clients))
 	for i := range clients { // one connection per client, like separate executors
-		clients[i] = cachev1connect.NewCacheServiceClient(servicetest.H2CClient(), url)
+		h2c := servicetest.H2CClient()
+		clients[i] = cachev1connect.NewCacheServiceClient(h2c, url)
+		hops[i] = connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](h2c, url+"/grpc.health.v1.Health/Check")
 	}
 
 	st := store.New(pool)
 	var gets []GetResult
 	for _, hit := range []bool{true, false} {
 		r := GetResult{Kind: map[bool]string{true: "hit", false: "miss"}[hit]}
-		var ceil, svc []float64
+		var ceil, svc, hop, ratios []float64
 		for round := range o.Rounds {
 			fmt.Fprintf(progress, "Get %s, round %d\n", r.Kind, round+1)
 			c, err := benchutil.RunFor(ctx, o.Clients, o.Duration, func(ctx context.Context, _, _ int) error {
@@ -142,10 +162,19 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("service: %w", err)
 			}
-			ceil, svc = append(ceil, c.PerSecond()), append(svc, s.PerSecond())
+			h, err := benchutil.RunFor(ctx, o.Clients, o.Duration, func(ctx context.Context, client, _ int) error {
+				_, err := hops[client].CallUnary(ctx, connect.NewRequest(&healthv1.HealthCheckRequest{}))
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("empty RPC: %w", err)
+			}
+			ceil, svc, hop = append(ceil, c.PerSecond()), append(svc, s.PerSecond()), append(hop, h.PerSecond())
+			ratios = append(ratios, s.PerSecond()/c.PerSecond())
 			r.Ceiling, r.Service = c, s // latencies of the last round
 		}
 		r.CeilingPerSecond, r.ServicePerSecond = benchutil.Median(ceil), benchutil.Median(svc)
+		r.HopPerSecond, r.Ratio = benchutil.Median(hop), benchutil.Median(ratios)
 		gets = append(gets, r)
 	}
 
@@ -179,7 +208,17 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %s | %s | %.0f%% |\n", g.Kind,
 			g.CeilingPerSecond, round(g.Ceiling.Percentile(0.5)), round(g.Ceiling.Percentile(0.99)),
 			g.ServicePerSecond, round(g.Service.Percentile(0.5)), round(g.Service.Percentile(0.99)),
-			100*g.ServicePerSecond/g.CeilingPerSecond)
+			100*g.Ratio)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "What the RPC hop alone allows: an empty RPC on the same server from the same clients, and the")
+	fmt.Fprintln(w, "rate of one empty RPC plus one direct query when their costs add up on the same CPUs.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| keys | empty RPC (ops/s) | bound: empty RPC + query (ops/s) | bound / ceiling | Get / bound |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: |")
+	for _, g := range gets {
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f%% | %.0f%% |\n", g.Kind, g.HopPerSecond, g.SerialBound(),
+			100*g.SerialBound()/g.CeilingPerSecond, 100*g.ServicePerSecond/g.SerialBound())
 	}
 	fmt.Fprintf(w, "\n### GetOrExtendReservation under contention: %d clients, %d keys, %s\n\n", o.ReservationClients, o.ReservationKeys, o.Duration)
 	fmt.Fprintln(w, "Each call that acquires is followed by a ReleaseReservation (not timed).")

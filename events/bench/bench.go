@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"buf.build/go/protovalidate"
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,6 +36,9 @@ import (
 // Options size the run.
 type Options struct {
 	DatabaseURL string
+	// Postgres chooses the database's processes, so that their CPU time is reported
+	// beside this process's; nil when unknown (a database given by URL).
+	Postgres func(benchutil.Proc) bool
 	// Clients is the number of concurrent writers and readers.
 	Clients int
 	// IngestEvents is the number of events per ingest measurement.
@@ -142,6 +146,12 @@ type IngestResult struct {
 	Ratio float64
 	// Ratios are the rounds' ratios, in the order they ran.
 	Ratios []float64
+	// CeilingCPU and RecordCPU are the CPU time per event of each way, over all rounds:
+	// this process's (clients, and the service for Record) and Postgres's.
+	CeilingCPU, RecordCPU benchutil.CPUSample
+	// ValidateCPU is what protovalidate alone costs per event: the same batches checked
+	// by one goroutine, outside any RPC.
+	ValidateCPU time.Duration
 }
 
 // copyRows writes the batch the cheapest way Postgres offers: COPY, no conflict
@@ -204,6 +214,28 @@ func Ingest(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service) ([
 	var results []IngestResult
 	for _, size := range o.BatchSizes {
 		var copies, records, ratios []float64
+		var ceilingCPU, recordCPU benchutil.CPUSample
+		meter := benchutil.CPUMeter{Others: o.Postgres}
+		// measure runs one phase and adds its CPU time to total.
+		measure := func(total *benchutil.CPUSample, phase func() (time.Duration, error)) (time.Duration, error) {
+			before, err := meter.Read()
+			if err != nil {
+				return 0, err
+			}
+			d, err := phase()
+			if err != nil {
+				return 0, err
+			}
+			after, err := meter.Read()
+			if err != nil {
+				return 0, err
+			}
+			used := after.Sub(before)
+			total.Self += used.Self
+			total.Others += used.Others
+			return d, nil
+		}
+		var validateCPU time.Duration
 		for round := range o.Rounds {
 			evs := generate(fmt.Sprintf("b%d-%d", size, round), o.IngestEvents, 100)
 			bs := batches(evs, size)
@@ -211,7 +243,9 @@ func Ingest(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service) ([
 			if err := truncate(ctx, pool); err != nil {
 				return nil, err
 			}
-			d, err := fanOut(o.Clients, bs, func(_ int, b []*eventsv1.ActionEvent) error { return copyRows(ctx, pool, b) })
+			d, err := measure(&ceilingCPU, func() (time.Duration, error) {
+				return fanOut(o.Clients, bs, func(_ int, b []*eventsv1.ActionEvent) error { return copyRows(ctx, pool, b) })
+			})
 			if err != nil {
 				return nil, fmt.Errorf("copy: %w", err)
 			}
@@ -220,26 +254,43 @@ func Ingest(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service) ([
 			if err := truncate(ctx, pool); err != nil {
 				return nil, err
 			}
-			d, err = fanOut(o.Clients, bs, func(c int, b []*eventsv1.ActionEvent) error {
-				resp, err := svc.clients[c].Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: b}))
-				if err == nil && int(resp.Msg.GetRecorded()) != len(b) {
-					err = fmt.Errorf("recorded %d of %d new events", resp.Msg.GetRecorded(), len(b))
-				}
-				return err
+			d, err = measure(&recordCPU, func() (time.Duration, error) {
+				return fanOut(o.Clients, bs, func(c int, b []*eventsv1.ActionEvent) error {
+					resp, err := svc.clients[c].Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: b}))
+					if err == nil && int(resp.Msg.GetRecorded()) != len(b) {
+						err = fmt.Errorf("recorded %d of %d new events", resp.Msg.GetRecorded(), len(b))
+					}
+					return err
+				})
 			})
 			if err != nil {
 				return nil, fmt.Errorf("record: %w", err)
 			}
+			before := benchutil.SelfCPU()
+			for _, b := range bs {
+				if err := protovalidate.Validate(&eventsv1.RecordRequest{Events: b}); err != nil {
+					return nil, fmt.Errorf("validating: %w", err)
+				}
+			}
+			validateCPU += benchutil.SelfCPU() - before
 			records = append(records, float64(len(evs))/d.Seconds())
 			ratios = append(ratios, records[round]/copies[round])
 		}
 		results = append(results, IngestResult{
 			BatchSize: size, CopyPerSecond: benchutil.Median(copies), RecordPerSecond: benchutil.Median(records),
 			Ratio: benchutil.Median(ratios), Ratios: ratios,
+			CeilingCPU: perEvent(ceilingCPU, o.Rounds*o.IngestEvents), RecordCPU: perEvent(recordCPU, o.Rounds*o.IngestEvents),
+			ValidateCPU: validateCPU / time.Duration(o.Rounds*o.IngestEvents),
 		})
 	}
 	return results, nil
 }
+
+func perEvent(total benchutil.CPUSample, events int) benchutil.CPUSample {
+	return benchutil.CPUSample{Self: total.Self / time.Duration(events), Others: total.Others / time.Duration(events)}
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // Latency is one query's latency distribution.
 type Latency struct {
@@ -366,6 +417,22 @@ func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error 
 			each = append(each, fmt.Sprintf("%.0f%%", 100*x))
 		}
 		fmt.Fprintf(w, "| %d | %.0f | %.0f | %.0f%% | %s |\n", r.BatchSize, r.CopyPerSecond, r.RecordPerSecond, 100*r.Ratio, strings.Join(each, " "))
+	}
+	if o.Postgres != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "CPU time per event, over all rounds. \"This process\" is the clients, and for Record the service too;")
+		fmt.Fprintln(w, "both ways keep the machine's cores busy, so the ratio of their CPU per event predicts the ratio of")
+		fmt.Fprintln(w, "their throughputs. protovalidate is the same batches checked by one goroutine outside any RPC.")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| batch | ceiling: this process | ceiling: Postgres | Record: this process | Record: Postgres | ceiling / Record, by CPU | protovalidate alone | ceiling / Record, by CPU, without protovalidate's |")
+		fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		for _, r := range ingest {
+			ceiling := r.CeilingCPU.Self + r.CeilingCPU.Others
+			record := r.RecordCPU.Self + r.RecordCPU.Others
+			fmt.Fprintf(w, "| %d | %.1fµs | %.1fµs | %.1fµs | %.1fµs | %.0f%% | %.1fµs | %.0f%% |\n", r.BatchSize,
+				micros(r.CeilingCPU.Self), micros(r.CeilingCPU.Others), micros(r.RecordCPU.Self), micros(r.RecordCPU.Others),
+				100*float64(ceiling)/float64(record), micros(r.ValidateCPU), 100*float64(ceiling)/float64(record-r.ValidateCPU))
+		}
 	}
 
 	fmt.Fprintf(progress, "queries: loading %d events\n", o.StoredEvents)

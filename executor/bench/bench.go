@@ -91,6 +91,63 @@ type Result struct {
 	TaskActionWrites, EventWrites float64 // per action
 	PodWrites                     float64 // per action, the executor's
 	Reconciles                    float64 // per action
+	// CeilingCPU and ExecutorCPU are the CPU time per action of each process group
+	// while the ceiling and the executor ran.
+	CeilingCPU, ExecutorCPU cpuUse
+}
+
+// cpuGroups are the processes whose CPU time the benchmark reports, in report order.
+var cpuGroups = []string{"API server", "etcd", "Postgres", "this process"}
+
+// cpuUse is CPU time by process group.
+type cpuUse map[string]time.Duration
+
+// cpuMeter reads the CPU time of the control plane's processes (children of this one),
+// of the Postgres cluster, and of this process: the executor, the services and the load.
+type cpuMeter struct{ postgres int }
+
+func (m cpuMeter) read() (cpuUse, error) {
+	self := os.Getpid()
+	use := cpuUse{"this process": benchutil.SelfCPU()}
+	for group, keep := range map[string]func(benchutil.Proc) bool{
+		"API server": func(p benchutil.Proc) bool { return p.PPID == self && p.Comm == "kube-apiserver" },
+		"etcd":       func(p benchutil.Proc) bool { return p.PPID == self && p.Comm == "etcd" },
+		"Postgres":   func(p benchutil.Proc) bool { return p.PID == m.postgres || p.PPID == m.postgres },
+	} {
+		d, err := benchutil.ProcCPU(keep)
+		if err != nil {
+			return nil, err
+		}
+		use[group] = d
+	}
+	return use, nil
+}
+
+// measure runs f and returns the CPU time per action each group used meanwhile.
+func (m cpuMeter) measure(actions int, f func() error) (cpuUse, error) {
+	before, err := m.read()
+	if err != nil {
+		return nil, err
+	}
+	if err := f(); err != nil {
+		return nil, err
+	}
+	after, err := m.read()
+	if err != nil {
+		return nil, err
+	}
+	per := cpuUse{}
+	for g := range after {
+		per[g] = (after[g] - before[g]) / time.Duration(actions)
+	}
+	return per, nil
+}
+
+func (u cpuUse) total() (t time.Duration) {
+	for _, d := range u {
+		t += d
+	}
+	return t
 }
 
 func action(ns, name, taskType string) *flytev1.TaskAction {
@@ -127,6 +184,11 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		return err
 	}
 	defer func() { _ = pg.Stop() }()
+	pgPID, err := pg.PID()
+	if err != nil {
+		return err
+	}
+	meter := cpuMeter{postgres: pgPID}
 	eventsURL, stopEvents, err := serve(ctx, func(ctx context.Context, started func(app.Addrs)) error {
 		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL}, log, started)
 	})
@@ -199,16 +261,24 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			if sc.kubelet {
 				ceilingOf = runPodCeiling
 			}
-			ceiling, err := ceilingOf(ctx, env, so, sc.taskType, sc.prepare)
+			var ceiling float64
+			ceilingCPU, err := meter.measure(so.Actions, func() (err error) {
+				ceiling, err = ceilingOf(ctx, env, so, sc.taskType, sc.prepare)
+				return err
+			})
 			if err != nil {
 				return nil, err
 			}
 			fmt.Fprintf(progress, "%s: executor\n", sc.name)
-			r, err := runExecutor(ctx, env, so, sc.taskType, sc.prepare, eventsURL, cacheURL, sc.kubelet)
+			var r Result
+			executorCPU, err := meter.measure(so.Actions, func() (err error) {
+				r, err = runExecutor(ctx, env, so, sc.taskType, sc.prepare, eventsURL, cacheURL, sc.kubelet)
+				return err
+			})
 			if err != nil {
 				return nil, err
 			}
-			r.Scenario, r.Ceiling = sc.name, ceiling
+			r.Scenario, r.Ceiling, r.CeilingCPU, r.ExecutorCPU = sc.name, ceiling, ceilingCPU, executorCPU
 			results = append(results, r)
 		}
 		return results, nil
@@ -237,6 +307,24 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		for _, r := range results {
 			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f%% | %s | %s | %.2f | %.2f | %.2f |\n", r.Scenario, r.Ceiling, r.Executor,
 				100*r.Executor/r.Ceiling, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.TaskActionWrites, part.moreOf(r), r.Reconciles)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "CPU time per action, in milliseconds, while each ran (\"this process\" is the executor, the events and")
+		fmt.Fprintln(w, "cache services and the clients creating the actions):")
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "| scenario | run | %s | total |\n", strings.Join(cpuGroups, " | "))
+		fmt.Fprintf(w, "| --- | --- |%s ---: |\n", strings.Repeat(" ---: |", len(cpuGroups)))
+		for _, r := range results {
+			for _, run := range []struct {
+				name string
+				use  cpuUse
+			}{{"ceiling", r.CeilingCPU}, {"executor", r.ExecutorCPU}} {
+				fmt.Fprintf(w, "| %s | %s |", r.Scenario, run.name)
+				for _, g := range cpuGroups {
+					fmt.Fprintf(w, " %.2f |", millis(run.use[g]))
+				}
+				fmt.Fprintf(w, " %.2f |\n", millis(run.use.total()))
+			}
 		}
 		fmt.Fprintln(w)
 	}
@@ -458,3 +546,5 @@ func setDefaults(cfg *rest.Config) *rest.Config {
 	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
 	return cfg
 }
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -123,15 +123,20 @@ func Main(name, cpuProfile string, body func() error) {
 }
 
 // WithDatabase calls f with url, or, when url is empty, with a throwaway Postgres
-// cluster's that is removed afterwards.
-func WithDatabase(url string, f func(url string) error) error {
+// cluster's that is removed afterwards. postgres chooses the processes of that cluster
+// (the postmaster and its backends), for CPU accounting; it is nil when url was given.
+func WithDatabase(url string, f func(url string, postgres func(Proc) bool) error) error {
 	if url != "" {
-		return f(url)
+		return f(url, nil)
 	}
 	pg, err := pgtest.Start()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = pg.Stop() }()
-	return f(pg.URL)
+	pid, err := pg.PID()
+	if err != nil {
+		return err
+	}
+	return f(pg.URL, func(p Proc) bool { return p.PID == pid || p.PPID == pid })
 }

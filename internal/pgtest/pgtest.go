@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +48,24 @@ func Start() (*Server, error) {
 		return nil, fmt.Errorf("pgtest: unexpected output from %s: %q", script, out)
 	}
 	return &Server{dir: lines[len(lines)-2], URL: lines[len(lines)-1]}, nil
+}
+
+// PID returns the process ID of the cluster's postmaster, whose children are the
+// server's backends; a cluster given by TEST_DATABASE_URL has none known.
+func (s *Server) PID() (int, error) {
+	if s.dir == "-" {
+		return 0, errors.New("pgtest: the server given by TEST_DATABASE_URL is not ours")
+	}
+	data, err := os.ReadFile(filepath.Join(s.dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: %w", err)
+	}
+	first, _, _ := strings.Cut(string(data), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: postmaster.pid: %w", err)
+	}
+	return pid, nil
 }
 
 // Stop stops the cluster and removes its files.

@@ -36,8 +36,8 @@ func main() {
 		o.BatchSizes = append(o.BatchSizes, n)
 	}
 	benchutil.Main("events-bench", *cpuProfile, func() error {
-		return benchutil.WithDatabase(o.DatabaseURL, func(url string) error {
-			o.DatabaseURL = url
+		return benchutil.WithDatabase(o.DatabaseURL, func(url string, postgres func(benchutil.Proc) bool) error {
+			o.DatabaseURL, o.Postgres = url, postgres
 			return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
 		})
 	})
