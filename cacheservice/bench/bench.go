@@ -32,9 +32,6 @@ import (
 // Options size the run.
 type Options struct {
 	DatabaseURL string
-	// Postgres chooses the database's processes, so that their CPU time is reported
-	// beside this process's; nil when unknown (a database given by URL).
-	Postgres func(benchutil.Proc) bool
 	// Entries is how many cache entries are stored.
 	Entries int
 	// Clients is the number of concurrent Get clients.

@@ -25,8 +25,8 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (client and service) to this file")
 	flag.Parse()
 	benchutil.Main("cache-bench", *cpuProfile, func() error {
-		return benchutil.WithDatabase(o.DatabaseURL, func(url string, postgres func(benchutil.Proc) bool) error {
-			o.DatabaseURL, o.Postgres = url, postgres
+		return benchutil.WithDatabase(o.DatabaseURL, func(url string, _ func(benchutil.Proc) bool) error {
+			o.DatabaseURL = url
 			return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
 		})
 	})
