@@ -24,6 +24,7 @@ const (
 
 // ActionIdentifier names one action of one run. It is unique within a cluster's
 // back end and stable across the action's attempts.
+//
 // Every name is a Kubernetes DNS-1123 label: lowercase letters, digits and '-', starting
 // and ending with a letter or digit, at most 63 characters. The pattern is written so that
 // RE2 matches it in one pass (no backtracking), since it runs on every event of a batch.
