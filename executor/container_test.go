@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -494,4 +495,26 @@ func TestPodStoppedByItsDeletionIsRelaunched(t *testing.T) {
 	if got.Status.Attempts != 2 || got.Status.SystemFailures != 1 {
 		t.Fatalf("attempts %d, system failures %d; want 2 and 1", got.Status.Attempts, got.Status.SystemFailures)
 	}
+}
+
+// A TaskAction's name may be any DNS subdomain, up to 253 characters; its pod's name and
+// labels must still be valid (a label value holds at most 63 characters), and the pod's
+// changes must still wake the action.
+func TestActionWithALongNameRuns(t *testing.T) {
+	ns := env.Namespace(t)
+	var count atomic.Int64
+	run(t, testConfig(), ns, &count)
+	name := "r1-" + strings.Repeat("a", 60) + ".train-" + strings.Repeat("b", 40)
+	ta := containerAction(ns, name, 0)
+	ta.Spec.ActionName = "train"
+	if err := env.Client.Create(context.Background(), ta); err != nil {
+		t.Fatal(err)
+	}
+	podName := plugin.AttemptObjectName(name, 1)
+	pod := waitPod(t, ns, podName)
+	if got := pod.Labels[plugin.LabelTaskAction]; len(got) > 63 || got == "" {
+		t.Fatalf("pod label %s=%q", plugin.LabelTaskAction, got)
+	}
+	kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
+	waitSucceeded(t, client.ObjectKeyFromObject(ta))
 }

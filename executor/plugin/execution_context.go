@@ -102,8 +102,18 @@ func (m metadata) Labels() map[string]string {
 	return map[string]string{
 		LabelManagedBy: ManagedByValue, LabelProject: s.Project, LabelDomain: s.Domain,
 		LabelRun: s.RunName, LabelAction: s.ActionName, LabelAttempt: strconv.Itoa(int(m.o.Attempt)),
-		LabelTaskAction: m.o.Action.Name,
+		LabelTaskAction: TaskActionLabelValue(m.o.Action.Name),
 	}
+}
+
+// TaskActionLabelValue is the LabelTaskAction value of a TaskAction's objects: its name,
+// or, for names longer than a label value may be (63 characters), the name shortened
+// with a hash of the whole, as AttemptObjectName does.
+func TaskActionLabelValue(name string) string {
+	if len(name) <= 63 {
+		return name
+	}
+	return shorten(name, 63)
 }
 
 // AttemptObjectName names an attempt's objects: "<name>-<attempt>", within 63
@@ -113,9 +123,14 @@ func AttemptObjectName(name string, attempt int32) string {
 	if len(name)+len(suffix) <= 63 {
 		return name + suffix
 	}
-	h := fnv32(name)
-	keep := 63 - len(suffix) - 9
-	return strings.TrimRight(name[:keep], "-.") + "-" + h + suffix
+	return shorten(name, 63-len(suffix)) + suffix
+}
+
+// shorten fits a name longer than limit into limit characters: a prefix, then '-' and a
+// hash of the whole name, so that different long names stay different.
+func shorten(name string, limit int) string {
+	keep := limit - 9
+	return strings.TrimRight(name[:keep], "-.") + "-" + fnv32(name)
 }
 
 func fnv32(s string) string {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -104,6 +106,35 @@ func TestAttemptObjectName(t *testing.T) {
 	a, b := plugin.AttemptObjectName(long, 1), plugin.AttemptObjectName(long+"b", 1)
 	if len(a) > 63 || len(b) > 63 || a == b || !strings.HasSuffix(a, "-1") {
 		t.Fatalf("long names %q and %q must be distinct, within 63, and end with the attempt", a, b)
+	}
+}
+
+func TestTaskActionLabelValue(t *testing.T) {
+	a63 := strings.Repeat("a", 63)
+	tests := []struct {
+		name string
+		keep bool // the name itself is the value
+	}{
+		{"r1-a0", true},
+		{a63, true},
+		{a63 + "b", false},
+		{"r1-" + strings.Repeat("a", 60) + ".train-" + strings.Repeat("b", 40), false},
+		{strings.Repeat("a", 53) + "---------.x", false}, // the cut lands on separators
+		{strings.Repeat("x", 253), false},
+	}
+	seen := map[string]string{}
+	for _, tt := range tests {
+		got := plugin.TaskActionLabelValue(tt.name)
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
+			t.Errorf("TaskActionLabelValue(%q) = %q: %v", tt.name, got, errs)
+		}
+		if (got == tt.name) != tt.keep {
+			t.Errorf("TaskActionLabelValue(%q) = %q; keep the name: %v", tt.name, got, tt.keep)
+		}
+		if other, dup := seen[got]; dup {
+			t.Errorf("%q and %q share the value %q", other, tt.name, got)
+		}
+		seen[got] = tt.name
 	}
 }
 
