@@ -3,8 +3,8 @@ package executor_test
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
