@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -517,4 +518,50 @@ func TestActionWithALongNameRuns(t *testing.T) {
 	}
 	kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
 	waitSucceeded(t, client.ObjectKeyFromObject(ta))
+}
+
+// unownedContainer is the container plugin for objects the TaskAction may not own.
+type unownedContainer struct{ container.Plugin }
+
+func (unownedContainer) GetProperties() k8s.Properties {
+	return k8s.Properties{DisableInjectOwnerReferences: true}
+}
+
+// Objects created without an owner reference still wake their action when they change:
+// the watch finds the action by the object's labels. The test gives the executor no
+// periodic resync to fall back on, so without the wake-up the action never finishes.
+func TestObjectsWithoutOwnerWakeTheirAction(t *testing.T) {
+	ns := env.Namespace(t)
+	var count atomic.Int64
+	cfg := testConfig()
+	runWith(t, cfg, ns, &count, k8s.Entry(k8s.PluginEntry{
+		ID: "unowned-container", RegisteredTaskTypes: []string{"unowned-container"},
+		ResourceToWatch: &corev1.Pod{}, Plugin: unownedContainer{},
+	}, k8s.Config{}))
+	ta := containerAction(ns, "u0", 0)
+	ta.Spec.TaskType = "unowned-container"
+	if err := env.Client.Create(context.Background(), ta); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitPod(t, ns, "u0-1")
+	if len(pod.OwnerReferences) != 0 {
+		t.Fatalf("owner references %+v", pod.OwnerReferences)
+	}
+	kubelet(t, pod, corev1.PodRunning, nil)
+	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseRunning)
+	kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
+	waitSucceeded(t, client.ObjectKeyFromObject(ta))
+
+	// Nothing else would delete a pod without an owner: the finished attempt takes it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the unowned pod is still there after its attempt finished (%v)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

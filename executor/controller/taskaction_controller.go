@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -652,6 +655,34 @@ func or(a, b string) string {
 	return b
 }
 
+// uidIndex indexes the cached actions by UID.
+const uidIndex = "metadata.uid"
+
+// actionOf maps an object a plugin created to its action: the owner reference's target,
+// or the cached action whose UID the object's labels name.
+func (r *TaskActionReconciler) actionOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	if ref := metav1.GetControllerOf(obj); ref != nil {
+		if ref.Kind == "TaskAction" && strings.HasPrefix(ref.APIVersion, flytev1.GroupVersion.Group+"/") {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}}}
+		}
+		return nil
+	}
+	uid := obj.GetLabels()[plugin.LabelTaskActionUID]
+	if uid == "" {
+		return nil
+	}
+	var actions flytev1.TaskActionList
+	if err := r.Client.List(ctx, &actions, client.InNamespace(obj.GetNamespace()), client.MatchingFields{uidIndex: uid}); err != nil {
+		r.Log.ErrorContext(ctx, "finding the action of an object", "object", client.ObjectKeyFromObject(obj), "error", err)
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, a := range actions.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&a)})
+	}
+	return reqs
+}
+
 // SetupWithManager registers the reconciler. Only changes of the spec or of deletion
 // (both bump the generation) and explicit requeues wake it: its own status writes do not.
 func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -659,7 +690,13 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Events != nil {
 		b = b.WatchesRawSource(r.Events.Source())
 	}
-	// Objects that plugins create (pods, jobs) wake their owning action when they change.
+	// Objects that plugins create (pods, jobs) wake their action when they change: the
+	// action is found by the object's owner reference or, for objects that cannot be
+	// owned, by the action's UID in its labels.
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &flytev1.TaskAction{}, uidIndex,
+		func(o client.Object) []string { return []string{string(o.GetUID())} }); err != nil {
+		return fmt.Errorf("indexing actions by UID: %w", err)
+	}
 	watched := map[string]bool{}
 	for _, p := range r.Registry.Plugins() {
 		w, ok := p.(interface{ ResourceToWatch() client.Object })
@@ -669,7 +706,7 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		obj := w.ResourceToWatch()
 		if key := fmt.Sprintf("%T", obj); !watched[key] {
 			watched[key] = true
-			b = b.Owns(obj)
+			b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(r.actionOf))
 		}
 	}
 	return b.

@@ -28,6 +28,10 @@ const (
 	LabelAttempt   = "flyte.org/attempt"
 	// LabelTaskAction names the owning TaskAction, so its objects can be listed.
 	LabelTaskAction = "flyte.org/task-action"
+	// LabelTaskActionUID ties an object to the TaskAction incarnation that made it, so
+	// that an object left by an earlier action of the same name is never adopted, and so
+	// that an object without an owner reference still finds its action.
+	LabelTaskActionUID = "flyte.org/task-action-uid"
 )
 
 // ExecutionContextOptions build a TaskExecutionContext for one attempt.

@@ -20,9 +20,9 @@ import (
 	"github.com/flytekube/backend/executor/plugin"
 )
 
-// LabelTaskActionUID ties an object to the TaskAction incarnation that made it, so that
-// an object left by an earlier action of the same name is never adopted.
-const LabelTaskActionUID = "flyte.org/task-action-uid"
+// LabelTaskActionUID is plugin.LabelTaskActionUID, which the manager puts on every
+// object it creates.
+const LabelTaskActionUID = plugin.LabelTaskActionUID
 
 // Waits for a ResourceQuota to make room grow exponentially, jittered, up to a cap, so
 // that a namespace full of waiting actions does not hammer the API server.
@@ -416,7 +416,9 @@ func (m *PluginManager) Finalize(ctx context.Context, tCtx plugin.TaskExecutionC
 			return apiError(fmt.Sprintf("%s: removing the finalizer of %s", m.id, obj.GetName()), err)
 		}
 	}
-	if m.cfg.DeleteOnFinalize {
+	// An object without an owner reference is not deleted with its action by
+	// Kubernetes, so it goes when its attempt is over.
+	if m.cfg.DeleteOnFinalize || m.plugin.GetProperties().DisableInjectOwnerReferences {
 		uid := obj.GetUID()
 		err := m.client.Delete(ctx, obj, client.PropagationPolicy("Background"), client.Preconditions{UID: &uid})
 		if client.IgnoreNotFound(err) != nil {
