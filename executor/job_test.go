@@ -45,7 +45,9 @@ func jobController(t *testing.T, job *batchv1.Job, finish batchv1.JobConditionTy
 	t.Helper()
 	ctx := context.Background()
 	now := metav1.Now()
-	job.Status.StartTime = &now
+	if job.Status.StartTime == nil { // immutable once set, and a second may have passed
+		job.Status.StartTime = &now
+	}
 	job.Status.Active, job.Status.Ready = 2, ptr(int32(2))
 	if err := env.Client.Status().Update(ctx, job); err != nil {
 		t.Fatalf("job controller: running: %v", err)

@@ -13,11 +13,13 @@ import (
 const maxPhaseHistory = 200
 
 // setPhase moves the action to phase, recording the change in the history (a new
-// attempt, or a new version of the plugin's phase, is a change even in the same phase)
-// and the conditions. It reports whether the history grew.
+// attempt, a new version of the plugin's phase, or Kubernetes events to report is a
+// change even in the same phase: the plugin manager reads events once per change of the
+// plugin's phase, so events left out here would never be reported) and the conditions.
+// It reports whether the history grew.
 func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time, newVersion bool, links []flytev1.LogLink, events []flytev1.ClusterEvent) bool {
 	st := &ta.Status
-	changed := st.Phase != phase || newVersion
+	changed := st.Phase != phase || newVersion || len(events) > 0
 	if n := len(st.PhaseHistory); n > 0 && st.PhaseHistory[n-1].Attempt != max(st.Attempts, 1) {
 		changed = true
 	}

@@ -1,0 +1,47 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+)
+
+// setPhase adds a history entry whenever there is something new to report: another
+// phase, a new version of the plugin's phase, or Kubernetes events read with a change of
+// the plugin's phase that keeps the action's (they would be lost otherwise, since the
+// next read starts after them).
+func TestSetPhaseRecordsWhatIsNew(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	event := []flytev1.ClusterEvent{{OccurredAt: now, Object: "Pod/a-1", Type: "Warning", Reason: "FailedScheduling"}}
+	tests := []struct {
+		name       string
+		phase      flytev1.Phase
+		newVersion bool
+		events     []flytev1.ClusterEvent
+		want       bool
+	}{
+		{"the same phase, nothing new", flytev1.PhaseWaitingForResources, false, nil, false},
+		{"another phase", flytev1.PhaseRunning, false, nil, true},
+		{"a new version of the plugin's phase", flytev1.PhaseWaitingForResources, true, nil, true},
+		{"the same phase with cluster events", flytev1.PhaseWaitingForResources, false, event, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := &flytev1.TaskAction{Status: flytev1.TaskActionStatus{Phase: flytev1.PhaseWaitingForResources, Attempts: 1,
+				PhaseHistory: []flytev1.PhaseTransition{{Phase: flytev1.PhaseWaitingForResources, Attempt: 1}}}}
+			got := setPhase(ta, tt.phase, "Reason", "", now, tt.newVersion, nil, tt.events)
+			if got != tt.want || len(ta.Status.PhaseHistory) != map[bool]int{false: 1, true: 2}[tt.want] {
+				t.Fatalf("setPhase = %v with %d entries; want %v", got, len(ta.Status.PhaseHistory), tt.want)
+			}
+			if tt.want {
+				last := ta.Status.PhaseHistory[1]
+				if len(last.ClusterEvents) != len(tt.events) || (last.Phase == ta.Status.PhaseHistory[0].Phase && last.Version != 1) {
+					t.Fatalf("new entry %+v", last)
+				}
+			}
+		})
+	}
+}
