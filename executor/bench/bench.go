@@ -94,6 +94,11 @@ type Result struct {
 	// CeilingCPU and ExecutorCPU are the CPU time per action of each process group
 	// while the ceiling and the executor ran.
 	CeilingCPU, ExecutorCPU cpuUse
+	// SameWrites is a second baseline, for in-process plugins: a plain client making
+	// exactly the executor's writes (the create, a status write, the label patch), in
+	// actions per second; zero when not measured.
+	SameWrites    float64
+	SameWritesCPU cpuUse
 }
 
 // cpuGroups are the processes whose CPU time the benchmark reports, in report order.
@@ -215,7 +220,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	if o.Only == "memory" {
 		o.Actions = 0 // nothing to warm up for
 	}
-	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }); err != nil {
+	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }, false); err != nil {
 		return err
 	}
 
@@ -257,17 +262,27 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			so := o
 			so.Actions = sc.actions
 			fmt.Fprintf(progress, "%s: ceiling\n", sc.name)
-			ceilingOf := runCeiling
+			ceilingOf := func() (float64, error) { return runCeiling(ctx, env, so, sc.taskType, sc.prepare, false) }
 			if sc.kubelet {
-				ceilingOf = runPodCeiling
+				ceilingOf = func() (float64, error) { return runPodCeiling(ctx, env, so, sc.taskType, sc.prepare) }
 			}
-			var ceiling float64
+			var ceiling, sameWrites float64
 			ceilingCPU, err := meter.measure(so.Actions, func() (err error) {
-				ceiling, err = ceilingOf(ctx, env, so, sc.taskType, sc.prepare)
+				ceiling, err = ceilingOf()
 				return err
 			})
 			if err != nil {
 				return nil, err
+			}
+			var sameWritesCPU cpuUse
+			if !sc.kubelet {
+				fmt.Fprintf(progress, "%s: the executor's writes by a plain client\n", sc.name)
+				if sameWritesCPU, err = meter.measure(so.Actions, func() (err error) {
+					sameWrites, err = runCeiling(ctx, env, so, sc.taskType, sc.prepare, true)
+					return err
+				}); err != nil {
+					return nil, err
+				}
 			}
 			fmt.Fprintf(progress, "%s: executor\n", sc.name)
 			var r Result
@@ -279,6 +294,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 				return nil, err
 			}
 			r.Scenario, r.Ceiling, r.CeilingCPU, r.ExecutorCPU = sc.name, ceiling, ceilingCPU, executorCPU
+			r.SameWrites, r.SameWritesCPU = sameWrites, sameWritesCPU
 			results = append(results, r)
 		}
 		return results, nil
@@ -309,6 +325,17 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 				100*r.Executor/r.Ceiling, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.TaskActionWrites, part.moreOf(r), r.Reconciles)
 		}
 		fmt.Fprintln(w)
+		if results[0].SameWrites > 0 {
+			fmt.Fprintln(w, "A second baseline: a plain client making exactly the executor's writes (the create, a status write")
+			fmt.Fprintln(w, "and the label patch that marks the action finished), which shows what the write pattern itself costs:")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| scenario | plain client, the executor's writes (actions/s) | executor (actions/s) | executor / that |")
+			fmt.Fprintln(w, "| --- | ---: | ---: | ---: |")
+			for _, r := range results {
+				fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f%% |\n", r.Scenario, r.SameWrites, r.Executor, 100*r.Executor/r.SameWrites)
+			}
+			fmt.Fprintln(w)
+		}
 		fmt.Fprintln(w, "CPU time per action, in milliseconds, while each ran (\"this process\" is the executor, the events and")
 		fmt.Fprintln(w, "cache services and the clients creating the actions):")
 		fmt.Fprintln(w)
@@ -318,7 +345,10 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			for _, run := range []struct {
 				name string
 				use  cpuUse
-			}{{"ceiling", r.CeilingCPU}, {"executor", r.ExecutorCPU}} {
+			}{{"ceiling", r.CeilingCPU}, {"plain client, the executor's writes", r.SameWritesCPU}, {"executor", r.ExecutorCPU}} {
+				if run.use == nil {
+					continue
+				}
 				fmt.Fprintf(w, "| %s | %s |", r.Scenario, run.name)
 				for _, g := range cpuGroups {
 					fmt.Fprintf(w, " %.2f |", millis(run.use[g]))
@@ -395,7 +425,10 @@ func create(ctx context.Context, c client.Client, o Options, ns, taskType string
 	return started, first
 }
 
-func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error) (float64, error) {
+// runCeiling creates the actions with a plain client, each followed by one status write
+// and, with labelPatch, by the patch with which the executor marks a finished action
+// (its label and the delivery annotation).
+func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error, labelPatch bool) (float64, error) {
 	ns := fmt.Sprintf("ceiling-%d", time.Now().UnixNano()%1e6)
 	if err := namespace(ctx, env.Client, ns); err != nil {
 		return 0, err
@@ -405,7 +438,13 @@ func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType stri
 		now := metav1.Now()
 		ta.Status = flytev1.TaskActionStatus{Phase: flytev1.PhaseSucceeded, Attempts: 1, CompletedAt: &now,
 			PhaseHistory: []flytev1.PhaseTransition{{Phase: flytev1.PhaseSucceeded, Attempt: 1, OccurredAt: metav1.NewMicroTime(now.Time)}}}
-		return env.Client.Status().Update(ctx, ta)
+		if err := env.Client.Status().Update(ctx, ta); err != nil || !labelPatch {
+			return err
+		}
+		patch := client.MergeFrom(ta.DeepCopy())
+		ta.Labels = map[string]string{controller.LabelTerminal: "true"}
+		ta.Annotations = map[string]string{flytev1.AnnotationEventsDelivered: "1/1"}
+		return env.Client.Patch(ctx, ta, patch)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("ceiling: %w", err)
