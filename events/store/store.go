@@ -134,7 +134,10 @@ type RecordResult struct {
 
 // upsertActionsSQL folds each action's winning event ($1-$11, one per action, sorted by
 // key) into the actions table and announces the actions whose state moved. A state is
-// replaced only by a greater one, in the order foldKey describes. The %s is a condition
+// replaced only by a greater one, in the order foldKey describes. The changed actions'
+// keys are joined into notifications of up to KeysPerNotification keys; pg_notify is
+// volatile, so Postgres calls it even though no statement reads the notifications
+// column. The %s is a condition
 // that lets a statement make the fold wait for its event inserts: every path must lock
 // events before actions, or two batches could deadlock.
 var upsertActionsSQL = `
