@@ -137,9 +137,8 @@ type RecordResult struct {
 // replaced only by a greater one, in the order foldKey describes. The changed actions'
 // keys are joined into notifications of up to KeysPerNotification keys; pg_notify is
 // volatile, so Postgres calls it even though no statement reads the notifications
-// column. The %s is a condition
-// that lets a statement make the fold wait for its event inserts: every path must lock
-// events before actions, or two batches could deadlock.
+// column. The %s is a condition that lets a statement make the fold wait for its event
+// inserts: every path must lock events before actions, or two batches could deadlock.
 var upsertActionsSQL = `
 upserted AS (
     INSERT INTO actions AS a (project, domain, run, action, attempt, phase, version, rank, occurred_at, created_at, event)
