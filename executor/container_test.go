@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -553,15 +552,5 @@ func TestObjectsWithoutOwnerWakeTheirAction(t *testing.T) {
 	waitSucceeded(t, client.ObjectKeyFromObject(ta))
 
 	// Nothing else would delete a pod without an owner: the finished attempt takes it.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), &corev1.Pod{})
-		if apierrors.IsNotFound(err) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the unowned pod is still there after its attempt finished (%v)", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitGone(t, pod)
 }
