@@ -147,8 +147,8 @@ type IngestResult struct {
 	// Ratios are the rounds' ratios, in the order they ran.
 	Ratios []float64
 	// CeilingCPU and RecordCPU are the CPU time per event of each way, over all rounds:
-	// this process's (clients, and the service for Record) and Postgres's.
-	CeilingCPU, RecordCPU benchutil.CPUSample
+	// this process's (clients, and the service for Record) and Postgres's (postgresGroup).
+	CeilingCPU, RecordCPU benchutil.CPUUse
 	// ValidateCPU is what protovalidate alone costs per event: the same batches checked
 	// by one goroutine, outside any RPC.
 	ValidateCPU time.Duration
@@ -214,28 +214,20 @@ func Ingest(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service) ([
 	var results []IngestResult
 	for _, size := range o.BatchSizes {
 		var copies, records, ratios []float64
-		var ceilingCPU, recordCPU benchutil.CPUSample
-		meter := benchutil.CPUMeter{Others: o.Postgres}
-		// measure runs one phase and adds its CPU time to total.
-		measure := func(total *benchutil.CPUSample, phase func() (time.Duration, error)) (time.Duration, error) {
-			before, err := meter.Read()
-			if err != nil {
-				return 0, err
-			}
-			d, err := phase()
-			if err != nil {
-				return 0, err
-			}
-			after, err := meter.Read()
-			if err != nil {
-				return 0, err
-			}
-			used := after.Sub(before)
-			total.Self += used.Self
-			total.Others += used.Others
-			return d, nil
+		ceilingCPU, recordCPU, validateCPU := benchutil.CPUUse{}, benchutil.CPUUse{}, benchutil.CPUUse{}
+		meter := benchutil.CPUMeter{Groups: map[string]func(benchutil.Proc) bool{}}
+		if o.Postgres != nil {
+			meter.Groups[postgresGroup] = o.Postgres
 		}
-		var validateCPU time.Duration
+		// measure runs one phase and adds its CPU time to total.
+		measure := func(total *benchutil.CPUUse, phase func() (time.Duration, error)) (d time.Duration, err error) {
+			used, err := meter.Measure(func() (err error) {
+				d, err = phase()
+				return err
+			})
+			*total = total.Add(used, 1)
+			return d, err
+		}
 		for round := range o.Rounds {
 			evs := generate(fmt.Sprintf("b%d-%d", size, round), o.IngestEvents, 100)
 			bs := batches(evs, size)
@@ -266,29 +258,31 @@ func Ingest(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service) ([
 			if err != nil {
 				return nil, fmt.Errorf("record: %w", err)
 			}
-			before := benchutil.SelfCPU()
-			for _, b := range bs {
-				if err := protovalidate.Validate(&eventsv1.RecordRequest{Events: b}); err != nil {
-					return nil, fmt.Errorf("validating: %w", err)
+			if _, err := measure(&validateCPU, func() (time.Duration, error) {
+				for _, b := range bs {
+					if err := protovalidate.Validate(&eventsv1.RecordRequest{Events: b}); err != nil {
+						return 0, fmt.Errorf("validating: %w", err)
+					}
 				}
+				return 0, nil
+			}); err != nil {
+				return nil, err
 			}
-			validateCPU += benchutil.SelfCPU() - before
 			records = append(records, float64(len(evs))/d.Seconds())
 			ratios = append(ratios, records[round]/copies[round])
 		}
 		results = append(results, IngestResult{
 			BatchSize: size, CopyPerSecond: benchutil.Median(copies), RecordPerSecond: benchutil.Median(records),
 			Ratio: benchutil.Median(ratios), Ratios: ratios,
-			CeilingCPU: perEvent(ceilingCPU, o.Rounds*o.IngestEvents), RecordCPU: perEvent(recordCPU, o.Rounds*o.IngestEvents),
-			ValidateCPU: validateCPU / time.Duration(o.Rounds*o.IngestEvents),
+			CeilingCPU: ceilingCPU.Per(o.Rounds * o.IngestEvents), RecordCPU: recordCPU.Per(o.Rounds * o.IngestEvents),
+			ValidateCPU: validateCPU.Per(o.Rounds * o.IngestEvents)[benchutil.SelfGroup],
 		})
 	}
 	return results, nil
 }
 
-func perEvent(total benchutil.CPUSample, events int) benchutil.CPUSample {
-	return benchutil.CPUSample{Self: total.Self / time.Duration(events), Others: total.Others / time.Duration(events)}
-}
+// postgresGroup names Postgres's processes in the CPU readings.
+const postgresGroup = "Postgres"
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
@@ -427,10 +421,10 @@ func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error 
 		fmt.Fprintln(w, "| batch | ceiling: this process | ceiling: Postgres | Record: this process | Record: Postgres | ceiling / Record, by CPU | protovalidate alone | ceiling / Record, by CPU, without protovalidate's |")
 		fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 		for _, r := range ingest {
-			ceiling := r.CeilingCPU.Self + r.CeilingCPU.Others
-			record := r.RecordCPU.Self + r.RecordCPU.Others
+			ceiling, record := r.CeilingCPU.Total(), r.RecordCPU.Total()
 			fmt.Fprintf(w, "| %d | %.1fµs | %.1fµs | %.1fµs | %.1fµs | %.0f%% | %.1fµs | %.0f%% |\n", r.BatchSize,
-				micros(r.CeilingCPU.Self), micros(r.CeilingCPU.Others), micros(r.RecordCPU.Self), micros(r.RecordCPU.Others),
+				micros(r.CeilingCPU[benchutil.SelfGroup]), micros(r.CeilingCPU[postgresGroup]),
+				micros(r.RecordCPU[benchutil.SelfGroup]), micros(r.RecordCPU[postgresGroup]),
 				100*float64(ceiling)/float64(record), micros(r.ValidateCPU), 100*float64(ceiling)/float64(record-r.ValidateCPU))
 		}
 	}

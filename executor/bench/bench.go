@@ -21,9 +21,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,66 +92,36 @@ type Result struct {
 	Reconciles                    float64 // per action
 	// CeilingCPU and ExecutorCPU are the CPU time per action of each process group
 	// while the ceiling and the executor ran.
-	CeilingCPU, ExecutorCPU cpuUse
+	CeilingCPU, ExecutorCPU benchutil.CPUUse
 	// SameWrites is a second baseline, for in-process plugins: a plain client making
 	// exactly the executor's writes (the create, a status write, the label patch), in
 	// actions per second; zero when not measured.
 	SameWrites    float64
-	SameWritesCPU cpuUse
+	SameWritesCPU benchutil.CPUUse
 }
 
 // cpuGroups are the processes whose CPU time the benchmark reports, in report order.
-var cpuGroups = []string{"API server", "etcd", "Postgres", "this process"}
-
-// cpuUse is CPU time by process group.
-type cpuUse map[string]time.Duration
+var cpuGroups = []string{"API server", "etcd", "Postgres", benchutil.SelfGroup}
 
 // cpuMeter reads the CPU time of the control plane's processes (children of this one),
-// of the Postgres cluster, and of this process: the executor, the services and the load.
-type cpuMeter struct{ postgres int }
-
-func (m cpuMeter) read() (cpuUse, error) {
+// of the Postgres cluster whose postmaster is postgres, and of this process: the
+// executor, the services and the load.
+func cpuMeter(postgres int) benchutil.CPUMeter {
 	self := os.Getpid()
-	use := cpuUse{"this process": benchutil.SelfCPU()}
-	for group, keep := range map[string]func(benchutil.Proc) bool{
+	return benchutil.CPUMeter{Groups: map[string]func(benchutil.Proc) bool{
 		"API server": func(p benchutil.Proc) bool { return p.PPID == self && p.Comm == "kube-apiserver" },
 		"etcd":       func(p benchutil.Proc) bool { return p.PPID == self && p.Comm == "etcd" },
-		"Postgres":   func(p benchutil.Proc) bool { return p.PID == m.postgres || p.PPID == m.postgres },
-	} {
-		d, err := benchutil.ProcCPU(keep)
-		if err != nil {
-			return nil, err
-		}
-		use[group] = d
-	}
-	return use, nil
+		"Postgres":   func(p benchutil.Proc) bool { return p.PID == postgres || p.PPID == postgres },
+	}}
 }
 
-// measure runs f and returns the CPU time per action each group used meanwhile.
-func (m cpuMeter) measure(actions int, f func() error) (cpuUse, error) {
-	before, err := m.read()
+// measurePer runs f and returns the CPU time per action each group used meanwhile.
+func measurePer(m benchutil.CPUMeter, actions int, f func() error) (benchutil.CPUUse, error) {
+	use, err := m.Measure(f)
 	if err != nil {
 		return nil, err
 	}
-	if err := f(); err != nil {
-		return nil, err
-	}
-	after, err := m.read()
-	if err != nil {
-		return nil, err
-	}
-	per := cpuUse{}
-	for g := range after {
-		per[g] = (after[g] - before[g]) / time.Duration(actions)
-	}
-	return per, nil
-}
-
-func (u cpuUse) total() (t time.Duration) {
-	for _, d := range u {
-		t += d
-	}
-	return t
+	return use.Per(actions), nil
 }
 
 func action(ns, name, taskType string) *flytev1.TaskAction {
@@ -193,7 +162,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
-	meter := cpuMeter{postgres: pgPID}
+	meter := cpuMeter(pgPID)
 	eventsURL, stopEvents, err := serve(ctx, func(ctx context.Context, started func(app.Addrs)) error {
 		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL}, log, started)
 	})
@@ -267,17 +236,17 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 				ceilingOf = func() (float64, error) { return runPodCeiling(ctx, env, so, sc.taskType, sc.prepare) }
 			}
 			var ceiling, sameWrites float64
-			ceilingCPU, err := meter.measure(so.Actions, func() (err error) {
+			ceilingCPU, err := measurePer(meter, so.Actions, func() (err error) {
 				ceiling, err = ceilingOf()
 				return err
 			})
 			if err != nil {
 				return nil, err
 			}
-			var sameWritesCPU cpuUse
+			var sameWritesCPU benchutil.CPUUse
 			if !sc.kubelet {
 				fmt.Fprintf(progress, "%s: the executor's writes by a plain client\n", sc.name)
-				if sameWritesCPU, err = meter.measure(so.Actions, func() (err error) {
+				if sameWritesCPU, err = measurePer(meter, so.Actions, func() (err error) {
 					sameWrites, err = runCeiling(ctx, env, so, sc.taskType, sc.prepare, true)
 					return err
 				}); err != nil {
@@ -286,7 +255,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			}
 			fmt.Fprintf(progress, "%s: executor\n", sc.name)
 			var r Result
-			executorCPU, err := meter.measure(so.Actions, func() (err error) {
+			executorCPU, err := measurePer(meter, so.Actions, func() (err error) {
 				r, err = runExecutor(ctx, env, so, sc.taskType, sc.prepare, eventsURL, cacheURL, sc.kubelet)
 				return err
 			})
@@ -344,7 +313,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		for _, r := range results {
 			for _, run := range []struct {
 				name string
-				use  cpuUse
+				use  benchutil.CPUUse
 			}{{"ceiling", r.CeilingCPU}, {"plain client, the executor's writes", r.SameWritesCPU}, {"executor", r.ExecutorCPU}} {
 				if run.use == nil {
 					continue
@@ -353,7 +322,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 				for _, g := range cpuGroups {
 					fmt.Fprintf(w, " %.2f |", millis(run.use[g]))
 				}
-				fmt.Fprintf(w, " %.2f |\n", millis(run.use.total()))
+				fmt.Fprintf(w, " %.2f |\n", millis(run.use.Total()))
 			}
 		}
 		fmt.Fprintln(w)
@@ -568,22 +537,16 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 
 // profileAPIServer writes a CPU profile of the API server over d to path.
 func profileAPIServer(ctx context.Context, cfg *rest.Config, path string, d time.Duration) error {
-	rc, err := rest.UnversionedRESTClientFor(setDefaults(rest.CopyConfig(cfg)))
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	data, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(int(d.Seconds()))).
-		Timeout(d + 30*time.Second).DoRaw(ctx)
+	data, err := cs.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", fmt.Sprint(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(ctx)
 	if err != nil {
 		return fmt.Errorf("fetching the profile: %w", err)
 	}
 	return os.WriteFile(path, data, 0o644)
-}
-
-func setDefaults(cfg *rest.Config) *rest.Config {
-	cfg.GroupVersion = &schema.GroupVersion{}
-	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	return cfg
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

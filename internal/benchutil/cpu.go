@@ -13,34 +13,99 @@ import (
 // clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
 const clockTick = 10 * time.Millisecond
 
-// Proc names a process for ProcCPU's filter.
+// Proc names a process for a CPUMeter group's filter.
 type Proc struct {
 	PID, PPID int
 	Comm      string
 }
 
-// ProcCPU returns the CPU time, user plus system, used so far by the processes keep
-// chooses, including that of their children which have exited, read from /proc.
-func ProcCPU(keep func(Proc) bool) (time.Duration, error) {
+// SelfGroup names this process in a CPUUse.
+const SelfGroup = "this process"
+
+// CPUMeter reads the CPU time, user plus system, of this process and of groups of other
+// processes chosen by their filters.
+type CPUMeter struct {
+	Groups map[string]func(Proc) bool
+}
+
+// CPUUse is CPU time by group, this process under SelfGroup.
+type CPUUse map[string]time.Duration
+
+// Read takes a reading: this process's time, and each group's from one pass over /proc,
+// including the time of the group's children that have exited.
+func (m CPUMeter) Read() (CPUUse, error) {
+	use := CPUUse{SelfGroup: selfCPU()}
+	if len(m.Groups) == 0 {
+		return use, nil
+	}
+	for group := range m.Groups {
+		use[group] = 0
+	}
 	stats, err := filepath.Glob("/proc/[0-9]*/stat")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var ticks int64
 	for _, path := range stats {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			continue // the process ended meanwhile
 		}
-		p, times, err := parseStat(string(data))
+		p, ticks, err := parseStat(string(data))
 		if err != nil {
-			return 0, fmt.Errorf("benchutil: %s: %w", path, err)
+			return nil, fmt.Errorf("benchutil: %s: %w", path, err)
 		}
-		if keep(p) {
-			ticks += times
+		for group, keep := range m.Groups {
+			if keep(p) {
+				use[group] += time.Duration(ticks) * clockTick
+			}
 		}
 	}
-	return time.Duration(ticks) * clockTick, nil
+	return use, nil
+}
+
+// Measure runs f and returns the CPU time each group used meanwhile.
+func (m CPUMeter) Measure(f func() error) (CPUUse, error) {
+	before, err := m.Read()
+	if err != nil {
+		return nil, err
+	}
+	if err := f(); err != nil {
+		return nil, err
+	}
+	after, err := m.Read()
+	if err != nil {
+		return nil, err
+	}
+	return after.Add(before, -1), nil
+}
+
+// Add returns u plus sign times v, group by group.
+func (u CPUUse) Add(v CPUUse, sign int) CPUUse {
+	out := CPUUse{}
+	for g, d := range u {
+		out[g] = d
+	}
+	for g, d := range v {
+		out[g] += time.Duration(sign) * d
+	}
+	return out
+}
+
+// Per divides every group's time by n, to give it per operation.
+func (u CPUUse) Per(n int) CPUUse {
+	out := CPUUse{}
+	for g, d := range u {
+		out[g] = d / time.Duration(n)
+	}
+	return out
+}
+
+// Total is the time of all groups together.
+func (u CPUUse) Total() (t time.Duration) {
+	for _, d := range u {
+		t += d
+	}
+	return t
 }
 
 // parseStat reads a /proc/PID/stat line: the process, and its utime, stime, cutime and
@@ -74,39 +139,10 @@ func parseStat(line string) (Proc, int64, error) {
 	return Proc{PID: pid, PPID: ppid, Comm: line[open+1 : end]}, ticks, nil
 }
 
-// SelfCPU returns the CPU time, user plus system, this process has used so far.
-func SelfCPU() time.Duration {
+func selfCPU() time.Duration {
 	var u syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
 		return 0
 	}
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
-}
-
-// CPUMeter reads the CPU time of this process and of other processes together.
-type CPUMeter struct {
-	// Others chooses the other processes; nil measures this process only.
-	Others func(Proc) bool
-}
-
-// CPUSample is a reading of a CPUMeter.
-type CPUSample struct {
-	Self, Others time.Duration
-}
-
-// Read takes a sample.
-func (m CPUMeter) Read() (CPUSample, error) {
-	s := CPUSample{Self: SelfCPU()}
-	if m.Others != nil {
-		var err error
-		if s.Others, err = ProcCPU(m.Others); err != nil {
-			return CPUSample{}, err
-		}
-	}
-	return s, nil
-}
-
-// Sub is the CPU time used between an earlier sample and s.
-func (s CPUSample) Sub(earlier CPUSample) CPUSample {
-	return CPUSample{Self: s.Self - earlier.Self, Others: s.Others - earlier.Others}
 }

@@ -28,26 +28,32 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
-// The process's own CPU, as /proc reports it, grows while it computes.
-func TestProcCPUSeesWork(t *testing.T) {
-	self := func(p Proc) bool { return p.PID == os.Getpid() }
-	before, err := ProcCPU(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	selfBefore := SelfCPU()
+// A meter sees the CPU a process spends, through getrusage for itself and through /proc
+// for a group that chooses it.
+func TestCPUMeterSeesWork(t *testing.T) {
+	m := CPUMeter{Groups: map[string]func(Proc) bool{
+		"self by /proc": func(p Proc) bool { return p.PID == os.Getpid() },
+		"nobody":        func(Proc) bool { return false },
+	}}
 	x := 0
-	for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
-		x++
-	}
-	after, err := ProcCPU(self)
+	use, err := m.Measure(func() error {
+		for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
+			x++
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := after - before; got < 100*time.Millisecond {
-		t.Errorf("ProcCPU grew by %v over 300 ms of work (%d loops)", got, x)
+	for _, g := range []string{SelfGroup, "self by /proc"} {
+		if use[g] < 100*time.Millisecond {
+			t.Errorf("%s grew by %v over 300 ms of work (%d loops)", g, use[g], x)
+		}
 	}
-	if got := SelfCPU() - selfBefore; got < 100*time.Millisecond {
-		t.Errorf("SelfCPU grew by %v over 300 ms of work", got)
+	if use["nobody"] != 0 {
+		t.Errorf("a group of no process used %v", use["nobody"])
+	}
+	if per := use.Per(2); per[SelfGroup] != use[SelfGroup]/2 || use.Total() < use[SelfGroup]+use["self by /proc"] {
+		t.Errorf("Per(2) = %v, Total = %v of %v", per, use.Total(), use)
 	}
 }
