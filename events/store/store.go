@@ -44,12 +44,12 @@ func Migrations() postgres.Migrations {
 // Postgres's payload limit, rather than one per action.
 const NotifyChannel = "flyte_events_actions"
 
-// KeysPerNotification bounds the keys in one notification: a key is at most four
+// keysPerNotification bounds the keys in one notification: a key is at most four
 // 63-character names and three separators, and 31 of them with their newlines stay under
 // Postgres's 8000-byte payload limit.
-const KeysPerNotification = 31
+const keysPerNotification = 31
 
-var keysPerNotificationSQL = strconv.Itoa(KeysPerNotification)
+var keysPerNotificationSQL = strconv.Itoa(keysPerNotification)
 
 // ErrNotFound is returned when no event names the action.
 var ErrNotFound = errors.New("action not found")
@@ -73,7 +73,7 @@ func (k Key) String() string {
 func ParseKeys(payload string) ([]Key, error) {
 	var keys []Key
 	for line := range strings.SplitSeq(payload, "\n") {
-		k, err := ParseKey(line)
+		k, err := parseKey(line)
 		if err != nil {
 			return nil, err
 		}
@@ -82,8 +82,8 @@ func ParseKeys(payload string) ([]Key, error) {
 	return keys, nil
 }
 
-// ParseKey reverses Key.String.
-func ParseKey(s string) (Key, error) {
+// parseKey reverses Key.String.
+func parseKey(s string) (Key, error) {
 	parts := strings.Split(s, "/")
 	if len(parts) != 4 {
 		return Key{}, fmt.Errorf("store: malformed action key %q", s)
@@ -135,7 +135,7 @@ type RecordResult struct {
 // upsertActionsSQL folds each action's winning event ($1-$11, one per action, sorted by
 // key) into the actions table and announces the actions whose state moved. A state is
 // replaced only by a greater one, in the order foldKey describes. The changed actions'
-// keys are joined into notifications of up to KeysPerNotification keys; pg_notify is
+// keys are joined into notifications of up to keysPerNotification keys; pg_notify is
 // volatile, so Postgres calls it even though no statement reads the notifications
 // column. The %s is a condition that lets a statement make the fold wait for its event
 // inserts: every path must lock events before actions, or two batches could deadlock.
