@@ -1,0 +1,27 @@
+// Package auth decides who is calling a service and what they may do: bearer tokens are
+// authenticated (TokenReview, a static token file, or nobody when asked for by name)
+// before a request body is read, and each RPC is authorized as a verb on a resource of
+// the request's project.
+package auth
+
+import (
+	"context"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
+)
+
+// Anonymous is the identity of calls when authentication is off (mode none).
+var Anonymous user.Info = &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}
+
+// WithUser returns ctx carrying the caller's identity.
+func WithUser(ctx context.Context, u user.Info) context.Context { return request.WithUser(ctx, u) }
+
+// UserFrom returns the identity the request was authenticated as; Anonymous when the
+// request carries none.
+func UserFrom(ctx context.Context) user.Info {
+	if u, ok := request.UserFrom(ctx); ok && u != nil {
+		return u
+	}
+	return Anonymous
+}
