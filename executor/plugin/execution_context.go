@@ -49,10 +49,31 @@ type ExecutionContextOptions struct {
 	Clock func() time.Time
 }
 
-// NewTaskExecutionContext builds the context a plugin gets for one attempt.
+// ActionScopedDataStore is a DataStore that confines each action to the locations it
+// may use, such as the executor's (datastore.Confined).
+type ActionScopedDataStore interface {
+	DataStore
+	// ForAction is the part of the store the action may read and write.
+	ForAction(action *flytev1.TaskAction) DataStore
+}
+
+// DataStoreFor is what an action may use of store: the action's own view when the store
+// confines actions, else the store itself.
+func DataStoreFor(store DataStore, action *flytev1.TaskAction) DataStore {
+	if scoped, ok := store.(ActionScopedDataStore); ok {
+		return scoped.ForAction(action)
+	}
+	return store
+}
+
+// NewTaskExecutionContext builds the context a plugin gets for one attempt. Its data
+// store, inputs and outputs are the action's view of o.DataStore (see DataStoreFor).
 func NewTaskExecutionContext(o ExecutionContextOptions) TaskExecutionContext {
 	if o.Clock == nil {
 		o.Clock = time.Now
+	}
+	if o.DataStore != nil {
+		o.DataStore = DataStoreFor(o.DataStore, o.Action)
 	}
 	return &executionContext{o: o, state: &pluginState{status: &o.Action.Status}}
 }

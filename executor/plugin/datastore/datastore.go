@@ -2,6 +2,9 @@
 // gocloud.dev/blob, so the same code serves file://, mem://, s3:// and gs:// URIs. The
 // drivers a binary supports are the ones it imports (file and mem always are here; the
 // executor's main adds s3 and gs).
+//
+// A Store reaches any URI; the executor hands actions only a Confined store's view
+// (see Confine), which reads and writes under allowed prefixes alone.
 package datastore
 
 import (
@@ -20,7 +23,8 @@ import (
 	"github.com/flytekube/backend/executor/plugin"
 )
 
-// Store opens one bucket per scheme and host and keeps it open.
+// Store opens one bucket per scheme and host and keeps it open. It reaches any URI its
+// drivers serve: tools and tests use it as it is, the executor through Confine.
 type Store struct {
 	mu      sync.Mutex
 	buckets map[string]*blob.Bucket
@@ -53,27 +57,32 @@ func split(uri string) (bucketURL, key string, err error) {
 	}
 }
 
-func (s *Store) bucket(ctx context.Context, uri string) (*blob.Bucket, string, error) {
-	bucketURL, key, err := split(uri)
-	if err != nil {
-		return nil, "", err
-	}
+func (s *Store) bucket(ctx context.Context, bucketURL string) (*blob.Bucket, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if b, ok := s.buckets[bucketURL]; ok {
-		return b, key, nil
+		return b, nil
 	}
 	b, err := blob.OpenBucket(ctx, bucketURL)
 	if err != nil {
-		return nil, "", fmt.Errorf("datastore: opening %s: %w", bucketURL, err)
+		return nil, fmt.Errorf("datastore: opening %s: %w", bucketURL, err)
 	}
 	s.buckets[bucketURL] = b
-	return b, key, nil
+	return b, nil
 }
 
 // Read implements plugin.DataStore.
 func (s *Store) Read(ctx context.Context, uri string) ([]byte, error) {
-	b, key, err := s.bucket(ctx, uri)
+	bucketURL, key, err := split(uri)
+	if err != nil {
+		return nil, err
+	}
+	return s.read(ctx, bucketURL, key, uri)
+}
+
+// read reads key in the bucket at bucketURL; uri names it in errors.
+func (s *Store) read(ctx context.Context, bucketURL, key, uri string) ([]byte, error) {
+	b, err := s.bucket(ctx, bucketURL)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +98,15 @@ func (s *Store) Read(ctx context.Context, uri string) ([]byte, error) {
 
 // Write implements plugin.DataStore.
 func (s *Store) Write(ctx context.Context, uri string, content []byte) error {
-	b, key, err := s.bucket(ctx, uri)
+	bucketURL, key, err := split(uri)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, bucketURL, key, uri, content)
+}
+
+func (s *Store) write(ctx context.Context, bucketURL, key, uri string, content []byte) error {
+	b, err := s.bucket(ctx, bucketURL)
 	if err != nil {
 		return err
 	}
@@ -101,7 +118,15 @@ func (s *Store) Write(ctx context.Context, uri string, content []byte) error {
 
 // Exists implements plugin.DataStore.
 func (s *Store) Exists(ctx context.Context, uri string) (bool, error) {
-	b, key, err := s.bucket(ctx, uri)
+	bucketURL, key, err := split(uri)
+	if err != nil {
+		return false, err
+	}
+	return s.exists(ctx, bucketURL, key, uri)
+}
+
+func (s *Store) exists(ctx context.Context, bucketURL, key, uri string) (bool, error) {
+	b, err := s.bucket(ctx, bucketURL)
 	if err != nil {
 		return false, err
 	}
