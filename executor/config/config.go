@@ -61,6 +61,18 @@ type Config struct {
 	// tasks. Empty disables caching: every task runs. Default "http://localhost:8094".
 	CacheServiceURL string `json:"cacheServiceURL"`
 
+	// ServiceTokenFile holds the bearer token sent to both services, such as a projected
+	// ServiceAccount token with the services' audience. It is re-read as the kubelet
+	// rotates it. Empty sends none. Default "".
+	ServiceTokenFile string `json:"serviceTokenFile"`
+	// ServiceCAFile is a PEM bundle of the certificate authorities trusted for the
+	// services' https:// URLs, instead of the system's; with it, both URLs must be https.
+	// Default "".
+	ServiceCAFile string `json:"serviceCAFile"`
+
+	// Storage limits where actions' inputs and outputs may be read and written.
+	Storage StorageConfig `json:"storage"`
+
 	// Cluster identifies this executor's cluster in the action events it sends, so that
 	// events from several clusters can be told apart. Default "".
 	Cluster string `json:"cluster"`
@@ -117,6 +129,20 @@ type K8sPluginConfig struct {
 	// DeleteOnFinalize deletes an attempt's object as soon as the attempt is over; by
 	// default it stays (with its logs) until its TaskAction is deleted.
 	DeleteOnFinalize bool `json:"deleteOnFinalize"`
+}
+
+// StorageConfig limits the executor's data store. Cached outputs are copied only from
+// where the action itself may read, so a forged cache entry cannot point an action at
+// the executor's own files or at another project's data.
+type StorageConfig struct {
+	// AllowedPrefixes are the URI prefixes (s3://, gs://, file://, mem://) under which
+	// actions' data may be read and written, such as "s3://flyte-data/{project}/{domain}/":
+	// the placeholders give each project and domain its own part, which no other
+	// project's or domain's action may read, even through a plain prefix that covers it.
+	// Empty means each action may read only its inputUri and read and write only under
+	// its runOutputBase (so cached outputs come only from its own run), and file:// only
+	// under a prefix listed here. Default empty.
+	AllowedPrefixes []string `json:"allowedPrefixes,omitempty"`
 }
 
 // RetryBackoff is an exponential backoff with jitter, capped so that a long run of

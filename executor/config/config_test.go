@@ -1,6 +1,13 @@
 package config_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -41,7 +48,19 @@ func TestDefaultIsValid(t *testing.T) {
 }
 
 func TestLoadFullFileOverridesEveryField(t *testing.T) {
-	const content = `
+	dir := t.TempDir()
+	tokenFile, caFile := filepath.Join(dir, "token"), filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(tokenFile, []byte("t0k3n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(caFile, []byte(testCA(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	content := `
+serviceTokenFile: ` + tokenFile + `
+serviceCAFile: ` + caFile + `
+storage:
+  allowedPrefixes: ["s3://flyte-data/{project}/{domain}/", "file:///srv/flyte"]
 metricsBindAddress: ":9090"
 metricsSecure: false
 metricsCertPath: /certs/metrics
@@ -100,6 +119,9 @@ k8s:
 		EnableHTTP2:             true,
 		EventsServiceURL:        "https://events.example.com",
 		CacheServiceURL:         "",
+		ServiceTokenFile:        tokenFile,
+		ServiceCAFile:           caFile,
+		Storage:                 config.StorageConfig{AllowedPrefixes: []string{"s3://flyte-data/{project}/{domain}/", "file:///srv/flyte"}},
 		Cluster:                 "prod-eu-1",
 		DefaultServiceAccount:   "flyte-tasks",
 		MaxSystemFailures:       0,
@@ -199,6 +221,13 @@ func TestLoadPartialFileKeepsDefaults(t *testing.T) {
 			modify:  func(c *config.Config) { c.Cluster = "1234" },
 		},
 		{
+			name:    "storage prefixes",
+			content: "storage:\n  allowedPrefixes:\n    - s3://flyte-data/{project}/{domain}/\n    - file:///srv/flyte\n",
+			modify: func(c *config.Config) {
+				c.Storage.AllowedPrefixes = []string{"s3://flyte-data/{project}/{domain}/", "file:///srv/flyte"}
+			},
+		},
+		{
 			name:    "task type mapping",
 			content: "defaultForTaskTypes:\n  python-task: container\n",
 			modify: func(c *config.Config) {
@@ -260,6 +289,14 @@ func TestLoadRejects(t *testing.T) {
 		{"bad default label value", "k8s:\n  defaultLabels: {team: \"a b\"}\n", `k8s.defaultLabels["team"]: not a valid value`},
 		{"bad node selector key", "k8s:\n  interruptibleNodeSelector: {\"/x\": \"y\"}\n", `k8s.interruptibleNodeSelector["/x"]`},
 		{"unknown k8s field", "k8s:\n  defaultCPU: 1\n", "unknown field"},
+		{"unknown storage field", "storage:\n  prefixes: [s3://b/]\n", "unknown field"},
+		{"prefix that is no URI", "storage:\n  allowedPrefixes: [data/]\n", "storage.allowedPrefixes[0]: \"data/\" is not an absolute URI"},
+		{"the whole file system", "storage:\n  allowedPrefixes: [s3://b/, \"file:///\"]\n", "storage.allowedPrefixes[1]: \"file:///\" opens the whole file system"},
+		{"the executor's own secrets", "storage:\n  allowedPrefixes: [file:///var/run/secrets/]\n", "storage.allowedPrefixes[0]: \"file:///var/run/secrets/\": the system directory /var/run"},
+		{"unknown placeholder", "storage:\n  allowedPrefixes: [\"s3://b/{team}/\"]\n", "storage.allowedPrefixes[0]: \"s3://b/{team}/\": unknown placeholder {team}"},
+		{"duplicate prefix", "storage:\n  allowedPrefixes: [s3://b/x, s3://b/x/]\n", "storage.allowedPrefixes[1]: s3://b/x/ is listed twice"},
+		{"missing token file", "serviceTokenFile: /nonexistent/token\n", "serviceTokenFile: open /nonexistent/token: no such file"},
+		{"missing CA file", "serviceCAFile: /nonexistent/ca.pem\neventsServiceURL: https://events\ncacheServiceURL: https://cache\n", "serviceCAFile: open /nonexistent/ca.pem: no such file"},
 		{"non-YAML content", "{ this is: [not yaml\n", "config.yaml"},
 		{"YAML that is not a mapping", "- a\n- b\n", "config.yaml"},
 	}
@@ -278,6 +315,58 @@ func TestLoadRejects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLoadRejectsServiceCredentials: the files must be usable at start, and a CA bundle
+// means the services are reached over https.
+func TestLoadRejectsServiceCredentials(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	ca, token := file("ca.pem", testCA(t)), file("token", "t0k3n\n")
+	tests := []struct {
+		name    string
+		content string
+		want    string
+	}{
+		{"empty token file", "serviceTokenFile: " + file("empty", " \n"), "serviceTokenFile: " + dir + "/empty is empty"},
+		{"token file is a directory", "serviceTokenFile: " + dir, "serviceTokenFile: read " + dir + ": is a directory"},
+		{"CA file without a certificate", "serviceCAFile: " + token + "\neventsServiceURL: https://events:8090\ncacheServiceURL: \"\"", "serviceCAFile: " + token + " holds no PEM certificate"},
+		{"CA file with plain http to the events service", "serviceCAFile: " + ca + "\ncacheServiceURL: \"\"", `eventsServiceURL: must be an https URL when serviceCAFile is set, got "http://localhost:8090"`},
+		{"CA file with plain http to the cache service", "serviceCAFile: " + ca + "\neventsServiceURL: https://events:8090", `cacheServiceURL: must be an https URL when serviceCAFile is set, got "http://localhost:8094"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Load(writeFile(t, tt.content+"\n"))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Load() error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := config.Load(writeFile(t, "serviceTokenFile: "+token+"\nserviceCAFile: "+ca+"\neventsServiceURL: https://events:8090\ncacheServiceURL: https://cache:8094\n")); err != nil {
+		t.Fatalf("usable files: %v", err)
+	}
+}
+
+// testCA is a PEM certificate authority, as a cluster's CA bundle would hold.
+func testCA(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "flyte test CA"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
 
 func TestLoadMissingFile(t *testing.T) {

@@ -1,15 +1,19 @@
 package config
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"text/template"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/flytekube/backend/executor/plugin/datastore/prefix"
 )
 
 // sampleLogLinkData is what a log link template is tried with: the fields the executor
@@ -56,6 +60,38 @@ func (c Config) Validate() error {
 	}
 	if err := checkServiceURL(c.CacheServiceURL); err != nil {
 		fail("cacheServiceURL", "%v", err)
+	}
+
+	// The credentials are checked now, not at the first call of a service, which would
+	// fail for every action alike.
+	if c.ServiceTokenFile != "" {
+		if err := checkTokenFile(c.ServiceTokenFile); err != nil {
+			fail("serviceTokenFile", "%v", err)
+		}
+	}
+	if c.ServiceCAFile != "" {
+		if err := checkCAFile(c.ServiceCAFile); err != nil {
+			fail("serviceCAFile", "%v", err)
+		}
+		// A CA bundle trusted for plain http would protect nothing: say so rather than
+		// send the token in the clear to a service thought to be verified.
+		for _, s := range []struct{ field, url string }{{"eventsServiceURL", c.EventsServiceURL}, {"cacheServiceURL", c.CacheServiceURL}} {
+			if strings.HasPrefix(s.url, "http://") {
+				fail(s.field, "must be an https URL when serviceCAFile is set, got %q", s.url)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for i, raw := range c.Storage.AllowedPrefixes {
+		path := fmt.Sprintf("storage.allowedPrefixes[%d]", i)
+		p, err := prefix.Parse(raw)
+		switch {
+		case err != nil:
+			fail(path, "%v", err)
+		case seen[p.String()]:
+			fail(path, "%s is listed twice", p)
+		}
+		seen[p.String()] = true
 	}
 
 	if c.MaxSystemFailures < 0 {
@@ -149,6 +185,30 @@ func (c Config) Validate() error {
 	checkLabels("k8s.interruptibleNodeSelector", k.InterruptibleNodeSelector, true)
 
 	return errors.Join(errs...)
+}
+
+// checkTokenFile makes sure a token can be read from path.
+func checkTokenFile(path string) error {
+	token, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(string(token)) == "" {
+		return fmt.Errorf("%s is empty", path)
+	}
+	return nil
+}
+
+// checkCAFile makes sure path holds at least one PEM certificate.
+func checkCAFile(path string) error {
+	bundle, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(bundle) {
+		return fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return nil
 }
 
 // checkServiceURL accepts an empty URL, which disables the integration, or an absolute
