@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/flytekube/backend/cacheservice/service"
 	"github.com/flytekube/backend/cacheservice/store"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/server"
 )
 
@@ -35,8 +37,12 @@ type Config struct {
 	CleanupInterval time.Duration
 	// CleanupBatch bounds the rows deleted per statement.
 	CleanupBatch int
-	// Server holds the RPC server's limits; its Addr is taken from Listen.
+	// Server holds the RPC server's limits and TLS files; its Addr is taken from Listen.
 	Server server.Config
+	// Auth says how callers are authenticated; required (mode none must be asked for).
+	Auth auth.Config
+	// KubeClient, when set, is the API server client of auth mode kubernetes (tests).
+	KubeClient kubernetes.Interface
 	// TracerProvider, when set, receives the service's spans instead of the provider the
 	// OTEL_* variables describe (for tests running several services in one process).
 	TracerProvider trace.TracerProvider
@@ -78,7 +84,7 @@ func (c Config) Validate() error {
 	case c.CleanupBatch <= 0:
 		return fmt.Errorf("cleanup-batch: must be positive, got %d", c.CleanupBatch)
 	}
-	return nil
+	return c.Auth.WithDefaults().Validate()
 }
 
 // Run migrates the database, then serves until ctx ends and shuts down gracefully.
@@ -91,7 +97,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 	appCfg := app.Config{
 		Name: "cacheservice", Listen: cfg.Listen, MetricsListen: cfg.MetricsListen,
 		DatabaseURL: cfg.DatabaseURL, Migrations: store.Migrations(), Server: cfg.Server,
-		TracerProvider: cfg.TracerProvider,
+		TracerProvider: cfg.TracerProvider, Auth: cfg.Auth, Rules: Rules(), KubeClient: cfg.KubeClient,
 	}
 	return app.Run(ctx, appCfg, log, func(d app.Deps) ([]app.Background, error) {
 		metrics, err := service.NewMetrics(d.Registry)

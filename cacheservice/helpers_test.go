@@ -16,6 +16,7 @@ import (
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
 )
 
 var pg *pgtest.Server
@@ -29,7 +30,7 @@ type instance struct {
 
 func startInstance(t *testing.T, dbURL string, mutate ...func(*cacheservice.Config)) *instance {
 	t.Helper()
-	cfg := cacheservice.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: dbURL}
+	cfg := cacheservice.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: dbURL, Auth: auth.Config{Mode: auth.ModeNone}}
 	for _, m := range mutate {
 		m(&cfg)
 	}

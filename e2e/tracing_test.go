@@ -30,6 +30,7 @@ import (
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
 )
 
 var kube *kubetest.Env
@@ -82,11 +83,11 @@ func TestOneTracePerAction(t *testing.T) {
 	}
 	eventsSvc := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
 		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
-			TracerProvider: providers["events"]}, log, started)
+			TracerProvider: providers["events"], Auth: auth.Config{Mode: auth.ModeNone}}, log, started)
 	})
 	cacheSvc := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
 		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
-			TracerProvider: providers["cacheservice"]}, log, started)
+			TracerProvider: providers["cacheservice"], Auth: auth.Config{Mode: auth.ModeNone}}, log, started)
 	})
 
 	ns := kube.Namespace(t)

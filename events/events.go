@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/flytekube/backend/events/service"
 	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/events/watch"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/server"
 )
 
@@ -34,8 +36,23 @@ type Config struct {
 	RetentionBatch int
 	// WatchBuffer bounds the updates queued for one watcher before it is ended.
 	WatchBuffer int
-	// Server holds the RPC server's limits; its Addr is taken from Listen.
+	// MaxWatchers bounds the WatchActions streams open on this replica.
+	MaxWatchers int
+	// MaxWatchersPerIdentity bounds the WatchActions streams one caller may hold open
+	// on this replica, so one client cannot take every place.
+	MaxWatchersPerIdentity int
+	// WatchStallTimeout is how long a watcher the hub has ended may stay blocked sending
+	// to a client that stopped reading before its stream is reset.
+	WatchStallTimeout time.Duration
+	// MaxResponseBytes bounds one listing's response: a page ends early, with a token
+	// for the next, rather than grow past it (it always holds at least one item).
+	MaxResponseBytes int
+	// Server holds the RPC server's limits and TLS files; its Addr is taken from Listen.
 	Server server.Config
+	// Auth says how callers are authenticated; required (mode none must be asked for).
+	Auth auth.Config
+	// KubeClient, when set, is the API server client of auth mode kubernetes (tests).
+	KubeClient kubernetes.Interface
 	// TracerProvider, when set, receives the service's spans instead of the provider the
 	// OTEL_* variables describe (for tests running several services in one process).
 	TracerProvider trace.TracerProvider
@@ -72,7 +89,7 @@ func (c Config) Validate() error {
 	case c.WatchBuffer <= 0:
 		return fmt.Errorf("watch-buffer: must be positive, got %d", c.WatchBuffer)
 	}
-	return nil
+	return c.Auth.WithDefaults().Validate()
 }
 
 // Run migrates the database, then serves until ctx ends and shuts down gracefully:
@@ -86,7 +103,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 	appCfg := app.Config{
 		Name: "events", Listen: cfg.Listen, MetricsListen: cfg.MetricsListen,
 		DatabaseURL: cfg.DatabaseURL, Migrations: store.Migrations(), Server: cfg.Server,
-		TracerProvider: cfg.TracerProvider,
+		TracerProvider: cfg.TracerProvider, Auth: cfg.Auth, Rules: Rules(), KubeClient: cfg.KubeClient,
 	}
 	return app.Run(ctx, appCfg, log, func(d app.Deps) ([]app.Background, error) {
 		metrics, err := service.NewMetrics(d.Registry)

@@ -20,6 +20,7 @@ import (
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/postgres"
 )
 
@@ -36,7 +37,7 @@ type instance struct {
 // startInstance runs the service as its main does, on loopback ports.
 func startInstance(t *testing.T, dbURL string, mutate ...func(*events.Config)) *instance {
 	t.Helper()
-	cfg := events.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: dbURL}
+	cfg := events.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: dbURL, Auth: auth.Config{Mode: auth.ModeNone}}
 	for _, m := range mutate {
 		m(&cfg)
 	}

@@ -20,8 +20,10 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
 )
 
 // starts counts, per action and attempt, how often test-work began its work.
@@ -75,7 +77,7 @@ func startEventsService(t *testing.T) *servicetest.Instance {
 	}
 	t.Cleanup(func() { _ = pg.Stop() })
 	return servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t)}, slog.New(slog.DiscardHandler), started)
+		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Auth: auth.Config{Mode: auth.ModeNone}}, slog.New(slog.DiscardHandler), started)
 	})
 }
 
@@ -110,7 +112,10 @@ func TestRestartMidRunLosesNothingAndRunsNothingTwice(t *testing.T) {
 	stopFirst()
 	runWith(t, cfg, ns, &count, workEntry())
 
-	eventsClient := eventsink.NewClient(svc.URL)
+	eventsClient, err := eventsink.NewClient(svc.URL, rpcclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, ta := range actions {
 		got := waitDelivered(t, eventsClient, ta)
 		if v, ok := starts.Load(ta.Name + "/1"); !ok || v.(*atomic.Int64).Load() != 1 {

@@ -165,7 +165,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	} {
 		say("starting %s on %s", svc.name, svc.addr)
 		p, err := startProcess(svc.name, svc.bin, logs, append(otel(svc.name), "DATABASE_URL="+dbURL),
-			"--listen", svc.addr, "--metrics-listen", "127.0.0.1:"+strconv.Itoa(svc.metricsPort))
+			"--listen", svc.addr, "--metrics-listen", "127.0.0.1:"+strconv.Itoa(svc.metricsPort), "--auth-mode", "none")
 		if err != nil {
 			return err
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/postgres"
 )
 
@@ -112,7 +113,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	started := make(chan app.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- cacheservice.Run(svcCtx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL},
+		done <- cacheservice.Run(svcCtx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL, Auth: auth.Config{Mode: auth.ModeNone}},
 			slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
 	}()
 	var addrs app.Addrs

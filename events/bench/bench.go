@@ -30,6 +30,7 @@ import (
 	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/postgres"
 )
 
@@ -191,7 +192,7 @@ func startService(ctx context.Context, o Options) (*service, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	started := make(chan app.Addrs, 1)
 	done := make(chan error, 1)
-	cfg := events.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL}
+	cfg := events.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL, Auth: auth.Config{Mode: auth.ModeNone}}
 	go func() {
 		done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
 	}()

@@ -38,6 +38,7 @@ import (
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
 )
 
 // Options size the run.
@@ -164,14 +165,14 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	}
 	meter := cpuMeter(pgPID)
 	eventsURL, stopEvents, err := serve(ctx, func(ctx context.Context, started func(app.Addrs)) error {
-		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL}, log, started)
+		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL, Auth: auth.Config{Mode: auth.ModeNone}}, log, started)
 	})
 	if err != nil {
 		return err
 	}
 	defer stopEvents()
 	cacheURL, stopCache, err := serve(ctx, func(ctx context.Context, started func(app.Addrs)) error {
-		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL}, log, started)
+		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL, Auth: auth.Config{Mode: auth.ModeNone}}, log, started)
 	})
 	if err != nil {
 		return err

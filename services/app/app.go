@@ -16,6 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/flytekube/backend/services/auth"
 
 	"github.com/flytekube/backend/services/postgres"
 	"github.com/flytekube/backend/services/server"
@@ -34,8 +37,15 @@ type Config struct {
 	DatabaseURL string
 	// Migrations are applied at start.
 	Migrations postgres.Migrations
-	// Server holds the RPC server's limits; its Addr is taken from Listen.
+	// Server holds the RPC server's limits and TLS files; its Addr is taken from Listen.
 	Server server.Config
+	// Auth says how callers are authenticated and authorized; Rules say what each RPC
+	// needs.
+	Auth  auth.Config
+	Rules auth.Rules
+	// KubeClient, when set, is the API server client of auth mode kubernetes (tests);
+	// otherwise Auth.Kubeconfig or the in-cluster configuration is used.
+	KubeClient kubernetes.Interface
 	// TracerProvider, when set, receives the service's spans (RPCs and SQL) instead of
 	// the provider the OTEL_* variables describe, which is then not installed: tests
 	// running several services in one process give each its own.
@@ -75,6 +85,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started
 	}
 	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
 
+	// Authentication is settled first: a service that could not check its callers must
+	// not start at all.
+	guard, err := auth.New(cfg.Auth, cfg.KubeClient, tel.Registry, log)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cfg.Name, err)
+	}
+
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	pool, err := postgres.Open(openCtx, cfg.DatabaseURL, postgres.WithTracerProvider(tel.TracerProvider))
@@ -93,6 +110,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started
 	srvCfg := cfg.Server
 	srvCfg.Addr = cfg.Listen
 	srvCfg.TracerProvider = tel.TracerProvider
+	srvCfg.Middleware = guard.Middleware
+	srvCfg.Interceptors = append(srvCfg.Interceptors, guard.Interceptor(cfg.Rules))
 	srv, err := server.New(srvCfg, log)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cfg.Name, err)

@@ -1,11 +1,13 @@
 // Package server serves Connect services the way every service of this project does: one
-// h2c listener speaking Connect, gRPC and gRPC-Web, with reflection (so `buf curl` needs no
-// schema), grpc.health.v1, protovalidate checks and OpenTelemetry on every RPC, explicit
-// timeouts and read limits, and a graceful shutdown.
+// listener speaking Connect, gRPC and gRPC-Web over HTTP/2 (TLS with ALPN when given a
+// certificate, h2c otherwise), with reflection (so `buf curl` needs no schema),
+// grpc.health.v1, authentication, protovalidate checks and OpenTelemetry on every RPC,
+// timeouts and read limits that hold under attack, and a graceful shutdown.
 package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +23,8 @@ import (
 	"connectrpc.com/otelconnect"
 	"connectrpc.com/validate"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
 
 // Config holds the listener's limits. Zero fields take the defaults of WithDefaults.
@@ -37,6 +41,23 @@ type Config struct {
 	MaxMessageBytes int
 	// MaxConcurrentStreams bounds the HTTP/2 streams one client connection may open.
 	MaxConcurrentStreams int
+	// BodyReadTimeout bounds how long a client may take to send a request body, so a
+	// stalled body cannot hold memory or a goroutine.
+	BodyReadTimeout time.Duration
+	// WriteStallTimeout ends a call whose client stops reading: no single write of a
+	// response may take longer.
+	WriteStallTimeout time.Duration
+	// MaxInFlightBytes bounds the request bytes all calls in progress may hold at once;
+	// a call that would exceed it fails with ResourceExhausted.
+	MaxInFlightBytes int64
+	// TLSCertFile and TLSKeyFile, when set, serve TLS with this PEM certificate and key,
+	// re-read when the files change; otherwise the listener speaks h2c.
+	TLSCertFile, TLSKeyFile string
+	// Middleware, when set, wraps every RPC and reflection handler (not the health
+	// checks): authentication, which must run before a request body is read.
+	Middleware func(http.Handler) http.Handler
+	// Interceptors run on every RPC after validation: authorization.
+	Interceptors []connect.Interceptor
 	// ShutdownTimeout bounds how long in-flight unary calls may take to finish on shutdown.
 	ShutdownTimeout time.Duration
 	// StreamDrainDelay is how long open streams are left running after shutdown starts
@@ -61,7 +82,16 @@ func (c Config) WithDefaults() Config {
 		c.MaxMessageBytes = 8 << 20
 	}
 	if c.MaxConcurrentStreams == 0 {
-		c.MaxConcurrentStreams = 256
+		c.MaxConcurrentStreams = 100
+	}
+	if c.BodyReadTimeout == 0 {
+		c.BodyReadTimeout = 30 * time.Second
+	}
+	if c.WriteStallTimeout == 0 {
+		c.WriteStallTimeout = 30 * time.Second
+	}
+	if c.MaxInFlightBytes == 0 {
+		c.MaxInFlightBytes = 64 << 20
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 20 * time.Second
@@ -75,6 +105,12 @@ func (c Config) WithDefaults() Config {
 func (c Config) validate() error {
 	if c.Addr == "" {
 		return errors.New("server: Addr is required")
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return errors.New("server: tls-cert-file and tls-key-file go together")
+	}
+	if c.MaxInFlightBytes < int64(c.MaxMessageBytes) {
+		return fmt.Errorf("server: MaxInFlightBytes (%d) must hold at least one message (%d)", c.MaxInFlightBytes, c.MaxMessageBytes)
 	}
 	if c.StreamDrainDelay > c.ShutdownTimeout {
 		return fmt.Errorf("server: StreamDrainDelay (%s) must not exceed ShutdownTimeout (%s)", c.StreamDrainDelay, c.ShutdownTimeout)
@@ -92,6 +128,8 @@ type Server struct {
 	health   *grpchealth.StaticChecker
 	options  []connect.HandlerOption
 	listener net.Listener
+	certs    *certwatcher.CertWatcher // nil without TLS
+	inFlight *semaphore.Weighted
 
 	// draining is cancelled when shutdown has begun and StreamDrainDelay has passed;
 	// it ends the open streams, which would otherwise hold shutdown until its timeout.
@@ -122,6 +160,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: creating OpenTelemetry interceptor: %w", err)
 	}
+	var certs *certwatcher.CertWatcher
+	if cfg.TLSCertFile != "" {
+		if certs, err = certwatcher.New(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+			return nil, fmt.Errorf("server: loading the TLS certificate: %w", err)
+		}
+	}
 	lis, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("server: listening on %s: %w", cfg.Addr, err)
@@ -135,9 +179,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		mux:        http.NewServeMux(),
 		health:     grpchealth.NewStaticChecker(),
 		listener:   lis,
+		certs:      certs,
+		inFlight:   semaphore.NewWeighted(cfg.MaxInFlightBytes),
 		options: []connect.HandlerOption{
 			// Tracing first, so that rejected requests still show up as spans.
-			connect.WithInterceptors(otel, validate.NewInterceptor(), streamDrainer{draining}),
+			connect.WithInterceptors(append([]connect.Interceptor{otel, validate.NewInterceptor(), streamDrainer{draining}}, cfg.Interceptors...)...),
 			connect.WithReadMaxBytes(cfg.MaxMessageBytes),
 			// Compressing a small response costs more CPU than the bytes it saves on the
 			// networks these services run on.
@@ -161,7 +207,7 @@ func (s *Server) HandlerOptions() []connect.HandlerOption { return s.options }
 // Handle registers a service handler made by a generated New<Service>Handler with
 // HandlerOptions. The service is listed by reflection and reported healthy.
 func (s *Server) Handle(path string, handler http.Handler) {
-	s.mux.Handle(path, handler)
+	s.mux.Handle(path, s.guard(handler))
 	// Generated paths are "/<fully.qualified.Service>/".
 	name := path[1 : len(path)-1]
 	s.names = append(s.names, name)
@@ -182,21 +228,28 @@ func (s *Server) Serve(ctx context.Context) error {
 
 	// Health is listed too, so `buf curl` can check it without a schema.
 	reflector := grpcreflect.NewStaticReflector(append(slices.Clone(s.names), grpchealth.HealthV1ServiceName)...)
-	s.mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	s.mux.Handle(s.guardPath(grpcreflect.NewHandlerV1(reflector)))
+	s.mux.Handle(s.guardPath(grpcreflect.NewHandlerV1Alpha(reflector)))
 	s.mux.Handle(grpchealth.NewHandler(s.health))
 
 	defer s.endStreams()
 
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
+	if s.certs != nil {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
 	srv := &http.Server{
 		Handler:           s.mux,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		// Over HTTP/2 this is a deadline per stream for its request body; over HTTP/1.1
+		// one for the whole request.
+		ReadTimeout:    s.cfg.BodyReadTimeout,
+		IdleTimeout:    s.cfg.IdleTimeout,
+		MaxHeaderBytes: s.cfg.MaxHeaderBytes,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: s.cfg.MaxConcurrentStreams,
 		},
@@ -207,8 +260,21 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(s.listener) }()
-	s.log.Info("serving", "addr", s.Addr().String(), "services", s.names)
+	if s.certs != nil {
+		// The watcher re-reads the files when they change, as cert-manager rotates them.
+		watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopWatching()
+		go func() { _ = s.certs.Start(watchCtx) }()
+		srv.TLSConfig = &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: s.certs.GetCertificate,
+			NextProtos:     []string{"h2", "http/1.1"},
+		}
+		go func() { served <- srv.ServeTLS(s.listener, "", "") }()
+	} else {
+		go func() { served <- srv.Serve(s.listener) }()
+	}
+	s.log.Info("serving", "addr", s.Addr().String(), "services", s.names, "tls", s.certs != nil)
 
 	select {
 	case err := <-served:

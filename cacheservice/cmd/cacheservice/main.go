@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/flytekube/backend/cacheservice"
+	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/server"
 )
 
@@ -22,6 +23,7 @@ func main() {
 	flag.IntVar(&cfg.HeartbeatGraceMultiplier, "heartbeat-grace-multiplier", defaults.HeartbeatGraceMultiplier, "a reservation expires after this many heartbeat intervals without one")
 	flag.DurationVar(&cfg.EntryTTL, "entry-ttl", 0, "delete entries this long after they were last written; 0 keeps them")
 	flag.DurationVar(&cfg.CleanupInterval, "cleanup-interval", defaults.CleanupInterval, "how often expired reservations and old entries are removed")
+	app.SecurityFlags(flag.CommandLine, &cfg.Server, &cfg.Auth)
 	flag.Parse()
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/server"
 )
 
@@ -20,6 +21,7 @@ func main() {
 	flag.DurationVar(&cfg.RetentionTTL, "retention-ttl", 0, "delete finished actions and their events this long after they finished; 0 keeps them")
 	flag.DurationVar(&cfg.RetentionInterval, "retention-interval", events.Config{}.WithDefaults().RetentionInterval, "how often retention runs")
 	flag.IntVar(&cfg.WatchBuffer, "watch-buffer", events.Config{}.WithDefaults().WatchBuffer, "updates queued per watcher before it is ended")
+	app.SecurityFlags(flag.CommandLine, &cfg.Server, &cfg.Auth)
 	flag.Parse()
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -1,0 +1,48 @@
+package events
+
+import (
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/services/auth"
+)
+
+// APIGroup is the API group of the events service's virtual resources: RBAC rules name
+// it to grant "events" (write) and "actions" (read) per project.
+const APIGroup = "events.flyte.org"
+
+// Rules say what each RPC needs, in the project it names.
+func Rules() auth.Rules {
+	read := func(verb string, project func(any) string) auth.Rule {
+		return auth.Rule{Group: APIGroup, Resource: "actions", Verb: verb, Projects: func(m any) []string { return []string{project(m)} }}
+	}
+	return auth.Rules{
+		eventsv1connect.EventsServiceRecordProcedure: {
+			Group: APIGroup, Resource: "events", Verb: auth.VerbCreate, Projects: recordProjects,
+		},
+		eventsv1connect.EventsServiceGetActionProcedure: read(auth.VerbGet, func(m any) string {
+			return m.(*eventsv1.GetActionRequest).GetId().GetProject()
+		}),
+		eventsv1connect.EventsServiceListActionEventsProcedure: read(auth.VerbGet, func(m any) string {
+			return m.(*eventsv1.ListActionEventsRequest).GetId().GetProject()
+		}),
+		eventsv1connect.EventsServiceListActionsProcedure: read(auth.VerbList, func(m any) string {
+			return m.(*eventsv1.ListActionsRequest).GetProject()
+		}),
+		eventsv1connect.EventsServiceWatchActionsProcedure: read(auth.VerbWatch, func(m any) string {
+			return m.(*eventsv1.WatchActionsRequest).GetProject()
+		}),
+	}
+}
+
+// recordProjects lists each project of a batch once: every one must be allowed.
+func recordProjects(m any) []string {
+	var projects []string
+	seen := map[string]bool{}
+	for _, e := range m.(*eventsv1.RecordRequest).GetEvents() {
+		if p := e.GetId().GetProject(); !seen[p] {
+			seen[p] = true
+			projects = append(projects, p)
+		}
+	}
+	return projects
+}
