@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"text/template"
 	"time"
 
@@ -39,6 +40,7 @@ import (
 	"github.com/flytekube/backend/executor/plugins/coresleep"
 	"github.com/flytekube/backend/executor/plugins/job"
 	"github.com/flytekube/backend/executor/tracing"
+	"github.com/flytekube/backend/internal/rpcclient"
 )
 
 // reservationHeartbeat is how often a running serializable action extends its cache
@@ -178,7 +180,22 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	if err := reg.Initialize(ctx, setupContext{mgr, recorder}, cfg.DefaultForTaskTypes); err != nil {
 		return nil, err
 	}
-	store := datastore.New()
+	// Actions read and write their data only where the configuration allows: a cache
+	// entry names where a hit's outputs are copied from, and anyone who reaches the cache
+	// service may have written it.
+	store, err := datastore.Confine(datastore.New(), cfg.Storage.AllowedPrefixes)
+	if err != nil {
+		return nil, fmt.Errorf("executor: config: storage.allowedPrefixes: %w", err)
+	}
+	if len(cfg.Storage.AllowedPrefixes) == 0 {
+		log.Info("storage.allowedPrefixes is empty: each action reads only its inputUri and writes only under its runOutputBase, cached outputs are reused only within a run, and file:// is refused")
+	}
+	conn := rpcclient.Options{CAFile: cfg.ServiceCAFile, TokenFile: cfg.ServiceTokenFile}
+	for _, u := range []struct{ name, url string }{{"eventsServiceURL", cfg.EventsServiceURL}, {"cacheServiceURL", cfg.CacheServiceURL}} {
+		if cfg.ServiceTokenFile != "" && strings.HasPrefix(u.url, "http://") {
+			log.Warn("the service token is sent without TLS; use an https URL unless the network encrypts it", "field", u.name, "url", u.url)
+		}
+	}
 	r := &controller.TaskActionReconciler{
 		Client: mgr.GetClient(), Registry: reg, DataStore: store, Resources: plugin.NewTokenPools(nil),
 		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe, TracerProvider: hooks.TracerProvider,
@@ -191,14 +208,22 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		},
 	}
 	if cfg.CacheServiceURL != "" {
-		r.Cache = outputcache.New(outputcache.NewClient(cfg.CacheServiceURL, traced), store, reservationHeartbeat, log.With("component", "cache"))
+		client, err := outputcache.NewClient(cfg.CacheServiceURL, conn, traced)
+		if err != nil {
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+		r.Cache = outputcache.New(client, store, reservationHeartbeat, log.With("component", "cache"))
 	}
 	if cfg.EventsServiceURL != "" {
 		var pubOpts []eventsink.Option
 		if hooks.TracerProvider != nil {
 			pubOpts = append(pubOpts, eventsink.WithTracerProvider(hooks.TracerProvider))
 		}
-		pub := eventsink.New(eventsink.NewClient(cfg.EventsServiceURL, traced), mgr.GetClient(), cfg.Cluster, clk, log.With("component", "events"), pubOpts...)
+		client, err := eventsink.NewClient(cfg.EventsServiceURL, conn, traced)
+		if err != nil {
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+		pub := eventsink.New(client, mgr.GetClient(), cfg.Cluster, clk, log.With("component", "events"), pubOpts...)
 		if err := mgr.Add(pub); err != nil {
 			return nil, err
 		}

@@ -12,9 +12,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -25,20 +25,32 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/datastore"
 	"github.com/flytekube/backend/executor/tracing"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	"github.com/flytekube/backend/internal/rpcclient"
 )
 
-// NewClient returns a cache service client for url (h2c for plain http:// URLs). The
-// executor passes its tracing interceptor in opts.
-func NewClient(url string, opts ...connect.ClientOption) cachev1connect.CacheServiceClient {
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	return cachev1connect.NewCacheServiceClient(&http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 10 * time.Second}, url, opts...)
+// requestTimeout bounds a call of the cache service: the cache must never hold an
+// action up for long.
+const requestTimeout = 10 * time.Second
+
+// NewClient returns a cache service client for url, with the credentials and trust of
+// conn (see rpcclient.Options; a zero Timeout means requestTimeout). The executor passes
+// its tracing interceptor in opts.
+func NewClient(url string, conn rpcclient.Options, opts ...connect.ClientOption) (cachev1connect.CacheServiceClient, error) {
+	if conn.Timeout == 0 {
+		conn.Timeout = requestTimeout
+	}
+	httpClient, err := rpcclient.New(conn)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	return cachev1connect.NewCacheServiceClient(httpClient, url, opts...), nil
 }
 
 // Cache talks to the cache service for the reconciler.
@@ -137,7 +149,7 @@ func (c *Cache) Key(ctx context.Context, ta *flytev1.TaskAction) (*cachev1.Cache
 	var inputs []byte
 	if ta.Spec.InputURI != "" {
 		var err error
-		if inputs, err = c.store.Read(ctx, ta.Spec.InputURI); err != nil {
+		if inputs, err = plugin.DataStoreFor(c.store, ta).Read(ctx, ta.Spec.InputURI); err != nil {
 			return nil, fmt.Errorf("cache: reading inputs: %w", err)
 		}
 	}
@@ -167,7 +179,10 @@ type Decision struct {
 func owner(ta *flytev1.TaskAction) string { return ta.Namespace + "/" + ta.Name + "/" + string(ta.UID) }
 
 // Lookup consults the cache before an action runs. On a hit the cached outputs are
-// copied to outputsURI. For a serializable action it then takes the reservation,
+// copied to outputsURI, through the action's own view of the data store: anyone who can
+// write the cache chooses where a hit's outputs are read from, so outputs where the
+// action may not read (the executor's own files, another project's data) make the hit a
+// miss, logged and counted. For a serializable action it then takes the reservation,
 // heartbeating it until Release, or reports whom to wait for.
 func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) Decision {
 	key, err := c.key(ctx, ta)
@@ -179,7 +194,7 @@ func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI s
 	switch {
 	case err == nil:
 		from := got.Msg.GetOutput().GetOutputUri()
-		cerr := c.copyOutputs(ctx, from, outputsURI)
+		cerr := copyOutputs(ctx, plugin.DataStoreFor(c.store, ta), from, outputsURI)
 		if cerr == nil {
 			c.forgetKey(ta) // done with the cache
 			if from == "" {
@@ -187,7 +202,14 @@ func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI s
 			}
 			return Decision{Hit: true, OutputsURI: outputsURI}
 		}
-		c.log.Warn("cached outputs unreadable; treating as a miss", "action", ta.Name, "error", cerr)
+		var refused *datastore.NotAllowedError
+		if errors.As(cerr, &refused) {
+			metrics.CacheOutputsRefused(refused.Reason)
+			c.log.Warn("cached outputs lie where the action may not read; treating the hit as a miss",
+				"action", ta.Name, "outputs", from, "reason", refused.Reason, "error", cerr)
+		} else {
+			c.log.Warn("cached outputs unreadable; treating as a miss", "action", ta.Name, "error", cerr)
+		}
 	case connect.CodeOf(err) != connect.CodeNotFound:
 		c.log.Warn("cache service unavailable; treating as a miss", "action", ta.Name, "error", err)
 		return Decision{Status: flytev1.CacheSkipped}
@@ -244,15 +266,15 @@ func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every t
 	}()
 }
 
-func (c *Cache) copyOutputs(ctx context.Context, from, to string) error {
+func copyOutputs(ctx context.Context, store plugin.DataStore, from, to string) error {
 	if from == "" {
 		return nil // the task has no outputs
 	}
-	data, err := c.store.Read(ctx, from)
+	data, err := store.Read(ctx, from)
 	if err != nil {
 		return err
 	}
-	return c.store.Write(ctx, to, data)
+	return store.Write(ctx, to, data)
 }
 
 // Store puts a succeeded action's outputs in the cache and releases its reservation;

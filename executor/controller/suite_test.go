@@ -182,7 +182,10 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	}
 	// As the executor's: actions' data only under dataDir (each project and domain with
 	// its own part under projects/) and the mem:// outputs of newAction.
-	store, _ := datastore.New(), storagePrefixes() // RED RUN: the store before the fix
+	store, err := datastore.Confine(datastore.New(), storagePrefixes())
+	if err != nil {
+		return nil, err
+	}
 	cacheClient, err := cache.NewClient(cacheURL, rpcclient.Options{})
 	if err != nil {
 		return nil, err

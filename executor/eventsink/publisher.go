@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +40,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/rpcclient"
 )
 
 // maxBatch is the events service's limit per Record.
@@ -454,13 +454,20 @@ func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, r
 	return ev
 }
 
-// NewClient returns an events service client for url. Plain http:// URLs speak HTTP/2
-// without TLS (h2c), as the services serve it. The executor passes its tracing
-// interceptor in opts.
-func NewClient(url string, opts ...connect.ClientOption) eventsv1connect.EventsServiceClient {
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	httpClient := &http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 30 * time.Second}
-	return eventsv1connect.NewEventsServiceClient(httpClient, url, opts...)
+// recordTimeout bounds a Record call: a batch of up to maxBatch events.
+const recordTimeout = 30 * time.Second
+
+// NewClient returns an events service client for url, with the credentials and trust of
+// conn (see rpcclient.Options; a zero Timeout means recordTimeout): HTTP/2 over TLS for
+// https:// URLs, h2c for http:// ones. The executor passes its tracing interceptor in
+// opts.
+func NewClient(url string, conn rpcclient.Options, opts ...connect.ClientOption) (eventsv1connect.EventsServiceClient, error) {
+	if conn.Timeout == 0 {
+		conn.Timeout = recordTimeout
+	}
+	httpClient, err := rpcclient.New(conn)
+	if err != nil {
+		return nil, fmt.Errorf("eventsink: %w", err)
+	}
+	return eventsv1connect.NewEventsServiceClient(httpClient, url, opts...), nil
 }

@@ -41,6 +41,10 @@ var (
 		Name: "flyte_executor_cache_lookups_total",
 		Help: "Cache lookups before an action runs, by result: hit, miss, wait (an identical action holds the reservation), skipped (the cache could not be consulted).",
 	}, []string{"result"})
+	cacheOutputsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flyte_executor_cache_outputs_refused_total",
+		Help: "Cache hits treated as misses because their outputs lay where the action may not read, by reason: outside (the allowed storage prefixes), other_project (another project's or domain's part), symlink (a symbolic link leading out). Any is a sign of a forged cache entry.",
+	}, []string{"reason"})
 	cachePuts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flyte_executor_cache_puts_total",
 		Help: "Outputs offered to the cache after a success, by the cache status that resulted.",
@@ -85,8 +89,11 @@ func init() {
 	for _, r := range []string{"hit", "miss", "wait", "skipped"} {
 		cacheLookups.WithLabelValues(r)
 	}
+	for _, r := range []string{"outside", "other_project", "symlink"} { // datastore.Reason*
+		cacheOutputsRefused.WithLabelValues(r)
+	}
 	ctrlmetrics.Registry.MustRegister(actions, phaseChanges, reconcileDuration, retries, backoff,
-		cacheLookups, cachePuts, outbox, delivered, deliveryFailures, deliveryLag)
+		cacheLookups, cacheOutputsRefused, cachePuts, outbox, delivered, deliveryFailures, deliveryLag)
 }
 
 // Retry kinds.
@@ -145,6 +152,9 @@ func BackedOff(kind string, d time.Duration) { backoff.WithLabelValues(kind).Obs
 
 // CacheLookedUp counts a cache lookup result.
 func CacheLookedUp(result string) { cacheLookups.WithLabelValues(result).Inc() }
+
+// CacheOutputsRefused counts a cache hit refused for where its outputs lay.
+func CacheOutputsRefused(reason string) { cacheOutputsRefused.WithLabelValues(reason).Inc() }
 
 // CachePut counts outputs offered to the cache.
 func CachePut(status string) { cachePuts.WithLabelValues(status).Inc() }
