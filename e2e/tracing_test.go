@@ -95,6 +95,7 @@ func TestOneTracePerAction(t *testing.T) {
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
 	cfg.GC.Interval = metav1.Duration{}
 	cfg.EventsServiceURL, cfg.CacheServiceURL = eventsSvc.URL, cacheSvc.URL
+	cfg.Storage.AllowedPrefixes = []string{"file://" + filepath.Dir(t.TempDir())} // the test's temporary directories
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := executor.Setup(ctx, cfg, kube.Config, log, executor.Hooks{
 		Namespaces: []string{ns}, SeveralInProcess: true, TracerProvider: providers["executor"],

@@ -183,6 +183,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	cfg.MetricsSecure = false                                          // plain HTTP on the loopback, so curl can read it
 	cfg.RetryBackoff.Base = metav1.Duration{Duration: 2 * time.Second} // retries a person can watch
 	cfg.Cluster = "sandbox"
+	// The examples' inputs and outputs, and nothing else of the directory (its
+	// kubeconfig least of all): file:// is refused unless a prefix names it.
+	cfg.Storage.AllowedPrefixes = []string{"file://" + filepath.ToSlash(filepath.Join(o.Dir, "inputs")), "file://" + filepath.ToSlash(filepath.Join(o.Dir, "outputs"))}
 	cfgPath := filepath.Join(o.Dir, "executor.yaml")
 	if err := writeYAML(cfgPath, cfg); err != nil {
 		return err

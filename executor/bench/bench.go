@@ -56,6 +56,9 @@ type Options struct {
 	// APIServerProfile, when set, is where a CPU profile of the API server is written,
 	// taken over the first executor scenario (the API server serves /debug/pprof).
 	APIServerProfile string
+
+	// dataDir holds the scenarios' inputs; the executor may read there.
+	dataDir string
 }
 
 // writeCounter counts the executor's API write requests by resource.
@@ -183,6 +186,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dataDir) }()
+	o.dataDir = dataDir
 
 	// A first run warms the API server and etcd up, so that the first scenario's ceiling
 	// is not measured cold.
@@ -431,6 +435,7 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
 	cfg.EventsServiceURL, cfg.CacheServiceURL = eventsURL, cacheURL
 	cfg.GC.Interval = metav1.Duration{}
+	cfg.Storage.AllowedPrefixes = []string{"file://" + o.dataDir, "mem://bench/"} // inputs, outputs
 	if o.Workers > 0 {
 		cfg.MaxConcurrentReconciles = o.Workers
 	}
