@@ -12,8 +12,9 @@ import (
 
 // Code classifies a database error for the RPC edge: Unavailable when the database could
 // not be reached or went away (the client may retry), Aborted for conflicts worth
-// retrying, the context's own code when the call was cancelled or timed out, and
-// Internal otherwise.
+// retrying, InvalidArgument for a value the database refuses to hold (such as a NUL byte
+// in text; services check their input first, so this is the last line), the context's own
+// code when the call was cancelled or timed out, and Internal otherwise.
 func Code(err error) connect.Code {
 	var pgErr *pgconn.PgError
 	var connectErr *pgconn.ConnectError
@@ -29,6 +30,8 @@ func Code(err error) connect.Code {
 		switch {
 		case pgErr.Code == "40001", pgErr.Code == "40P01": // serialization failure, deadlock
 			return connect.CodeAborted
+		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "22": // data exception
+			return connect.CodeInvalidArgument
 		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08", // connection exception
 			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // shutting down, cannot connect now
 			pgErr.Code == "53300": // too many connections
@@ -42,7 +45,39 @@ func Code(err error) connect.Code {
 	return connect.CodeInternal
 }
 
-// RPCError wraps err in a connect error with the code Code gives it.
+// RPCError turns err into the connect error to answer with: the code Code gives it and a
+// message that says what happened in general terms. What the database said (its user,
+// host and port, SQLSTATE, constraint, table and column names, the values involved) must
+// not reach callers, so err stays only in the error chain (errors.Is and errors.As find
+// it), for the caller to log.
 func RPCError(err error) *connect.Error {
-	return connect.NewError(Code(err), err)
+	code := Code(err)
+	return connect.NewError(code, &hiddenError{message: publicMessage(code), cause: err})
+}
+
+// hiddenError shows message and hides cause, which Unwrap still reaches.
+type hiddenError struct {
+	message string
+	cause   error
+}
+
+func (e *hiddenError) Error() string { return e.message }
+
+func (e *hiddenError) Unwrap() error { return e.cause }
+
+// publicMessage says what a code means for the caller.
+func publicMessage(code connect.Code) string {
+	switch code {
+	case connect.CodeCanceled:
+		return "the call was cancelled"
+	case connect.CodeDeadlineExceeded:
+		return "the call's deadline passed before the database answered"
+	case connect.CodeAborted:
+		return "the call conflicted with another; retry it"
+	case connect.CodeUnavailable:
+		return "the database is unavailable; retry later"
+	case connect.CodeInvalidArgument:
+		return "the request holds a value that cannot be stored"
+	}
+	return "internal error; the service's log has the details"
 }
