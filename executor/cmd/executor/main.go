@@ -60,6 +60,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("setting up: %w", err)
 	}
-	log.Info("starting executor", "leaderElection", cfg.LeaderElect, "metrics", cfg.MetricsBindAddress, "exportingTraces", tel.Exporting)
+	log.Info("starting executor", "leaderElection", cfg.LeaderElect, "metrics", cfg.MetricsBindAddress, "exportingTraces", tel.Exporting,
+		"serviceToken", cfg.ServiceTokenFile != "", "serviceCAFile", cfg.ServiceCAFile, "storagePrefixes", cfg.Storage.AllowedPrefixes)
 	return mgr.Start(ctx)
 }
