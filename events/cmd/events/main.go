@@ -5,8 +5,10 @@ package main
 import (
 	"context"
 	"flag"
+	"github.com/go-logr/logr"
 	"log/slog"
 	"os"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/services/app"
@@ -25,6 +27,8 @@ func main() {
 	flag.Parse()
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	// The TLS certificate watcher logs through controller-runtime's logger.
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
 	ctx, stop := server.SignalContext(context.Background())
 	defer stop()
 	if err := events.Run(ctx, cfg, log, nil); err != nil {

@@ -1,0 +1,357 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/flytekube/backend/cacheservice"
+	"github.com/flytekube/backend/events"
+	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
+	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/services/server"
+)
+
+// services are both services running with TLS and one auth configuration.
+type services struct {
+	pki                 *servicetest.PKI
+	events, cache       *servicetest.Instance
+	eventsURL, cacheURL string
+}
+
+func startServices(t *testing.T, pg *pgtest.Server, authCfg auth.Config, client kubernetes.Interface) *services {
+	t.Helper()
+	pki := servicetest.NewPKI(t)
+	srv := server.Config{TLSCertFile: pki.CertFile, TLSKeyFile: pki.KeyFile}
+	log := slog.New(slog.DiscardHandler)
+	ev := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
+		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
+			Server: srv, Auth: authCfg, KubeClient: client}, log, started)
+	})
+	ca := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
+		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
+			Server: srv, Auth: authCfg, KubeClient: client}, log, started)
+	})
+	return &services{pki: pki, events: ev, cache: ca,
+		eventsURL: strings.Replace(ev.URL, "http://", "https://", 1), cacheURL: strings.Replace(ca.URL, "http://", "https://", 1)}
+}
+
+// rpc is one call of one RPC in one project.
+type rpc struct {
+	name string
+	read bool
+	call func(ctx context.Context, s *services, httpClient *http.Client, opts []connect.ClientOption, project string) error
+}
+
+func evClient(s *services, c *http.Client, opts []connect.ClientOption) eventsv1connect.EventsServiceClient {
+	return eventsv1connect.NewEventsServiceClient(c, s.eventsURL, opts...)
+}
+
+func cacheClient(s *services, c *http.Client, opts []connect.ClientOption) cachev1connect.CacheServiceClient {
+	return cachev1connect.NewCacheServiceClient(c, s.cacheURL, opts...)
+}
+
+func authActionID(project string) *flytecorev1.ActionIdentifier {
+	return &flytecorev1.ActionIdentifier{Project: project, Domain: "development", Run: "r1", Action: "a1"}
+}
+
+func authCacheKey(project string) *cachev1.CacheKey {
+	return &cachev1.CacheKey{Project: project, Domain: "development", TaskName: "t", CacheVersion: "1", Signature: "s", InputsHash: "h"}
+}
+
+// ignoreNotFound treats the answers an allowed caller may get as success.
+func ignoreNotFound(err error) error {
+	if c := connect.CodeOf(err); c == connect.CodeNotFound || c == connect.CodeAlreadyExists {
+		return nil
+	}
+	return err
+}
+
+var rpcs = []rpc{
+	{"Record", false, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		_, err := evClient(s, c, o).Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: []*eventsv1.ActionEvent{{
+			Id: authActionID(p), Attempt: 1, Phase: flytecorev1.ActionPhase_ACTION_PHASE_QUEUED, OccurredAt: timestamppb.Now(),
+		}}}))
+		return err
+	}},
+	{"GetAction", true, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		_, err := evClient(s, c, o).GetAction(ctx, connect.NewRequest(&eventsv1.GetActionRequest{Id: authActionID(p)}))
+		return ignoreNotFound(err)
+	}},
+	{"ListActions", true, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		_, err := evClient(s, c, o).ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: p, Domain: "development"}))
+		return err
+	}},
+	{"ListActionEvents", true, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		_, err := evClient(s, c, o).ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: authActionID(p)}))
+		return err
+	}},
+	{"WatchActions", true, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		// An allowed watch stays open with nothing to say, so it ends by our deadline.
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		stream, err := evClient(s, c, o).WatchActions(ctx, connect.NewRequest(&eventsv1.WatchActionsRequest{Project: p, Domain: "development"}))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		defer func() { _ = stream.Close() }()
+		for stream.Receive() {
+		}
+		// The deadline travels with the call, so the server may end it first.
+		if err := stream.Err(); err != nil && ctx.Err() == nil && connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			return err
+		}
+		return nil
+	}},
+	{"cache.Get", true, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		_, err := cacheClient(s, c, o).Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: authCacheKey(p)}))
+		return ignoreNotFound(err)
+	}},
+	{"cache.Put", false, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		_, err := cacheClient(s, c, o).Put(ctx, connect.NewRequest(&cachev1.PutRequest{Key: authCacheKey(p), SourceAction: authActionID(p), SourceAttempt: 1}))
+		return ignoreNotFound(err)
+	}},
+	{"cache.Delete", false, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		_, err := cacheClient(s, c, o).Delete(ctx, connect.NewRequest(&cachev1.DeleteRequest{Key: authCacheKey(p)}))
+		return err
+	}},
+	{"cache.Invalidate", false, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		_, err := cacheClient(s, c, o).Invalidate(ctx, connect.NewRequest(&cachev1.InvalidateRequest{Project: p, Domain: "development", TaskName: "t"}))
+		return err
+	}},
+	{"cache.GetOrExtendReservation", false, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		_, err := cacheClient(s, c, o).GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
+			Key: authCacheKey(p), OwnerId: "owner", HeartbeatInterval: durationpb.New(5 * time.Second)}))
+		return err
+	}},
+	{"cache.ReleaseReservation", false, func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, p string) error {
+		_, err := cacheClient(s, c, o).ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: authCacheKey(p), OwnerId: "owner"}))
+		return err
+	}},
+}
+
+var protocols = []struct {
+	name string
+	opts []connect.ClientOption
+}{
+	{"connect", nil},
+	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
+	{"grpc-web", []connect.ClientOption{connect.WithGRPCWeb()}},
+}
+
+// caller is one identity and what it may do.
+type caller struct {
+	name  string
+	token string
+	// want is the code expected of an RPC, or 0 when it must be allowed.
+	want func(r rpc) connect.Code
+}
+
+func unauthenticated(rpc) connect.Code { return connect.CodeUnauthenticated }
+func forbidden(rpc) connect.Code       { return connect.CodePermissionDenied }
+func allowed(rpc) connect.Code         { return 0 }
+func readOnly(r rpc) connect.Code {
+	if r.read {
+		return 0
+	}
+	return connect.CodePermissionDenied
+}
+
+// checkCallers calls every RPC as every caller over every protocol in project.
+func checkCallers(t *testing.T, s *services, project string, callers []caller) {
+	t.Helper()
+	for _, p := range protocols {
+		for _, c := range callers {
+			client := s.pki.Client(c.token)
+			for _, r := range rpcs {
+				t.Run(fmt.Sprintf("%s/%s/%s/%s", project, p.name, c.name, r.name), func(t *testing.T) {
+					err := r.call(context.Background(), s, client, p.opts, project)
+					want := c.want(r)
+					switch {
+					case want == 0 && err != nil:
+						t.Fatalf("want allowed, got %v", err)
+					case want != 0 && connect.CodeOf(err) != want:
+						t.Fatalf("want %v, got %v", want, err)
+					}
+					if want == connect.CodeUnauthenticated && strings.Contains(err.Error(), "token") && strings.Contains(err.Error(), c.token) && c.token != "" {
+						t.Fatalf("the error repeats the token: %v", err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// checkDeniedWroteNothing: a refused Record left no trace, and refusals were counted.
+func checkDeniedWroteNothing(t *testing.T, s *services, executorToken, deniedProject string) {
+	t.Helper()
+	_, err := evClient(s, s.pki.Client(executorToken), nil).GetAction(context.Background(),
+		connect.NewRequest(&eventsv1.GetActionRequest{Id: authActionID(deniedProject)}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a refused Record wrote an action: GetAction says %v", err)
+	}
+	for _, inst := range []*servicetest.Instance{s.events, s.cache} {
+		body := inst.Metrics(t)
+		for _, reason := range []string{`reason="unauthenticated"`, `reason="forbidden"`} {
+			if !strings.Contains(body, reason) {
+				t.Errorf("/metrics of %s counts no %s refusal", inst.URL, reason)
+			}
+		}
+	}
+}
+
+func startPostgres(t *testing.T) *pgtest.Server {
+	t.Helper()
+	pg, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	return pg
+}
+
+// TestTokenFileModeAuthorizesEveryRPC: executors may call everything, viewers only the
+// read RPCs, anyone else nothing, and no or a bad token is Unauthenticated, over Connect,
+// gRPC and gRPC-Web with TLS.
+func TestTokenFileModeAuthorizesEveryRPC(t *testing.T) {
+	pg := startPostgres(t)
+	tokens := servicetest.NewTokens(t)
+	s := startServices(t, pg, auth.Config{Mode: auth.ModeTokenFile, TokenFile: tokens.File}, nil)
+	checkCallers(t, s, "team-a", []caller{
+		{"no-token", "", unauthenticated},
+		{"bad-token", "not-a-token", unauthenticated},
+		{"executor", tokens.Executor, allowed},
+		{"viewer", tokens.Viewer, readOnly},
+		{"other", tokens.Other, forbidden},
+	})
+	checkCallers(t, s, "team-b", []caller{{"other", tokens.Other, forbidden}, {"viewer", tokens.Viewer, readOnly}})
+	checkDeniedWroteNothing(t, s, tokens.Executor, "team-b")
+}
+
+// TestKubernetesModeAuthorizesEveryRPC checks ServiceAccount tokens with TokenReview and
+// permissions with SubjectAccessReview against the shipped ClusterRoles: the executor
+// may do everything, a viewer bound in one project's namespace may read that project
+// only, tokens for another audience or of a deleted ServiceAccount are refused.
+func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
+	pg := startPostgres(t)
+	ctx := context.Background()
+	cs, err := kubernetes.NewForConfig(kube.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyShippedRoles(t, cs)
+	home := kube.Namespace(t)
+	teamA, teamB := kube.Namespace(t), kube.Namespace(t)
+
+	token := func(sa string, audience string) string {
+		t.Helper()
+		tr, err := cs.CoreV1().ServiceAccounts(home).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("token of %s: %v", sa, err)
+		}
+		return tr.Status.Token
+	}
+	for _, sa := range []string{"executor", "viewer", "other", "gone"} {
+		if _, err := cs.CoreV1().ServiceAccounts(home).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind(t, cs, "", "flyte-services-executor", home, "executor")
+	bind(t, cs, teamA, "flyte-services-viewer", home, "viewer")
+	executor, viewer, other := token("executor", "flyte"), token("viewer", "flyte"), token("other", "flyte")
+	wrongAudience := token("executor", "someone-else")
+	revoked := token("gone", "flyte")
+	if err := cs.CoreV1().ServiceAccounts(home).Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	s := startServices(t, pg, auth.Config{Mode: auth.ModeKubernetes}, cs)
+	checkCallers(t, s, teamA, []caller{
+		{"no-token", "", unauthenticated},
+		{"bad-token", "not-a-token", unauthenticated},
+		{"wrong-audience", wrongAudience, unauthenticated},
+		{"revoked", revoked, unauthenticated},
+		{"executor", executor, allowed},
+		{"viewer", viewer, readOnly},
+		{"other", other, forbidden},
+	})
+	// The viewer's RoleBinding is in team A's namespace only.
+	checkCallers(t, s, teamB, []caller{{"viewer", viewer, forbidden}, {"executor", executor, allowed}})
+	checkDeniedWroteNothing(t, s, executor, "no-such-project")
+}
+
+func bind(t *testing.T, cs kubernetes.Interface, namespace, clusterRole, saNamespace, sa string) {
+	t.Helper()
+	ctx := context.Background()
+	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: saNamespace}}
+	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole}
+	meta := metav1.ObjectMeta{Name: saNamespace + "-" + sa}
+	var err error
+	if namespace == "" {
+		_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
+	} else {
+		_, err = cs.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		t.Fatalf("binding %s to %s: %v", clusterRole, sa, err)
+	}
+}
+
+// applyShippedRoles creates the ClusterRoles of deploy/kustomize/base/access, so the
+// test checks what a cluster admin installs.
+func applyShippedRoles(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	path, err := repo.Path("deploy", "kustomize", "base", "access", "roles.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
+			t.Fatal(err)
+		}
+		if role.Kind != "ClusterRole" {
+			continue
+		}
+		n++
+		if _, err := cs.RbacV1().ClusterRoles().Create(context.Background(), &role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	if n != 2 {
+		t.Fatalf("roles.yaml holds %d ClusterRoles, want the executor's and the viewer's", n)
+	}
+}
