@@ -144,11 +144,12 @@ var File_flyte_core_v1_error_proto protoreflect.FileDescriptor
 
 const file_flyte_core_v1_error_proto_rawDesc = "" +
 	"\n" +
-	"\x19flyte/core/v1/error.proto\x12\rflyte.core.v1\x1a\x1bbuf/validate/validate.proto\"\xd3\x01\n" +
-	"\x0eExecutionError\x12\x1c\n" +
-	"\x04code\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\x04code\x12@\n" +
-	"\x04kind\x18\x02 \x01(\x0e2\".flyte.core.v1.ExecutionError.KindB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04kind\x12#\n" +
-	"\amessage\x18\x03 \x01(\tB\t\xbaH\x06r\x04\x18\x80\x80\x04R\amessage\"<\n" +
+	"\x19flyte/core/v1/error.proto\x12\rflyte.core.v1\x1a\x1bbuf/validate/validate.proto\"\xdb\x01\n" +
+	"\x0eExecutionError\x12 \n" +
+	"\x04code\x18\x01 \x01(\tB\f\xbaH\tr\a\x18\x80\x02\xba\x01\x01\x00R\x04code\x12@\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\".flyte.core.v1.ExecutionError.KindB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04kind\x12'\n" +
+	"\amessage\x18\x03 \x01(\tB\r\xbaH\n" +
+	"r\b\x18\x80\x80\x04\xba\x01\x01\x00R\amessage\"<\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_USER\x10\x01\x12\x0f\n" +

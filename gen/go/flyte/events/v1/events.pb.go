@@ -30,17 +30,23 @@ type ActionEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id names the action.
 	Id *v1.ActionIdentifier `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// attempt counts the action's launches, from 1; each retry is a new attempt.
+	// attempt counts the action's launches, from 1; each retry is a new attempt. The
+	// executor makes at most 111: the first, one per user retry (a TaskAction allows at
+	// most 10 retries) and one per system failure (its maxSystemFailures, at most 100). A
+	// larger attempt would outrank every real event of the action, so it is refused as a
+	// forgery.
 	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// phase is the action's phase in this attempt.
 	Phase v1.ActionPhase `protobuf:"varint,3,opt,name=phase,proto3,enum=flyte.core.v1.ActionPhase" json:"phase,omitempty"`
 	// version orders changes within one phase of one attempt (a new reason, new cluster
-	// events), starting at 0.
+	// events), starting at 0; at most 2^31-1, which is what the store's column and the
+	// executor's own counter hold.
 	Version uint32 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
-	// occurred_at is when the executor saw the change.
+	// occurred_at is when the executor saw the change, in the years 2000 to 2200 (nanos in
+	// [0, 1e9), which the service checks).
 	OccurredAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
 	// reported_at is when the executor sent the event; it may be much later than
-	// occurred_at after an outage.
+	// occurred_at after an outage. Same range as occurred_at.
 	ReportedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
 	// error is set when the phase is a failure.
 	Error *v1.ExecutionError `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
@@ -203,7 +209,7 @@ func (x *ActionEvent) GetTaskType() string {
 // ClusterEvent is a Kubernetes event about one of an action's objects.
 type ClusterEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// occurred_at is when the event was last seen.
+	// occurred_at is when the event was last seen, in the years 2000 to 2200.
 	OccurredAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
 	// object names the object, as "Kind/name".
 	Object string `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
@@ -1072,41 +1078,40 @@ var File_flyte_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1cflyte/events/v1/events.proto\x12\x0fflyte.events.v1\x1a\x1bbuf/validate/validate.proto\x1a flyte/core/v1/cache_status.proto\x1a\x19flyte/core/v1/error.proto\x1a\x1eflyte/core/v1/identifier.proto\x1a\x19flyte/core/v1/phase.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x92\x06\n" +
+	"\x1cflyte/events/v1/events.proto\x12\x0fflyte.events.v1\x1a\x1bbuf/validate/validate.proto\x1a flyte/core/v1/cache_status.proto\x1a\x19flyte/core/v1/error.proto\x1a\x1eflyte/core/v1/identifier.proto\x1a\x19flyte/core/v1/phase.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdd\x06\n" +
 	"\vActionEvent\x127\n" +
-	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\x02id\x12$\n" +
-	"\aattempt\x18\x02 \x01(\rB\n" +
-	"\xbaH\a*\x05\x18\x90N(\x01R\aattempt\x12<\n" +
+	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\x02id\x12#\n" +
+	"\aattempt\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18o(\x01R\aattempt\x12<\n" +
 	"\x05phase\x18\x03 \x01(\x0e2\x1a.flyte.core.v1.ActionPhaseB\n" +
-	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05phase\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\rR\aversion\x12C\n" +
-	"\voccurred_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\n" +
-	"occurredAt\x12;\n" +
-	"\vreported_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05phase\x12%\n" +
+	"\aversion\x18\x04 \x01(\rB\v\xbaH\b*\x06\x18\xff\xff\xff\xff\aR\aversion\x12V\n" +
+	"\voccurred_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x19\xbaH\x16\xc8\x01\x01\xb2\x01\x10\x1a\x06\b\x80\x99\xfd\x93\x1b2\x06\b\x80\x87\xb5\xc3\x03R\n" +
+	"occurredAt\x12S\n" +
+	"\vreported_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x16\xbaH\x13\xb2\x01\x10\x1a\x06\b\x80\x99\xfd\x93\x1b2\x06\b\x80\x87\xb5\xc3\x03R\n" +
 	"reportedAt\x123\n" +
-	"\x05error\x18\a \x01(\v2\x1d.flyte.core.v1.ExecutionErrorR\x05error\x12\"\n" +
-	"\acluster\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\xfd\x01R\acluster\x12)\n" +
-	"\voutputs_uri\x18\t \x01(\tB\b\xbaH\x05r\x03\x18\x80\x10R\n" +
+	"\x05error\x18\a \x01(\v2\x1d.flyte.core.v1.ExecutionErrorR\x05error\x12&\n" +
+	"\acluster\x18\b \x01(\tB\f\xbaH\tr\a\x18\xfd\x01\xba\x01\x01\x00R\acluster\x12-\n" +
+	"\voutputs_uri\x18\t \x01(\tB\f\xbaH\tr\a\x18\x80\x10\xba\x01\x01\x00R\n" +
 	"outputsUri\x12G\n" +
 	"\fcache_status\x18\n" +
-	" \x01(\x0e2\x1a.flyte.core.v1.CacheStatusB\b\xbaH\x05\x82\x01\x02\x10\x01R\vcacheStatus\x12 \n" +
-	"\x06reason\x18\v \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\x06reason\x12#\n" +
-	"\amessage\x18\f \x01(\tB\t\xbaH\x06r\x04\x18\x80\x80\x04R\amessage\x12N\n" +
+	" \x01(\x0e2\x1a.flyte.core.v1.CacheStatusB\b\xbaH\x05\x82\x01\x02\x10\x01R\vcacheStatus\x12$\n" +
+	"\x06reason\x18\v \x01(\tB\f\xbaH\tr\a\x18\x80\x02\xba\x01\x01\x00R\x06reason\x12'\n" +
+	"\amessage\x18\f \x01(\tB\r\xbaH\n" +
+	"r\b\x18\x80\x80\x04\xba\x01\x01\x00R\amessage\x12N\n" +
 	"\x0ecluster_events\x18\r \x03(\v2\x1d.flyte.events.v1.ClusterEventB\b\xbaH\x05\x92\x01\x02\x10dR\rclusterEvents\x12?\n" +
-	"\tlog_links\x18\x0e \x03(\v2\x18.flyte.events.v1.LogLinkB\b\xbaH\x05\x92\x01\x02\x10\x14R\blogLinks\x12%\n" +
-	"\ttask_type\x18\x0f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btaskType\"\xe6\x01\n" +
-	"\fClusterEvent\x12;\n" +
-	"\voccurred_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"occurredAt\x12 \n" +
-	"\x06object\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06object\x12\x1b\n" +
-	"\x04type\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18 R\x04type\x12 \n" +
-	"\x06reason\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\x06reason\x12\"\n" +
-	"\amessage\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\amessage\x12\x14\n" +
-	"\x05count\x18\x06 \x01(\rR\x05count\"E\n" +
-	"\aLogLink\x12\x1e\n" +
-	"\x04name\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x04name\x12\x1a\n" +
-	"\x03uri\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x88\x01\x01R\x03uri\"\x93\x04\n" +
+	"\tlog_links\x18\x0e \x03(\v2\x18.flyte.events.v1.LogLinkB\b\xbaH\x05\x92\x01\x02\x10\x14R\blogLinks\x12)\n" +
+	"\ttask_type\x18\x0f \x01(\tB\f\xbaH\tr\a\x18\x80\x01\xba\x01\x01\x00R\btaskType\"\x8e\x02\n" +
+	"\fClusterEvent\x12S\n" +
+	"\voccurred_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampB\x16\xbaH\x13\xb2\x01\x10\x1a\x06\b\x80\x99\xfd\x93\x1b2\x06\b\x80\x87\xb5\xc3\x03R\n" +
+	"occurredAt\x12$\n" +
+	"\x06object\x18\x02 \x01(\tB\f\xbaH\tr\a\x18\x80\x04\xba\x01\x01\x00R\x06object\x12\x1f\n" +
+	"\x04type\x18\x03 \x01(\tB\v\xbaH\br\x06\x18 \xba\x01\x01\x00R\x04type\x12$\n" +
+	"\x06reason\x18\x04 \x01(\tB\f\xbaH\tr\a\x18\x80\x02\xba\x01\x01\x00R\x06reason\x12&\n" +
+	"\amessage\x18\x05 \x01(\tB\f\xbaH\tr\a\x18\x80 \xba\x01\x01\x00R\amessage\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\rR\x05count\"R\n" +
+	"\aLogLink\x12%\n" +
+	"\x04name\x18\x01 \x01(\tB\x11\xbaH\x0e\xc8\x01\x01r\t\x10\x01\x18\x80\x01\xba\x01\x01\x00R\x04name\x12 \n" +
+	"\x03uri\x18\x02 \x01(\tB\x0e\xbaH\v\xc8\x01\x01r\x06\x18\x80\x10\x88\x01\x01R\x03uri\"\x93\x04\n" +
 	"\x06Action\x12/\n" +
 	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x120\n" +
