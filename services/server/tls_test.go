@@ -1,0 +1,64 @@
+package server_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/server"
+)
+
+// servedCertificate opens a new connection and returns the common name the server
+// presented and the HTTP version spoken.
+func servedCertificate(t *testing.T, pki *servicetest.PKI, url string) (string, int) {
+	t.Helper()
+	client := pki.Client("")
+	defer client.CloseIdleConnections()
+	resp, err := client.Get(url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return resp.TLS.PeerCertificates[0].Subject.CommonName, resp.ProtoMajor
+}
+
+// TestTLSCertificateRotatesWithoutRestart: a certificate written over the files, as
+// cert-manager rotates it, is served to new connections by the running server, over
+// HTTP/2 negotiated by ALPN; cleartext is refused.
+func TestTLSCertificateRotatesWithoutRestart(t *testing.T) {
+	pki := servicetest.NewPKI(t)
+	url := strings.Replace(startWith(t, server.Config{TLSCertFile: pki.CertFile, TLSKeyFile: pki.KeyFile}, &testService{}), "http://", "https://", 1)
+
+	name, proto := servedCertificate(t, pki, url)
+	if name != "server" || proto != 2 {
+		t.Fatalf("served %q over HTTP/%d, want the first certificate over HTTP/2", name, proto)
+	}
+	client := eventsv1connect.NewEventsServiceClient(pki.Client(""), url, connect.WithGRPC())
+	if _, err := client.GetAction(context.Background(), connect.NewRequest(&eventsv1.GetActionRequest{Id: validID()})); err != nil {
+		t.Fatalf("gRPC over TLS: %v", err)
+	}
+	if _, err := servicetest.H2CClient().Get(strings.Replace(url, "https://", "http://", 1) + "/healthz"); err == nil {
+		t.Error("the TLS port answered cleartext HTTP/2")
+	}
+	if _, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}}}).Get(url + "/healthz"); err == nil {
+		t.Error("a client that does not trust the CA was answered")
+	}
+
+	pki.Issue(t, "rotated")
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if name, _ := servedCertificate(t, pki, url); name == "rotated" {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("the server still presents the old certificate 30 s after the files changed")
+}
