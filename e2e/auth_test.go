@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +16,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/events"
@@ -28,8 +26,8 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/authbench"
 	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
@@ -329,29 +327,11 @@ func bind(t *testing.T, cs kubernetes.Interface, namespace, clusterRole, saNames
 // test checks what a cluster admin installs.
 func applyShippedRoles(t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
-	path, err := repo.Path("deploy", "kustomize", "base", "access", "roles.yaml")
+	names, err := authbench.ApplyRoles(context.Background(), cs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		var role rbacv1.ClusterRole
-		if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
-			t.Fatal(err)
-		}
-		if role.Kind != "ClusterRole" {
-			continue
-		}
-		n++
-		if _, err := cs.RbacV1().ClusterRoles().Create(context.Background(), &role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	if n != 2 {
-		t.Fatalf("roles.yaml holds %d ClusterRoles, want the executor's and the viewer's", n)
+	if !slices.Equal(names, []string{"flyte-services-executor", "flyte-services-viewer"}) {
+		t.Fatalf("roles.yaml holds ClusterRoles %v, want the executor's and the viewer's", names)
 	}
 }

@@ -43,6 +43,8 @@ type Options struct {
 	Rounds int
 	// ReservationClients and ReservationKeys shape the contention measurement.
 	ReservationClients, ReservationKeys int
+	// CompareAuth also measures Get hits with auth mode kubernetes beside auth mode none.
+	CompareAuth bool
 }
 
 func entryKey(i int, hit bool) store.Key {
@@ -225,6 +227,14 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: |")
 	fmt.Fprintf(w, "| %.0f | %s | %s | %d | %d |\n", float64(res.Ops)/res.Elapsed.Seconds(),
 		round(res.Percentile(0.5)), round(res.Percentile(0.99)), acquired.Load(), refused.Load())
+	if o.CompareAuth {
+		stopService()
+		r, err := CompareAuth(ctx, o, progress)
+		if err != nil {
+			return fmt.Errorf("auth comparison: %w", err)
+		}
+		WriteAuth(w, o, r)
+	}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"k8s.io/client-go/kubernetes"
 	"log/slog"
 	"strings"
 	"sync"
@@ -46,6 +47,8 @@ type Options struct {
 	IngestEvents int
 	// BatchSizes are the Record batch sizes to measure.
 	BatchSizes []int
+	// CompareAuth also measures Record with auth mode kubernetes beside auth mode none.
+	CompareAuth bool
 	// Rounds repeats each ingest measurement, alternating baseline and service; the
 	// median is reported.
 	Rounds int
@@ -189,10 +192,16 @@ type service struct {
 }
 
 func startService(ctx context.Context, o Options) (*service, error) {
+	return startServiceWith(ctx, o, auth.Config{Mode: auth.ModeNone}, nil, "")
+}
+
+// startServiceWith runs the service with authCfg (kube reaching the API server of mode
+// kubernetes); its clients send token when it is not empty.
+func startServiceWith(ctx context.Context, o Options, authCfg auth.Config, kube kubernetes.Interface, token string) (*service, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	started := make(chan app.Addrs, 1)
 	done := make(chan error, 1)
-	cfg := events.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL, Auth: auth.Config{Mode: auth.ModeNone}}
+	cfg := events.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL, Auth: authCfg, KubeClient: kube}
 	go func() {
 		done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
 	}()
@@ -204,7 +213,11 @@ func startService(ctx context.Context, o Options) (*service, error) {
 		s := &service{stop: func() error { cancel(); return <-done }}
 		// One connection per client, like separate executors.
 		for range o.Clients {
-			s.clients = append(s.clients, eventsv1connect.NewEventsServiceClient(servicetest.H2CClient(), "http://"+a.RPC.String()))
+			h := servicetest.H2CClient()
+			if token != "" {
+				h = servicetest.WithToken(token)
+			}
+			s.clients = append(s.clients, eventsv1connect.NewEventsServiceClient(h, "http://"+a.RPC.String()))
 		}
 		return s, nil
 	}
@@ -428,6 +441,14 @@ func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error 
 				micros(r.RecordCPU[benchutil.SelfGroup]), micros(r.RecordCPU[postgresGroup]),
 				100*float64(ceiling)/float64(record), micros(r.ValidateCPU), 100*float64(ceiling)/float64(record-r.ValidateCPU))
 		}
+	}
+
+	if o.CompareAuth {
+		r, err := CompareAuth(ctx, o, pool, svc, progress)
+		if err != nil {
+			return fmt.Errorf("auth comparison: %w", err)
+		}
+		WriteAuth(w, o, r)
 	}
 
 	fmt.Fprintf(progress, "queries: loading %d events\n", o.StoredEvents)

@@ -22,6 +22,7 @@ func main() {
 	flag.IntVar(&o.Rounds, "rounds", 3, "rounds per Get measurement (median reported)")
 	flag.IntVar(&o.ReservationClients, "reservation-clients", 64, "concurrent GetOrExtendReservation clients")
 	flag.IntVar(&o.ReservationKeys, "reservation-keys", 100, "keys they contend for")
+	flag.BoolVar(&o.CompareAuth, "compare-auth", true, "also measure Get hits with auth mode kubernetes (an API server built by hack/envtest.sh) beside auth mode none")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (client and service) to this file")
 	flag.Parse()
 	benchutil.Main("cache-bench", *cpuProfile, func() error {

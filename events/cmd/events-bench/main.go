@@ -25,6 +25,7 @@ func main() {
 	flag.IntVar(&o.Rounds, "rounds", 3, "ingest rounds per batch size (median reported)")
 	flag.IntVar(&o.StoredEvents, "stored-events", 1_000_000, "store size for query latencies")
 	flag.IntVar(&o.Queries, "queries", 5000, "calls per query latency")
+	flag.BoolVar(&o.CompareAuth, "compare-auth", true, "also measure Record with auth mode kubernetes (an API server built by hack/envtest.sh) beside auth mode none")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (client and service) to this file")
 	flag.Parse()
 	for _, s := range strings.Split(sizes, ",") {
