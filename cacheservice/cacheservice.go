@@ -12,7 +12,6 @@ import (
 
 	"github.com/flytekube/backend/cacheservice/service"
 	"github.com/flytekube/backend/cacheservice/store"
-	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/server"
@@ -26,6 +25,9 @@ type Config struct {
 	MetricsListen string
 	// DatabaseURL is the Postgres connection URL.
 	DatabaseURL string
+	// MinHeartbeat is the shortest heartbeat interval granted to a reservation; 1s or
+	// MaxHeartbeat, whichever is shorter, by default.
+	MinHeartbeat time.Duration
 	// MaxHeartbeat caps the heartbeat interval of reservations.
 	MaxHeartbeat time.Duration
 	// HeartbeatGraceMultiplier: a reservation expires after this many heartbeat intervals
@@ -48,6 +50,11 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
+// DefaultMaxMessageBytes bounds a request to the cache service. Every field of a request
+// is bounded, so the largest valid one (a Put) is about 12 KiB; anything much larger is
+// padding that only costs the server memory.
+const DefaultMaxMessageBytes = 64 << 10
+
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	if c.Listen == "" {
@@ -55,6 +62,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxHeartbeat == 0 {
 		c.MaxHeartbeat = 10 * time.Second
+	}
+	if c.MinHeartbeat == 0 {
+		c.MinHeartbeat = min(time.Second, c.MaxHeartbeat)
+	}
+	if c.Server.MaxMessageBytes == 0 {
+		c.Server.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.HeartbeatGraceMultiplier == 0 {
 		c.HeartbeatGraceMultiplier = 3
@@ -75,6 +88,8 @@ func (c Config) Validate() error {
 		return errors.New("database-url: required (or set DATABASE_URL)")
 	case c.MaxHeartbeat <= 0 || c.MaxHeartbeat > time.Hour:
 		return fmt.Errorf("max-heartbeat: must be in (0, 1h], got %s", c.MaxHeartbeat)
+	case c.MinHeartbeat < time.Millisecond || c.MinHeartbeat > c.MaxHeartbeat:
+		return fmt.Errorf("min-heartbeat: must be in [1ms, max-heartbeat (%s)], got %s", c.MaxHeartbeat, c.MinHeartbeat)
 	case c.HeartbeatGraceMultiplier < 1:
 		return fmt.Errorf("heartbeat-grace-multiplier: must be at least 1, got %d", c.HeartbeatGraceMultiplier)
 	case c.EntryTTL < 0:
@@ -105,8 +120,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 			return nil, err
 		}
 		st := store.New(d.Pool)
-		res := service.Reservations{MaxHeartbeat: cfg.MaxHeartbeat, GraceMultiplier: cfg.HeartbeatGraceMultiplier}
-		d.Server.Handle(cachev1connect.NewCacheServiceHandler(service.New(st, res, metrics, log), d.Server.HandlerOptions()...))
+		res := service.Reservations{MinHeartbeat: cfg.MinHeartbeat, MaxHeartbeat: cfg.MaxHeartbeat, GraceMultiplier: cfg.HeartbeatGraceMultiplier}
+		d.Server.Handle(service.NewHandler(service.New(st, res, metrics, log), d.Server.HandlerOptions()...))
 		clog := log.With("component", "cleanup")
 		return []app.Background{func(ctx context.Context) {
 			app.Every(ctx, cfg.CleanupInterval, func(ctx context.Context) { cleanup(ctx, st, cfg, metrics, clog) })

@@ -1,7 +1,8 @@
 // Package service is the CacheService RPC edge: requests (already validated by the
 // server's protovalidate interceptor) become store calls, and errors become RPC codes.
 // A database outage is Unavailable, so callers (the executor treats any cache error as
-// a miss) can tell it from a real miss.
+// a miss) can tell it from a real miss. A reservation belongs to the owner_id and the
+// authenticated identity that took it.
 package service
 
 import (
@@ -18,15 +19,24 @@ import (
 	"github.com/flytekube/backend/cacheservice/store"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
-	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/services/auth"
 )
 
 // Reservations shape the reservations the service grants.
 type Reservations struct {
+	// MinHeartbeat is the shortest heartbeat interval granted: a shorter one would make a
+	// reservation that expires as it is granted (and the database keeps intervals to the
+	// microsecond, so a nanosecond is 0 s), letting every caller take it over.
+	MinHeartbeat time.Duration
 	// MaxHeartbeat caps the heartbeat interval a caller may ask for.
 	MaxHeartbeat time.Duration
 	// GraceMultiplier: a reservation expires after this many missed heartbeats.
 	GraceMultiplier int
+}
+
+// grant is the heartbeat interval granted to a caller that asked for asked.
+func (r Reservations) grant(asked time.Duration) time.Duration {
+	return min(max(asked, r.MinHeartbeat), r.MaxHeartbeat)
 }
 
 // Service implements flyte.cache.v1.CacheService.
@@ -53,7 +63,7 @@ func (s *Service) Get(ctx context.Context, req *connect.Request[cachev1.GetReque
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("%w for %s", err, key))
 	}
 	if err != nil {
-		return nil, postgres.RPCError(err)
+		return nil, s.storeError(ctx, "Get", err)
 	}
 	s.metrics.gets.WithLabelValues("hit").Inc()
 	return connect.NewResponse(&cachev1.GetResponse{Output: out}), nil
@@ -72,7 +82,7 @@ func (s *Service) Put(ctx context.Context, req *connect.Request[cachev1.PutReque
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%w for %s; set overwrite or max_age to replace it", err, store.KeyOf(m.GetKey())))
 	}
 	if err != nil {
-		return nil, postgres.RPCError(err)
+		return nil, s.storeError(ctx, "Put", err)
 	}
 	result := "stored"
 	if res.Replaced {
@@ -86,7 +96,7 @@ func (s *Service) Put(ctx context.Context, req *connect.Request[cachev1.PutReque
 func (s *Service) Delete(ctx context.Context, req *connect.Request[cachev1.DeleteRequest]) (*connect.Response[cachev1.DeleteResponse], error) {
 	deleted, err := s.store.Delete(ctx, store.KeyOf(req.Msg.GetKey()))
 	if err != nil {
-		return nil, postgres.RPCError(err)
+		return nil, s.storeError(ctx, "Delete", err)
 	}
 	if deleted {
 		s.metrics.deleted.Inc()
@@ -99,7 +109,7 @@ func (s *Service) Invalidate(ctx context.Context, req *connect.Request[cachev1.I
 	m := req.Msg
 	n, err := s.store.Invalidate(ctx, m.GetProject(), m.GetDomain(), m.GetTaskName(), m.GetCacheVersion())
 	if err != nil {
-		return nil, postgres.RPCError(err)
+		return nil, s.storeError(ctx, "Invalidate", err)
 	}
 	s.metrics.deleted.Add(float64(n))
 	s.log.InfoContext(ctx, "invalidated cache entries", "project", m.GetProject(), "domain", m.GetDomain(),
@@ -114,15 +124,18 @@ var outcomeNames = map[store.Outcome]string{
 // GetOrExtendReservation implements CacheService.GetOrExtendReservation.
 func (s *Service) GetOrExtendReservation(ctx context.Context, req *connect.Request[cachev1.GetOrExtendReservationRequest]) (*connect.Response[cachev1.GetOrExtendReservationResponse], error) {
 	m := req.Msg
-	heartbeat := min(m.GetHeartbeatInterval().AsDuration(), s.res.MaxHeartbeat)
-	res, outcome, err := s.store.GetOrExtendReservation(ctx, store.KeyOf(m.GetKey()), m.GetOwnerId(), heartbeat, s.res.GraceMultiplier)
+	key := store.KeyOf(m.GetKey())
+	heartbeat := s.res.grant(m.GetHeartbeatInterval().AsDuration())
+	res, outcome, err := s.store.GetOrExtendReservation(ctx, key, claimant(ctx, m.GetOwnerId()), heartbeat, s.res.GraceMultiplier)
 	if err != nil {
-		return nil, postgres.RPCError(err)
+		return nil, s.storeError(ctx, "GetOrExtendReservation", err)
 	}
 	s.metrics.reservations.WithLabelValues(outcomeNames[outcome]).Inc()
+	// The key is rebuilt rather than the request's echoed, and the owner_id is empty when
+	// refused: the store gives it only to its holder.
 	return connect.NewResponse(&cachev1.GetOrExtendReservationResponse{
 		Reservation: &cachev1.Reservation{
-			Key:               m.GetKey(),
+			Key:               key.Proto(),
 			OwnerId:           res.OwnerID,
 			HeartbeatInterval: durationpb.New(res.Heartbeat),
 			ExpiresAt:         timestamppb.New(res.ExpiresAt),
@@ -133,9 +146,9 @@ func (s *Service) GetOrExtendReservation(ctx context.Context, req *connect.Reque
 
 // ReleaseReservation implements CacheService.ReleaseReservation.
 func (s *Service) ReleaseReservation(ctx context.Context, req *connect.Request[cachev1.ReleaseReservationRequest]) (*connect.Response[cachev1.ReleaseReservationResponse], error) {
-	released, err := s.store.ReleaseReservation(ctx, store.KeyOf(req.Msg.GetKey()), req.Msg.GetOwnerId())
+	released, err := s.store.ReleaseReservation(ctx, store.KeyOf(req.Msg.GetKey()), claimant(ctx, req.Msg.GetOwnerId()))
 	if err != nil {
-		return nil, postgres.RPCError(err)
+		return nil, s.storeError(ctx, "ReleaseReservation", err)
 	}
 	result := "ignored"
 	if released {
@@ -143,4 +156,10 @@ func (s *Service) ReleaseReservation(ctx context.Context, req *connect.Request[c
 	}
 	s.metrics.releases.WithLabelValues(result).Inc()
 	return connect.NewResponse(&cachev1.ReleaseReservationResponse{Released: released}), nil
+}
+
+// claimant is the caller as a reservation knows it: the owner_id it gave and the
+// identity it authenticated as (anonymous when authentication is off).
+func claimant(ctx context.Context, ownerID string) store.Claimant {
+	return store.Claimant{OwnerID: ownerID, Identity: auth.UserFrom(ctx).GetName()}
 }

@@ -12,6 +12,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,6 +36,9 @@ var (
 	ErrNotFound = errors.New("no cached output")
 	// ErrExists is returned by Put when an entry exists and may not be replaced.
 	ErrExists = errors.New("a cached output exists")
+	// ErrContended is returned when a reservation changed under every attempt to read it;
+	// trying again is the remedy.
+	ErrContended = errors.New("the reservation kept changing under contention")
 )
 
 // Key is a cache key's parts, in primary-key order.
@@ -103,6 +107,9 @@ func maxAgeSeconds(maxAge time.Duration) *float64 {
 // Get returns the entry for k, or ErrNotFound when there is none or, with maxAge > 0,
 // when it was last written longer ago than maxAge.
 func (s *Store) Get(ctx context.Context, k Key, maxAge time.Duration) (*cachev1.CachedOutput, error) {
+	if err := k.check(); err != nil {
+		return nil, err
+	}
 	row := s.pool.QueryRow(ctx, `SELECT `+outputColumns+` FROM cached_outputs WHERE `+keyMatch+`
   AND ($7::float8 IS NULL OR updated_at > now() - make_interval(secs => $7))`,
 		append(k.args(), maxAgeSeconds(maxAge))...)
@@ -134,9 +141,24 @@ type PutResult struct {
 	Replaced bool
 }
 
+func (r PutRequest) check() error {
+	src := r.Source
+	if r.SourceAttempt > math.MaxInt32 {
+		return &FieldError{"source_attempt", "does not fit the stored integer"}
+	}
+	return checkTexts(append(r.Key.texts(),
+		textField{"output_uri", r.OutputURI, maxOutputURIBytes},
+		textField{"source_action.project", src.GetProject(), maxNameBytes}, textField{"source_action.domain", src.GetDomain(), maxNameBytes},
+		textField{"source_action.run", src.GetRun(), maxNameBytes}, textField{"source_action.action", src.GetAction(), maxNameBytes},
+	)...)
+}
+
 // Put stores an entry, or returns ErrExists when one exists that may not be replaced.
 // Of concurrent Puts of one key without Overwrite, exactly one succeeds.
 func (s *Store) Put(ctx context.Context, r PutRequest) (PutResult, error) {
+	if err := r.check(); err != nil {
+		return PutResult{}, err
+	}
 	src := r.Source
 	row := s.pool.QueryRow(ctx, `
 INSERT INTO cached_outputs AS c (project, domain, task_name, cache_version, signature, inputs_hash,
@@ -163,6 +185,9 @@ RETURNING `+outputColumns+`, xmax <> 0`,
 
 // Delete removes the entry for k and reports whether there was one.
 func (s *Store) Delete(ctx context.Context, k Key) (bool, error) {
+	if err := k.check(); err != nil {
+		return false, err
+	}
 	tag, err := s.pool.Exec(ctx, `DELETE FROM cached_outputs WHERE `+keyMatch, k.args()...)
 	if err != nil {
 		return false, fmt.Errorf("store: deleting %s: %w", k, err)
@@ -173,6 +198,11 @@ func (s *Store) Delete(ctx context.Context, k Key) (bool, error) {
 // Invalidate removes every entry of a task, or of one of its cache versions when
 // version is not empty, and returns how many went.
 func (s *Store) Invalidate(ctx context.Context, project, domain, task, version string) (int64, error) {
+	err := checkTexts(textField{"project", project, maxNameBytes}, textField{"domain", domain, maxNameBytes},
+		textField{"task_name", task, maxTaskNameBytes}, textField{"cache_version", version, maxKeyPartBytes})
+	if err != nil {
+		return 0, err
+	}
 	tag, err := s.pool.Exec(ctx, `
 DELETE FROM cached_outputs
 WHERE project = $1 AND domain = $2 AND task_name = $3 AND ($4 = '' OR cache_version = $4)`,
@@ -193,71 +223,94 @@ const (
 	Extended
 	// TakenOver: another owner's reservation had expired; the caller has it now.
 	TakenOver
-	// Refused: another owner holds it.
+	// Refused: another claimant holds it.
 	Refused
 )
 
-// Reservation is a key's reservation.
+// Claimant is who asks for a reservation: the owner_id it names its work by, and the
+// identity it authenticated as. A reservation is extended or released only when both
+// are the holder's, since an owner_id alone is guessable.
+type Claimant struct {
+	OwnerID, Identity string
+}
+
+func (c Claimant) check() error {
+	return checkTexts(textField{"owner_id", c.OwnerID, maxOwnerIDBytes}, textField{"caller identity", c.Identity, maxIdentityNameBytes})
+}
+
+// Reservation is a key's reservation. OwnerID is set only when the caller holds it: who
+// else does is not the caller's to know.
 type Reservation struct {
 	OwnerID   string
 	Heartbeat time.Duration
 	ExpiresAt time.Time
 }
 
-// GetOrExtendReservation takes k's reservation for owner when it is free or expired,
-// extends it when owner holds it, and otherwise returns the holder's. The reservation
-// lasts heartbeat x grace from now.
-func (s *Store) GetOrExtendReservation(ctx context.Context, k Key, owner string, heartbeat time.Duration, grace int) (Reservation, Outcome, error) {
-	// One conditional upsert decides; when it does not write, the holder is read in the
-	// same statement. That read uses the statement's snapshot, which may predate a
+// GetOrExtendReservation takes k's reservation for c when it is free or expired, extends
+// it when c holds it, and otherwise returns the holder's heartbeat and expiry. The
+// reservation lasts heartbeat x grace from now.
+func (s *Store) GetOrExtendReservation(ctx context.Context, k Key, c Claimant, heartbeat time.Duration, grace int) (Reservation, Outcome, error) {
+	if err := errors.Join(k.check(), c.check()); err != nil {
+		return Reservation{}, 0, err
+	}
+	// One conditional upsert decides; when it does not write, the reservation is read in
+	// the same statement. That read uses the statement's snapshot, which may predate a
 	// reservation the upsert saw being committed concurrently; then nothing comes back
-	// and the statement is simply run again with a fresh snapshot.
+	// and the statement is simply run again with a fresh snapshot. A reservation stored
+	// without a holder (before holders were recorded) matches no claimant.
 	const q = `
 WITH claimed AS (
     INSERT INTO reservations AS r (project, domain, task_name, cache_version, signature, inputs_hash,
-        owner_id, heartbeat_interval, expires_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, make_interval(secs => $8), now() + make_interval(secs => $8 * $9))
+        owner_id, holder, heartbeat_interval, expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, make_interval(secs => $9), now() + make_interval(secs => $9 * $10))
     ON CONFLICT (project, domain, task_name, cache_version, signature, inputs_hash) DO UPDATE
-    SET owner_id = EXCLUDED.owner_id, previous_owner = r.owner_id,
+    SET owner_id = EXCLUDED.owner_id, holder = EXCLUDED.holder,
+        previous_owner = r.owner_id, previous_holder = r.holder,
         heartbeat_interval = EXCLUDED.heartbeat_interval, expires_at = EXCLUDED.expires_at
-    WHERE r.owner_id = EXCLUDED.owner_id OR r.expires_at < now()
-    RETURNING owner_id, heartbeat_interval, expires_at, xmax = 0 AS inserted, previous_owner
+    WHERE (r.owner_id = EXCLUDED.owner_id AND r.holder = EXCLUDED.holder) OR r.expires_at < now()
+    RETURNING heartbeat_interval, expires_at, xmax = 0 AS inserted,
+        coalesce(previous_owner = owner_id AND previous_holder = holder, false) AS extended
 )
-SELECT owner_id, heartbeat_interval, expires_at, true, inserted, previous_owner FROM claimed
+SELECT heartbeat_interval, expires_at, true, inserted, extended FROM claimed
 UNION ALL
-SELECT owner_id, heartbeat_interval, expires_at, false, false, NULL FROM reservations
+SELECT heartbeat_interval, expires_at, false, false, false FROM reservations
 WHERE ` + keyMatch + ` AND NOT EXISTS (SELECT 1 FROM claimed)`
-	args := append(k.args(), owner, heartbeat.Seconds(), grace)
+	args := append(k.args(), c.OwnerID, c.Identity, heartbeat.Seconds(), grace)
 	for range 5 {
 		var (
-			res                Reservation
-			acquired, inserted bool
-			previous           *string
+			res                          Reservation
+			acquired, inserted, extended bool
 		)
-		err := s.pool.QueryRow(ctx, q, args...).Scan(&res.OwnerID, &res.Heartbeat, &res.ExpiresAt, &acquired, &inserted, &previous)
+		err := s.pool.QueryRow(ctx, q, args...).Scan(&res.Heartbeat, &res.ExpiresAt, &acquired, &inserted, &extended)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
 		if err != nil {
 			return Reservation{}, 0, fmt.Errorf("store: reserving %s: %w", k, err)
 		}
-		switch {
-		case !acquired:
+		if !acquired {
 			return res, Refused, nil
+		}
+		res.OwnerID = c.OwnerID
+		switch {
 		case inserted:
 			return res, Granted, nil
-		case previous != nil && *previous == owner:
+		case extended:
 			return res, Extended, nil
 		default:
 			return res, TakenOver, nil
 		}
 	}
-	return Reservation{}, 0, fmt.Errorf("store: reserving %s: the reservation kept changing under contention", k)
+	return Reservation{}, 0, fmt.Errorf("store: reserving %s: %w", k, ErrContended)
 }
 
-// ReleaseReservation deletes k's reservation if owner holds it, and reports whether it did.
-func (s *Store) ReleaseReservation(ctx context.Context, k Key, owner string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM reservations WHERE `+keyMatch+` AND owner_id = $7`, append(k.args(), owner)...)
+// ReleaseReservation deletes k's reservation if c holds it, and reports whether it did.
+func (s *Store) ReleaseReservation(ctx context.Context, k Key, c Claimant) (bool, error) {
+	if err := errors.Join(k.check(), c.check()); err != nil {
+		return false, err
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM reservations WHERE `+keyMatch+` AND owner_id = $7 AND holder = $8`,
+		append(k.args(), c.OwnerID, c.Identity)...)
 	if err != nil {
 		return false, fmt.Errorf("store: releasing %s: %w", k, err)
 	}

@@ -169,7 +169,10 @@ type Decision struct {
 	Hit        bool
 	OutputsURI string
 	// Wait: another owner holds the reservation; look again after Wait.
-	Wait   time.Duration
+	Wait time.Duration
+	// Holder says what is being waited for. The service does not tell a waiter who holds
+	// a reservation (an owner_id is guessable, so it is not told), so this names the
+	// reserved task and cache version.
 	Holder string
 	// Status is the cache status to report when the action runs (Miss, or Skipped when
 	// the cache could not be consulted).
@@ -226,7 +229,7 @@ func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI s
 	}
 	granted := res.Msg.GetReservation().GetHeartbeatInterval().AsDuration()
 	if !res.Msg.GetAcquired() {
-		return Decision{Wait: granted, Holder: res.Msg.GetReservation().GetOwnerId(), Status: flytev1.CacheMiss}
+		return Decision{Wait: granted, Holder: key.GetTaskName() + "@" + key.GetCacheVersion(), Status: flytev1.CacheMiss}
 	}
 	c.keepAlive(ta, key, granted)
 	return Decision{Status: flytev1.CacheMiss}

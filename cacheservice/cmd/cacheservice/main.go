@@ -22,6 +22,7 @@ func main() {
 	flag.StringVar(&cfg.MetricsListen, "metrics-listen", ":9094", "address for Prometheus /metrics; empty disables it")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
 	flag.DurationVar(&cfg.MaxHeartbeat, "max-heartbeat", defaults.MaxHeartbeat, "longest heartbeat interval granted to a reservation")
+	flag.DurationVar(&cfg.MinHeartbeat, "min-heartbeat", defaults.MinHeartbeat, "shortest heartbeat interval granted to a reservation, whatever a caller asks for")
 	flag.IntVar(&cfg.HeartbeatGraceMultiplier, "heartbeat-grace-multiplier", defaults.HeartbeatGraceMultiplier, "a reservation expires after this many heartbeat intervals without one")
 	flag.DurationVar(&cfg.EntryTTL, "entry-ttl", 0, "delete entries this long after they were last written; 0 keeps them")
 	flag.DurationVar(&cfg.CleanupInterval, "cleanup-interval", defaults.CleanupInterval, "how often expired reservations and old entries are removed")

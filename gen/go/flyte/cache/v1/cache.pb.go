@@ -214,7 +214,8 @@ type Reservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key is the reserved computation.
 	Key *CacheKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// owner_id identifies the holder, typically the action attempt.
+	// owner_id identifies the holder, typically the action attempt. It is set only for the
+	// holder itself: a refused caller gets it empty.
 	OwnerId string `protobuf:"bytes,2,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	// heartbeat_interval is how often the holder must extend it, as granted by the server.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,3,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
@@ -393,7 +394,8 @@ type PutRequest struct {
 	OutputUri string `protobuf:"bytes,2,opt,name=output_uri,json=outputUri,proto3" json:"output_uri,omitempty"`
 	// source_action is the action that produced the outputs.
 	SourceAction *v1.ActionIdentifier `protobuf:"bytes,3,opt,name=source_action,json=sourceAction,proto3" json:"source_action,omitempty"`
-	// source_attempt is the attempt of source_action that produced them.
+	// source_attempt is the attempt of source_action that produced them; the bound is that
+	// of an action event's attempt.
 	SourceAttempt uint32 `protobuf:"varint,4,opt,name=source_attempt,json=sourceAttempt,proto3" json:"source_attempt,omitempty"`
 	// overwrite replaces an existing entry instead of failing with AlreadyExists.
 	Overwrite bool `protobuf:"varint,5,opt,name=overwrite,proto3" json:"overwrite,omitempty"`
@@ -737,9 +739,12 @@ type GetOrExtendReservationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key is the computation to reserve.
 	Key *CacheKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// owner_id identifies the caller; the same owner extends its own reservation.
+	// owner_id identifies the caller; the same owner, under the same authenticated
+	// identity, extends its own reservation. Printable text: no control characters.
 	OwnerId string `protobuf:"bytes,2,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	// heartbeat_interval is how often the caller will extend; the server may grant less.
+	// heartbeat_interval is how often the caller will extend. The server grants at least
+	// its minimum (1 s unless configured otherwise), so that a reservation does not expire
+	// as it is granted, and at most its maximum.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,3,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
@@ -796,7 +801,8 @@ func (x *GetOrExtendReservationRequest) GetHeartbeatInterval() *durationpb.Durat
 	return nil
 }
 
-// GetOrExtendReservationResponse holds the reservation, whoever owns it.
+// GetOrExtendReservationResponse holds the reservation, whoever owns it; its owner_id
+// only when the caller does.
 type GetOrExtendReservationResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reservation is the current reservation of the key.
@@ -856,7 +862,8 @@ type ReleaseReservationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key is the reserved computation.
 	Key *CacheKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// owner_id must be the holder's for anything to happen.
+	// owner_id must be the holder's, and the caller the identity that took the
+	// reservation, for anything to happen.
 	OwnerId       string `protobuf:"bytes,2,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -986,14 +993,15 @@ const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12<\n" +
 	"\amax_age\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\x06maxAge\"C\n" +
 	"\vGetResponse\x124\n" +
-	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputR\x06output\"\xc9\x02\n" +
+	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputR\x06output\"\xcc\x02\n" +
 	"\n" +
 	"PutRequest\x122\n" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12-\n" +
 	"\n" +
 	"output_uri\x18\x02 \x01(\tB\x0e\xbaH\v\xd8\x01\x01r\x06\x18\x80\x10\x88\x01\x01R\toutputUri\x12L\n" +
-	"\rsource_action\x18\x03 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\fsourceAction\x12.\n" +
-	"\x0esource_attempt\x18\x04 \x01(\rB\a\xbaH\x04*\x02(\x01R\rsourceAttempt\x12\x1c\n" +
+	"\rsource_action\x18\x03 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\fsourceAction\x121\n" +
+	"\x0esource_attempt\x18\x04 \x01(\rB\n" +
+	"\xbaH\a*\x05\x18\x90N(\x01R\rsourceAttempt\x12\x1c\n" +
 	"\toverwrite\x18\x05 \x01(\bR\toverwrite\x12<\n" +
 	"\amax_age\x18\x06 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\x06maxAge\"C\n" +
 	"\vPutResponse\x124\n" +
@@ -1008,19 +1016,17 @@ const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\ttask_name\x18\x03 \x01(\tB+\xbaH(r&\x10\x01\x18\xff\x012\x1f^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$R\btaskName\x12@\n" +
 	"\rcache_version\x18\x04 \x01(\tB\x1b\xbaH\x18\xd8\x01\x01r\x13\x18\x80\x012\x0e^[\\x21-\\x7e]+$R\fcacheVersion\".\n" +
 	"\x12InvalidateResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\xd6\x01\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\xeb\x01\n" +
 	"\x1dGetOrExtendReservationRequest\x122\n" +
-	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12%\n" +
-	"\bowner_id\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\aownerId\x12Z\n" +
+	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12:\n" +
+	"\bowner_id\x18\x02 \x01(\tB\x1f\xbaH\x1cr\x1a\x10\x01\x18\x80\x022\x13^[^\\x00-\\x1f\\x7f]+$R\aownerId\x12Z\n" +
 	"\x12heartbeat_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x10\xbaH\r\xc8\x01\x01\xaa\x01\a\"\x03\b\x90\x1c*\x00R\x11heartbeatInterval\"{\n" +
 	"\x1eGetOrExtendReservationResponse\x12=\n" +
 	"\vreservation\x18\x01 \x01(\v2\x1b.flyte.cache.v1.ReservationR\vreservation\x12\x1a\n" +
-	"\bacquired\x18\x02 \x01(\bR\bacquired\"v\n" +
+	"\bacquired\x18\x02 \x01(\bR\bacquired\"\x8b\x01\n" +
 	"\x19ReleaseReservationRequest\x122\n" +
-	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12%\n" +
-	"\bowner_id\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\aownerId\"8\n" +
+	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12:\n" +
+	"\bowner_id\x18\x02 \x01(\tB\x1f\xbaH\x1cr\x1a\x10\x01\x18\x80\x022\x13^[^\\x00-\\x1f\\x7f]+$R\aownerId\"8\n" +
 	"\x1aReleaseReservationResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased2\xa6\x04\n" +
 	"\fCacheService\x12C\n" +

@@ -63,10 +63,15 @@ type CacheServiceClient interface {
 	Invalidate(context.Context, *connect.Request[v1.InvalidateRequest]) (*connect.Response[v1.InvalidateResponse], error)
 	// GetOrExtendReservation takes the reservation of a key when nobody holds it or its
 	// holder's has expired, extends it when the caller already holds it, and otherwise
-	// returns the current holder with acquired = false.
+	// answers acquired = false with the reservation's heartbeat and expiry (so the caller
+	// knows when to ask again) but not its owner_id. The caller holds a reservation when
+	// both its owner_id and its authenticated identity are the ones that took it: knowing
+	// another's owner_id is not enough to extend or release its reservation. An expired
+	// reservation may be taken over by any caller allowed to hold reservations.
 	GetOrExtendReservation(context.Context, *connect.Request[v1.GetOrExtendReservationRequest]) (*connect.Response[v1.GetOrExtendReservationResponse], error)
-	// ReleaseReservation gives a reservation up. Only its owner can release it; releasing
-	// a missing reservation, or someone else's, changes nothing and is not an error.
+	// ReleaseReservation gives a reservation up. Only its holder (the same owner_id and
+	// authenticated identity) can release it; releasing a missing reservation, or someone
+	// else's, changes nothing and is not an error.
 	ReleaseReservation(context.Context, *connect.Request[v1.ReleaseReservationRequest]) (*connect.Response[v1.ReleaseReservationResponse], error)
 }
 
@@ -178,10 +183,15 @@ type CacheServiceHandler interface {
 	Invalidate(context.Context, *connect.Request[v1.InvalidateRequest]) (*connect.Response[v1.InvalidateResponse], error)
 	// GetOrExtendReservation takes the reservation of a key when nobody holds it or its
 	// holder's has expired, extends it when the caller already holds it, and otherwise
-	// returns the current holder with acquired = false.
+	// answers acquired = false with the reservation's heartbeat and expiry (so the caller
+	// knows when to ask again) but not its owner_id. The caller holds a reservation when
+	// both its owner_id and its authenticated identity are the ones that took it: knowing
+	// another's owner_id is not enough to extend or release its reservation. An expired
+	// reservation may be taken over by any caller allowed to hold reservations.
 	GetOrExtendReservation(context.Context, *connect.Request[v1.GetOrExtendReservationRequest]) (*connect.Response[v1.GetOrExtendReservationResponse], error)
-	// ReleaseReservation gives a reservation up. Only its owner can release it; releasing
-	// a missing reservation, or someone else's, changes nothing and is not an error.
+	// ReleaseReservation gives a reservation up. Only its holder (the same owner_id and
+	// authenticated identity) can release it; releasing a missing reservation, or someone
+	// else's, changes nothing and is not an error.
 	ReleaseReservation(context.Context, *connect.Request[v1.ReleaseReservationRequest]) (*connect.Response[v1.ReleaseReservationResponse], error)
 }
 

@@ -1,0 +1,446 @@
+package cacheservice_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/flytekube/backend/cacheservice"
+	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
+	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/auth"
+)
+
+// executorTokens writes a token file, in kube-apiserver's static token format, for
+// identities in the executors' group (which may hold reservations), and returns the
+// file and each identity's token.
+func executorTokens(t *testing.T, identities ...string) (file string, tokens map[string]string) {
+	t.Helper()
+	tokens = map[string]string{}
+	var lines strings.Builder
+	for i, id := range identities {
+		b := make([]byte, 16)
+		if _, err := rand.Read(b); err != nil {
+			t.Fatal(err)
+		}
+		tokens[id] = hex.EncodeToString(b)
+		fmt.Fprintf(&lines, "%s,%s,uid-%d,%q\n", tokens[id], id, i, auth.Executors)
+	}
+	file = filepath.Join(t.TempDir(), "tokens.csv")
+	if err := os.WriteFile(file, []byte(lines.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, tokens
+}
+
+// TestReservationsCannotBeStolen: an owner_id is guessable (the executor's is the action's
+// namespace, name and UID), so knowing it must not let another identity extend or
+// release the reservation, and a refused caller must not learn it. Once the holder stops
+// heartbeating, anyone allowed to hold reservations takes it over.
+func TestReservationsCannotBeStolen(t *testing.T) {
+	const heartbeat = 100 * time.Millisecond
+	tokenFile, tokens := executorTokens(t, "executor", "intruder")
+	inst := startInstance(t, pg.NewDatabase(t), func(c *cacheservice.Config) {
+		c.Auth = auth.Config{Mode: auth.ModeTokenFile, TokenFile: tokenFile}
+		c.MaxHeartbeat, c.HeartbeatGraceMultiplier = heartbeat, 2
+		c.CleanupInterval = time.Hour // keep the expired reservation for the takeover
+	})
+	clients := map[string]cachev1connect.CacheServiceClient{}
+	for id, tok := range tokens {
+		clients[id] = cachev1connect.NewCacheServiceClient(servicetest.WithToken(tok), inst.URL, connect.WithGRPC())
+	}
+	ctx := context.Background()
+	k := key("demo.train", "1", "inputs-a")
+	const victim = "flyte/train-a/0b7d4c1e" // the executor's owner_id for its action
+
+	steps := []struct {
+		name        string
+		as, owner   string
+		release     bool // else GetOrExtendReservation
+		waitExpiry  bool // sleep until the current reservation has expired first
+		wantGranted bool // acquired, or released
+	}{
+		{name: "the executor reserves", as: "executor", owner: victim, wantGranted: true},
+		{name: "the intruder extends with the victim's owner_id", as: "intruder", owner: victim},
+		{name: "the intruder releases with the victim's owner_id", as: "intruder", owner: victim, release: true},
+		{name: "the intruder asks under its own owner_id", as: "intruder", owner: "intruder-1"},
+		{name: "the executor still holds it", as: "executor", owner: victim, wantGranted: true},
+		{name: "the executor under another owner_id is refused", as: "executor", owner: "flyte/train-b/5e1f"},
+		{name: "once expired, the intruder takes it over", as: "intruder", owner: "intruder-1", waitExpiry: true, wantGranted: true},
+		{name: "the former holder no longer extends", as: "executor", owner: victim},
+		{name: "the former holder no longer releases", as: "executor", owner: victim, release: true},
+		{name: "the new holder releases", as: "intruder", owner: "intruder-1", release: true, wantGranted: true},
+	}
+	var expiresAt time.Time
+	for _, s := range steps {
+		c := clients[s.as]
+		if s.waitExpiry {
+			time.Sleep(time.Until(expiresAt) + 50*time.Millisecond)
+		}
+		if s.release {
+			resp, err := c.ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: k, OwnerId: s.owner}))
+			if err != nil || resp.Msg.GetReleased() != s.wantGranted {
+				t.Fatalf("%s: released %v, %v; want %v", s.name, resp.Msg.GetReleased(), err, s.wantGranted)
+			}
+			continue
+		}
+		resp, err := reserve(ctx, c, k, s.owner, heartbeat)
+		if err != nil || resp.GetAcquired() != s.wantGranted {
+			t.Fatalf("%s: %v, %v; want acquired %v", s.name, resp, err, s.wantGranted)
+		}
+		res := resp.GetReservation()
+		wantOwner := "" // a refusal does not say whom to impersonate
+		if s.wantGranted {
+			wantOwner = s.owner
+			expiresAt = res.GetExpiresAt().AsTime()
+		}
+		if res.GetOwnerId() != wantOwner {
+			t.Fatalf("%s: the reply names owner %q; want %q", s.name, res.GetOwnerId(), wantOwner)
+		}
+		// A waiter still learns when to look again.
+		if res.GetHeartbeatInterval().AsDuration() != heartbeat || !res.GetExpiresAt().AsTime().Equal(expiresAt) {
+			t.Fatalf("%s: heartbeat %s, expiry %s; want %s, %s", s.name, res.GetHeartbeatInterval().AsDuration(),
+				res.GetExpiresAt().AsTime(), heartbeat, expiresAt)
+		}
+	}
+}
+
+// TestTinyHeartbeatsAreGrantedTheMinimum: a heartbeat below the server's minimum would
+// make a reservation that expires as it is granted (a nanosecond is stored as 0 s), so
+// that every caller takes it over; the server grants its minimum instead.
+func TestTinyHeartbeatsAreGrantedTheMinimum(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t)) // defaults: at least 1s, at most 10s, 3 heartbeats of grace
+	ctx := context.Background()
+	tests := []struct {
+		asked, want time.Duration
+	}{
+		{time.Nanosecond, time.Second},
+		{time.Microsecond, time.Second},
+		{999 * time.Millisecond, time.Second},
+		{1500 * time.Millisecond, 1500 * time.Millisecond},
+		{time.Hour, 10 * time.Second},
+	}
+	for i, tt := range tests {
+		t.Run(tt.asked.String(), func(t *testing.T) {
+			before := time.Now()
+			resp, err := reserve(ctx, inst.client, key("demo.train", "1", fmt.Sprintf("inputs-%d", i)), "owner-a", tt.asked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := resp.GetReservation()
+			if got := res.GetHeartbeatInterval().AsDuration(); got != tt.want {
+				t.Fatalf("asked %s, granted %s; want %s", tt.asked, got, tt.want)
+			}
+			if lasts := res.GetExpiresAt().AsTime().Sub(before); lasts < 3*tt.want-time.Second {
+				t.Fatalf("the reservation lasts %s; want about 3 heartbeats of %s", lasts, tt.want)
+			}
+		})
+	}
+}
+
+// rawCall posts a Connect unary request with a binary protobuf body built by hand, as a
+// client that does not check its strings would, and returns the error it got.
+func rawCall(t *testing.T, inst *instance, procedure string, body []byte) *connect.Error {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, inst.URL+procedure, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/proto")
+	resp, err := inst.HTTP.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	msg, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	// Connect's unary error body is JSON with a code and a message; the whole body is
+	// checked below, which is all a client would see.
+	code := connect.CodeUnknown
+	for c := connect.CodeCanceled; c <= connect.CodeUnauthenticated; c++ {
+		if bytes.Contains(msg, []byte(`"code":"`+c.String()+`"`)) {
+			code = c
+		}
+	}
+	return connect.NewError(code, &rawError{string(msg)})
+}
+
+type rawError struct{ body string }
+
+func (e *rawError) Error() string { return e.body }
+
+// withInvalidUTF8 marshals m, whose placeholder string stands where the bad text goes,
+// and puts bytes that are not UTF-8 in its place: Go's protobuf refuses to send those,
+// other clients do not.
+func withInvalidUTF8(t *testing.T, m proto.Message, placeholder string) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(placeholder)) {
+		t.Fatalf("placeholder %q not in the message", placeholder)
+	}
+	return bytes.Replace(b, []byte(placeholder), bytes.Repeat([]byte{0xff}, len(placeholder)), 1)
+}
+
+// TestBadTextIsInvalidArgumentNamingTheField: Postgres text holds neither NUL nor invalid
+// UTF-8; either must be refused as the caller's mistake, naming the field, and never
+// reach the database (which answers with an SQLSTATE).
+func TestBadTextIsInvalidArgumentNamingTheField(t *testing.T) {
+	db := pg.NewDatabase(t)
+	inst := startInstance(t, db)
+	c := inst.client
+	ctx := context.Background()
+	const bad = "PLACEHOLDER"
+	badKey := func(mutate func(*cachev1.CacheKey)) *cachev1.CacheKey {
+		k := key("demo.train", "1", "inputs-a")
+		mutate(k)
+		return k
+	}
+	const svc = "/flyte.cache.v1.CacheService/"
+	tests := []struct {
+		name      string
+		call      func() error
+		wantField string
+	}{
+		{"NUL in a reservation's owner_id", func() error {
+			_, err := reserve(ctx, c, key("demo.train", "1", "x"), "owner\x00a", time.Second)
+			return err
+		}, "owner_id:"},
+		{"NUL in a release's owner_id", func() error {
+			_, err := c.ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: key("demo.train", "1", "x"), OwnerId: "owner\x00a"}))
+			return err
+		}, "owner_id:"},
+		{"NUL in output_uri", func() error {
+			_, err := put(ctx, c, key("demo.train", "1", "x"), "s3://bucket/out\x00puts")
+			return err
+		}, "output_uri:"},
+		{"invalid UTF-8 in a reservation's owner_id", func() error {
+			return rawCall(t, inst, svc+"GetOrExtendReservation", withInvalidUTF8(t, &cachev1.GetOrExtendReservationRequest{
+				Key: key("demo.train", "1", "x"), OwnerId: bad, HeartbeatInterval: durationpb.New(time.Second)}, bad))
+		}, "GetOrExtendReservationRequest.owner_id"},
+		{"invalid UTF-8 in a release's owner_id", func() error {
+			return rawCall(t, inst, svc+"ReleaseReservation", withInvalidUTF8(t, &cachev1.ReleaseReservationRequest{
+				Key: key("demo.train", "1", "x"), OwnerId: bad}, bad))
+		}, "ReleaseReservationRequest.owner_id"},
+		{"invalid UTF-8 in output_uri", func() error {
+			return rawCall(t, inst, svc+"Put", withInvalidUTF8(t, &cachev1.PutRequest{
+				Key: key("demo.train", "1", "x"), OutputUri: "s3://b/" + bad, SourceAction: source("a0"), SourceAttempt: 1}, bad))
+		}, "PutRequest.output_uri"},
+		{"invalid UTF-8 in the source action", func() error {
+			src := source("a0")
+			src.Run = bad
+			return rawCall(t, inst, svc+"Put", withInvalidUTF8(t, &cachev1.PutRequest{
+				Key: key("demo.train", "1", "x"), OutputUri: "s3://b/o", SourceAction: src, SourceAttempt: 1}, bad))
+		}, "ActionIdentifier.run"},
+		{"invalid UTF-8 in a key's task_name", func() error {
+			return rawCall(t, inst, svc+"Get", withInvalidUTF8(t, &cachev1.GetRequest{
+				Key: badKey(func(k *cachev1.CacheKey) { k.TaskName = bad })}, bad))
+		}, "CacheKey.task_name"},
+		{"invalid UTF-8 in a key's project", func() error {
+			return rawCall(t, inst, svc+"Delete", withInvalidUTF8(t, &cachev1.DeleteRequest{
+				Key: badKey(func(k *cachev1.CacheKey) { k.Project = bad })}, bad))
+		}, "CacheKey.project"},
+		{"invalid UTF-8 in Invalidate's cache_version", func() error {
+			return rawCall(t, inst, svc+"Invalidate", withInvalidUTF8(t, &cachev1.InvalidateRequest{
+				Project: "demo", Domain: "development", TaskName: "demo.train", CacheVersion: bad}, bad))
+		}, "InvalidateRequest.cache_version"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.wantField) {
+				t.Fatalf("got %v; want InvalidArgument naming %s", err, tt.wantField)
+			}
+			if strings.Contains(err.Error(), "SQLSTATE") {
+				t.Fatalf("the error carries the database's answer: %v", err)
+			}
+		})
+	}
+	if n, r := countRows(t, db, "cached_outputs"), countRows(t, db, "reservations"); n != 0 || r != 0 {
+		t.Fatalf("bad text wrote %d entries and %d reservations", n, r)
+	}
+}
+
+// TestStoredValuesAreBounded: every value stored has a bound in the contract, checked
+// before anything is written; an attempt beyond what the executor can produce would be
+// stored as a negative integer.
+func TestStoredValuesAreBounded(t *testing.T) {
+	db := pg.NewDatabase(t)
+	inst := startInstance(t, db)
+	c := inst.client
+	ctx := context.Background()
+	tests := []struct {
+		name      string
+		call      func() error
+		wantField string
+	}{
+		{"output_uri over 2048 characters", func() error {
+			_, err := put(ctx, c, key("demo.train", "1", "x"), "s3://b/"+strings.Repeat("o", 2048))
+			return err
+		}, "output_uri"},
+		{"owner_id over 256 characters", func() error {
+			_, err := reserve(ctx, c, key("demo.train", "1", "x"), strings.Repeat("o", 257), time.Second)
+			return err
+		}, "owner_id"},
+		{"source_attempt past the executor's attempts", func() error {
+			_, err := put(ctx, c, key("demo.train", "1", "x"), "s3://b/o", func(r *cachev1.PutRequest) { r.SourceAttempt = 10001 })
+			return err
+		}, "source_attempt"},
+		{"source_attempt past int32", func() error {
+			_, err := put(ctx, c, key("demo.train", "1", "x"), "s3://b/o", func(r *cachev1.PutRequest) { r.SourceAttempt = 1 << 31 })
+			return err
+		}, "source_attempt"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.wantField+":") {
+				t.Fatalf("got %v; want InvalidArgument naming %s", err, tt.wantField)
+			}
+		})
+	}
+	if n, r := countRows(t, db, "cached_outputs"), countRows(t, db, "reservations"); n != 0 || r != 0 {
+		t.Fatalf("out-of-bounds values wrote %d entries and %d reservations", n, r)
+	}
+}
+
+// withUnknownField returns k carrying n bytes of a field the contract does not have.
+func withUnknownField(k *cachev1.CacheKey, n int) *cachev1.CacheKey {
+	var raw []byte
+	raw = protowire.AppendTag(raw, 999, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, bytes.Repeat([]byte("u"), n))
+	k.ProtoReflect().SetUnknown(raw)
+	return k
+}
+
+// TestUnknownFieldsAreNeitherStoredNorEchoed: the store keeps entries and reservations
+// in columns, so unknown fields have nowhere to go; no answer may carry them back either.
+func TestUnknownFieldsAreNeitherStoredNorEchoed(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	ctx := context.Background()
+	k := withUnknownField(key("demo.train", "1", "inputs-a"), 1000)
+
+	res, err := reserve(ctx, inst.client, k, "owner-a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := res.GetReservation().GetKey().ProtoReflect().GetUnknown(); len(u) != 0 {
+		t.Fatalf("the reservation's key came back with %d bytes of unknown fields", len(u))
+	}
+	if _, err := put(ctx, inst.client, k, "s3://b/o"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := inst.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: key("demo.train", "1", "inputs-a")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := got.Msg.GetOutput().GetKey().ProtoReflect().GetUnknown(); len(u) != 0 {
+		t.Fatalf("the entry's key came back with %d bytes of unknown fields", len(u))
+	}
+}
+
+// TestOversizedRequestsAreRefused: the largest valid cache request is a few kilobytes
+// (every field is bounded), so a bigger one is padding that only costs memory.
+func TestOversizedRequestsAreRefused(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	_, err := inst.client.Get(context.Background(), connect.NewRequest(&cachev1.GetRequest{Key: withUnknownField(key("demo.train", "1", "x"), 1<<20)}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("a 1 MiB Get: %v; want ResourceExhausted", err)
+	}
+}
+
+// TestErrorsCarryNoDatabaseDetails: a failing database must not tell callers where it
+// is, who the service logs in as, or what it answered: that goes to the log.
+func TestErrorsCarryNoDatabaseDetails(t *testing.T) {
+	own, err := pgtest.Start() // its own cluster: the shared one must stay up for other tests
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = own.Stop() })
+	db := own.NewDatabase(t)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{"SQLSTATE", u.User.Username(), u.Hostname(), u.Port(), strings.TrimPrefix(u.Path, "/"), "cached_outputs", "reservations"}
+	inst := startInstance(t, db)
+	ctx := context.Background()
+	get := func() error {
+		_, err := inst.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: key("demo.train", "1", "x")}))
+		return err
+	}
+	requireClean := func(what string, err error, want connect.Code) {
+		t.Helper()
+		if connect.CodeOf(err) != want {
+			t.Fatalf("%s: %v; want %s", what, err, want)
+		}
+		for _, s := range secrets {
+			if strings.Contains(err.Error(), s) {
+				t.Errorf("%s: the error names %q: %v", what, s, err)
+			}
+		}
+	}
+
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, "ALTER TABLE cached_outputs RENAME TO cached_outputs_gone")
+	_ = conn.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireClean("Get with its table gone", get(), connect.CodeInternal)
+
+	if err := own.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	requireClean("Get during an outage", get(), connect.CodeUnavailable)
+	if err := own.Resume(); err != nil { // for the database's cleanup
+		t.Fatal(err)
+	}
+}
+
+func TestHeartbeatBoundsAreChecked(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     cacheservice.Config
+		wantErr string
+	}{
+		{"defaults", cacheservice.Config{}, ""},
+		{"a short maximum lowers the default minimum", cacheservice.Config{MaxHeartbeat: 100 * time.Millisecond}, ""},
+		{"minimum above the maximum", cacheservice.Config{MinHeartbeat: 20 * time.Second}, "min-heartbeat"},
+		{"minimum below a millisecond", cacheservice.Config{MinHeartbeat: time.Microsecond}, "min-heartbeat"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.DatabaseURL, tt.cfg.Auth = "postgres://unused", auth.Config{Mode: auth.ModeNone}
+			err := tt.cfg.WithDefaults().Validate()
+			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("Validate() = %v; want an error naming %q", err, tt.wantErr)
+			}
+		})
+	}
+}
