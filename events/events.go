@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
+	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
 
@@ -41,9 +43,6 @@ type Config struct {
 	// MaxWatchersPerIdentity bounds the WatchActions streams one caller may hold open
 	// on this replica, so one client cannot take every place.
 	MaxWatchersPerIdentity int
-	// WatchStallTimeout is how long a watcher the hub has ended may stay blocked sending
-	// to a client that stopped reading before its stream is reset.
-	WatchStallTimeout time.Duration
 	// MaxResponseBytes bounds one listing's response: a page ends early, with a token
 	// for the next, rather than grow past it (it always holds at least one item).
 	MaxResponseBytes int
@@ -58,6 +57,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
+// minResponseBytes is the smallest response cap: room for a page token beside its items.
+const minResponseBytes = 64 << 10
+
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	if c.Listen == "" {
@@ -71,6 +73,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.WatchBuffer == 0 {
 		c.WatchBuffer = 1024
+	}
+	if c.MaxWatchers == 0 {
+		c.MaxWatchers = 1000
+	}
+	if c.MaxWatchersPerIdentity == 0 {
+		c.MaxWatchersPerIdentity = 100
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = 4 << 20
 	}
 	return c
 }
@@ -88,6 +99,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("retention-batch: must be positive, got %d", c.RetentionBatch)
 	case c.WatchBuffer <= 0:
 		return fmt.Errorf("watch-buffer: must be positive, got %d", c.WatchBuffer)
+	case c.MaxWatchers <= 0:
+		return fmt.Errorf("max-watchers: must be positive, got %d", c.MaxWatchers)
+	case c.MaxWatchersPerIdentity <= 0:
+		return fmt.Errorf("max-watchers-per-identity: must be positive, got %d", c.MaxWatchersPerIdentity)
+	case c.MaxResponseBytes < minResponseBytes:
+		return fmt.Errorf("max-response-bytes: must be at least %d, got %d", minResponseBytes, c.MaxResponseBytes)
 	}
 	return c.Auth.WithDefaults().Validate()
 }
@@ -111,8 +128,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 			return nil, err
 		}
 		st := store.New(d.Pool)
-		hub := watch.NewHub(d.Pool, st, cfg.WatchBuffer, log.With("component", "watch"), metrics.Watch())
-		d.Server.Handle(eventsv1connect.NewEventsServiceHandler(service.New(st, hub, metrics, log), d.Server.HandlerOptions()...))
+		hub := watch.NewHub(d.Pool, st, watch.Config{
+			Buffer: cfg.WatchBuffer, MaxWatchers: cfg.MaxWatchers, MaxWatchersPerIdentity: cfg.MaxWatchersPerIdentity,
+		}, log.With("component", "watch"), metrics.Watch())
+		svc := service.New(st, hub, metrics, log, service.Options{MaxResponseBytes: cfg.MaxResponseBytes})
+		// The service's codec names the field of a string that is not UTF-8.
+		opts := append(slices.Clone(d.Server.HandlerOptions()), connect.WithCodec(service.Codec{}))
+		d.Server.Handle(eventsv1connect.NewEventsServiceHandler(svc, opts...))
 		loops := []app.Background{func(ctx context.Context) { _ = hub.Run(ctx) }}
 		if cfg.RetentionTTL > 0 {
 			rlog := log.With("component", "retention")

@@ -17,6 +17,7 @@ type Metrics struct {
 	record     *prometheus.HistogramVec
 	watchers   prometheus.Gauge
 	watchEnded *prometheus.CounterVec
+	refused    *prometheus.CounterVec
 }
 
 // NewMetrics creates the instruments and registers them with reg.
@@ -52,6 +53,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "flyte_events_watchers_ended_total",
 			Help: "WatchActions streams ended by the server, by reason (overflow, resync, shutdown).",
 		}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyte_events_watchers_refused_total",
+			Help: "WatchActions streams refused with ResourceExhausted, by the limit they met (service, identity).",
+		}, []string{"limit"}),
 	}
 	// Every known label value starts at zero, so a series is there before its first event.
 	for _, reason := range []string{"overflow", "resync", "shutdown"} {
@@ -60,7 +65,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, outcome := range []string{"ok", "error"} {
 		m.record.WithLabelValues(outcome)
 	}
-	for _, c := range []prometheus.Collector{m.received, m.recorded, m.duplicates, m.batchSize, m.record, m.watchers, m.watchEnded} {
+	for _, limit := range []string{"service", "identity"} {
+		m.refused.WithLabelValues(limit)
+	}
+	for _, c := range []prometheus.Collector{m.received, m.recorded, m.duplicates, m.batchSize, m.record, m.watchers, m.watchEnded, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("events: registering metrics: %w", err)
 		}
@@ -73,5 +81,6 @@ func (m *Metrics) Watch() watch.Metrics {
 	return watch.Metrics{
 		Watchers: func(n int) { m.watchers.Set(float64(n)) },
 		Ended:    func(reason string) { m.watchEnded.WithLabelValues(reason).Inc() },
+		Refused:  func(limit string) { m.refused.WithLabelValues(limit).Inc() },
 	}
 }

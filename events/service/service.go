@@ -17,11 +17,16 @@ import (
 	"github.com/flytekube/backend/events/watch"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/postgres"
 )
 
 // DefaultPageSize is used when a listing asks for page size 0.
 const DefaultPageSize = 100
+
+// tokenReserve is the room a page leaves in its response for everything but its items:
+// the next page's token and the fields' framing.
+const tokenReserve = 1 << 10
 
 // Service implements flyte.events.v1.EventsService.
 type Service struct {
@@ -29,14 +34,41 @@ type Service struct {
 	hub     *watch.Hub
 	log     *slog.Logger
 	metrics *Metrics
+	opts    Options
+}
+
+// Options are the service's limits.
+type Options struct {
+	// MaxResponseBytes bounds a listing's response; a page ends early rather than grow
+	// past it, but always holds one item.
+	MaxResponseBytes int
 }
 
 var _ eventsv1connect.EventsServiceHandler = (*Service)(nil)
 
 // New creates the service. The hub must be running (watch.Hub.Run) for WatchActions to
 // serve; m is shared with the hub (Metrics.Watch).
-func New(st *store.Store, hub *watch.Hub, m *Metrics, log *slog.Logger) *Service {
-	return &Service{store: st, hub: hub, log: log, metrics: m}
+func New(st *store.Store, hub *watch.Hub, m *Metrics, log *slog.Logger, opts Options) *Service {
+	return &Service{store: st, hub: hub, log: log, metrics: m, opts: opts}
+}
+
+// storeError turns a store error into the answer: a refused event is the caller's to
+// fix; anything else is logged here, since the answer keeps the database's details out.
+func (s *Service) storeError(ctx context.Context, what string, err error) *connect.Error {
+	var refused *store.InvalidEventError
+	if errors.As(err, &refused) {
+		return connect.NewError(connect.CodeInvalidArgument, refused)
+	}
+	answer := postgres.RPCError(err)
+	if answer.Code() != connect.CodeCanceled {
+		s.log.ErrorContext(ctx, what, "code", answer.Code().String(), "error", err)
+	}
+	return answer
+}
+
+// page is the store's page for a requested size, within the response cap.
+func (s *Service) page(requested uint32) store.Page {
+	return store.Page{Limit: pageSize(requested), MaxBytes: max(s.opts.MaxResponseBytes-tokenReserve, 0)}
 }
 
 // Record implements EventsService.Record.
@@ -48,8 +80,7 @@ func (s *Service) Record(ctx context.Context, req *connect.Request[eventsv1.Reco
 	res, err := s.store.Record(ctx, events)
 	if err != nil {
 		s.metrics.record.WithLabelValues("error").Observe(time.Since(start).Seconds())
-		s.log.ErrorContext(ctx, "recording events", "events", len(events), "error", err)
-		return nil, postgres.RPCError(err)
+		return nil, s.storeError(ctx, "recording events", err)
 	}
 	s.metrics.record.WithLabelValues("ok").Observe(time.Since(start).Seconds())
 	s.metrics.recorded.Add(float64(res.Recorded))
@@ -68,7 +99,7 @@ func (s *Service) GetAction(ctx context.Context, req *connect.Request[eventsv1.G
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no events recorded for action %s", key))
 	}
 	if err != nil {
-		return nil, postgres.RPCError(err)
+		return nil, s.storeError(ctx, "reading an action", err)
 	}
 	return connect.NewResponse(&eventsv1.GetActionResponse{Action: action}), nil
 }
@@ -89,16 +120,13 @@ func (s *Service) ListActions(ctx context.Context, req *connect.Request[eventsv1
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	size := pageSize(msg.GetPageSize())
-	// One extra row says whether another page exists, so the last page has no token.
-	rows, err := s.store.ListActions(ctx, filter, token.ID, size+1)
+	rows, more, err := s.store.ListActions(ctx, filter, token.ID, s.page(msg.GetPageSize()))
 	if err != nil {
-		return nil, postgres.RPCError(err)
+		return nil, s.storeError(ctx, "listing actions", err)
 	}
 	resp := &eventsv1.ListActionsResponse{}
-	if len(rows) > size {
-		rows = rows[:size]
-		resp.NextPageToken = encodeToken(pageToken{Query: query, ID: rows[size-1].Cursor})
+	if more { // so the last page has no token
+		resp.NextPageToken = encodeToken(pageToken{Query: query, ID: rows[len(rows)-1].Cursor})
 	}
 	for _, r := range rows {
 		resp.Actions = append(resp.Actions, r.Action)
@@ -114,20 +142,13 @@ func (s *Service) ListActionEvents(ctx context.Context, req *connect.Request[eve
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	after := store.EventCursor{Attempt: token.Attempt, Phase: token.Phase, Version: token.Version}
-	if token.Occurred != 0 {
-		after.OccurredAt = time.Unix(0, token.Occurred).UTC()
-	}
-	size := pageSize(req.Msg.GetPageSize())
-	rows, err := s.store.ListActionEvents(ctx, key, after, size+1)
+	rows, more, err := s.store.ListActionEvents(ctx, key, token.eventCursor(), s.page(req.Msg.GetPageSize()))
 	if err != nil {
-		return nil, postgres.RPCError(err)
+		return nil, s.storeError(ctx, "listing an action's events", err)
 	}
 	resp := &eventsv1.ListActionEventsResponse{}
-	if len(rows) > size {
-		rows = rows[:size]
-		c := rows[size-1].Cursor
-		resp.NextPageToken = encodeToken(pageToken{Query: query, Attempt: c.Attempt, Occurred: c.OccurredAt.UnixNano(), Phase: c.Phase, Version: c.Version})
+	if more { // so the last page has no token
+		resp.NextPageToken = encodeToken(eventToken(query, rows[len(rows)-1].Cursor))
 	}
 	for _, r := range rows {
 		resp.Events = append(resp.Events, r.Event)
@@ -138,7 +159,10 @@ func (s *Service) ListActionEvents(ctx context.Context, req *connect.Request[eve
 // WatchActions implements EventsService.WatchActions.
 func (s *Service) WatchActions(ctx context.Context, req *connect.Request[eventsv1.WatchActionsRequest], stream *connect.ServerStream[eventsv1.WatchActionsResponse]) error {
 	filter := watch.Filter{Project: req.Msg.GetProject(), Domain: req.Msg.GetDomain(), Run: req.Msg.GetRun()}
-	sub, err := s.hub.Subscribe(ctx, filter)
+	sub, err := s.hub.Subscribe(ctx, filter, auth.UserFrom(ctx).GetName())
+	if errors.Is(err, watch.ErrTooManyWatchers) {
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	}
 	if err != nil {
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
@@ -148,21 +172,39 @@ func (s *Service) WatchActions(ctx context.Context, req *connect.Request[eventsv
 	if err := stream.Send(nil); err != nil {
 		return err
 	}
+	// A send to a client that stopped reading blocks until the server's write deadline
+	// resets the stream; the error then ends the handler, and the deferred Unsubscribe
+	// frees its place.
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-sub.Done():
-			switch {
-			case errors.Is(sub.Err(), watch.ErrOverflow):
-				return connect.NewError(connect.CodeResourceExhausted, sub.Err())
-			default:
-				return connect.NewError(connect.CodeUnavailable, sub.Err())
-			}
+			return subscriptionEnded(sub)
 		case a := <-sub.C():
+			// An ended subscription's backlog is not sent: the client re-lists anyway.
+			if isDone(sub) {
+				return subscriptionEnded(sub)
+			}
 			if err := stream.Send(&eventsv1.WatchActionsResponse{Action: a}); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+func isDone(sub *watch.Subscription) bool {
+	select {
+	case <-sub.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func subscriptionEnded(sub *watch.Subscription) error {
+	if errors.Is(sub.Err(), watch.ErrOverflow) {
+		return connect.NewError(connect.CodeResourceExhausted, sub.Err())
+	}
+	return connect.NewError(connect.CodeUnavailable, sub.Err())
 }

@@ -225,7 +225,9 @@ func (k Key) compare(o Key) int {
 	)
 }
 
-// Record stores a batch of validated events, all or nothing.
+// Record stores a batch of validated events, all or nothing. An event the store cannot
+// hold faithfully fails the batch with an *InvalidEventError; fields the schema does not
+// name are dropped, in ev itself.
 //
 // New events, the common case, are copied in with COPY, the fastest way into Postgres,
 // and folded in the same transaction. When the copy finds an event already stored (a
@@ -278,14 +280,20 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
-// prepare encodes the events and sorts them by key, and within one action by fold
-// order, so that every statement takes its locks in the same order.
+// prepare checks and encodes the events and sorts them by key, and within one action by
+// fold order, so that every statement takes its locks in the same order.
 func prepare(events []*eventsv1.ActionEvent) ([]row, error) {
 	rows := make([]row, len(events))
 	for i, ev := range events {
+		if err := checkEvent(i, ev); err != nil {
+			return nil, err
+		}
 		encoded, err := proto.Marshal(ev)
 		if err != nil {
 			return nil, fmt.Errorf("store: encoding event %d: %w", i, err)
+		}
+		if len(encoded) > MaxEventBytes {
+			return nil, invalid(fmt.Sprintf("events[%d]", i), "encodes to %d bytes; at most %d", len(encoded), MaxEventBytes)
 		}
 		occurred := ev.GetOccurredAt().AsTime().Truncate(time.Microsecond)
 		rows[i] = row{
@@ -431,10 +439,16 @@ func stateOf(ev *eventsv1.ActionEvent) *eventsv1.Action {
 	}
 }
 
+// decodeEvent reads a stored event. Unknown fields, which rows stored before they were
+// dropped on the way in may hold, are not passed on.
+func decodeEvent(encoded []byte, ev *eventsv1.ActionEvent) error {
+	return proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(encoded, ev)
+}
+
 // decodeAction turns an action's winning event into its state.
 func decodeAction(event []byte, createdAt time.Time) (*eventsv1.Action, error) {
 	var ev eventsv1.ActionEvent
-	if err := proto.Unmarshal(event, &ev); err != nil {
+	if err := decodeEvent(event, &ev); err != nil {
 		return nil, fmt.Errorf("store: decoding action state: %w", err)
 	}
 	a := stateOf(&ev)
@@ -476,9 +490,43 @@ type ListedAction struct {
 	Action *eventsv1.Action
 }
 
-// ListActions returns up to limit actions matching f, newest first, after the cursor
-// (0 starts at the newest).
-func (s *Store) ListActions(ctx context.Context, f ActionFilter, after int64, limit int) ([]ListedAction, error) {
+// Page bounds one listing: at most Limit items, and no more than MaxBytes of them as
+// stored (each counted with ItemOverhead), except that a page always holds one item.
+type Page struct {
+	Limit    int
+	MaxBytes int
+}
+
+// ItemOverhead is what a page counts for each item beyond its stored bytes: the tag and
+// length that frame it in a response.
+const ItemOverhead = 6
+
+var itemSizeSQL = "(octet_length(event) + " + strconv.Itoa(ItemOverhead) + ")"
+
+// fits says whether an item of size bytes joins a page that holds n items of total bytes.
+func (p Page) fits(n, total, size int) bool {
+	return n < p.Limit && (n == 0 || total+size <= p.MaxBytes)
+}
+
+// budgetedSQL wraps a query that selects event among its columns, ordered by order and
+// limited to Limit+1 rows, so that Postgres sends only the rows a page takes plus the one
+// that says another page exists (fits decides which): a page of large events then costs
+// the network and the service only what it returns. The first two rows always go, since
+// the first is taken whatever its size; after that, a row starting beyond the byte budget
+// ($budget) cannot be the first one left out.
+func budgetedSQL(inner, columns, order, budget string) string {
+	return `SELECT ` + columns + ` FROM (
+    SELECT ` + columns + `, sum(` + itemSizeSQL + `) OVER w - ` + itemSizeSQL + ` AS bytes_before, row_number() OVER w AS n
+    FROM (` + inner + `) limited
+    WINDOW w AS (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING)
+) page
+WHERE n <= 2 OR bytes_before <= ` + budget + `
+ORDER BY ` + order
+}
+
+// ListActions returns a page of actions matching f, newest first, after the cursor (0
+// starts at the newest), and whether more follow.
+func (s *Store) ListActions(ctx context.Context, f ActionFilter, after int64, page Page) ([]ListedAction, bool, error) {
 	// The query is built per filter combination so that each gets its own index plan;
 	// "($3 = '' OR run = $3)" would defeat the indexes.
 	var q strings.Builder
@@ -496,31 +544,40 @@ func (s *Store) ListActions(ctx context.Context, f ActionFilter, after int64, li
 		args = append(args, after)
 		fmt.Fprintf(&q, " AND id < $%d", len(args))
 	}
-	args = append(args, limit)
+	args = append(args, page.Limit+1)
 	fmt.Fprintf(&q, " ORDER BY id DESC LIMIT $%d", len(args))
+	args = append(args, page.MaxBytes)
+	query := budgetedSQL(q.String(), "id, event, created_at", "id DESC", fmt.Sprintf("$%d", len(args)))
 
-	rows, err := s.pool.Query(ctx, q.String(), args...)
+	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: listing actions: %w", err)
+		return nil, false, fmt.Errorf("store: listing actions: %w", err)
 	}
 	var (
 		out       []ListedAction
+		more      bool
+		total     int
 		id        int64
 		state     []byte
 		createdAt time.Time
 	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &state, &createdAt}, func() error {
+		size := len(state) + ItemOverhead
+		if more = more || !page.fits(len(out), total, size); more {
+			return nil
+		}
 		a, err := decodeAction(state, createdAt)
 		if err != nil {
 			return err
 		}
+		total += size
 		out = append(out, ListedAction{Cursor: id, Action: a})
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: listing actions: %w", err)
+		return nil, false, fmt.Errorf("store: listing actions: %w", err)
 	}
-	return out, nil
+	return out, more, nil
 }
 
 // EventCursor is an event's position in its action's history.
@@ -537,40 +594,50 @@ type ListedEvent struct {
 	Event  *eventsv1.ActionEvent
 }
 
-// ListActionEvents returns up to limit events of one action in order of attempt,
-// occurrence, phase and version, after the cursor (the zero cursor starts at the first).
-func (s *Store) ListActionEvents(ctx context.Context, key Key, after EventCursor, limit int) ([]ListedEvent, error) {
-	rows, err := s.pool.Query(ctx, `
+var listEventsSQL = budgetedSQL(`
 SELECT attempt, occurred_at, phase, version, event FROM action_events
 WHERE project = $1 AND domain = $2 AND run = $3 AND action = $4
   AND (attempt, occurred_at, phase, version) > ($5, $6, $7, $8)
 ORDER BY attempt, occurred_at, phase, version
-LIMIT $9`,
+LIMIT $9`, "attempt, occurred_at, phase, version, event", "attempt, occurred_at, phase, version", "$10")
+
+// ListActionEvents returns a page of one action's events in order of attempt,
+// occurrence, phase and version, after the cursor (the zero cursor starts at the first),
+// and whether more follow.
+func (s *Store) ListActionEvents(ctx context.Context, key Key, after EventCursor, page Page) ([]ListedEvent, bool, error) {
+	rows, err := s.pool.Query(ctx, listEventsSQL,
 		key.Project, key.Domain, key.Run, key.Action,
-		int32(after.Attempt), after.OccurredAt, after.Phase, int32(after.Version), limit)
+		int32(after.Attempt), after.OccurredAt, after.Phase, int32(after.Version), page.Limit+1, page.MaxBytes)
 	if err != nil {
-		return nil, fmt.Errorf("store: listing events of %s: %w", key, err)
+		return nil, false, fmt.Errorf("store: listing events of %s: %w", key, err)
 	}
 	var (
 		out     []ListedEvent
+		more    bool
+		total   int
 		c       EventCursor
 		attempt int32
 		version int32
 		encoded []byte
 	)
 	_, err = pgx.ForEachRow(rows, []any{&attempt, &c.OccurredAt, &c.Phase, &version, &encoded}, func() error {
+		size := len(encoded) + ItemOverhead
+		if more = more || !page.fits(len(out), total, size); more {
+			return nil
+		}
 		var ev eventsv1.ActionEvent
-		if err := proto.Unmarshal(encoded, &ev); err != nil {
+		if err := decodeEvent(encoded, &ev); err != nil {
 			return fmt.Errorf("decoding event: %w", err)
 		}
+		total += size
 		c.Attempt, c.Version = uint32(attempt), uint32(version)
 		out = append(out, ListedEvent{Cursor: c, Event: &ev})
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: listing events of %s: %w", key, err)
+		return nil, false, fmt.Errorf("store: listing events of %s: %w", key, err)
 	}
-	return out, nil
+	return out, more, nil
 }
 
 // ActionsByKey returns the current state of the named actions that exist.

@@ -7,7 +7,8 @@
 // query, and hands each watcher its matches. A watcher that cannot keep up is ended
 // (ErrOverflow) rather than allowed to block the hub or grow memory; when the hub loses
 // its connection, notifications may have been missed, so every watcher is ended
-// (ErrResync). Either way the client resumes from ListActions.
+// (ErrResync). Either way the client resumes from ListActions. Watchers cost memory and a
+// goroutine each, so the hub bounds them, per replica and per caller (ErrTooManyWatchers).
 package watch
 
 import (
@@ -32,7 +33,37 @@ var (
 	ErrResync = errors.New("watch feed was interrupted; resume from ListActions")
 	// ErrClosed ends every watcher when the hub stops.
 	ErrClosed = errors.New("server is shutting down")
+	// ErrTooManyWatchers refuses a subscription beyond a limit; see LimitError.
+	ErrTooManyWatchers = errors.New("too many watchers")
 )
+
+// LimitError refuses a subscription beyond one of the hub's limits.
+type LimitError struct {
+	// Limit is "service" (all watchers of this replica) or "identity" (one caller's).
+	Limit string
+	// Max is the limit's value.
+	Max int
+}
+
+func (e *LimitError) Error() string {
+	if e.Limit == "identity" {
+		return fmt.Sprintf("this caller already holds %d watches on this replica, the most allowed; close one first", e.Max)
+	}
+	return fmt.Sprintf("this replica already serves %d watches, the most allowed; retry later", e.Max)
+}
+
+// Is makes errors.Is(err, ErrTooManyWatchers) true.
+func (e *LimitError) Is(target error) bool { return target == ErrTooManyWatchers }
+
+// Config sizes a hub.
+type Config struct {
+	// Buffer bounds the updates queued for one subscription before it is ended.
+	Buffer int
+	// MaxWatchers bounds the open subscriptions; 0 means no limit.
+	MaxWatchers int
+	// MaxWatchersPerIdentity bounds one identity's open subscriptions; 0 means no limit.
+	MaxWatchersPerIdentity int
+}
 
 // Filter selects the actions a watcher wants.
 type Filter struct {
@@ -47,10 +78,11 @@ func (f Filter) matches(k store.Key) bool {
 
 // Subscription is one watcher's feed.
 type Subscription struct {
-	filter Filter
-	ch     chan *eventsv1.Action
-	done   chan struct{}
-	err    error // set before done is closed
+	filter   Filter
+	identity string
+	ch       chan *eventsv1.Action
+	done     chan struct{}
+	err      error // set before done is closed
 }
 
 // C delivers the new state of each matching action.
@@ -68,47 +100,58 @@ type Metrics struct {
 	Watchers func(n int)
 	// Ended counts subscriptions ended by the hub, by reason.
 	Ended func(reason string)
+	// Refused counts subscriptions refused by a limit ("service" or "identity").
+	Refused func(limit string)
 }
 
 // Hub distributes action changes to subscriptions.
 type Hub struct {
 	pool    *pgxpool.Pool
 	store   *store.Store
-	buffer  int
+	cfg     Config
 	log     *slog.Logger
 	metrics Metrics
 
-	mu        sync.Mutex
-	subs      map[*Subscription]struct{}
-	listening chan struct{} // closed while a LISTEN is established; replaced on loss
-	pending   map[store.Key]struct{}
-	wake      chan struct{}
+	mu         sync.Mutex
+	subs       map[*Subscription]struct{}
+	byIdentity map[string]int // open subscriptions per identity
+	listening  chan struct{}  // closed while a LISTEN is established; replaced on loss
+	pending    map[store.Key]struct{}
+	wake       chan struct{}
 }
 
-// NewHub creates a hub whose subscriptions buffer up to buffer updates each.
-func NewHub(pool *pgxpool.Pool, st *store.Store, buffer int, log *slog.Logger, m Metrics) *Hub {
-	if buffer < 1 {
-		buffer = 1
-	}
+// NewHub creates a hub sized by cfg.
+func NewHub(pool *pgxpool.Pool, st *store.Store, cfg Config, log *slog.Logger, m Metrics) *Hub {
+	cfg.Buffer = max(cfg.Buffer, 1)
 	return &Hub{
-		pool: pool, store: st, buffer: buffer, log: log, metrics: m,
-		subs:      make(map[*Subscription]struct{}),
-		listening: make(chan struct{}),
-		pending:   make(map[store.Key]struct{}),
-		wake:      make(chan struct{}, 1),
+		pool: pool, store: st, cfg: cfg, log: log, metrics: m,
+		subs:       make(map[*Subscription]struct{}),
+		byIdentity: make(map[string]int),
+		listening:  make(chan struct{}),
+		pending:    make(map[store.Key]struct{}),
+		wake:       make(chan struct{}, 1),
 	}
 }
 
-// Subscribe opens a subscription once the hub is listening, so that nothing recorded
-// after Subscribe returns can be missed. It waits for ctx otherwise.
-func (h *Hub) Subscribe(ctx context.Context, f Filter) (*Subscription, error) {
+// Subscribe opens a subscription for identity once the hub is listening, so that nothing
+// recorded after Subscribe returns can be missed. It waits for ctx otherwise, and refuses
+// with a *LimitError when the hub or identity holds as many as allowed.
+func (h *Hub) Subscribe(ctx context.Context, f Filter, identity string) (*Subscription, error) {
 	for {
 		h.mu.Lock()
 		listening := h.listening
 		select {
 		case <-listening:
-			s := &Subscription{filter: f, ch: make(chan *eventsv1.Action, h.buffer), done: make(chan struct{})}
+			if err := h.checkLimitsLocked(identity); err != nil {
+				h.mu.Unlock()
+				if h.metrics.Refused != nil {
+					h.metrics.Refused(err.Limit)
+				}
+				return nil, err
+			}
+			s := &Subscription{filter: f, identity: identity, ch: make(chan *eventsv1.Action, h.cfg.Buffer), done: make(chan struct{})}
 			h.subs[s] = struct{}{}
+			h.byIdentity[identity]++
 			n := len(h.subs)
 			h.mu.Unlock()
 			h.observeWatchers(n)
@@ -124,11 +167,23 @@ func (h *Hub) Subscribe(ctx context.Context, f Filter) (*Subscription, error) {
 	}
 }
 
+func (h *Hub) checkLimitsLocked(identity string) *LimitError {
+	if h.cfg.MaxWatchers > 0 && len(h.subs) >= h.cfg.MaxWatchers {
+		return &LimitError{Limit: "service", Max: h.cfg.MaxWatchers}
+	}
+	if h.cfg.MaxWatchersPerIdentity > 0 && h.byIdentity[identity] >= h.cfg.MaxWatchersPerIdentity {
+		return &LimitError{Limit: "identity", Max: h.cfg.MaxWatchersPerIdentity}
+	}
+	return nil
+}
+
 // Unsubscribe removes a subscription; it is safe to call after the hub ended it.
 func (h *Hub) Unsubscribe(s *Subscription) {
 	h.mu.Lock()
 	_, ok := h.subs[s]
-	delete(h.subs, s)
+	if ok {
+		h.removeLocked(s)
+	}
 	n := len(h.subs)
 	h.mu.Unlock()
 	if ok {
@@ -136,9 +191,18 @@ func (h *Hub) Unsubscribe(s *Subscription) {
 	}
 }
 
+// removeLocked forgets a subscription and gives its identity's place back; h.mu must be
+// held and s open.
+func (h *Hub) removeLocked(s *Subscription) {
+	delete(h.subs, s)
+	if h.byIdentity[s.identity]--; h.byIdentity[s.identity] == 0 {
+		delete(h.byIdentity, s.identity)
+	}
+}
+
 // endLocked ends a subscription with err; h.mu must be held.
 func (h *Hub) endLocked(s *Subscription, err error, reason string) {
-	delete(h.subs, s)
+	h.removeLocked(s)
 	s.err = err
 	close(s.done)
 	if h.metrics.Ended != nil {
