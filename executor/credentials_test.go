@@ -2,15 +2,7 @@ package executor_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +11,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flytekube/backend/cacheservice"
@@ -28,6 +24,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/authbench"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
@@ -37,11 +34,57 @@ import (
 )
 
 // TestExecutorReachesServicesWithTLSAndToken runs both services as a cluster would:
-// TLS with a certificate from a private CA and token-file authentication. An executor
-// given that CA (serviceCAFile) and an executor's token (serviceTokenFile) caches and
-// reports its actions; one holding a viewer's token may read the cache but neither
-// store outputs in it nor record events, so it is the token that lets the first through.
+// TLS with a certificate from a private CA, and each auth mode: token-file, and
+// kubernetes with ServiceAccount tokens for audience flyte checked by the API server
+// against the shipped ClusterRoles. An executor given that CA (serviceCAFile) and an
+// executor's token (serviceTokenFile) caches and reports its actions; one holding a
+// viewer's token may read the cache but neither store outputs in it nor record events,
+// so it is the token that lets the first through.
 func TestExecutorReachesServicesWithTLSAndToken(t *testing.T) {
+	for _, mode := range []auth.Mode{auth.ModeTokenFile, auth.ModeKubernetes} {
+		t.Run(string(mode), func(t *testing.T) { executorWithCredentials(t, mode) })
+	}
+}
+
+// credentials returns the services' auth configuration and an executor's and a
+// viewer's token in mode.
+func credentials(t *testing.T, mode auth.Mode) (cfg auth.Config, kube kubernetes.Interface, executorToken, viewerToken string) {
+	t.Helper()
+	if mode == auth.ModeTokenFile {
+		tokens := servicetest.NewTokens(t)
+		return auth.Config{Mode: mode, TokenFile: tokens.File}, nil, tokens.Executor, tokens.Viewer
+	}
+	ctx := context.Background()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := authbench.ApplyRoles(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	ns := env.Namespace(t)
+	token := func(sa, role string) string {
+		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + sa},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{auth.DefaultAudience}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	return auth.Config{Mode: mode}, cs, token("flyte-executor", "flyte-services-executor"), token("viewer", "flyte-services-viewer")
+}
+
+func executorWithCredentials(t *testing.T, mode auth.Mode) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		path := filepath.Join(dir, name)
@@ -50,11 +93,10 @@ func TestExecutorReachesServicesWithTLSAndToken(t *testing.T) {
 		}
 		return path
 	}
-	caPEM, certPEM, keyPEM := serverCertificate(t)
-	caFile := write("ca.crt", caPEM)
-	tls := server.Config{TLSCertFile: write("tls.crt", certPEM), TLSKeyFile: write("tls.key", keyPEM)}
-	tokens := auth.Config{Mode: auth.ModeTokenFile, TokenFile: write("tokens.csv",
-		"executor-token,flyte-executor,uid-1,\"flyte:executors\"\nviewer-token,viewer,uid-2,\"flyte:viewers\"\n")}
+	pki := servicetest.NewPKI(t)
+	caFile := pki.CAFile
+	tls := server.Config{TLSCertFile: pki.CertFile, TLSKeyFile: pki.KeyFile}
+	tokens, kube, executorToken, viewerToken := credentials(t, mode)
 
 	pg, err := pgtest.Start()
 	if err != nil {
@@ -63,28 +105,28 @@ func TestExecutorReachesServicesWithTLSAndToken(t *testing.T) {
 	t.Cleanup(func() { _ = pg.Stop() })
 	log := slog.New(slog.DiscardHandler)
 	eventsURL := httpsURL(servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Server: tls, Auth: tokens}, log, started)
+		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Server: tls, Auth: tokens, KubeClient: kube}, log, started)
 	}))
 	cacheURL := httpsURL(servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Server: tls, Auth: tokens}, log, started)
+		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Server: tls, Auth: tokens, KubeClient: kube}, log, started)
 	}))
-	executorWith := func(token string) (namespace string) {
+	executorWith := func(holder, token string) (namespace string) {
 		cfg := testConfig()
 		cfg.EventsServiceURL, cfg.CacheServiceURL = eventsURL, cacheURL
-		cfg.ServiceCAFile, cfg.ServiceTokenFile = caFile, write(token, token+"\n")
+		cfg.ServiceCAFile, cfg.ServiceTokenFile = caFile, write(holder+".token", token+"\n")
 		cfg.Storage.AllowedPrefixes = []string{"mem://out/"}
 		ns := env.Namespace(t)
 		var count atomic.Int64
 		run(t, cfg, ns, &count)
 		return ns
 	}
-	viewerHTTP, err := rpcclient.New(rpcclient.Options{CAFile: caFile, TokenFile: write("viewer", "viewer-token")})
+	viewerHTTP, err := rpcclient.New(rpcclient.Options{CAFile: caFile, TokenFile: write("viewer-client.token", viewerToken)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	viewer := eventsv1connect.NewEventsServiceClient(viewerHTTP, eventsURL)
 
-	ns := executorWith("executor-token")
+	ns := executorWith("executor", executorToken)
 	first, second := cachedEcho(ns, "first"), cachedEcho(ns, "second")
 	for _, ta := range []*flytev1.TaskAction{first, second} {
 		if err := env.Client.Create(context.Background(), ta); err != nil {
@@ -97,7 +139,7 @@ func TestExecutorReachesServicesWithTLSAndToken(t *testing.T) {
 		}
 	}
 
-	nsViewer := executorWith("viewer-token")
+	nsViewer := executorWith("viewer", viewerToken)
 	refused := cachedEcho(nsViewer, "refused")
 	refused.Spec.TaskName = "demo.echo-refused"
 	if err := env.Client.Create(context.Background(), refused); err != nil {
@@ -135,45 +177,4 @@ func cachedEcho(ns, name string) *flytev1.TaskAction {
 
 func httpsURL(inst *servicetest.Instance) string {
 	return strings.Replace(inst.URL, "http://", "https://", 1)
-}
-
-// serverCertificate makes a private CA and a certificate it signed for 127.0.0.1, as
-// cert-manager would issue for a Service; all PEM.
-func serverCertificate(t *testing.T) (caPEM, certPEM, keyPEM string) {
-	t.Helper()
-	newKey := func() *ecdsa.PrivateKey {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return key
-	}
-	caKey, leafKey := newKey(), newKey()
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "flyte test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "flyte services"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &leafKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(leafKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	encode := func(kind string, der []byte) string {
-		return string(pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}))
-	}
-	return encode("CERTIFICATE", caDER), encode("CERTIFICATE", leafDER), encode("PRIVATE KEY", keyDER)
 }
