@@ -156,8 +156,9 @@ func TestTinyHeartbeatsAreGrantedTheMinimum(t *testing.T) {
 	}
 }
 
-// rawCall posts a Connect unary request with a binary protobuf body built by hand, as a
-// client that does not check its strings would, and returns the error it got.
+// rawCall posts a Connect unary request with a body built by hand (binary protobuf, or
+// JSON when the body starts with "{"), as a client that does not check its strings
+// would, and returns the error it got.
 func rawCall(t *testing.T, inst *instance, procedure string, body []byte) *connect.Error {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, inst.URL+procedure, bytes.NewReader(body))
@@ -165,6 +166,9 @@ func rawCall(t *testing.T, inst *instance, procedure string, body []byte) *conne
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/proto")
+	if bytes.HasPrefix(body, []byte("{")) {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := inst.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +258,11 @@ func TestBadTextIsInvalidArgumentNamingTheField(t *testing.T) {
 			return rawCall(t, inst, svc+"Put", withInvalidUTF8(t, &cachev1.PutRequest{
 				Key: key("demo.train", "1", "x"), OutputUri: "s3://b/o", SourceAction: src, SourceAttempt: 1}, bad))
 		}, "ActionIdentifier.run"},
+		// JSON's decoder names the position of bad text rather than its field.
+		{"invalid UTF-8 in JSON", func() error {
+			return rawCall(t, inst, svc+"ReleaseReservation", []byte(`{"key":{"project":"demo","domain":"development",`+
+				`"taskName":"demo.train","cacheVersion":"1","signature":"s","inputsHash":"i"},"ownerId":"o`+"\xff"+`"}`))
+		}, "(line 1:136): invalid UTF-8"},
 		{"invalid UTF-8 in a key's task_name", func() error {
 			return rawCall(t, inst, svc+"Get", withInvalidUTF8(t, &cachev1.GetRequest{
 				Key: badKey(func(k *cachev1.CacheKey) { k.TaskName = bad })}, bad))
@@ -440,6 +449,35 @@ func TestHeartbeatBoundsAreChecked(t *testing.T) {
 			err := tt.cfg.WithDefaults().Validate()
 			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("Validate() = %v; want an error naming %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestExtremeMaxAgesAreHandled: max_age has no upper bound in the contract, and a
+// Duration sent as binary protobuf may lie outside Duration's own range; the store must
+// neither overflow the database's time arithmetic nor fail.
+func TestExtremeMaxAgesAreHandled(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	ctx := context.Background()
+	k := key("demo.train", "1", "inputs-a")
+	if _, err := put(ctx, inst.client, k, "s3://b/o"); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*durationpb.Duration{
+		{Nanos: 1},
+		{Seconds: 315_576_000_000}, // Duration's largest valid value, 10,000 years
+		{Seconds: 1 << 62},         // beyond it
+		{Seconds: 1, Nanos: -999_999_999},
+	} {
+		t.Run(d.String(), func(t *testing.T) {
+			_, err := inst.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: k, MaxAge: d}))
+			if code := connect.CodeOf(err); err != nil && code != connect.CodeNotFound && code != connect.CodeInvalidArgument {
+				t.Fatalf("Get with max_age %v: %v", d, err)
+			}
+			_, err = put(ctx, inst.client, k, "s3://b/o", func(r *cachev1.PutRequest) { r.MaxAge = d })
+			if code := connect.CodeOf(err); err != nil && code != connect.CodeAlreadyExists && code != connect.CodeInvalidArgument {
+				t.Fatalf("Put with max_age %v: %v", d, err)
 			}
 		})
 	}
