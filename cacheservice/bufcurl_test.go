@@ -5,12 +5,22 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flytekube/backend/cacheservice"
+	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/auth"
 )
 
 // TestBufCurlCallsEveryRPC runs the buf curl commands of docs/cacheservice.md against a
 // running service: reflection alone must be enough to call every RPC.
 func TestBufCurlCallsEveryRPC(t *testing.T) {
-	inst := startInstance(t, pg.NewDatabase(t))
+	// As the cookbook shows it: TLS, and an executor's token (a viewer could not write).
+	pki, tokens := servicetest.NewPKI(t), servicetest.NewTokens(t)
+	inst := startInstance(t, pg.NewDatabase(t), func(c *cacheservice.Config) {
+		c.Server.TLSCertFile, c.Server.TLSKeyFile = pki.CertFile, pki.KeyFile
+		c.Auth = auth.Config{Mode: auth.ModeTokenFile, TokenFile: tokens.File}
+	})
+	inst.UseTLS(pki, tokens.Executor)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	base := inst.URL + "/flyte.cache.v1.CacheService/"

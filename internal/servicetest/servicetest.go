@@ -34,6 +34,16 @@ type Instance struct {
 	HTTP *http.Client
 	// Stop shuts the service down gracefully and waits for it; safe to call twice.
 	Stop func()
+	// CAFile and Token, once UseTLS is called, are what buf curl trusts and sends.
+	CAFile, Token string
+}
+
+// UseTLS points the instance's URL and client at a service started with the PKI's
+// certificate, sending token.
+func (i *Instance) UseTLS(p *PKI, token string) {
+	i.URL = strings.Replace(i.URL, "http://", "https://", 1)
+	i.HTTP = p.Client(token)
+	i.CAFile, i.Token = p.CAFile, token
 }
 
 // RunFunc starts a service; it must call started once serving and return when ctx ends.
@@ -108,9 +118,10 @@ func (i *Instance) WaitForMetric(line string) bool {
 	return false
 }
 
-// BufCurl runs `buf curl` (pinned in tools/go.mod) against the service with HTTP/2 prior
-// knowledge and the gRPC protocol, failing the test when it fails. Reflection is the
-// only schema it gets.
+// BufCurl runs `buf curl` (pinned in tools/go.mod) against the service with the gRPC
+// protocol (over TLS with the instance's CA and token after UseTLS, else with HTTP/2
+// prior knowledge), failing the test when it fails. Reflection is the only schema it
+// gets.
 func (i *Instance) BufCurl(t testing.TB, ctx context.Context, args ...string) string {
 	t.Helper()
 	out, err := i.BufCurlCommand(t, ctx, args...).CombinedOutput()
@@ -127,8 +138,17 @@ func (i *Instance) BufCurlCommand(t testing.TB, ctx context.Context, args ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	return exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + modfile, "buf", "curl",
-		"--http2-prior-knowledge", "--protocol", "grpc"}, args...)...)
+	flags := []string{"tool", "-modfile=" + modfile, "buf", "curl", "--protocol", "grpc"}
+	if i.CAFile != "" {
+		flags = append(flags, "--cacert", i.CAFile) // HTTP/2 is negotiated by ALPN
+	} else {
+		flags = append(flags, "--http2-prior-knowledge")
+	}
+	if i.Token != "" {
+		// Reflection is authenticated too: '*' sends the same headers with it.
+		flags = append(flags, "-H", "Authorization: Bearer "+i.Token, "--reflect-header", "*")
+	}
+	return exec.CommandContext(ctx, "go", append(flags, args...)...)
 }
 
 // RequireMetrics fails the test for each line the service's /metrics lacks.
