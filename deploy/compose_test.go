@@ -2,7 +2,12 @@ package deploy_test
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/csv"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -23,6 +28,8 @@ import (
 	_ "github.com/flytekube/backend/gen/go/flyte/cache/v1"  // the descriptors of the RPCs runCompose calls
 	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
 	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/services/auth"
 )
 
 // composeProject is the part of the compose specification docker-compose.yaml uses.
@@ -120,35 +127,87 @@ var upstreamImages = map[string]map[int]string{
 // http must reach it.
 const rpcListener = "listen"
 
-// configFiles read a binary's --config file as the binary does (defaults for ""), and
-// return what it listens on (port → setting) and the URLs it calls (setting → URL).
-var configFiles = map[string]func(file string) (map[int]string, map[string]string, error){
-	"executor": func(file string) (map[int]string, map[string]string, error) {
-		cfg, err := config.Load(file)
+// configInfo is what a binary's --config file says: what it listens on, the URLs it
+// calls and the files it reads.
+type configInfo struct {
+	listens map[int]string    // port → setting
+	urls    map[string]string // setting → URL
+	files   map[string]string // setting → path, as the file names it
+}
+
+// configFiles read a binary's --config file as the binary does (defaults for ""). The
+// files it names are where resolve says they are here (nil: where the file says), since
+// the binary checks them at start.
+var configFiles = map[string]func(file string, resolve func(path string) (string, error)) (*configInfo, error){
+	"executor": loadExecutorConfig,
+}
+
+func loadExecutorConfig(file string, resolve func(string) (string, error)) (*configInfo, error) {
+	info := &configInfo{listens: map[int]string{}, urls: map[string]string{}, files: map[string]string{}}
+	local := file
+	if file != "" {
+		data, err := os.ReadFile(file)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		listens := map[int]string{}
-		for name, addr := range map[string]string{
-			"healthProbeBindAddress": cfg.HealthProbeBindAddress,
-			"metricsBindAddress":     cfg.MetricsBindAddress,
-		} {
-			if addr != "0" && addr != "" {
-				p, err := portOf(addr)
-				if err != nil {
-					return nil, nil, fmt.Errorf("%s: %w", name, err)
+		var m map[string]any
+		if err := yaml.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		for _, setting := range []string{"serviceTokenFile", "serviceCAFile"} {
+			path, _ := m[setting].(string)
+			if path == "" {
+				continue
+			}
+			info.files[setting] = path
+			if resolve != nil {
+				if m[setting], err = resolve(path); err != nil {
+					return nil, fmt.Errorf("%s: %w", setting, err)
 				}
-				listens[p] = name
 			}
 		}
-		urls := map[string]string{}
-		for name, u := range map[string]string{"eventsServiceURL": cfg.EventsServiceURL, "cacheServiceURL": cfg.CacheServiceURL} {
-			if u != "" {
-				urls[name] = u
+		if resolve != nil && len(info.files) > 0 {
+			out, err := yaml.Marshal(m)
+			if err != nil {
+				return nil, err
 			}
+			tmp, err := os.CreateTemp("", "executor-config-*.yaml")
+			if err != nil {
+				return nil, err
+			}
+			defer func() { _ = os.Remove(tmp.Name()) }()
+			_, err = tmp.Write(out)
+			if cerr := tmp.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return nil, err
+			}
+			local = tmp.Name()
 		}
-		return listens, urls, nil
-	},
+	}
+	cfg, err := config.Load(local)
+	if err != nil {
+		return nil, err
+	}
+	for name, addr := range map[string]string{
+		"healthProbeBindAddress": cfg.HealthProbeBindAddress,
+		"metricsBindAddress":     cfg.MetricsBindAddress,
+	} {
+		if addr != "0" && addr != "" {
+			p, err := portOf(addr)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			info.listens[p] = name
+		}
+	}
+	for name, u := range map[string]string{"eventsServiceURL": cfg.EventsServiceURL, "cacheServiceURL": cfg.CacheServiceURL} {
+		if u != "" {
+			info.urls[name] = u
+		}
+	}
+	return info, nil
 }
 
 // composeInfo is what the checks need to know of a service, worked out once.
@@ -161,8 +220,48 @@ type composeInfo struct {
 	listens map[int]string          // container port → listener name
 	mounts  map[string]composeMount // by target
 	config  string                  // host path of the --config file, if any
+	cfg     *configInfo             // what the --config file says, if any
 	urls    []urlUse
 	broken  bool // its command or --config is wrong (reported): its ports are unknown
+	oneShot bool // run once to completion before the services that wait for it
+	vols    map[string]string
+	root    string
+}
+
+// hostPath is where a path in the service's container is here: under the repository
+// for a bind mount of one of its files, in the stand-in directory of a named volume.
+func (info *composeInfo) hostPath(path string) (string, error) {
+	best := ""
+	for target := range info.mounts {
+		if (path == target || strings.HasPrefix(path, strings.TrimSuffix(target, "/")+"/")) && len(target) > len(best) {
+			best = target
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("%s is in no volume of service %s", path, info.name)
+	}
+	m, rest := info.mounts[best], strings.TrimPrefix(path, best)
+	switch {
+	case m.Type == "bind" && strings.HasPrefix(m.Source, "./"):
+		return filepath.Join(info.root, filepath.FromSlash(m.Source), filepath.FromSlash(rest)), nil
+	case m.Type == "volume" && info.vols[m.Source] != "":
+		return filepath.Join(info.vols[m.Source], filepath.FromSlash(rest)), nil
+	}
+	return "", fmt.Errorf("%s: nothing stands in here for %s (mounted from %s)", path, best, m.Source)
+}
+
+// oneShots are the services others wait for with service_completed_successfully: they
+// run once, to completion, before them.
+func oneShots(c *composeProject) map[string]bool {
+	out := map[string]bool{}
+	for _, svc := range c.Services {
+		for dep, d := range svc.DependsOn {
+			if d.Condition == "service_completed_successfully" {
+				out[dep] = true
+			}
+		}
+	}
+	return out
 }
 
 // urlUse is a URL a service calls: where it is set, and which listener it must reach
@@ -193,16 +292,24 @@ func TestCompose(t *testing.T) {
 		t.FailNow()
 	}
 	bins := buildBinaries(t, root, images)
-	infos := composeInfos(t, root, c, images, bins)
+	// Named volumes are directories here, shared by the services that mount them.
+	vols := map[string]string{}
+	for name := range c.Volumes {
+		vols[name] = filepath.Join(t.TempDir(), name)
+		if err := os.Mkdir(vols[name], 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	infos := composeInfos(t, root, c, images, bins, vols)
 
-	t.Run("dockerfiles", func(t *testing.T) { checkDockerfiles(t, root, images, bins) })
+	t.Run("dockerfiles", func(t *testing.T) { checkDockerfiles(t, root, images, bins, oneShots(c)) })
 	t.Run("dockerignore", func(t *testing.T) { checkDockerignore(t, root, images) })
-	t.Run("services", func(t *testing.T) { checkComposeServices(t, root, c, infos) })
+	t.Run("services", func(t *testing.T) { checkComposeServices(t, root, c, infos, bins["./deploy/docker/healthcheck"]) })
 	t.Run("depends_on", func(t *testing.T) { checkDependsOn(t, c, infos) })
 	if t.Failed() {
 		return // running what is known to be wrong would only add noise
 	}
-	t.Run("run", func(t *testing.T) { runCompose(t, root, c, infos, bins) })
+	t.Run("run", func(t *testing.T) { runCompose(t, root, c, infos, bins, vols) })
 }
 
 // loadCompose reads the compose file as compose would: YAML, then ${VAR:-default}
@@ -287,13 +394,16 @@ var (
 )
 
 // composeInfos works out, for every service, its flags, listeners, mounts and the URLs
-// it calls. Errors here are about the file, not the services.
-func composeInfos(t *testing.T, root string, c *composeProject, images map[string]*image, bins map[string]*goBinary) map[string]*composeInfo {
+// it calls. Errors here are about the file, not the services. The services that others
+// wait to complete are run here, in start order as compose runs them, so that the
+// files they make are there to check where the others name them.
+func composeInfos(t *testing.T, root string, c *composeProject, images map[string]*image, bins map[string]*goBinary, vols map[string]string) map[string]*composeInfo {
 	t.Helper()
 	infos := map[string]*composeInfo{}
-	for _, name := range slices.Sorted(maps.Keys(c.Services)) {
+	once := oneShots(c)
+	for _, name := range startOrder(c) {
 		svc := c.Services[name]
-		info := &composeInfo{name: name, svc: svc, img: images[name], mounts: map[string]composeMount{}}
+		info := &composeInfo{name: name, svc: svc, img: images[name], mounts: map[string]composeMount{}, oneShot: once[name], vols: vols, root: root}
 		infos[name] = info
 		for _, m := range svc.Volumes {
 			if _, dup := info.mounts[m.Target]; dup {
@@ -341,14 +451,14 @@ func composeInfos(t *testing.T, root string, c *composeProject, images map[strin
 				}
 				if configFiles[info.bin.name] == nil {
 					t.Errorf("service %s: teach this test to read %s's --config", name, info.bin.name)
-				} else if _, _, err := configFiles[info.bin.name](info.config); err != nil {
+				} else if info.cfg, err = configFiles[info.bin.name](info.config, info.hostPath); err != nil {
 					t.Errorf("service %s: %s would not start with %s: %v", name, info.bin.name, m.Source, err)
 					info.broken = true
 					continue
 				}
 			}
 		}
-		if info.listens, err = info.bin.listeners(info.args, info.config); err != nil {
+		if info.listens, err = info.bin.listeners(info.args, info.cfg); err != nil {
 			t.Errorf("service %s: %v", name, err)
 			info.broken = true
 		}
@@ -363,13 +473,15 @@ func composeInfos(t *testing.T, root string, c *composeProject, images map[strin
 			}
 			info.urls = append(info.urls, urlUse{where: "env " + k, raw: v, want: want})
 		}
-		if load := configFiles[info.bin.name]; load != nil && info.config != "" {
-			_, urls, _ := load(info.config)
-			for k, v := range urls {
+		if info.cfg != nil {
+			for k, v := range info.cfg.urls {
 				info.urls = append(info.urls, urlUse{where: "--config " + k, raw: v, want: rpcListener})
 			}
 		}
 		slices.SortFunc(info.urls, func(a, b urlUse) int { return strings.Compare(a.where, b.where) })
+		if info.oneShot {
+			runOneShot(t, info)
+		}
 	}
 	return infos
 }
@@ -396,7 +508,7 @@ func cmpOr(vals ...string) string {
 var portMapping = regexp.MustCompile(`^(\d+\.\d+\.\d+\.\d+):(\d+):(\d+)$`)
 
 // checkComposeServices checks each service against its image and binary.
-func checkComposeServices(t *testing.T, root string, c *composeProject, infos map[string]*composeInfo) {
+func checkComposeServices(t *testing.T, root string, c *composeProject, infos map[string]*composeInfo, healthcheck *goBinary) {
 	kustomizeImages := map[string]string{}
 	for _, u := range render(t, filepath.Join("deploy", "kustomize", "base")) {
 		if u.GetKind() == "Deployment" {
@@ -467,7 +579,12 @@ func checkComposeServices(t *testing.T, root string, c *composeProject, infos ma
 		}
 
 		// A service built here.
-		if want := kustomizeImages[info.img.binary]; svc.Image != want {
+		if info.oneShot {
+			// Not a service of the cluster: it makes what the services read, once.
+			if len(svc.Ports) > 0 || svc.Healthcheck != nil {
+				t.Errorf("%s: runs once for others, so it publishes no port and has no health check", where)
+			}
+		} else if want := kustomizeImages[info.img.binary]; svc.Image != want {
 			t.Errorf("%s: image %s, the kustomize base runs %q", where, svc.Image, want)
 		}
 		if info.bin == nil || info.bin.flags == nil {
@@ -490,23 +607,41 @@ func checkComposeServices(t *testing.T, root string, c *composeProject, infos ma
 		if !svc.ReadOnly || !slices.Equal(svc.CapDrop, []string{"ALL"}) || !slices.Contains(svc.SecurityOpt, "no-new-privileges:true") {
 			t.Errorf("%s: not hardened as in the cluster: want read_only, cap_drop [ALL], security_opt no-new-privileges:true", where)
 		}
+		checkServiceSecurity(t, info)
+		if info.oneShot {
+			continue
+		}
 		hc := svc.Healthcheck
 		if hc == nil {
 			t.Errorf("%s: no health check", where)
 			continue
 		}
-		if len(hc.Test) != 3 || hc.Test[0] != "CMD" {
-			t.Errorf("%s: health check %q: want [CMD, /healthcheck, URL]: the image has no shell", where, hc.Test)
+		if len(hc.Test) < 3 || hc.Test[0] != "CMD" {
+			t.Errorf("%s: health check %q: want [CMD, /healthcheck, FLAGS..., URL]: the image has no shell", where, hc.Test)
 			continue
 		}
 		if pkg := info.img.files[hc.Test[1]]; pkg != "./deploy/docker/healthcheck" {
 			t.Errorf("%s: health check runs %s, which %s does not build from ./deploy/docker/healthcheck", where, hc.Test[1], info.img.dockerfile)
 		}
-		u, err := url.Parse(hc.Test[2])
-		if err != nil || u.Scheme != "http" || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost") {
-			t.Errorf("%s: health check URL %s: want http://127.0.0.1:PORT/PATH, in its own container", where, hc.Test[2])
+		hcFlags, target, err := healthcheckArgs(hc.Test, healthcheck)
+		if err != nil {
+			t.Errorf("%s: health check %q: %v", where, hc.Test, err)
+			continue
+		}
+		u, err := url.Parse(target)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost") {
+			t.Errorf("%s: health check URL %s: want http(s)://127.0.0.1:PORT/PATH, in its own container", where, target)
 		} else if p, _ := strconv.Atoi(u.Port()); info.listens[p] == "" && !info.broken {
-			t.Errorf("%s: health check URL %s: nothing listens on %s (it listens on %v)", where, hc.Test[2], u.Port(), info.listens)
+			t.Errorf("%s: health check URL %s: nothing listens on %s (it listens on %v)", where, target, u.Port(), info.listens)
+		} else if tlsOn := info.servesTLS(p); tlsOn != (u.Scheme == "https") {
+			t.Errorf("%s: health check URL %s, but port %d serves TLS: %v", where, target, p, tlsOn)
+		} else if tlsOn {
+			// The CA it trusts must be the one that signed the certificate served there.
+			ca, err1 := info.hostPath(hcFlags["cacert"])
+			cert, err2 := info.hostPath(info.args["tls-cert-file"])
+			if err := cmpOrErr(err1, err2, verifyCert(cert, ca, u.Hostname())); err != nil {
+				t.Errorf("%s: health check -cacert=%s: %v", where, hcFlags["cacert"], err)
+			}
 		}
 		// Migrations run before the server listens; the kustomize startup probe gives
 		// them a minute.
@@ -555,6 +690,10 @@ func checkComposeURL(t *testing.T, c *composeProject, infos map[string]*composeI
 		t.Errorf("%s: %s: %s listens on %v, not %s", where, u.raw, to.name, to.listens, port)
 	case want != "" && got != want:
 		t.Errorf("%s: %s: port %s of %s is its %s, want its %s", where, u.raw, port, to.name, got, want)
+	case to.servesTLS(p) != (parsed.Scheme == "https"):
+		t.Errorf("%s: %s: port %s of %s serves TLS: %v", where, u.raw, port, to.name, to.servesTLS(p))
+	case to.servesTLS(p) && from.cfg != nil:
+		checkCallerCredentials(t, where, from, to, parsed.Hostname())
 	}
 	if want == "postgres" {
 		env := to.svc.Environment
@@ -615,6 +754,25 @@ func checkDependsOn(t *testing.T, c *composeProject, infos map[string]*composeIn
 			}
 		}
 	}
+	// What a one-shot service writes into a volume is read only after it has completed.
+	once := oneShots(c)
+	for _, name := range slices.Sorted(maps.Keys(c.Services)) {
+		for _, m := range c.Services[name].Volumes {
+			for _, writer := range slices.Sorted(maps.Keys(once)) {
+				if writer == name || m.Type != "volume" || !slices.ContainsFunc(c.Services[writer].Volumes, func(w composeMount) bool {
+					return w.Source == m.Source && !w.ReadOnly
+				}) {
+					continue
+				}
+				if d, ok := c.Services[name].DependsOn[writer]; !ok || d.Condition != "service_completed_successfully" {
+					t.Errorf("service %s reads volume %s, which %s writes, without waiting for it to complete", name, m.Source, writer)
+				}
+				if !m.ReadOnly {
+					t.Errorf("service %s mounts volume %s writable: only %s, which makes it, needs to write it", name, m.Source, writer)
+				}
+			}
+		}
+	}
 	// No cycle: a depth-first walk meets no service still on its path.
 	state := map[string]int{} // 1 on the path, 2 done
 	var visit func(name string, trail []string)
@@ -670,3 +828,154 @@ func portOf(addr string) (int, error) {
 
 // ---------------------------------------------------------------------------------------
 // Running it
+
+// servesTLS says whether the service speaks TLS on port: its RPC listener, given a
+// certificate.
+func (info *composeInfo) servesTLS(port int) bool {
+	return info.listens[port] == rpcListener && info.args["tls-cert-file"] != ""
+}
+
+// checkServiceSecurity holds a service that authenticates its callers to what a cluster
+// runs: an auth mode that is not none, TLS, and every file they name in its volumes.
+func checkServiceSecurity(t *testing.T, info *composeInfo) {
+	t.Helper()
+	if _, ok := info.bin.flags["auth-mode"]; !ok {
+		return
+	}
+	where := "service " + info.name
+	switch mode := info.args["auth-mode"]; mode {
+	case "kubernetes":
+	case "token-file":
+		if _, err := tokensByGroup(info, info.args["auth-token-file"]); err != nil {
+			t.Errorf("%s: --auth-token-file: %v", where, err)
+		}
+	default:
+		t.Errorf("%s: --auth-mode=%q: want token-file (or kubernetes), so that only callers with a token reach it", where, mode)
+	}
+	if info.args["tls-cert-file"] == "" || info.args["tls-key-file"] == "" {
+		t.Errorf("%s: no --tls-cert-file and --tls-key-file: tokens would cross the network in the clear", where)
+		return
+	}
+	cert, err1 := info.hostPath(info.args["tls-cert-file"])
+	key, err2 := info.hostPath(info.args["tls-key-file"])
+	if err := cmpOrErr(err1, err2); err != nil {
+		t.Errorf("%s: %v", where, err)
+	} else if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+		t.Errorf("%s: its certificate and key: %v", where, err)
+	}
+}
+
+// checkCallerCredentials requires a caller's --config to trust a CA that signed the
+// service's certificate for host, and to send a token the service's token file gives
+// the executors' group.
+func checkCallerCredentials(t *testing.T, where string, from, to *composeInfo, host string) {
+	t.Helper()
+	caPath, tokenPath := from.cfg.files["serviceCAFile"], from.cfg.files["serviceTokenFile"]
+	if caPath == "" || tokenPath == "" {
+		t.Errorf("%s: %s serves TLS with a private CA and wants a token: the config names serviceCAFile %q and serviceTokenFile %q", where, to.name, caPath, tokenPath)
+		return
+	}
+	ca, err1 := from.hostPath(caPath)
+	cert, err2 := to.hostPath(to.args["tls-cert-file"])
+	if err := cmpOrErr(err1, err2, verifyCert(cert, ca, host)); err != nil {
+		t.Errorf("%s: serviceCAFile %s: %v", where, caPath, err)
+	}
+	file, err := from.hostPath(tokenPath)
+	var token []byte
+	if err == nil {
+		token, err = os.ReadFile(file)
+	}
+	if err != nil {
+		t.Errorf("%s: serviceTokenFile: %v", where, err)
+		return
+	}
+	if to.args["auth-mode"] == "token-file" {
+		tokens, err := tokensByGroup(to, to.args["auth-token-file"])
+		if err == nil && tokens[auth.Executors] != strings.TrimSpace(string(token)) {
+			t.Errorf("%s: serviceTokenFile %s is not in %s's token file as %s", where, tokenPath, to.name, auth.Executors)
+		}
+	}
+}
+
+// tokensByGroup reads a token file in the container path's place (kube-apiserver's
+// static token CSV), giving the first token of each group.
+func tokensByGroup(info *composeInfo, path string) (map[string]string, error) {
+	file, err := info.hostPath(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	records, err := r.ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out := map[string]string{}
+	for _, rec := range records {
+		if len(rec) < 4 {
+			continue
+		}
+		for _, g := range strings.Split(rec[3], ",") {
+			if out[g] == "" {
+				out[g] = rec[0]
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s holds no token with a group", path)
+	}
+	return out, nil
+}
+
+// verifyCert checks that the PEM certificate in certFile is valid for host under the CAs
+// of caFile.
+func verifyCert(certFile, caFile, host string) error {
+	if certFile == "" || caFile == "" {
+		return nil // reported by the caller
+	}
+	pool, err := rpcclient.LoadCAFile(caFile)
+	if err != nil {
+		return err
+	}
+	raw, err := os.ReadFile(certFile)
+	if err != nil {
+		return err
+	}
+	block, _ := pem.Decode(raw)
+	if block == nil {
+		return fmt.Errorf("%s holds no PEM certificate", certFile)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return err
+	}
+	_, err = cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: host})
+	return err
+}
+
+// healthcheckArgs splits a health check's test into the flags of /healthcheck, by name,
+// and its URL, the last argument.
+func healthcheckArgs(test []string, healthcheck *goBinary) (map[string]string, string, error) {
+	if len(test) < 3 {
+		return nil, "", errors.New("want [CMD, /healthcheck, FLAGS..., URL]")
+	}
+	if healthcheck == nil || healthcheck.flags == nil {
+		return nil, "", errors.New("no /healthcheck binary to read the flags of")
+	}
+	flags, err := parseArgs(test[2:len(test)-1], healthcheck.flags)
+	return flags, test[len(test)-1], err
+}
+
+func cmpOrErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

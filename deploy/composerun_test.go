@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -37,19 +38,22 @@ import (
 	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/ports"
+	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/auth"
 )
 
 // runCompose runs what `docker compose --profile executor up` would, as processes on
 // this machine: every service built here from the binary its Dockerfile builds, with
-// compose's command, environment, mounted files and health check, in depends_on order;
-// Postgres from pgtest, an OTLP collector for Jaeger and envtest's API server for the
-// kind cluster stand in for the rest. All processes share this machine's network, so
+// compose's command, environment, mounted files, volumes (a directory each) and health
+// check, in depends_on order; Postgres from pgtest, an OTLP collector for Jaeger and
+// envtest's API server for the kind cluster stand in for the rest. A service run once
+// (the credentials) runs again, as every `up` does, and must keep what it made. All processes share this machine's network, so
 // each listener moves to a free port on 127.0.0.1 (appended flags, or the copy of a
 // --config file) and every URL to it (environment, config, health check) follows.
 // Then each service must stop cleanly on SIGTERM and have sent its traces, named by
 // OTEL_SERVICE_NAME, to where OTEL_EXPORTER_OTLP_ENDPOINT says.
-func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*composeInfo, bins map[string]*goBinary) {
+func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*composeInfo, bins map[string]*goBinary, vols map[string]string) {
 	healthcheck := bins["./deploy/docker/healthcheck"]
 	if healthcheck == nil {
 		t.Fatal("no Dockerfile builds ./deploy/docker/healthcheck")
@@ -129,13 +133,13 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 			addrs[name][p] = freeAddr(t)
 		}
 
-		// Mounted files: the repository's are used as they are (a --config file as a
-		// copy with the new addresses); the user's kubeconfig is envtest's.
-		files := map[string]string{} // container path → path here
+		// Mounted files and volumes: the repository's files and the volumes' stand-ins
+		// are used where they are (a --config file as a copy with the new addresses);
+		// the user's kubeconfig is envtest's.
+		files := map[string]string{} // container path → path here, for the user's files
 		for target, m := range info.mounts {
 			switch {
-			case m.Type == "bind" && strings.HasPrefix(m.Source, "./"):
-				files[target] = filepath.Join(root, filepath.FromSlash(m.Source))
+			case m.Type == "bind" && strings.HasPrefix(m.Source, "./"), m.Type == "volume" && vols[m.Source] != "":
 			case m.Type == "bind" && svc.Environment["KUBECONFIG"] == target:
 				files[target] = envtestKubeconfig(t, dir)
 				applyCRDs(t, root)
@@ -143,15 +147,18 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 				t.Fatalf("%s: nothing stands in for mount %s of %s", where, target, m.Source)
 			}
 		}
+		if info.oneShot {
+			// Compose runs it again on every `up`: what it made must be kept.
+			before := volumeFiles(t, info)
+			runOneShot(t, info)
+			if after := volumeFiles(t, info); !maps.Equal(before, after) {
+				t.Errorf("%s: run again, it changed its volumes' files (%d before, %d after): what it makes must be kept", where, len(before), len(after))
+			}
+			continue
+		}
 		args := slices.Concat(info.img.entrypoint[1:], svc.Command)
 		for i, a := range args {
-			for target, file := range files {
-				if a == target {
-					args[i] = file
-				} else if flag, ok := strings.CutSuffix(a, "="+target); ok {
-					args[i] = flag + "=" + file
-				}
-			}
+			args[i] = info.here(a, files)
 		}
 		for p, listener := range info.listens {
 			if _, ok := bin.flags[listener]; ok {
@@ -170,13 +177,13 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 		}
 		env := []string{"HOME=" + dir, "TMPDIR=" + dir}
 		for k, v := range svc.Environment {
-			if file, ok := files[v]; ok {
-				v = file
-			} else if strings.Contains(v, "://") {
+			if strings.Contains(v, "://") {
 				var err error
 				if v, err = remap(v); err != nil {
 					t.Fatalf("%s env %s: %v", where, k, err)
 				}
+			} else {
+				v = info.here(v, files)
 			}
 			env = append(env, k+"="+v)
 		}
@@ -194,15 +201,30 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 		// Its health check, as compose runs it, until it passes or compose would give up.
 		hc := svc.Healthcheck
 		interval, _ := time.ParseDuration(hc.Interval)
-		target, err := url.Parse(hc.Test[2])
+		hcFlags, rawTarget, err := healthcheckArgs(hc.Test, healthcheck)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target, err := url.Parse(rawTarget)
 		if err != nil {
 			t.Fatal(err)
 		}
 		p, _ := strconv.Atoi(target.Port())
 		target.Host = addrs[name][p]
+		var hcArgs []string
+		for _, a := range hc.Test[2 : len(hc.Test)-1] {
+			hcArgs = append(hcArgs, info.here(a, files))
+		}
+		hcArgs = append(hcArgs, target.String())
+		caFile := "" // the CA of its TLS port, as its health check trusts it
+		if hcFlags["cacert"] != "" {
+			if caFile, err = info.hostPath(hcFlags["cacert"]); err != nil {
+				t.Fatal(err)
+			}
+		}
 		healthy := false
 		for range hc.Retries {
-			out, err := exec.Command(healthcheck.file, target.String()).CombinedOutput()
+			out, err := exec.Command(healthcheck.file, hcArgs...).CombinedOutput()
 			if err == nil {
 				healthy = true
 				break
@@ -221,10 +243,11 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 			t.Fatalf("%s: health check %q never passed", where, hc.Test)
 		}
 		// A traced call: every unary flyte.* RPC with an empty request, which the server
-		// traces even when it rejects it.
+		// traces even when it rejects it; with tokens of each kind, and over TLS when
+		// the port serves it.
 		for p, listener := range info.listens {
 			if listener == rpcListener {
-				callUnaryRPCs(t, where, addrs[name][p])
+				callUnaryRPCs(t, where, info, addrs[name][p], caFile, info.servesTLS(p))
 			}
 		}
 		// Every published port answers: /metrics on metrics listeners, /healthz elsewhere.
@@ -234,7 +257,11 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 			if strings.Contains(strings.ToLower(info.listens[p]), "metrics") {
 				pathname = "/metrics"
 			}
-			if out, err := exec.Command(healthcheck.file, "http://"+addrs[name][p]+pathname).CombinedOutput(); err != nil {
+			check := []string{"http://" + addrs[name][p] + pathname}
+			if info.servesTLS(p) {
+				check = []string{"-cacert=" + caFile, "https://" + addrs[name][p] + pathname}
+			}
+			if out, err := exec.Command(healthcheck.file, check...).CombinedOutput(); err != nil {
 				t.Errorf("%s: published port %s: GET %s: %s", where, mapping, pathname, bytes.TrimSpace(out))
 			}
 		}
@@ -273,9 +300,48 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 }
 
 // callUnaryRPCs calls, with an empty JSON request, every unary method of the flyte.*
-// services the test binary knows, and requires the server at addr to serve at least one.
-func callUnaryRPCs(t *testing.T, where, addr string) {
+// services the test binary knows, and requires the server at addr to serve at least one
+// to the executors' token of its token file, and to refuse each without a token as
+// Unauthenticated; on a TLS port, cleartext must be refused. (What a viewer may do is
+// for the services' own tests: an empty request fails validation, which comes first.)
+func callUnaryRPCs(t *testing.T, where string, info *composeInfo, addr, caFile string, tlsOn bool) {
 	t.Helper()
+	client, err := rpcclient.New(rpcclient.Options{CAFile: caFile, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + addr
+	if tlsOn {
+		base = "https://" + addr
+		if resp, err := servicetest.H2CClient().Post("http://"+addr+"/grpc.health.v1.Health/Check", "application/json", strings.NewReader("{}")); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode < 400 {
+				t.Errorf("%s: its TLS port answered cleartext HTTP/2 with %s", where, resp.Status)
+			}
+		}
+	}
+	var tokens map[string]string
+	if info.args["auth-mode"] == "token-file" {
+		if tokens, err = tokensByGroup(info, info.args["auth-token-file"]); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+	}
+	call := func(path, token string) (int, error) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+path, strings.NewReader("{}"))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
 	served := 0
 	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		if !strings.HasPrefix(string(fd.Package()), "flyte.") {
@@ -288,14 +354,24 @@ func callUnaryRPCs(t *testing.T, where, addr string) {
 				if md.IsStreamingClient() || md.IsStreamingServer() {
 					continue
 				}
-				resp, err := http.Post("http://"+addr+"/"+string(sd.FullName())+"/"+string(md.Name()), "application/json", strings.NewReader("{}"))
+				path := "/" + string(sd.FullName()) + "/" + string(md.Name())
+				code, err := call(path, tokens[auth.Executors])
 				if err != nil {
 					t.Errorf("%s: calling %s: %v", where, md.FullName(), err)
 					continue
 				}
-				_ = resp.Body.Close()
-				if resp.StatusCode != http.StatusNotFound {
-					served++
+				if code == http.StatusNotFound {
+					continue
+				}
+				served++
+				if code == http.StatusUnauthorized || code == http.StatusForbidden {
+					t.Errorf("%s: %s refused the executors' token: %d", where, md.FullName(), code)
+				}
+				if tokens == nil {
+					continue
+				}
+				if code, err := call(path, ""); err != nil || code != http.StatusUnauthorized {
+					t.Errorf("%s: %s without a token: %d %v, want 401", where, md.FullName(), code, err)
 				}
 			}
 		}
@@ -306,8 +382,73 @@ func callUnaryRPCs(t *testing.T, where, addr string) {
 	}
 }
 
+// runOneShot runs a service that others wait for to complete, as compose does before
+// starting them, and requires it to succeed.
+func runOneShot(t *testing.T, info *composeInfo) {
+	t.Helper()
+	args := slices.Concat(info.img.entrypoint[1:], info.svc.Command)
+	for i, a := range args {
+		args[i] = info.here(a, nil)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, info.bin.file, args...)
+	cmd.Env = []string{"HOME=" + t.TempDir()}
+	for k, v := range info.svc.Environment {
+		cmd.Env = append(cmd.Env, k+"="+info.here(v, nil))
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("service %s (run once, before the services that wait for it): %s %s: %v\n%s", info.name, filepath.Base(info.bin.file), strings.Join(args, " "), err, out)
+	}
+	t.Logf("service %s: %s %s: %s", info.name, filepath.Base(info.bin.file), strings.Join(args, " "), bytes.TrimSpace(out))
+}
+
+// volumeFiles reads every file of the volumes a service mounts writable.
+func volumeFiles(t *testing.T, info *composeInfo) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, m := range info.mounts {
+		if m.Type != "volume" || m.ReadOnly {
+			continue
+		}
+		err := filepath.WalkDir(info.vols[m.Source], func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			out[path] = string(data)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// here rewrites an argument or environment value naming a path in the service's
+// container, alone or as a flag's value, to where that path is on this machine: files
+// stands in for single files mounted from outside the repository.
+func (info *composeInfo) here(a string, files map[string]string) string {
+	prefix, path := "", a
+	if i := strings.Index(a, "=/"); i >= 0 {
+		prefix, path = a[:i+1], a[i+1:]
+	}
+	if !strings.HasPrefix(path, "/") {
+		return a
+	}
+	if f, ok := files[path]; ok {
+		return prefix + f
+	}
+	if p, err := info.hostPath(path); err == nil {
+		return prefix + p
+	}
+	return a
+}
+
 // rewriteConfig writes a copy of a service's --config file with its listeners on the
-// given addresses and its URLs remapped.
+// given addresses, its URLs remapped and the files it reads where they are here.
 func rewriteConfig(t *testing.T, info *composeInfo, addrs map[int]string, remap func(string) (string, error), file string) string {
 	t.Helper()
 	data, err := os.ReadFile(info.config)
@@ -323,12 +464,13 @@ func rewriteConfig(t *testing.T, info *composeInfo, addrs map[int]string, remap 
 			m[setting] = addrs[p]
 		}
 	}
-	_, urls, err := configFiles[info.bin.name](info.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for setting, u := range urls {
+	for setting, u := range info.cfg.urls {
 		if m[setting], err = remap(u); err != nil {
+			t.Fatalf("service %s --config %s: %v", info.name, setting, err)
+		}
+	}
+	for setting, path := range info.cfg.files {
+		if m[setting], err = info.hostPath(path); err != nil {
 			t.Fatalf("service %s --config %s: %v", info.name, setting, err)
 		}
 	}

@@ -339,7 +339,7 @@ func flagValue(flags []string, name string) string {
 // Go, statically and reproducibly, with module and build caches; a distroless final
 // stage running as non-root the binary of its name, exposing the ports that binary
 // listens on by default; and no Dockerfile left unused by compose.
-func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins map[string]*goBinary) {
+func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins map[string]*goBinary, oneShots map[string]bool) {
 	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	if err != nil {
 		t.Fatal(err)
@@ -447,8 +447,12 @@ func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins 
 				labels["org.opencontainers.image.title"], labels["org.opencontainers.image.source"], img.binary)
 		}
 
-		// The binary: ./<binary>/cmd/<binary>, a main package, as the entrypoint.
+		// The binary: ./<binary>/cmd/<binary>, a main package, as the entrypoint; a helper
+		// that compose runs once is ./deploy/docker/<binary>, as the health check is.
 		want := "./" + img.binary + "/cmd/" + img.binary
+		if oneShots[name] {
+			want = "./deploy/docker/" + img.binary
+		}
 		if len(img.entrypoint) == 0 || img.files[img.entrypoint[0]] != want {
 			t.Errorf("%s: ENTRYPOINT %q, want the file built from %s", where, img.entrypoint, want)
 			continue
@@ -458,7 +462,7 @@ func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins 
 			t.Errorf("%s: %s is not a main package", where, want)
 			continue
 		}
-		defaults, err := bin.listeners(nil, "")
+		defaults, err := bin.listeners(nil, nil)
 		if err != nil {
 			t.Errorf("%s: %v", where, err)
 		}
@@ -496,8 +500,9 @@ type goFlag struct {
 }
 
 // listeners returns the ports the binary listens on, by the flag or setting that says
-// so: flags whose default is an address, and the settings of its --config file.
-func (b *goBinary) listeners(args map[string]string, configFile string) (map[int]string, error) {
+// so: flags whose default is an address, and the settings of its --config file (cfg, or
+// the defaults when nil).
+func (b *goBinary) listeners(args map[string]string, cfg *configInfo) (map[int]string, error) {
 	out := map[int]string{}
 	for name, f := range b.flags {
 		if !addrDefault.MatchString(f.def) {
@@ -516,12 +521,14 @@ func (b *goBinary) listeners(args map[string]string, configFile string) (map[int
 		}
 		out[p] = name
 	}
-	if load := configFiles[b.name]; load != nil {
-		listens, _, err := load(configFile)
-		if err != nil {
+	if cfg == nil && configFiles[b.name] != nil {
+		var err error
+		if cfg, err = configFiles[b.name]("", nil); err != nil {
 			return nil, err
 		}
-		maps.Copy(out, listens)
+	}
+	if cfg != nil {
+		maps.Copy(out, cfg.listens)
 	}
 	return out, nil
 }

@@ -1,10 +1,11 @@
 // Command healthcheck is the container health check of the project's images, which are
 // distroless and so have no shell, curl or wget: it GETs the URL it is given and exits 0
-// when the answer is 2xx, 1 otherwise (no answer within the timeout, another status), and
-// 2 on bad usage. Every image carries it as /healthcheck, for docker compose:
+// when the answer is 2xx, 1 otherwise (no answer within the timeout, another status, a
+// certificate not signed by the CA of -cacert), and 2 on bad usage. Every image carries
+// it as /healthcheck, for docker compose:
 //
 //	healthcheck:
-//	  test: ["CMD", "/healthcheck", "http://127.0.0.1:8090/healthz"]
+//	  test: ["CMD", "/healthcheck", "-cacert=/credentials/ca.crt", "https://127.0.0.1:8090/healthz"]
 //
 // It follows no redirects and ignores HTTP_PROXY and friends: a health check asks the
 // process in its own container, never something else.
@@ -12,6 +13,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,8 +31,9 @@ func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the whole answer")
+	caFile := fs.String("cacert", "", "PEM bundle of the CAs trusted for an https URL (default: the system's)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: healthcheck [-timeout 2s] http://127.0.0.1:PORT/PATH")
+		fmt.Fprintln(stderr, "usage: healthcheck [-timeout 2s] [-cacert FILE] http(s)://127.0.0.1:PORT/PATH")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
@@ -46,14 +50,27 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "healthcheck: %q is not an http(s) URL\n", fs.Arg(0))
 		return 2
 	}
-	if err := check(u.String(), *timeout); err != nil {
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if *caFile != "" {
+		pem, err := os.ReadFile(*caFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "healthcheck:", err)
+			return 1
+		}
+		tlsConfig.RootCAs = x509.NewCertPool()
+		if !tlsConfig.RootCAs.AppendCertsFromPEM(pem) {
+			fmt.Fprintf(stderr, "healthcheck: %s holds no PEM certificate\n", *caFile)
+			return 1
+		}
+	}
+	if err := check(u.String(), tlsConfig, *timeout); err != nil {
 		fmt.Fprintln(stderr, "healthcheck:", err)
 		return 1
 	}
 	return 0
 }
 
-func check(target string, timeout time.Duration) error {
+func check(target string, tlsConfig *tls.Config, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
@@ -61,7 +78,7 @@ func check(target string, timeout time.Duration) error {
 		return err
 	}
 	client := &http.Client{
-		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
+		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, TLSClientConfig: tlsConfig},
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},

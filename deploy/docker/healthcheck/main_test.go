@@ -1,12 +1,15 @@
 package main
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flytekube/backend/internal/devcreds"
 )
 
 func TestRun(t *testing.T) {
@@ -30,6 +33,22 @@ func TestRun(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
+	// Over TLS, with a certificate from a private CA as the services have.
+	creds, err := devcreds.Ensure(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(creds.CertFile, creds.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsSrv := httptest.NewUnstartedServer(mux)
+	tlsSrv.EnableHTTP2 = true
+	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	tlsURL := "https://" + tlsSrv.Listener.Addr().String()
+
 	// A port nothing listens on: listen, note it, close.
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -37,6 +56,12 @@ func TestRun(t *testing.T) {
 	}
 	closed := "http://" + lis.Addr().String() + "/healthz"
 	_ = lis.Close()
+
+	other, err := devcreds.Ensure(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA := other.CAFile
 
 	tests := []struct {
 		name   string
@@ -50,6 +75,13 @@ func TestRun(t *testing.T) {
 		{"redirects are not followed", []string{srv.URL + "/redirect"}, 1, "302"},
 		{"timeout", []string{"-timeout=100ms", srv.URL + "/slow"}, 1, "deadline exceeded"},
 		{"connection refused", []string{closed}, 1, "refused"},
+		{"https with its CA", []string{"-cacert=" + creds.CAFile, tlsURL + "/healthz"}, 0, ""},
+		{"https with its CA, not 2xx", []string{"-cacert", creds.CAFile, tlsURL + "/fail"}, 1, "503"},
+		{"https without its CA", []string{tlsURL + "/healthz"}, 1, "certificate"},
+		{"https with another CA", []string{"-cacert=" + otherCA, tlsURL + "/healthz"}, 1, "certificate"},
+		{"CA file missing", []string{"-cacert=" + creds.CAFile + ".nope", tlsURL + "/healthz"}, 1, "no such file"},
+		{"CA file without a certificate", []string{"-cacert=" + creds.KeyFile, tlsURL + "/healthz"}, 1, "no PEM certificate"},
+		{"plain http to a TLS port", []string{"http://" + tlsSrv.Listener.Addr().String() + "/healthz"}, 1, "400"},
 		{"no URL", nil, 2, "usage"},
 		{"two URLs", []string{srv.URL, srv.URL}, 2, "usage"},
 		{"not a URL", []string{"127.0.0.1:8090"}, 2, "not an http(s) URL"},
