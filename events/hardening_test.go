@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -741,5 +742,104 @@ func TestWatcherLimitIsPerIdentity(t *testing.T) {
 	mustSubscribe("alice")
 	if strings.Join(refused, ",") != "identity,service" {
 		t.Fatalf("refusals counted %v; want [identity service]", refused)
+	}
+}
+
+// schemaLeaf is a place in an event's schema: a string, a timestamp or a message, reached
+// through fields (lists through their first element).
+type schemaLeaf struct {
+	path  string
+	steps []protoreflect.FieldDescriptor
+	kind  string // "string", "timestamp" or "message"
+}
+
+// schemaLeaves lists every string, timestamp and message of md's schema, md included.
+func schemaLeaves(md protoreflect.MessageDescriptor, path string, steps []protoreflect.FieldDescriptor) []schemaLeaf {
+	if md.FullName() == "google.protobuf.Timestamp" {
+		return []schemaLeaf{{path, steps, "timestamp"}, {path, steps, "message"}}
+	}
+	leaves := []schemaLeaf{{path, steps, "message"}}
+	for i := range md.Fields().Len() {
+		fd := md.Fields().Get(i)
+		name := path + "." + string(fd.Name())
+		if fd.IsList() {
+			name += "[0]"
+		}
+		next := append(slices.Clone(steps), fd)
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			leaves = append(leaves, schemaLeaf{name, next, "string"})
+		case protoreflect.MessageKind:
+			leaves = append(leaves, schemaLeaves(fd.Message(), name, next)...)
+		}
+	}
+	return leaves
+}
+
+// reach returns the message a leaf's steps lead to from m, creating what is missing, and
+// the last field when the leaf is a string.
+func reach(m protoreflect.Message, steps []protoreflect.FieldDescriptor) (protoreflect.Message, protoreflect.FieldDescriptor) {
+	for _, fd := range steps {
+		if fd.Kind() != protoreflect.MessageKind {
+			return m, fd
+		}
+		if fd.IsList() {
+			list := m.Mutable(fd).List()
+			if list.Len() == 0 {
+				list.AppendMutable()
+			}
+			m = list.Get(0).Message()
+		} else {
+			m = m.Mutable(fd).Message()
+		}
+		if ts, ok := m.Interface().(*timestamppb.Timestamp); ok && ts.GetSeconds() == 0 {
+			ts.Seconds = epoch.Unix() // a new timestamp would otherwise be the (refused) epoch
+		}
+	}
+	return m, nil
+}
+
+// The store checks every string and timestamp of an event and drops the unknown fields of
+// every message in it, whatever fields the schema gains: this walks the schema rather
+// than a list of fields.
+func TestStoreChecksEveryStringAndTimestamp(t *testing.T) {
+	db := pg.NewDatabase(t)
+	st, pool := openStore(t, db)
+	leaves := schemaLeaves((&eventsv1.ActionEvent{}).ProtoReflect().Descriptor(), "events[0]", nil)
+	for i, leaf := range leaves {
+		t.Run(leaf.kind+" "+leaf.path, func(t *testing.T) {
+			e := event(actionID("schema", fmt.Sprintf("a%d", i)), 1, running, 0, 1)
+			m, fd := reach(e.ProtoReflect(), leaf.steps)
+			switch leaf.kind {
+			case "string":
+				m.Set(fd, protoreflect.ValueOfString("a\x00b"))
+			case "timestamp":
+				m.Interface().(*timestamppb.Timestamp).Nanos = -1
+			case "message":
+				withUnknownField(m.Interface(), 10)
+			}
+			_, err := st.Record(context.Background(), []*eventsv1.ActionEvent{e})
+			if leaf.kind != "message" {
+				var refused *store.InvalidEventError
+				if !errors.As(err, &refused) || refused.Field != leaf.path {
+					t.Fatalf("got %v; want the store to refuse %s", err, leaf.path)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var encoded []byte
+			if err := pool.QueryRow(context.Background(), `SELECT event FROM action_events WHERE action = $1`, e.GetId().GetAction()).Scan(&encoded); err != nil {
+				t.Fatal(err)
+			}
+			var stored eventsv1.ActionEvent
+			if err := proto.Unmarshal(encoded, &stored); err != nil {
+				t.Fatal(err)
+			}
+			if n := unknownBytes(stored.ProtoReflect()); n != 0 {
+				t.Fatalf("stored %d bytes of unknown fields", n)
+			}
+		})
 	}
 }
