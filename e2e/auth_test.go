@@ -3,9 +3,11 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -333,5 +335,36 @@ func applyShippedRoles(t *testing.T, cs kubernetes.Interface) {
 	}
 	if !slices.Equal(names, []string{"flyte-services-executor", "flyte-services-viewer"}) {
 		t.Fatalf("roles.yaml holds ClusterRoles %v, want the executor's and the viewer's", names)
+	}
+}
+
+// TestUnauthenticatedCallsAreRefusedBeforeTheirBody: a call without a token is answered
+// while its body is still unsent, so an anonymous client cannot make the service hold
+// its bytes or wait for them.
+func TestUnauthenticatedCallsAreRefusedBeforeTheirBody(t *testing.T) {
+	pg := startPostgres(t)
+	tokens := servicetest.NewTokens(t)
+	s := startServices(t, pg, auth.Config{Mode: auth.ModeTokenFile, TokenFile: tokens.File}, nil)
+	body, never := io.Pipe() // nothing is ever written
+	defer func() { _ = never.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.eventsURL+eventsv1connect.EventsServiceRecordProcedure, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/grpc")
+	resp, err := s.pki.Client("").Do(req)
+	if err != nil {
+		t.Fatalf("no answer while the body was pending: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	status := resp.Trailer.Get("Grpc-Status")
+	if status == "" {
+		status = resp.Header.Get("Grpc-Status")
+	}
+	if status != strconv.Itoa(int(connect.CodeUnauthenticated)) {
+		t.Fatalf("grpc-status %q, want Unauthenticated (%d)", status, connect.CodeUnauthenticated)
 	}
 }
