@@ -271,6 +271,7 @@ func TestLoadRejects(t *testing.T) {
 		{"long cluster name", "cluster: " + strings.Repeat("c", 254) + "\n", "cluster: at most 253"},
 		{"log link without a name", "logLinks:\n  - uriTemplate: https://x/{{.PodName}}\n", "logLinks[0].name"},
 		{"maxSystemFailures -1", "maxSystemFailures: -1\n", "maxSystemFailures: must not be negative"},
+		{"maxSystemFailures 101", "maxSystemFailures: 101\n", "maxSystemFailures: at most 100"},
 		{"backoff base 0", "retryBackoff:\n  base: 0s\n", "retryBackoff.base: must be positive"},
 		{"backoff cap below base", "retryBackoff:\n  base: 10s\n  cap: 5s\n", "retryBackoff.cap: must be at least retryBackoff.base"},
 		{"empty task type", "defaultForTaskTypes:\n  \"\": container\n", `defaultForTaskTypes[""]: task type must not be empty`},

@@ -94,8 +94,13 @@ func (c Config) Validate() error {
 		seen[p.String()] = true
 	}
 
-	if c.MaxSystemFailures < 0 {
+	switch {
+	case c.MaxSystemFailures < 0:
 		fail("maxSystemFailures", "must not be negative, got %d", c.MaxSystemFailures)
+	case c.MaxSystemFailures > MaxSystemFailuresLimit:
+		// The events contract bounds attempt numbers by what the executor can make:
+		// 1 + 10 retries + 100 system failures.
+		fail("maxSystemFailures", "at most %d, got %d", MaxSystemFailuresLimit, c.MaxSystemFailures)
 	}
 	if c.MaxConcurrentReconciles < 1 {
 		fail("maxConcurrentReconciles", "must be at least 1, got %d", c.MaxConcurrentReconciles)
@@ -229,3 +234,7 @@ func checkServiceURL(raw string) error {
 	}
 	return nil
 }
+
+// MaxSystemFailuresLimit is the most system failures an action may be allowed; with the
+// CRD's 10 retries it keeps attempt numbers within the events contract's 111.
+const MaxSystemFailuresLimit = 100

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel"
@@ -433,23 +434,28 @@ func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, r
 		Cluster:     p.cluster,
 		OutputsUri:  h.OutputsURI,
 		CacheStatus: cacheStatuses[h.CacheStatus],
-		Reason:      h.Reason,
-		Message:     h.Message,
+		Reason:      clean(h.Reason, maxReason),
+		Message:     clean(h.Message, maxMessage),
 		TaskType:    ta.Spec.TaskType,
 	}
 	for _, l := range h.LogLinks {
-		ev.LogLinks = append(ev.LogLinks, &eventsv1.LogLink{Name: l.Name, Uri: l.URI})
+		// A cut link would point somewhere else: one too long is left out.
+		if len(ev.LogLinks) < maxLogLinks && utf8.RuneCountInString(l.URI) <= maxLinkURI && l.Name != "" {
+			ev.LogLinks = append(ev.LogLinks, &eventsv1.LogLink{Name: clean(l.Name, maxLinkName), Uri: l.URI})
+		}
 	}
-	for _, e := range h.ClusterEvents {
+	// The newest cluster events are the ones worth keeping.
+	for _, e := range h.ClusterEvents[max(0, len(h.ClusterEvents)-maxClusterEvents):] {
 		ev.ClusterEvents = append(ev.ClusterEvents, &eventsv1.ClusterEvent{OccurredAt: timestamppb.New(e.OccurredAt.Time),
-			Object: e.Object, Type: e.Type, Reason: e.Reason, Message: e.Message, Count: uint32(max(e.Count, 0))})
+			Object: clean(e.Object, maxEventObject), Type: clean(e.Type, maxEventType), Reason: clean(e.Reason, maxReason),
+			Message: clean(e.Message, maxEventMessage), Count: uint32(max(e.Count, 0))})
 	}
 	if e := h.Error; e != nil {
 		kind := flytecorev1.ExecutionError_KIND_USER
 		if e.Kind == flytev1.ErrorKindSystem {
 			kind = flytecorev1.ExecutionError_KIND_SYSTEM
 		}
-		ev.Error = &flytecorev1.ExecutionError{Code: e.Code, Kind: kind, Message: e.Message}
+		ev.Error = &flytecorev1.ExecutionError{Code: clean(e.Code, maxErrorCode), Kind: kind, Message: clean(e.Message, maxMessage)}
 	}
 	return ev
 }
