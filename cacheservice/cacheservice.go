@@ -12,6 +12,7 @@ import (
 
 	"github.com/flytekube/backend/cacheservice/service"
 	"github.com/flytekube/backend/cacheservice/store"
+	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/server"
@@ -121,7 +122,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}
 		st := store.New(d.Pool)
 		res := service.Reservations{MinHeartbeat: cfg.MinHeartbeat, MaxHeartbeat: cfg.MaxHeartbeat, GraceMultiplier: cfg.HeartbeatGraceMultiplier}
-		d.Server.Handle(service.NewHandler(service.New(st, res, metrics, log), d.Server.HandlerOptions()...))
+		d.Server.Handle(cachev1connect.NewCacheServiceHandler(service.New(st, res, metrics, log), d.Server.HandlerOptions()...))
 		clog := log.With("component", "cleanup")
 		return []app.Background{func(ctx context.Context) {
 			app.Every(ctx, cfg.CleanupInterval, func(ctx context.Context) { cleanup(ctx, st, cfg, metrics, clog) })

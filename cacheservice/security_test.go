@@ -243,21 +243,21 @@ func TestBadTextIsInvalidArgumentNamingTheField(t *testing.T) {
 		{"invalid UTF-8 in a reservation's owner_id", func() error {
 			return rawCall(t, inst, svc+"GetOrExtendReservation", withInvalidUTF8(t, &cachev1.GetOrExtendReservationRequest{
 				Key: key("demo.train", "1", "x"), OwnerId: bad, HeartbeatInterval: durationpb.New(time.Second)}, bad))
-		}, "GetOrExtendReservationRequest.owner_id"},
+		}, "owner_id: not valid UTF-8"},
 		{"invalid UTF-8 in a release's owner_id", func() error {
 			return rawCall(t, inst, svc+"ReleaseReservation", withInvalidUTF8(t, &cachev1.ReleaseReservationRequest{
 				Key: key("demo.train", "1", "x"), OwnerId: bad}, bad))
-		}, "ReleaseReservationRequest.owner_id"},
+		}, "owner_id: not valid UTF-8"},
 		{"invalid UTF-8 in output_uri", func() error {
 			return rawCall(t, inst, svc+"Put", withInvalidUTF8(t, &cachev1.PutRequest{
 				Key: key("demo.train", "1", "x"), OutputUri: "s3://b/" + bad, SourceAction: source("a0"), SourceAttempt: 1}, bad))
-		}, "PutRequest.output_uri"},
+		}, "output_uri: not valid UTF-8"},
 		{"invalid UTF-8 in the source action", func() error {
 			src := source("a0")
 			src.Run = bad
 			return rawCall(t, inst, svc+"Put", withInvalidUTF8(t, &cachev1.PutRequest{
 				Key: key("demo.train", "1", "x"), OutputUri: "s3://b/o", SourceAction: src, SourceAttempt: 1}, bad))
-		}, "ActionIdentifier.run"},
+		}, "source_action.run: not valid UTF-8"},
 		// JSON's decoder names the position of bad text rather than its field.
 		{"invalid UTF-8 in JSON", func() error {
 			return rawCall(t, inst, svc+"ReleaseReservation", []byte(`{"key":{"project":"demo","domain":"development",`+
@@ -266,15 +266,15 @@ func TestBadTextIsInvalidArgumentNamingTheField(t *testing.T) {
 		{"invalid UTF-8 in a key's task_name", func() error {
 			return rawCall(t, inst, svc+"Get", withInvalidUTF8(t, &cachev1.GetRequest{
 				Key: badKey(func(k *cachev1.CacheKey) { k.TaskName = bad })}, bad))
-		}, "CacheKey.task_name"},
+		}, "key.task_name: not valid UTF-8"},
 		{"invalid UTF-8 in a key's project", func() error {
 			return rawCall(t, inst, svc+"Delete", withInvalidUTF8(t, &cachev1.DeleteRequest{
 				Key: badKey(func(k *cachev1.CacheKey) { k.Project = bad })}, bad))
-		}, "CacheKey.project"},
+		}, "key.project: not valid UTF-8"},
 		{"invalid UTF-8 in Invalidate's cache_version", func() error {
 			return rawCall(t, inst, svc+"Invalidate", withInvalidUTF8(t, &cachev1.InvalidateRequest{
 				Project: "demo", Domain: "development", TaskName: "demo.train", CacheVersion: bad}, bad))
-		}, "InvalidateRequest.cache_version"},
+		}, "cache_version: not valid UTF-8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

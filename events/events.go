@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
-	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
 
@@ -133,8 +131,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}, log.With("component", "watch"), metrics.Watch())
 		svc := service.New(st, hub, metrics, log, service.Options{MaxResponseBytes: cfg.MaxResponseBytes})
 		// The service's codec names the field of a string that is not UTF-8.
-		opts := append(slices.Clone(d.Server.HandlerOptions()), connect.WithCodec(service.Codec{}))
-		d.Server.Handle(eventsv1connect.NewEventsServiceHandler(svc, opts...))
+		d.Server.Handle(eventsv1connect.NewEventsServiceHandler(svc, d.Server.HandlerOptions()...))
 		loops := []app.Background{func(ctx context.Context) { _ = hub.Run(ctx) }}
 		if cfg.RetentionTTL > 0 {
 			rlog := log.With("component", "retention")

@@ -185,6 +185,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			// Tracing first, so that rejected requests still show up as spans.
 			connect.WithInterceptors(append([]connect.Interceptor{otel, validate.NewInterceptor(), streamDrainer{draining}}, cfg.Interceptors...)...),
 			connect.WithReadMaxBytes(cfg.MaxMessageBytes),
+			connect.WithCodec(protoCodec{}),
 			// Compressing a small response costs more CPU than the bytes it saves on the
 			// networks these services run on.
 			connect.WithCompressMinBytes(1024),

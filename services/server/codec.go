@@ -1,4 +1,4 @@
-package service
+package server
 
 import (
 	"errors"
@@ -11,49 +11,59 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// Codec is the binary protobuf codec of the service's handlers. It differs from connect's
-// own in what it says about a message it cannot read: a string that is not UTF-8 is
-// named by its path (protobuf's error names no field), so the sender knows which one to
-// fix.
-type Codec struct{}
+// protoCodec is Connect's binary protobuf codec with two differences. Unknown fields are
+// dropped as a request is read: nothing stores them, and an answer built from a request
+// must not echo them. A string that is not UTF-8 is refused naming its path in the
+// request, such as "events[3].reason", where protobuf's decoder names no field.
+type protoCodec struct{}
 
-var _ connect.Codec = Codec{}
+var _ connect.Codec = protoCodec{}
 
-// Name is the codec's name in content types: it stands in for connect's "proto".
-func (Codec) Name() string { return "proto" }
+// Name stands in for connect's own "proto" codec.
+func (protoCodec) Name() string { return "proto" }
 
-// Marshal encodes a response.
-func (Codec) Marshal(m any) ([]byte, error) {
-	msg, ok := m.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("marshal: %T is not a protobuf message", m)
-	}
-	return proto.Marshal(msg)
-}
+func (protoCodec) IsBinary() bool { return true }
 
-// MarshalAppend encodes a response into dst, which connect reuses across messages.
-func (Codec) MarshalAppend(dst []byte, m any) ([]byte, error) {
-	msg, ok := m.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("marshal: %T is not a protobuf message", m)
+func (protoCodec) Marshal(m any) ([]byte, error) { return protoCodec{}.MarshalAppend(nil, m) }
+
+func (protoCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
+	msg, err := protoMessage(m)
+	if err != nil {
+		return nil, err
 	}
 	return proto.MarshalOptions{}.MarshalAppend(dst, msg)
 }
 
-// Unmarshal decodes a request.
-func (Codec) Unmarshal(data []byte, m any) error {
-	msg, ok := m.(proto.Message)
-	if !ok {
-		return fmt.Errorf("unmarshal: %T is not a protobuf message", m)
+func (protoCodec) MarshalStable(m any) ([]byte, error) {
+	msg, err := protoMessage(m)
+	if err != nil {
+		return nil, err
 	}
-	err := proto.Unmarshal(data, msg)
+	return proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+}
+
+func (protoCodec) Unmarshal(data []byte, m any) error {
+	msg, err := protoMessage(m)
+	if err != nil {
+		return err
+	}
+	err = proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, msg)
 	if err == nil {
 		return nil
 	}
+	// Only bad requests pay for the second pass.
 	if path, found := invalidUTF8Path(data, msg.ProtoReflect().Descriptor()); found {
 		return errors.New(path + ": not valid UTF-8")
 	}
 	return fmt.Errorf("unmarshal into %T: %w", m, err)
+}
+
+func protoMessage(m any) (proto.Message, error) {
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a protobuf message", m)
+	}
+	return msg, nil
 }
 
 // invalidUTF8Path finds the first string that is not UTF-8 in data, a message of type md,
