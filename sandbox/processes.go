@@ -56,13 +56,13 @@ func (p *process) stop() {
 	}
 }
 
-// waitHTTP waits until url answers 200, or the process exits, or ctx ends.
-func (p *process) waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
+// waitHTTP waits until url answers 200 to client, or the process exits, or ctx ends.
+func (p *process) waitHTTP(ctx context.Context, client *http.Client, url string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
+		if resp, err := client.Do(req); err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -29,9 +30,11 @@ import (
 
 	"github.com/flytekube/backend/executor"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/internal/rpcclient"
 )
 
 // Options shape a sandbox. The zero value of a port means its default.
@@ -56,6 +59,10 @@ type Options struct {
 	// Settled, with UntilSettled, runs once every example ended as expected, before
 	// anything stops: tests look at the running system through it.
 	Settled func(ctx context.Context, e Endpoints) error
+	// CredentialsDir keeps the services' CA, certificate and tokens between runs
+	// (internal/devcreds). Default: dev-credentials in the cache directory
+	// ($FLYTE_CACHE_DIR, else ~/.cache/flyte-executor), outside the clone.
+	CredentialsDir string
 }
 
 // Endpoints are where the running system answers.
@@ -86,7 +93,22 @@ func (o Options) withDefaults() Options {
 	if o.Timeout == 0 {
 		o.Timeout = 3 * time.Minute
 	}
+	if o.CredentialsDir == "" {
+		o.CredentialsDir = filepath.Join(cacheDir(), "dev-credentials")
+	}
 	return o
+}
+
+// cacheDir is where what outlives a run is kept: binaries, credentials.
+func cacheDir() string {
+	if d := os.Getenv("FLYTE_CACHE_DIR"); d != "" {
+		return d
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	return filepath.Join(cache, "flyte-executor")
 }
 
 // demoNamespace is where the examples run.
@@ -155,6 +177,22 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 			"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"}
 	}
 
+	// The services speak TLS and want a token, as in a cluster; the credentials are
+	// made once and kept, so a CA or a token a user copied stays good.
+	creds, err := devcreds.Ensure(o.CredentialsDir)
+	if err != nil {
+		return err
+	}
+	if len(creds.Generated) > 0 {
+		say("made credentials in %s: %s", creds.Dir, strings.Join(creds.Generated, ", "))
+	} else {
+		say("using the credentials in %s", creds.Dir)
+	}
+	tlsClient, err := rpcclient.New(rpcclient.Options{CAFile: creds.CAFile, Timeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+
 	eventsAddr, cacheAddr := "127.0.0.1:"+strconv.Itoa(o.EventsPort), "127.0.0.1:"+strconv.Itoa(o.CachePort)
 	for _, svc := range []struct {
 		name, bin, addr string
@@ -165,19 +203,22 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	} {
 		say("starting %s on %s", svc.name, svc.addr)
 		p, err := startProcess(svc.name, svc.bin, logs, append(otel(svc.name), "DATABASE_URL="+dbURL),
-			"--listen", svc.addr, "--metrics-listen", "127.0.0.1:"+strconv.Itoa(svc.metricsPort), "--auth-mode", "none")
+			"--listen", svc.addr, "--metrics-listen", "127.0.0.1:"+strconv.Itoa(svc.metricsPort),
+			"--tls-cert-file", creds.CertFile, "--tls-key-file", creds.KeyFile,
+			"--auth-mode", "token-file", "--auth-token-file", creds.TokensFile)
 		if err != nil {
 			return err
 		}
 		stops = append(stops, p.stop)
-		if err := p.waitHTTP(ctx, "http://"+svc.addr+"/healthz", time.Minute); err != nil {
+		if err := p.waitHTTP(ctx, tlsClient, "https://"+svc.addr+"/healthz", time.Minute); err != nil {
 			return err
 		}
 	}
 
 	say("starting the executor")
 	cfg := config.Default()
-	cfg.EventsServiceURL, cfg.CacheServiceURL = "http://"+eventsAddr, "http://"+cacheAddr
+	cfg.EventsServiceURL, cfg.CacheServiceURL = "https://"+eventsAddr, "https://"+cacheAddr
+	cfg.ServiceCAFile, cfg.ServiceTokenFile = creds.CAFile, creds.ExecutorTokenFile
 	cfg.HealthProbeBindAddress = "127.0.0.1:" + strconv.Itoa(o.ExecutorHealthPort)
 	cfg.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(o.ExecutorMetricsPort)
 	cfg.MetricsSecure = false                                          // plain HTTP on the loopback, so curl can read it
@@ -195,7 +236,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 	stops = append(stops, p.stop)
-	if err := p.waitHTTP(ctx, "http://"+cfg.HealthProbeBindAddress+"/readyz", time.Minute); err != nil {
+	if err := p.waitHTTP(ctx, http.DefaultClient, "http://"+cfg.HealthProbeBindAddress+"/readyz", time.Minute); err != nil {
 		return err
 	}
 
@@ -218,22 +259,13 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	if err := apply(ctx, c, examples); err != nil {
 		return err
 	}
-	say("%s\n", whereToLook(o, kubeconfig, logs))
+	say("%s\n", whereToLook(o, kubeconfig, logs, creds))
 	return watchExamples(ctx, c, examples, o, out)
 }
 
 // build compiles the three programs (Go's build cache makes this quick after the first).
 func build(ctx context.Context, root string) (map[string]string, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	if d := os.Getenv("FLYTE_CACHE_DIR"); d != "" {
-		cache = d
-	} else {
-		cache = filepath.Join(cache, "flyte-executor")
-	}
-	binDir := filepath.Join(cache, "sandbox-bin")
+	binDir := filepath.Join(cacheDir(), "sandbox-bin")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./events/cmd/events", "./cacheservice/cmd/cacheservice", "./executor/cmd/executor")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -436,16 +468,17 @@ func writeYAML(path string, v any) error {
 	return nil
 }
 
-func whereToLook(o Options, kubeconfig, logs string) string {
+func whereToLook(o Options, kubeconfig, logs string, creds *devcreds.Credentials) string {
 	q := strconv.Itoa(o.JaegerQueryPort)
 	lines := []string{
 		"Where to look (while the sandbox runs):",
 		"  kubectl --kubeconfig " + kubeconfig + " -n demo get taskactions",
 		"  kubectl --kubeconfig " + kubeconfig + " -n demo get taskaction flaky -o yaml   # the phase history of every attempt",
-		"  alias bufcurl='go tool -modfile=tools/go.mod buf curl --http2-prior-knowledge --protocol grpc'",
-		fmt.Sprintf("  bufcurl -d '{\"project\":\"demo\",\"domain\":\"development\"}' http://127.0.0.1:%d/flyte.events.v1.EventsService/ListActions", o.EventsPort),
-		fmt.Sprintf("  bufcurl -d '{\"id\":{\"project\":\"demo\",\"domain\":\"development\",\"run\":\"flaky\",\"action\":\"flaky\"}}' http://127.0.0.1:%d/flyte.events.v1.EventsService/ListActionEvents", o.EventsPort),
-		fmt.Sprintf("  bufcurl --list-methods http://127.0.0.1:%d", o.CachePort),
+		"  # TLS from the sandbox's CA, and a viewer's token (read only); executor.token beside it may write",
+		fmt.Sprintf(`  alias bufcurl='go tool -modfile=tools/go.mod buf curl --protocol grpc --cacert "%s" -H "Authorization: Bearer $(cat "%s")" --reflect-header "*"'`, creds.CAFile, creds.ViewerTokenFile),
+		fmt.Sprintf("  bufcurl -d '{\"project\":\"demo\",\"domain\":\"development\"}' https://127.0.0.1:%d/flyte.events.v1.EventsService/ListActions", o.EventsPort),
+		fmt.Sprintf("  bufcurl -d '{\"id\":{\"project\":\"demo\",\"domain\":\"development\",\"run\":\"flaky\",\"action\":\"flaky\"}}' https://127.0.0.1:%d/flyte.events.v1.EventsService/ListActionEvents", o.EventsPort),
+		fmt.Sprintf("  bufcurl --list-methods https://127.0.0.1:%d", o.CachePort),
 		"  Jaeger: http://127.0.0.1:" + q + "  (a build from the module proxy has no UI; its API: http://127.0.0.1:" + q + "/api/traces?service=executor)",
 		fmt.Sprintf("  metrics: http://127.0.0.1:%d/metrics (executor), http://127.0.0.1:%d/metrics (events), http://127.0.0.1:%d/metrics (cacheservice)",
 			o.ExecutorMetricsPort, o.EventsMetricsPort, o.CacheMetricsPort),

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -34,13 +36,41 @@ func freePort(t *testing.T) int {
 // is refused), and everything stopped afterwards.
 func TestSandboxRunsTheExamples(t *testing.T) {
 	t.Setenv("KUBECONFIG", "") // the embedded control plane, whatever the caller's shell has
-	out, scraped := runSandbox(t, "")
-	for _, want := range []string{"echo-again: Succeeded", "Hit", "invalid: Rejected", "every example ended as expected", "bufcurl"} {
+	out, scraped, calls := runSandbox(t, "", credentials)
+	for _, want := range []string{"echo-again: Succeeded", "Hit", "invalid: Rejected", "every example ended as expected", "bufcurl",
+		"made credentials in " + credentials} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the output lacks %q", want)
 		}
 	}
 	checkMetrics(t, scraped)
+	// The printed buf curl commands, run as printed, reach the services over TLS with
+	// the viewer's token; without the token they are refused.
+	if len(calls) != 3 {
+		t.Fatalf("ran %d printed bufcurl commands, want 3", len(calls))
+	}
+	for _, c := range calls {
+		if c.err != nil {
+			t.Errorf("%s: %v\n%s", c.cmd, c.err, c.out)
+		}
+		// buf curl reports the refusal of its reflection request in its own words.
+		if c.noTokenErr == nil || strings.Contains(c.noTokenOut, "{") {
+			t.Errorf("%s without the token: %v\n%s; want it refused", c.cmd, c.noTokenErr, c.noTokenOut)
+		}
+	}
+	if !strings.Contains(calls[0].out, `"actions"`) || !strings.Contains(calls[1].out, `"events"`) || !strings.Contains(calls[2].out, "flyte.cache.v1.CacheService/Get") {
+		t.Errorf("the printed commands answered:\n%s\n%s\n%s", calls[0].out, calls[1].out, calls[2].out)
+	}
+}
+
+// credentials is where both tests keep the services' credentials: the first run makes
+// them, the second reuses them, as `make run` does under the cache directory.
+var credentials = filepath.Join(os.TempDir(), fmt.Sprintf("flyte-sandbox-test-credentials-%d", os.Getpid()))
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	_ = os.RemoveAll(credentials)
+	os.Exit(code)
 }
 
 // TestSandboxUsesTheClusterOfKubeconfig: with KUBECONFIG set, `make run` uses that
@@ -59,26 +89,87 @@ func TestSandboxUsesTheClusterOfKubeconfig(t *testing.T) {
 	if err := os.WriteFile(kubeconfig, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, _ := runSandbox(t, kubeconfig)
+	// Alone, it makes the credentials; after the other test, it reuses them.
+	out, _, calls := runSandbox(t, kubeconfig, credentials)
 	if !strings.Contains(out, "using the cluster of "+kubeconfig) || strings.Contains(out, "embedded control plane") {
 		t.Errorf("the sandbox did not use the given cluster:\n%s", out)
 	}
+	if !strings.Contains(out, "credentials in "+credentials) {
+		t.Errorf("the sandbox did not say where its credentials are:\n%s", out)
+	}
+	for _, c := range calls {
+		if c.err != nil {
+			t.Errorf("%s: %v\n%s", c.cmd, c.err, c.out)
+		}
+	}
 }
 
-// runSandbox runs the sandbox until the examples settle and returns its output and the
-// programs' metrics as they were then.
-func runSandbox(t *testing.T, kubeconfig string) (string, map[string]string) {
+// bufCall is one printed bufcurl command, run as printed and without the token.
+type bufCall struct {
+	cmd, out, noTokenOut string
+	err, noTokenErr      error
+}
+
+// runPrinted runs, from the repository root, the bufcurl commands the sandbox printed,
+// with the alias it printed, and again with an alias that sends no token.
+func runPrinted(ctx context.Context, t *testing.T, printed string) []bufCall {
+	t.Helper()
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var alias string
+	var cmds []string
+	for _, line := range strings.Split(printed, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "alias bufcurl="):
+			alias = line
+		case strings.HasPrefix(line, "bufcurl "):
+			cmds = append(cmds, line)
+		}
+	}
+	if alias == "" {
+		t.Error("the sandbox printed no bufcurl alias")
+		return nil
+	}
+	noToken := regexp.MustCompile(` -H "Authorization: Bearer [^"]*\$\(cat "[^"]*"\)"`).ReplaceAllString(alias, "")
+	if noToken == alias {
+		t.Errorf("the printed alias sends no bearer token: %s", alias)
+	}
+	run := func(alias, cmd string) (string, error) {
+		// Aliases apply from the line after their definition.
+		sh := exec.CommandContext(ctx, "bash", "-c", "shopt -s expand_aliases\n"+alias+"\n"+cmd)
+		sh.Dir = root
+		out, err := sh.CombinedOutput()
+		return string(out), err
+	}
+	var calls []bufCall
+	for _, cmd := range cmds {
+		c := bufCall{cmd: cmd}
+		c.out, c.err = run(alias, cmd)
+		c.noTokenOut, c.noTokenErr = run(noToken, cmd)
+		calls = append(calls, c)
+	}
+	return calls
+}
+
+// runSandbox runs the sandbox until the examples settle and returns its output, the
+// programs' metrics as they were then, and what its printed bufcurl commands did.
+func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[string]string, []bufCall) {
 	t.Helper()
 	var out bytes.Buffer
 	scraped := map[string]string{}
+	var calls []bufCall
 	o := sandbox.Options{
-		Dir: t.TempDir(), Kubeconfig: kubeconfig, UntilSettled: true, Timeout: 2 * time.Minute,
+		Dir: t.TempDir(), Kubeconfig: kubeconfig, UntilSettled: true, Timeout: 2 * time.Minute, CredentialsDir: credentials,
 		EventsPort: freePort(t), CachePort: freePort(t), ExecutorHealthPort: freePort(t), ExecutorMetricsPort: freePort(t),
 		JaegerQueryPort: freePort(t), JaegerOTLPPort: freePort(t), EventsMetricsPort: freePort(t), CacheMetricsPort: freePort(t),
 		Settled: func(ctx context.Context, e sandbox.Endpoints) error {
 			for name, url := range map[string]string{"executor": e.ExecutorMetrics, "events": e.EventsMetrics, "cacheservice": e.CacheMetrics} {
 				scraped[name] = scrape(t, url)
 			}
+			calls = runPrinted(ctx, t, out.String())
 			return nil
 		},
 	}
@@ -102,7 +193,7 @@ func runSandbox(t *testing.T, kubeconfig string) (string, map[string]string) {
 			t.Errorf("port %d still answers after the sandbox stopped", port)
 		}
 	}
-	return out.String(), scraped
+	return out.String(), scraped, calls
 }
 
 func scrape(t *testing.T, url string) string {
@@ -118,6 +209,12 @@ func scrape(t *testing.T, url string) string {
 		t.Errorf("scraping %s: %d %v", url, resp.StatusCode, err)
 	}
 	return string(body)
+}
+
+// notInTheSandbox are documented metrics the sandbox cannot show, and why.
+var notInTheSandbox = map[string]string{
+	"gocloud_dev_blob_latency_milliseconds": "only object stores (s3://, gs://, mem://) go through gocloud.dev/blob; " +
+		"the examples' file:// data is read and written through os.Root (datastore.Confine)",
 }
 
 // checkMetrics holds the running programs to docs/metrics.md: every metric it documents
@@ -162,6 +259,10 @@ func checkMetrics(t *testing.T, scraped map[string]string) {
 			continue
 		}
 		documented++
+		if why, ok := notInTheSandbox[name]; ok {
+			t.Logf("%s: not checked: %s", name, why)
+			continue
+		}
 		if !strings.Contains(body, "# TYPE "+name+" ") {
 			t.Errorf("%s's /metrics lacks %s, which docs/metrics.md lists", program, name)
 		}
