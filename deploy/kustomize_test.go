@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/repo"
 )
@@ -47,10 +48,11 @@ var overlays = []struct {
 	external []string
 }{
 	{name: "dev"},
-	{name: "production", external: []string{"Secret/flyte-database"}},
+	{name: "production", external: []string{"Secret/flyte-database", "Issuer/flyte-services"}},
 }
 
 func TestOverlays(t *testing.T) {
+	applyCertManagerCRDs(t)
 	for _, o := range overlays {
 		t.Run(o.name, func(t *testing.T) {
 			objs := render(t, filepath.Join("deploy", "kustomize", "overlays", o.name))
@@ -58,7 +60,32 @@ func TestOverlays(t *testing.T) {
 			checkPods(t, objs, o.external)
 			checkServices(t, objs)
 			checkExecutor(t, objs)
+			checkServers(t, objs)
+			checkNetworkPolicies(t, objs)
+			checkIssuers(t, objs, o.external)
 		})
+	}
+}
+
+// applyCertManagerCRDs installs stand-ins for cert-manager's CRDs (testdata), which a
+// cluster running the overlays has.
+func applyCertManagerCRDs(t *testing.T) {
+	t.Helper()
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "deploy", "testdata", "cert-manager-crds.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for _, u := range decodeObjects(t, data) {
+		if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("deploy-test"), client.ForceOwnership); err != nil {
+			t.Fatalf("applying %s: %v", id(u), err)
+		}
+		waitEstablished(ctx, t, u.GetName())
 	}
 }
 
@@ -77,8 +104,18 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr.String())
 	}
+	objs := decodeObjects(t, out)
+	if len(objs) == 0 {
+		t.Fatalf("kustomize build %s rendered nothing", dir)
+	}
+	return objs
+}
+
+// decodeObjects reads a stream of YAML documents.
+func decodeObjects(t *testing.T, data []byte) []*unstructured.Unstructured {
+	t.Helper()
 	var objs []*unstructured.Unstructured
-	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
 		doc, err := docs.Read()
 		if errors.Is(err, io.EOF) {
@@ -94,9 +131,6 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 		if len(m) > 0 {
 			objs = append(objs, &unstructured.Unstructured{Object: m})
 		}
-	}
-	if len(objs) == 0 {
-		t.Fatalf("kustomize build %s rendered nothing", dir)
 	}
 	return objs
 }
@@ -181,7 +215,17 @@ func checkPods(t *testing.T, objs []*unstructured.Unstructured, external []strin
 				find(t, objs, "ConfigMap", v.ConfigMap.Name, external)
 			}
 			if v.Secret != nil {
-				find(t, objs, "Secret", v.Secret.SecretName, external)
+				findKeys(t, objs, name+" volume "+v.Name, "Secret", v.Secret.SecretName, v.Secret.Items, external)
+			}
+			if v.Projected != nil {
+				for _, src := range v.Projected.Sources {
+					if src.Secret != nil {
+						findKeys(t, objs, name+" volume "+v.Name, "Secret", src.Secret.Name, src.Secret.Items, external)
+					}
+					if src.ConfigMap != nil {
+						findKeys(t, objs, name+" volume "+v.Name, "ConfigMap", src.ConfigMap.Name, src.ConfigMap.Items, external)
+					}
+				}
 			}
 		}
 		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
@@ -279,13 +323,37 @@ func checkExecutor(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Fatalf("executor args %q name no --config", c.Args)
 	}
 	data := configMapFile(t, objs, spec, c, file)
+	// The token and the CA the config names come from the pod's volumes (checked
+	// below); here stand-ins take their place, since the executor reads them at start.
+	var raw map[string]any
+	if err := yaml.Unmarshal([]byte(data), &raw); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile, _ := raw["serviceTokenFile"].(string)
+	caFile, _ := raw["serviceCAFile"].(string)
+	standIns, err := devcreds.Ensure(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokenFile != "" {
+		raw["serviceTokenFile"] = standIns.ExecutorTokenFile
+	}
+	if caFile != "" {
+		raw["serviceCAFile"] = standIns.CAFile
+	}
 	local := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(local, []byte(data), 0o600); err != nil {
+	if out, err := yaml.Marshal(raw); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(local, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(local)
 	if err != nil {
 		t.Fatalf("the executor would not start with %s: %v", file, err)
+	}
+	checkExecutorCredentials(t, objs, d, c, tokenFile, caFile)
+	if len(cfg.Storage.AllowedPrefixes) == 0 {
+		t.Error("executor config: no storage.allowedPrefixes: actions could reuse cached outputs only within a run, and file:// is refused")
 	}
 
 	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil {
@@ -301,8 +369,13 @@ func checkExecutor(t *testing.T, objs []*unstructured.Unstructured) {
 	wantPort("readiness probe", cfg.HealthProbeBindAddress, probePort(c, c.ReadinessProbe))
 	wantPort("metrics", cfg.MetricsBindAddress, port(spec, "metrics"))
 	for _, u := range []string{cfg.EventsServiceURL, cfg.CacheServiceURL} {
-		if u != "" {
-			checkURL(t, objs, "executor config", u)
+		if u == "" {
+			t.Errorf("executor config: a service URL is empty (events %q, cache %q)", cfg.EventsServiceURL, cfg.CacheServiceURL)
+			continue
+		}
+		checkURL(t, objs, "executor config", u)
+		if !strings.HasPrefix(u, "https://") {
+			t.Errorf("executor config: %s: the token would cross the network in the clear; want https", u)
 		}
 	}
 	if d.Spec.Replicas != nil && *d.Spec.Replicas > 1 && !cfg.LeaderElect {
@@ -379,6 +452,9 @@ func checkURL(t *testing.T, objs []*unstructured.Unstructured, where, raw string
 	convert(t, found, &svc)
 	for _, p := range svc.Spec.Ports {
 		if fmt.Sprint(p.Port) == u.Port() {
+			if tlsPort := p.AppProtocol != nil && *p.AppProtocol == "https"; tlsPort != (u.Scheme == "https") {
+				t.Errorf("%s: %s: Service %s port %d has appProtocol %v", where, raw, host, p.Port, deref(p.AppProtocol))
+			}
 			return
 		}
 	}
@@ -423,12 +499,22 @@ func podTemplates(t *testing.T, objs []*unstructured.Unstructured) map[string]co
 }
 
 // find returns the rendered object, or nil when it is missing: an error unless it is
-// one of the external ones.
+// one of the external ones. A Secret that a cert-manager Certificate names is found as
+// cert-manager writes it.
 func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, external []string) *unstructured.Unstructured {
 	t.Helper()
 	for _, u := range objs {
 		if u.GetKind() == kind && u.GetName() == name {
 			return u
+		}
+	}
+	if kind == "Secret" {
+		if cert := certificateOf(objs, name); cert != nil {
+			return &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+				"metadata": map[string]any{"name": name, "namespace": cert.GetNamespace()},
+				"data":     map[string]any{"tls.crt": "", "tls.key": "", "ca.crt": ""},
+			}}
 		}
 	}
 	if !slices.Contains(external, kind+"/"+name) {
@@ -445,6 +531,30 @@ func must(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *u
 		t.FailNow()
 	}
 	return u
+}
+
+// findKeys finds a Secret or ConfigMap and requires it to hold the keys items name.
+func findKeys(t *testing.T, objs []*unstructured.Unstructured, where, kind, name string, items []corev1.KeyToPath, external []string) {
+	t.Helper()
+	u := find(t, objs, kind, name, external)
+	if u == nil {
+		return
+	}
+	for _, item := range items {
+		if !hasKey(u, item.Key) {
+			t.Errorf("%s: %s %s has no key %s", where, kind, name, item.Key)
+		}
+	}
+}
+
+// certificateOf returns the cert-manager Certificate that writes the Secret name.
+func certificateOf(objs []*unstructured.Unstructured, name string) *unstructured.Unstructured {
+	for _, u := range objs {
+		if secret, _, _ := unstructured.NestedString(u.Object, "spec", "secretName"); u.GetKind() == "Certificate" && secret == name {
+			return u
+		}
+	}
+	return nil
 }
 
 func hasKey(u *unstructured.Unstructured, key string) bool {
