@@ -3,6 +3,8 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -260,7 +262,10 @@ type floodService struct {
 }
 
 func (s *floodService) WatchActions(ctx context.Context, _ *connect.Request[eventsv1.WatchActionsRequest], stream *connect.ServerStream[eventsv1.WatchActionsResponse]) error {
-	msg := &eventsv1.WatchActionsResponse{Action: &eventsv1.Action{Message: strings.Repeat("x", 60<<10)}}
+	// Random text: compression must not shrink it, or the windows take long to fill.
+	noise := make([]byte, 45<<10)
+	_, _ = rand.Read(noise)
+	msg := &eventsv1.WatchActionsResponse{Action: &eventsv1.Action{Message: base64.StdEncoding.EncodeToString(noise)}}
 	for {
 		if err := stream.Send(msg); err != nil {
 			s.ended <- err
