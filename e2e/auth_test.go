@@ -244,6 +244,8 @@ func TestTokenFileModeAuthorizesEveryRPC(t *testing.T) {
 	pg := startPostgres(t)
 	tokens := servicetest.NewTokens(t)
 	s := startServices(t, pg, auth.Config{Mode: auth.ModeTokenFile, TokenFile: tokens.File}, nil)
+	s.events.RequireMetrics(t, `flyte_rpc_denied_total{procedure="/flyte.events.v1.EventsService/Record",reason="forbidden"} 0`)
+	checkInventedPathsDoNotGrowTheMetric(t, s)
 	checkCallers(t, s, "team-a", []caller{
 		{"no-token", "", unauthenticated},
 		{"bad-token", "not-a-token", unauthenticated},
@@ -367,4 +369,42 @@ func TestUnauthenticatedCallsAreRefusedBeforeTheirBody(t *testing.T) {
 	if status != strconv.Itoa(int(connect.CodeUnauthenticated)) {
 		t.Fatalf("grpc-status %q, want Unauthenticated (%d)", status, connect.CodeUnauthenticated)
 	}
+}
+
+// checkInventedPathsDoNotGrowTheMetric: refusals of paths no RPC has are counted under
+// one label value, so a caller without a token cannot add series at will.
+func checkInventedPathsDoNotGrowTheMetric(t *testing.T, s *services) {
+	t.Helper()
+	for i := range 3 {
+		req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/flyte.events.v1.EventsService/Invented%d", s.eventsURL, i), strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := s.pki.Client("").Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("an invented path without a token: HTTP %d, want 401", resp.StatusCode)
+		}
+	}
+	body := s.events.Metrics(t)
+	if strings.Contains(body, "Invented") {
+		t.Fatal("/metrics has a series for an invented path")
+	}
+	if !strings.Contains(body, `flyte_rpc_denied_total{procedure="other",reason="unauthenticated"} 3`) {
+		t.Fatalf("the refusals of invented paths are not counted under procedure=\"other\":\n%s", grepLines(body, "flyte_rpc_denied_total"))
+	}
+}
+
+func grepLines(text, substr string) string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -33,8 +33,11 @@ type Auth struct {
 	authn    authenticator.Request // nil in mode none
 	authz    authorizer.Authorizer
 	denied   *prometheus.CounterVec
-	log      *slog.Logger
-	errors   *connect.ErrorWriter
+	// known are the procedures of the rules given to Interceptor: the only values the
+	// metric's procedure label takes, so a caller inventing paths cannot grow it.
+	known  map[string]bool
+	log    *slog.Logger
+	errors *connect.ErrorWriter
 }
 
 // New builds the authenticator and authorizer cfg describes; reg receives the metric of
@@ -52,7 +55,7 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 		errors:   connect.NewErrorWriter(),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyte_rpc_denied_total",
-			Help: "RPCs refused before they ran: unauthenticated (no or bad token) or forbidden (not allowed).",
+			Help: "RPCs refused before they ran: unauthenticated (no or bad token), forbidden (not allowed) or unavailable (the API server could not be asked).",
 		}, []string{"procedure", "reason"}),
 	}
 	if err := reg.Register(a.denied); err != nil {
@@ -154,7 +157,7 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 			if err != nil {
 				a.log.InfoContext(ctx, "authentication failed", "path", r.URL.Path, "error", err)
 			}
-			a.denied.WithLabelValues(r.URL.Path, "unauthenticated").Inc()
+			a.denied.WithLabelValues(a.procedureLabel(r.URL.Path), reasonUnauthenticated).Inc()
 			a.writeError(w, r, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated))
 			return
 		}
@@ -171,16 +174,41 @@ func (a *Auth) writeError(w http.ResponseWriter, r *http.Request, err *connect.E
 }
 
 // Interceptor authorizes each RPC by its rule once its request message is decoded and
-// validated. Denied calls never reach the handler, so they write nothing.
+// validated. Denied calls never reach the handler, so they write nothing. Call it before
+// serving: the rules' procedures become the metric's label values, each starting at 0.
 func (a *Auth) Interceptor(rules Rules) connect.Interceptor {
+	a.known = make(map[string]bool, len(rules))
+	for procedure := range rules {
+		a.known[procedure] = true
+		for _, reason := range []string{reasonUnauthenticated, reasonForbidden, reasonUnavailable} {
+			a.denied.WithLabelValues(procedure, reason)
+		}
+	}
 	return &interceptor{auth: a, rules: rules}
+}
+
+// Reasons of flyte_rpc_denied_total.
+const (
+	reasonUnauthenticated = "unauthenticated"
+	reasonForbidden       = "forbidden"
+	reasonUnavailable     = "unavailable"
+)
+
+// otherProcedure labels refusals of paths no rule names.
+const otherProcedure = "other"
+
+func (a *Auth) procedureLabel(path string) string {
+	if a.known[path] {
+		return path
+	}
+	return otherProcedure
 }
 
 // authorize checks the rule of procedure for msg.
 func (a *Auth) authorize(ctx context.Context, rules Rules, procedure string, msg any) error {
 	rule, ok := rules[procedure]
 	if !ok {
-		a.denied.WithLabelValues(procedure, "forbidden").Inc()
+		a.denied.WithLabelValues(otherProcedure, reasonForbidden).Inc()
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is not open to any caller", procedure))
 	}
 	u := UserFrom(ctx)
@@ -195,12 +223,13 @@ func (a *Auth) authorize(ctx context.Context, rules Rules, procedure string, msg
 		if decision == authorizer.DecisionAllow {
 			continue
 		}
-		a.denied.WithLabelValues(procedure, "forbidden").Inc()
 		if err != nil {
 			// The API server could not be asked: the caller may retry.
+			a.denied.WithLabelValues(procedure, reasonUnavailable).Inc()
 			a.log.WarnContext(ctx, "authorization failed", "procedure", procedure, "user", u.GetName(), "error", err)
 			return connect.NewError(connect.CodeUnavailable, errors.New("authorization is unavailable, retry later"))
 		}
+		a.denied.WithLabelValues(procedure, reasonForbidden).Inc()
 		where := "cluster-wide"
 		if project != "" {
 			where = "in project " + project

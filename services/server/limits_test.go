@@ -299,3 +299,20 @@ func TestStalledReaderIsDropped(t *testing.T) {
 		t.Fatal("the handler is still blocked sending to a client that stopped reading")
 	}
 }
+
+// TestNegativeLimitsAreRefused: a negative limit would switch its protection off.
+func TestNegativeLimitsAreRefused(t *testing.T) {
+	for name, cfg := range map[string]server.Config{
+		"body read timeout":   {BodyReadTimeout: -time.Second},
+		"write stall timeout": {WriteStallTimeout: -time.Second},
+		"concurrent streams":  {MaxConcurrentStreams: -1},
+		"in-flight bytes":     {MaxInFlightBytes: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg.Addr = "127.0.0.1:0"
+			if _, err := server.New(cfg, slog.New(slog.DiscardHandler)); err == nil {
+				t.Fatal("server.New accepted it")
+			}
+		})
+	}
+}

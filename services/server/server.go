@@ -106,6 +106,12 @@ func (c Config) validate() error {
 	if c.Addr == "" {
 		return errors.New("server: Addr is required")
 	}
+	if c.BodyReadTimeout < 0 || c.WriteStallTimeout < 0 || c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
+		return errors.New("server: timeouts must be positive (0 takes the default)")
+	}
+	if c.MaxConcurrentStreams < 0 || c.MaxInFlightBytes < 0 || c.MaxMessageBytes < 0 || c.MaxHeaderBytes < 0 {
+		return errors.New("server: limits must be positive (0 takes the default)")
+	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return errors.New("server: tls-cert-file and tls-key-file go together")
 	}
