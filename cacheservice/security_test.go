@@ -314,7 +314,7 @@ func TestStoredValuesAreBounded(t *testing.T) {
 			return err
 		}, "owner_id"},
 		{"source_attempt past the executor's attempts", func() error {
-			_, err := put(ctx, c, key("demo.train", "1", "x"), "s3://b/o", func(r *cachev1.PutRequest) { r.SourceAttempt = 10001 })
+			_, err := put(ctx, c, key("demo.train", "1", "x"), "s3://b/o", func(r *cachev1.PutRequest) { r.SourceAttempt = 112 })
 			return err
 		}, "source_attempt"},
 		{"source_attempt past int32", func() error {

@@ -394,8 +394,8 @@ type PutRequest struct {
 	OutputUri string `protobuf:"bytes,2,opt,name=output_uri,json=outputUri,proto3" json:"output_uri,omitempty"`
 	// source_action is the action that produced the outputs.
 	SourceAction *v1.ActionIdentifier `protobuf:"bytes,3,opt,name=source_action,json=sourceAction,proto3" json:"source_action,omitempty"`
-	// source_attempt is the attempt of source_action that produced them; the bound is that
-	// of an action event's attempt.
+	// source_attempt is the attempt of source_action that produced them: at most 111, as
+	// an action event's attempt (1 + 10 retries + 100 system failures).
 	SourceAttempt uint32 `protobuf:"varint,4,opt,name=source_attempt,json=sourceAttempt,proto3" json:"source_attempt,omitempty"`
 	// overwrite replaces an existing entry instead of failing with AlreadyExists.
 	Overwrite bool `protobuf:"varint,5,opt,name=overwrite,proto3" json:"overwrite,omitempty"`
@@ -993,15 +993,14 @@ const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12<\n" +
 	"\amax_age\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\x06maxAge\"C\n" +
 	"\vGetResponse\x124\n" +
-	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputR\x06output\"\xcc\x02\n" +
+	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputR\x06output\"\xcb\x02\n" +
 	"\n" +
 	"PutRequest\x122\n" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12-\n" +
 	"\n" +
 	"output_uri\x18\x02 \x01(\tB\x0e\xbaH\v\xd8\x01\x01r\x06\x18\x80\x10\x88\x01\x01R\toutputUri\x12L\n" +
-	"\rsource_action\x18\x03 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\fsourceAction\x121\n" +
-	"\x0esource_attempt\x18\x04 \x01(\rB\n" +
-	"\xbaH\a*\x05\x18\x90N(\x01R\rsourceAttempt\x12\x1c\n" +
+	"\rsource_action\x18\x03 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\fsourceAction\x120\n" +
+	"\x0esource_attempt\x18\x04 \x01(\rB\t\xbaH\x06*\x04\x18o(\x01R\rsourceAttempt\x12\x1c\n" +
 	"\toverwrite\x18\x05 \x01(\bR\toverwrite\x12<\n" +
 	"\amax_age\x18\x06 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\x06maxAge\"C\n" +
 	"\vPutResponse\x124\n" +
