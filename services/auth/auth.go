@@ -155,8 +155,7 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 		resp, ok, err := a.authn.AuthenticateRequest(r.WithContext(ctx))
 		if err != nil || !ok {
 			if err != nil {
-				// Debug: anyone may send bad tokens, and the log must not be theirs to fill.
-				a.log.DebugContext(ctx, "authentication failed", "path", r.URL.Path, "error", err)
+				a.log.InfoContext(ctx, "authentication failed", "path", r.URL.Path, "error", err)
 			}
 			a.denied.WithLabelValues(a.procedureLabel(r.URL.Path), reasonUnauthenticated).Inc()
 			a.writeError(w, r, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated))
