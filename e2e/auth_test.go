@@ -305,6 +305,7 @@ func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
 		{"viewer", viewer, readOnly},
 		{"other", other, forbidden},
 	})
+	checkDecisionsAreCached(t, cs, s, executor, teamA)
 	// The viewer's RoleBinding is in team A's namespace only.
 	checkCallers(t, s, teamB, []caller{{"viewer", viewer, forbidden}, {"executor", executor, allowed}})
 	checkDeniedWroteNothing(t, s, executor, "no-such-project")
@@ -407,4 +408,50 @@ func grepLines(text, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// checkDecisionsAreCached: once a caller has been reviewed, its calls cost the API server
+// nothing: 200 cache Gets make no TokenReview and no SubjectAccessReview.
+func checkDecisionsAreCached(t *testing.T, cs kubernetes.Interface, s *services, token, project string) {
+	t.Helper()
+	client := cacheClient(s, s.pki.Client(token), nil)
+	get := func() {
+		_, err := client.Get(context.Background(), connect.NewRequest(&cachev1.GetRequest{Key: authCacheKey(project)}))
+		if ignoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+	}
+	get() // reviewed now, if it was not already
+	before := reviews(t, cs)
+	if before == 0 {
+		t.Fatal("the API server counts no reviews at all: this check would see nothing")
+	}
+	for range 200 {
+		get()
+	}
+	if after := reviews(t, cs); after != before {
+		t.Fatalf("200 Gets by a reviewed caller made %d reviews; want 0", after-before)
+	}
+}
+
+// reviews counts the TokenReviews and SubjectAccessReviews the API server has answered.
+func reviews(t *testing.T, cs kubernetes.Interface) int {
+	t.Helper()
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `verb="POST"`) ||
+			!(strings.Contains(line, `resource="tokenreviews"`) || strings.Contains(line, `resource="subjectaccessreviews"`)) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("reading %q: %v", line, err)
+		}
+		n += int(v)
+	}
+	return n
 }

@@ -98,16 +98,15 @@ func delegating(cfg Config, client kubernetes.Interface) (authenticator.Request,
 	if err != nil {
 		return nil, nil, fmt.Errorf("auth: TokenReview authenticator: %w", err)
 	}
-	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
+	// Decisions are cached in front of the reviewer (newCachedDecisions), not by it.
+	reviews, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: client.AuthorizationV1(),
-		AllowCacheTTL:             cfg.AllowCacheTTL,
-		DenyCacheTTL:              cfg.DenyCacheTTL,
 		WebhookRetryBackoff:       reviewBackoff(),
 	}.New()
 	if err != nil {
 		return nil, nil, fmt.Errorf("auth: SubjectAccessReview authorizer: %w", err)
 	}
-	return authn, authz, nil
+	return authn, newCachedDecisions(reviews, cfg.AllowCacheTTL, cfg.DenyCacheTTL), nil
 }
 
 // reviewBackoff retries a review the API server failed to answer a few times, quickly,
