@@ -414,6 +414,9 @@ type TaskActionStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ta,categories=flyte
+// +kubebuilder:selectablefield:JSONPath=`.status.phase`
+// +kubebuilder:selectablefield:JSONPath=`.spec.project`
+// +kubebuilder:selectablefield:JSONPath=`.spec.runName`
 // +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.spec.runName`
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.actionName`
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.taskType`
