@@ -3,6 +3,7 @@ package controller
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"unicode/utf8"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 )
@@ -75,9 +76,15 @@ func setCondition(ta *flytev1.TaskAction, typ string, status metav1.ConditionSta
 	})
 }
 
+// truncate keeps at most n bytes of s, cutting at a character's start: a message cut
+// inside a character is not UTF-8, and protobuf refuses to send it.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n-3] + "..."
+	cut := n - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

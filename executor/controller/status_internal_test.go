@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +43,30 @@ func TestSetPhaseRecordsWhatIsNew(t *testing.T) {
 				if len(last.ClusterEvents) != len(tt.events) || (last.Phase == ta.Status.PhaseHistory[0].Phase && last.Version != 1) {
 					t.Fatalf("new entry %+v", last)
 				}
+			}
+		})
+	}
+}
+
+// truncate keeps at most n bytes and never cuts a character in two: a message cut inside
+// a character is not UTF-8, which protobuf refuses to send.
+func TestTruncateKeepsCharactersWhole(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		n    int
+		want string
+	}{
+		{"short", "abc", 10, "abc"},
+		{"ascii", "abcdefghij", 8, "abcde..."},
+		{"two-byte characters", strings.Repeat("é", 600), 1024, strings.Repeat("é", 510) + "..."},
+		{"cut lands inside a character", "aé" + strings.Repeat("x", 10), 5, "a..."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := truncate(tt.in, tt.n)
+			if got != tt.want || !utf8.ValidString(got) || len(got) > tt.n {
+				t.Fatalf("truncate(%.20q…, %d) = %.30q (%d bytes, valid UTF-8: %v); want %.30q", tt.in, tt.n, got, len(got), utf8.ValidString(got), tt.want)
 			}
 		})
 	}
