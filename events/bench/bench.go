@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"k8s.io/client-go/kubernetes"
 	"log/slog"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/events/store"

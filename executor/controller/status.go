@@ -1,9 +1,10 @@
 package controller
 
 import (
+	"unicode/utf8"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"unicode/utf8"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 )

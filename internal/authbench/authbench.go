@@ -7,17 +7,17 @@ package authbench
 import (
 	"context"
 	"fmt"
-	"github.com/go-logr/logr"
 	"os"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"strings"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/internal/kubetest"

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/flytekube/backend/services/auth"
-
 	"github.com/flytekube/backend/services/postgres"
 	"github.com/flytekube/backend/services/server"
 	"github.com/flytekube/backend/services/telemetry"

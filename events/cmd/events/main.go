@@ -5,9 +5,10 @@ package main
 import (
 	"context"
 	"flag"
-	"github.com/go-logr/logr"
 	"log/slog"
 	"os"
+
+	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/flytekube/backend/events"
