@@ -15,7 +15,6 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
-	"k8s.io/apiserver/pkg/authentication/token/tokenfile"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
@@ -66,9 +65,9 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 		log.Warn("authentication is off (auth-mode none): every caller that reaches this port may do everything")
 		a.authz = allowAll
 	case ModeTokenFile:
-		tokens, err := tokenfile.NewCSV(cfg.TokenFile)
+		tokens, err := newReloadingTokenFile(cfg.TokenFile, log)
 		if err != nil {
-			return nil, fmt.Errorf("auth-token-file: %w", err)
+			return nil, err
 		}
 		a.authn = bearertoken.New(tokens)
 		a.authz = byGroup
