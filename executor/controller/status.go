@@ -35,7 +35,7 @@ func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message strin
 			}
 		}
 		entry := flytev1.PhaseTransition{
-			Phase: phase, Attempt: attempt, Version: version, Reason: reason, Message: truncate(message, 1024),
+			Phase: phase, Attempt: attempt, Version: version, Reason: truncate(reason, flytev1.MaxReasonLength), Message: truncate(message, flytev1.MaxHistoryMessageLength),
 			OccurredAt: metav1.NewMicroTime(now.Time), CacheStatus: st.CacheStatus, LogLinks: links, ClusterEvents: events,
 		}
 		if phase == flytev1.PhaseSucceeded {
@@ -51,7 +51,7 @@ func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message strin
 	if st.StartedAt == nil && phase != flytev1.PhaseQueued {
 		st.StartedAt = &now
 	}
-	message = truncate(message, 32768)
+	message = truncate(message, flytev1.MaxConditionMessageLength)
 	switch {
 	case phase == flytev1.PhaseSucceeded:
 		st.CompletedAt = &now

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/plugin"
 )
 
@@ -57,9 +58,6 @@ type managerState struct {
 	Reported    string    `json:"reported,omitempty"`
 	EventsUntil time.Time `json:"eventsUntil,omitempty"`
 }
-
-// maxClusterEvents bounds the events reported with one phase change.
-const maxClusterEvents = 10
 
 // Entry adapts a Kubernetes plugin to the core registry.
 func Entry(e PluginEntry, cfg Config) plugin.Entry {
@@ -158,7 +156,7 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 }
 
 // clusterEvents lists the events about obj newer than since, the newest last, at most
-// maxClusterEvents of them. They are context for people, so a failed read reports none.
+// flytev1.MaxClusterEvents of them. They are context for people, so a failed read reports none.
 func (m *PluginManager) clusterEvents(ctx context.Context, obj client.Object, since time.Time) ([]plugin.ClusterEvent, time.Time) {
 	var list corev1.EventList
 	err := m.reader.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
@@ -180,8 +178,8 @@ func (m *PluginManager) clusterEvents(ctx context.Context, obj client.Object, si
 			Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count})
 	}
 	slices.SortFunc(out, func(a, b plugin.ClusterEvent) int { return a.OccurredAt.Compare(b.OccurredAt) })
-	if len(out) > maxClusterEvents {
-		out = out[len(out)-maxClusterEvents:]
+	if len(out) > flytev1.MaxClusterEvents {
+		out = out[len(out)-flytev1.MaxClusterEvents:]
 	}
 	return out, newest
 }
