@@ -1,97 +1,57 @@
 package servicetest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/transport"
 
+	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/services/auth"
 )
 
-// PKI is a throwaway certificate authority and a serving certificate it signed for
-// 127.0.0.1 and localhost, as PEM files in a test's temporary directory.
+// PKI is a throwaway certificate authority and a serving certificate it signed for the
+// loopback, as PEM files in a test's temporary directory: the credentials `make run`
+// makes (internal/devcreds), so tests and the sandbox trust the same way.
 type PKI struct {
 	CAFile, CertFile, KeyFile string
 
-	ca    *x509.Certificate
-	caKey *ecdsa.PrivateKey
-	pool  *x509.CertPool
+	dir  string
+	pool *x509.CertPool
 }
 
 // NewPKI writes a new CA and a serving certificate.
 func NewPKI(t testing.TB) *PKI {
 	t.Helper()
 	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	creds, err := devcreds.Ensure(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &caKey.PublicKey, caKey)
+	caPEM, err := os.ReadFile(creds.CAFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("%s holds no certificate", creds.CAFile)
 	}
-	p := &PKI{
-		CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"),
-		ca: ca, caKey: caKey, pool: x509.NewCertPool(),
-	}
-	p.pool.AddCert(ca)
-	writePEM(t, p.CAFile, "CERTIFICATE", der)
-	p.Issue(t, "server")
-	return p
+	return &PKI{CAFile: creds.CAFile, CertFile: creds.CertFile, KeyFile: creds.KeyFile, dir: dir, pool: pool}
 }
 
-// Issue writes a new serving certificate with the given common name over CertFile and
+// Reissue writes a new serving certificate that also covers host over CertFile and
 // KeyFile, as a certificate manager rotating it would.
-func (p *PKI) Issue(t testing.TB, commonName string) {
+func (p *PKI) Reissue(t testing.TB, host string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	if _, err := devcreds.Ensure(p.dir, host); err != nil {
 		t.Fatal(err)
 	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: commonName},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The key first: a watcher that sees the certificate change reads both.
-	writePEM(t, p.KeyFile, "PRIVATE KEY", keyDER)
-	writePEM(t, p.CertFile, "CERTIFICATE", der)
 }
 
 // Client is an HTTP/2 client over TLS that trusts the CA, sending token when not empty.
@@ -103,17 +63,6 @@ func (p *PKI) Client(token string) *http.Client {
 		rt = transport.NewBearerAuthRoundTripper(token, rt)
 	}
 	return &http.Client{Transport: rt}
-}
-
-func writePEM(t testing.TB, path, kind string, der []byte) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // Tokens are static tokens for each kind of caller, in a file in kube-apiserver's token
