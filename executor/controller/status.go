@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,7 +36,7 @@ func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message strin
 			}
 		}
 		entry := flytev1.PhaseTransition{
-			Phase: phase, Attempt: attempt, Version: version, Reason: truncate(reason, flytev1.MaxReasonLength), Message: truncate(message, flytev1.MaxHistoryMessageLength),
+			Phase: phase, Attempt: attempt, Version: version, Reason: fitText(reason, flytev1.MaxReasonLength), Message: fitText(message, flytev1.MaxHistoryMessageLength),
 			OccurredAt: metav1.NewMicroTime(now.Time), CacheStatus: st.CacheStatus, LogLinks: links, ClusterEvents: events,
 		}
 		if phase == flytev1.PhaseSucceeded {
@@ -51,7 +52,7 @@ func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message strin
 	if st.StartedAt == nil && phase != flytev1.PhaseQueued {
 		st.StartedAt = &now
 	}
-	message = truncate(message, flytev1.MaxConditionMessageLength)
+	message = fitText(message, flytev1.MaxConditionMessageLength)
 	switch {
 	case phase == flytev1.PhaseSucceeded:
 		st.CompletedAt = &now
@@ -77,9 +78,18 @@ func setCondition(ta *flytev1.TaskAction, typ string, status metav1.ConditionSta
 	})
 }
 
-// truncate keeps at most n bytes of s, cutting at a character's start: a message cut
-// inside a character is not UTF-8, and protobuf refuses to send it.
-func truncate(s string, n int) string {
+// fitText fits text the executor did not write itself (plugin and user messages,
+// Kubernetes events anyone in a namespace may create) to the status and to the events
+// contract, which take the status's history as it is: NULs dropped, invalid UTF-8
+// replaced, and at most n bytes, cut at a character's start. The events service would
+// refuse anything else, on every redelivery.
+func fitText(s string, n int) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "")
+	}
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
 	if len(s) <= n {
 		return s
 	}

@@ -48,9 +48,10 @@ func TestSetPhaseRecordsWhatIsNew(t *testing.T) {
 	}
 }
 
-// truncate keeps at most n bytes and never cuts a character in two: a message cut inside
-// a character is not UTF-8, which protobuf refuses to send.
-func TestTruncateKeepsCharactersWhole(t *testing.T) {
+// fitText keeps at most n bytes of valid UTF-8 without NULs, and never cuts a character
+// in two: a message cut inside a character is not UTF-8, which protobuf refuses to send,
+// and the events contract refuses NULs.
+func TestFitTextKeepsWhatTheContractTakes(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
@@ -61,12 +62,14 @@ func TestTruncateKeepsCharactersWhole(t *testing.T) {
 		{"ascii", "abcdefghij", 8, "abcde..."},
 		{"two-byte characters", strings.Repeat("é", 600), 1024, strings.Repeat("é", 510) + "..."},
 		{"cut lands inside a character", "aé" + strings.Repeat("x", 10), 5, "a..."},
+		{"NUL", "bad\x00text", 100, "badtext"},
+		{"invalid UTF-8", "a\xffb", 100, "a\uFFFDb"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := truncate(tt.in, tt.n)
-			if got != tt.want || !utf8.ValidString(got) || len(got) > tt.n {
-				t.Fatalf("truncate(%.20q…, %d) = %.30q (%d bytes, valid UTF-8: %v); want %.30q", tt.in, tt.n, got, len(got), utf8.ValidString(got), tt.want)
+			got := fitText(tt.in, tt.n)
+			if got != tt.want || !utf8.ValidString(got) || strings.IndexByte(got, 0) >= 0 || len(got) > tt.n {
+				t.Fatalf("fitText(%.20q…, %d) = %.30q (%d bytes, valid UTF-8: %v); want %.30q", tt.in, tt.n, got, len(got), utf8.ValidString(got), tt.want)
 			}
 		})
 	}

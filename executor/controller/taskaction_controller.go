@@ -326,12 +326,12 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 			s.log.Warn("plugin log link left out: it needs a name and an absolute URI, and at most 8 per phase", "link", l.Name, "uri", l.URI)
 			continue
 		}
-		s.logLinks = append(s.logLinks, flytev1.LogLink{Name: truncate(l.Name, flytev1.MaxLogLinkNameLength), URI: truncate(l.URI, flytev1.MaxLogLinkURILength)})
+		s.logLinks = append(s.logLinks, flytev1.LogLink{Name: fitText(l.Name, flytev1.MaxLogLinkNameLength), URI: fitText(l.URI, flytev1.MaxLogLinkURILength)})
 	}
 	for _, e := range info.ClusterEvents {
 		s.clusterEvents = append(s.clusterEvents, flytev1.ClusterEvent{OccurredAt: metav1.NewTime(e.OccurredAt),
-			Object: truncate(e.Object, flytev1.MaxClusterEventObjectLength), Type: truncate(e.Type, flytev1.MaxClusterEventTypeLength),
-			Reason: truncate(e.Reason, flytev1.MaxReasonLength), Message: truncate(e.Message, flytev1.MaxClusterEventMessageLength), Count: e.Count})
+			Object: fitText(e.Object, flytev1.MaxClusterEventObjectLength), Type: fitText(e.Type, flytev1.MaxClusterEventTypeLength),
+			Reason: fitText(e.Reason, flytev1.MaxReasonLength), Message: fitText(e.Message, flytev1.MaxClusterEventMessageLength), Count: e.Count})
 	}
 	ta.Status.PluginPhase, ta.Status.PluginPhaseVersion = info.Phase.String(), int32(info.Version)
 	result := ctrl.Result{RequeueAfter: info.RequeueAfter}
@@ -445,7 +445,7 @@ func (s *scope) userFailure(ctx context.Context, p plugin.Plugin, tCtx plugin.Ta
 // retried in place.
 func (s *scope) systemFailure(ctx context.Context, p plugin.Plugin, tCtx plugin.TaskExecutionContext, code, message string, relaunch bool) (ctrl.Result, error) {
 	s.ta.Status.SystemFailures++
-	execErr := &flytev1.ExecutionError{Code: truncate(code, flytev1.MaxErrorCodeLength), Kind: flytev1.ErrorKindSystem, Message: truncate(message, flytev1.MaxErrorMessageLength)}
+	execErr := &flytev1.ExecutionError{Code: fitText(code, flytev1.MaxErrorCodeLength), Kind: flytev1.ErrorKindSystem, Message: fitText(message, flytev1.MaxErrorMessageLength)}
 	s.log.Warn("system failure", "code", code, "message", message, "systemFailures", s.ta.Status.SystemFailures)
 	if s.ta.Status.SystemFailures > s.r.Options.MaxSystemFailures {
 		s.abortAndFinalize(ctx, p, tCtx)
@@ -540,7 +540,7 @@ func (s *scope) fail(reason string, kind flytev1.ErrorKind, message string) {
 	if s.ta.Status.Attempts == 0 {
 		s.ta.Status.Attempts = 1
 	}
-	s.terminate(flytev1.PhaseFailed, reason, &flytev1.ExecutionError{Code: reason, Kind: kind, Message: truncate(message, flytev1.MaxErrorMessageLength)})
+	s.terminate(flytev1.PhaseFailed, reason, &flytev1.ExecutionError{Code: reason, Kind: kind, Message: fitText(message, flytev1.MaxErrorMessageLength)})
 }
 
 // markTerminal labels a finished action for the garbage collector, drops the finalizer
@@ -636,13 +636,13 @@ func validate(ta *flytev1.TaskAction) string {
 
 func toError(e *plugin.ExecutionError, message string) *flytev1.ExecutionError {
 	if e == nil {
-		return &flytev1.ExecutionError{Code: "Unknown", Kind: flytev1.ErrorKindUser, Message: truncate(message, flytev1.MaxErrorMessageLength)}
+		return &flytev1.ExecutionError{Code: "Unknown", Kind: flytev1.ErrorKindUser, Message: fitText(message, flytev1.MaxErrorMessageLength)}
 	}
 	kind := flytev1.ErrorKindUser
 	if e.Kind == plugin.ErrorKindSystem {
 		kind = flytev1.ErrorKindSystem
 	}
-	return &flytev1.ExecutionError{Code: truncate(e.Code, flytev1.MaxErrorCodeLength), Kind: kind, Message: truncate(e.Message, flytev1.MaxErrorMessageLength)}
+	return &flytev1.ExecutionError{Code: fitText(e.Code, flytev1.MaxErrorCodeLength), Kind: kind, Message: fitText(e.Message, flytev1.MaxErrorMessageLength)}
 }
 
 func or(a, b string) string {

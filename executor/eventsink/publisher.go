@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel"
@@ -421,6 +420,8 @@ var cacheStatuses = map[flytev1.CacheStatus]flytecorev1.CacheStatus{
 	flytev1.CachePutFailure: flytecorev1.CacheStatus_CACHE_STATUS_PUT_FAILURE, flytev1.CacheSkipped: flytecorev1.CacheStatus_CACHE_STATUS_SKIPPED,
 }
 
+// toEvent copies a history entry as it is: the reconciler fitted its text to the
+// contract (fitText), and the CRD's limits are within the contract's.
 func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, reportedAt *timestamppb.Timestamp) *eventsv1.ActionEvent {
 	ev := &eventsv1.ActionEvent{
 		Id: &flytecorev1.ActionIdentifier{
@@ -434,28 +435,23 @@ func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, r
 		Cluster:     p.cluster,
 		OutputsUri:  h.OutputsURI,
 		CacheStatus: cacheStatuses[h.CacheStatus],
-		Reason:      clean(h.Reason, maxReason),
-		Message:     clean(h.Message, maxMessage),
+		Reason:      h.Reason,
+		Message:     h.Message,
 		TaskType:    ta.Spec.TaskType,
 	}
 	for _, l := range h.LogLinks {
-		// A cut link would point somewhere else: one too long is left out.
-		if len(ev.LogLinks) < maxLogLinks && utf8.RuneCountInString(l.URI) <= maxLinkURI && l.Name != "" {
-			ev.LogLinks = append(ev.LogLinks, &eventsv1.LogLink{Name: clean(l.Name, maxLinkName), Uri: l.URI})
-		}
+		ev.LogLinks = append(ev.LogLinks, &eventsv1.LogLink{Name: l.Name, Uri: l.URI})
 	}
-	// The newest cluster events are the ones worth keeping.
-	for _, e := range h.ClusterEvents[max(0, len(h.ClusterEvents)-maxClusterEvents):] {
+	for _, e := range h.ClusterEvents {
 		ev.ClusterEvents = append(ev.ClusterEvents, &eventsv1.ClusterEvent{OccurredAt: timestamppb.New(e.OccurredAt.Time),
-			Object: clean(e.Object, maxEventObject), Type: clean(e.Type, maxEventType), Reason: clean(e.Reason, maxReason),
-			Message: clean(e.Message, maxEventMessage), Count: uint32(max(e.Count, 0))})
+			Object: e.Object, Type: e.Type, Reason: e.Reason, Message: e.Message, Count: uint32(max(e.Count, 0))})
 	}
 	if e := h.Error; e != nil {
 		kind := flytecorev1.ExecutionError_KIND_USER
 		if e.Kind == flytev1.ErrorKindSystem {
 			kind = flytecorev1.ExecutionError_KIND_SYSTEM
 		}
-		ev.Error = &flytecorev1.ExecutionError{Code: clean(e.Code, maxErrorCode), Kind: kind, Message: clean(e.Message, maxMessage)}
+		ev.Error = &flytecorev1.ExecutionError{Code: e.Code, Kind: kind, Message: e.Message}
 	}
 	return ev
 }
