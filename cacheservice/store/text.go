@@ -2,8 +2,8 @@ package store
 
 import (
 	"fmt"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/flytekube/backend/services/postgres"
 )
 
 // FieldError is a string the store will not write or look up. Postgres text holds
@@ -36,13 +36,11 @@ type textField struct {
 // checkTexts returns a *FieldError for the first field that cannot be stored as text.
 func checkTexts(fields ...textField) error {
 	for _, f := range fields {
-		switch {
-		case len(f.value) > f.maxBytes:
+		if len(f.value) > f.maxBytes {
 			return &FieldError{f.name, fmt.Sprintf("longer than %d bytes", f.maxBytes)}
-		case !utf8.ValidString(f.value):
-			return &FieldError{f.name, "not valid UTF-8"}
-		case strings.IndexByte(f.value, 0) >= 0:
-			return &FieldError{f.name, "contains a NUL character"}
+		}
+		if problem := postgres.TextProblem(f.value); problem != "" {
+			return &FieldError{f.name, problem}
 		}
 	}
 	return nil

@@ -4,15 +4,14 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/services/postgres"
 )
 
 // What the store accepts. The contract (events.proto) says the same and the server
@@ -195,11 +194,8 @@ func isLabel(s string) bool {
 }
 
 func checkText(s string) *InvalidEventError {
-	if !utf8.ValidString(s) {
-		return invalid("", "not valid UTF-8")
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		return invalid("", "contains a NUL byte")
+	if problem := postgres.TextProblem(s); problem != "" {
+		return invalid("", "%s", problem)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -80,4 +82,17 @@ func publicMessage(code connect.Code) string {
 		return "the request holds a value that cannot be stored"
 	}
 	return "internal error; the service's log has the details"
+}
+
+// TextProblem says why Postgres text cannot hold s ("" when it can): text holds neither
+// NUL nor invalid UTF-8. Stores check their strings with it before the database does,
+// so the caller hears which field is wrong rather than a data exception.
+func TextProblem(s string) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL byte"
+	}
+	return ""
 }
