@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
+	"connectrpc.com/connect"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/eventsink"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/internal/rpcclient"
 )
 
 // TestOneBadEventHoldsOnlyItsAction: the events service refuses a whole batch for one bad
@@ -49,27 +52,20 @@ func TestOneBadEventHoldsOnlyItsAction(t *testing.T) {
 	cfg := testConfig()
 	cfg.EventsServiceURL = svc.URL
 	run(t, cfg, ns, nil)
-	for _, ta := range good {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var got flytev1.TaskAction
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ta), &got); err != nil {
-				t.Fatal(err)
-			}
-			if got.Annotations[flytev1.AnnotationEventsDelivered] != "" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s's events were never delivered: the bad action's held them back", ta.Name)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	var got flytev1.TaskAction
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(bad), &got); err != nil {
+	eventsClient, err := eventsink.NewClient(svc.URL, rpcclient.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Annotations[flytev1.AnnotationEventsDelivered] != "" {
-		t.Fatal("the refused events are marked delivered")
+	for _, ta := range good {
+		waitDelivered(t, eventsClient, ta)
+	}
+	resp, err := eventsClient.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{
+		Id: &flytecorev1.ActionIdentifier{Project: bad.Spec.Project, Domain: bad.Spec.Domain, Run: bad.Spec.RunName, Action: bad.Spec.ActionName},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resp.Msg.GetEvents()); n != 0 {
+		t.Fatalf("the events service stored %d of the refused action's events", n)
 	}
 }

@@ -140,32 +140,35 @@ func waitPhase(t *testing.T, key client.ObjectKey, phase flytev1.Phase) {
 	t.Fatalf("%s never reached %s; status %+v", key, phase, ta.Status)
 }
 
-// waitDelivered waits until the action is finished and labeled, then checks that the
-// events service holds each of its history entries exactly once.
+// waitDelivered waits until the action has succeeded and the events service holds each
+// of its history entries, and checks that it holds each exactly once.
 func waitDelivered(t *testing.T, c interface {
 	ListActionEvents(context.Context, *connect.Request[eventsv1.ListActionEventsRequest]) (*connect.Response[eventsv1.ListActionEventsResponse], error)
 }, ta *flytev1.TaskAction) *flytev1.TaskAction {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	var got flytev1.TaskAction
+	stored := 0
 	for {
 		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got)
-		if err == nil && got.Status.Phase == flytev1.PhaseSucceeded && got.Annotations[flytev1.AnnotationEventsDelivered] != "" {
-			break
+		if err == nil && got.Status.Phase == flytev1.PhaseSucceeded {
+			resp, err := c.ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{
+				Id: &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stored = len(resp.Msg.GetEvents()); stored >= len(got.Status.PhaseHistory) {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never finished with its events delivered: %+v", ta.Name, got.Status)
+			t.Fatalf("%s never finished with its events delivered: %d stored; status %+v", ta.Name, stored, got.Status)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	resp, err := c.ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{
-		Id: &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Msg.GetEvents()) != len(got.Status.PhaseHistory) {
-		t.Fatalf("%s: %d events stored; want its %d history entries, once each", ta.Name, len(resp.Msg.GetEvents()), len(got.Status.PhaseHistory))
+	if stored != len(got.Status.PhaseHistory) {
+		t.Fatalf("%s: %d events stored; want its %d history entries, once each", ta.Name, stored, len(got.Status.PhaseHistory))
 	}
 	return &got
 }

@@ -60,6 +60,9 @@ type Hooks struct {
 	Namespaces []string
 	// SeveralInProcess allows more than one executor in a process, as tests run them.
 	SeveralInProcess bool
+	// Delivered hears of each finished action whose whole history the events service
+	// acknowledged (benchmarks time actions by it).
+	Delivered func(*flytev1.TaskAction)
 	// TracerProvider receives the executor's spans instead of the global provider (which
 	// a binary sets up with services/telemetry), for tests that run it beside other
 	// traced services in one process.
@@ -223,7 +226,10 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		if err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
-		pub := eventsink.New(client, mgr.GetClient(), cfg.Cluster, clk, log.With("component", "events"), pubOpts...)
+		if hooks.Delivered != nil {
+			pubOpts = append(pubOpts, eventsink.OnDelivered(hooks.Delivered))
+		}
+		pub := eventsink.New(client, cfg.Cluster, clk, log.With("component", "events"), pubOpts...)
 		if err := mgr.Add(pub); err != nil {
 			return nil, err
 		}
@@ -233,8 +239,11 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		return nil, fmt.Errorf("executor: setting up the controller: %w", err)
 	}
 	if cfg.GC.Interval.Duration > 0 {
-		gc := &controller.GarbageCollector{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+		gc := &controller.GarbageCollector{Reader: mgr.GetCache(), Writer: mgr.GetClient(),
 			Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration, Clock: clk, Log: log.With("component", "gc")}
+		if r.Events != nil {
+			gc.Delivered = r.Events.Delivered
+		}
 		if err := mgr.Add(gc); err != nil {
 			return nil, err
 		}

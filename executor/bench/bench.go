@@ -21,7 +21,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,7 +31,6 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
-	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/pgtest"
@@ -97,11 +95,6 @@ type Result struct {
 	// CeilingCPU and ExecutorCPU are the CPU time per action of each process group
 	// while the ceiling and the executor ran.
 	CeilingCPU, ExecutorCPU benchutil.CPUUse
-	// SameWrites is a second baseline, for in-process plugins: a plain client making
-	// exactly the executor's writes (the create, a status write, the label patch), in
-	// actions per second; zero when not measured.
-	SameWrites    float64
-	SameWritesCPU benchutil.CPUUse
 }
 
 // cpuGroups are the processes whose CPU time the benchmark reports, in report order.
@@ -194,7 +187,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	if o.Only == "memory" {
 		o.Actions = 0 // nothing to warm up for
 	}
-	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }, false); err != nil {
+	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }); err != nil {
 		return err
 	}
 
@@ -236,27 +229,17 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			so := o
 			so.Actions = sc.actions
 			fmt.Fprintf(progress, "%s: ceiling\n", sc.name)
-			ceilingOf := func() (float64, error) { return runCeiling(ctx, env, so, sc.taskType, sc.prepare, false) }
+			ceilingOf := func() (float64, error) { return runCeiling(ctx, env, so, sc.taskType, sc.prepare) }
 			if sc.kubelet {
 				ceilingOf = func() (float64, error) { return runPodCeiling(ctx, env, so, sc.taskType, sc.prepare) }
 			}
-			var ceiling, sameWrites float64
+			var ceiling float64
 			ceilingCPU, err := measurePer(meter, so.Actions, func() (err error) {
 				ceiling, err = ceilingOf()
 				return err
 			})
 			if err != nil {
 				return nil, err
-			}
-			var sameWritesCPU benchutil.CPUUse
-			if !sc.kubelet {
-				fmt.Fprintf(progress, "%s: the executor's writes by a plain client\n", sc.name)
-				if sameWritesCPU, err = measurePer(meter, so.Actions, func() (err error) {
-					sameWrites, err = runCeiling(ctx, env, so, sc.taskType, sc.prepare, true)
-					return err
-				}); err != nil {
-					return nil, err
-				}
 			}
 			fmt.Fprintf(progress, "%s: executor\n", sc.name)
 			var r Result
@@ -268,7 +251,6 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 				return nil, err
 			}
 			r.Scenario, r.Ceiling, r.CeilingCPU, r.ExecutorCPU = sc.name, ceiling, ceilingCPU, executorCPU
-			r.SameWrites, r.SameWritesCPU = sameWrites, sameWritesCPU
 			results = append(results, r)
 		}
 		return results, nil
@@ -299,17 +281,6 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 				100*r.Executor/r.Ceiling, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.TaskActionWrites, part.moreOf(r), r.Reconciles)
 		}
 		fmt.Fprintln(w)
-		if results[0].SameWrites > 0 {
-			fmt.Fprintln(w, "A second baseline: a plain client making exactly the executor's writes (the create, a status write")
-			fmt.Fprintln(w, "and the label patch that marks the action finished), which shows what the write pattern itself costs:")
-			fmt.Fprintln(w)
-			fmt.Fprintln(w, "| scenario | plain client, the executor's writes (actions/s) | executor (actions/s) | executor / that |")
-			fmt.Fprintln(w, "| --- | ---: | ---: | ---: |")
-			for _, r := range results {
-				fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f%% |\n", r.Scenario, r.SameWrites, r.Executor, 100*r.Executor/r.SameWrites)
-			}
-			fmt.Fprintln(w)
-		}
 		fmt.Fprintln(w, "CPU time per action, in milliseconds, while each ran (\"this process\" is the executor, the events and")
 		fmt.Fprintln(w, "cache services and the clients creating the actions):")
 		fmt.Fprintln(w)
@@ -319,7 +290,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			for _, run := range []struct {
 				name string
 				use  benchutil.CPUUse
-			}{{"ceiling", r.CeilingCPU}, {"plain client, the executor's writes", r.SameWritesCPU}, {"executor", r.ExecutorCPU}} {
+			}{{"ceiling", r.CeilingCPU}, {"executor", r.ExecutorCPU}} {
 				if run.use == nil {
 					continue
 				}
@@ -399,10 +370,8 @@ func create(ctx context.Context, c client.Client, o Options, ns, taskType string
 	return started, first
 }
 
-// runCeiling creates the actions with a plain client, each followed by one status write
-// and, with labelPatch, by the patch with which the executor marks a finished action
-// (its label and the delivery annotation).
-func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error, labelPatch bool) (float64, error) {
+// runCeiling creates the actions with a plain client, each followed by one status write.
+func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error) (float64, error) {
 	ns := fmt.Sprintf("ceiling-%d", time.Now().UnixNano()%1e6)
 	if err := namespace(ctx, env.Client, ns); err != nil {
 		return 0, err
@@ -412,13 +381,7 @@ func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType stri
 		now := metav1.Now()
 		ta.Status = flytev1.TaskActionStatus{Phase: flytev1.PhaseSucceeded, Attempts: 1, CompletedAt: &now,
 			PhaseHistory: []flytev1.PhaseTransition{{Phase: flytev1.PhaseSucceeded, Attempt: 1, OccurredAt: metav1.NewMicroTime(now.Time)}}}
-		if err := env.Client.Status().Update(ctx, ta); err != nil || !labelPatch {
-			return err
-		}
-		patch := client.MergeFrom(ta.DeepCopy())
-		ta.Labels = map[string]string{controller.LabelTerminal: "true"}
-		ta.Annotations = map[string]string{flytev1.AnnotationEventsDelivered: "1/1"}
-		return env.Client.Patch(ctx, ta, patch)
+		return env.Client.Status().Update(ctx, ta)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("ceiling: %w", err)
@@ -444,10 +407,13 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	restConfig.QPS, restConfig.Burst = 1000, 2000 // the API server, not the client, should be the limit
 	restConfig.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.rt = rt; return counter }
 	var reconciles atomic.Int64
+	// An action is done when its whole history is delivered: after its last status write.
+	delivered := make(chan *flytev1.TaskAction, o.Actions)
 	mctx, stop := context.WithCancel(ctx)
 	defer stop()
 	mgr, err := executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
 		Namespaces: []string{ns}, SeveralInProcess: true, Observe: func(ctrl.Request) { reconciles.Add(1) },
+		Delivered: func(ta *flytev1.TaskAction) { delivered <- ta },
 	})
 	if err != nil {
 		return Result{}, err
@@ -458,20 +424,6 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	if !mgr.GetCache().WaitForCacheSync(mctx) {
 		return Result{}, fmt.Errorf("executor cache did not sync")
 	}
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		return Result{}, err
-	}
-	// A watch without a resource version starts with every matching object, so
-	// re-opening it after the server closes it loses nothing.
-	openWatch := func() (watch.Interface, error) {
-		return wc.Watch(ctx, &flytev1.TaskActionList{}, client.InNamespace(ns), client.MatchingLabels{controller.LabelTerminal: "true"})
-	}
-	watcher, err := openWatch()
-	if err != nil {
-		return Result{}, err
-	}
-	defer func() { watcher.Stop() }()
 	if kubelet {
 		kctx, stopKubelet := context.WithCancel(ctx)
 		defer stopKubelet()
@@ -502,20 +454,12 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	timeout := time.After(10 * time.Minute)
 	for len(finished) < o.Actions {
 		select {
-		case ev, ok := <-watcher.ResultChan():
-			if !ok {
-				if watcher, err = openWatch(); err != nil {
-					return Result{}, err
-				}
-				continue
+		case ta := <-delivered:
+			if ta.Status.Phase != flytev1.PhaseSucceeded {
+				return Result{}, fmt.Errorf("%s ended %s: %+v", ta.Name, ta.Status.Phase, ta.Status.Error)
 			}
-			if ta, isTA := ev.Object.(*flytev1.TaskAction); isTA && (ev.Type == watch.Added || ev.Type == watch.Modified) {
-				if ta.Status.Phase != flytev1.PhaseSucceeded {
-					return Result{}, fmt.Errorf("%s ended %s: %+v", ta.Name, ta.Status.Phase, ta.Status.Error)
-				}
-				if _, seen := finished[ta.Name]; !seen {
-					finished[ta.Name] = time.Now()
-				}
+			if _, seen := finished[ta.Name]; !seen {
+				finished[ta.Name] = time.Now()
 			}
 		case <-timeout:
 			return Result{}, fmt.Errorf("only %d of %d actions finished", len(finished), o.Actions)
@@ -523,6 +467,11 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	}
 	elapsed := time.Since(start)
 	if err := <-created; err != nil {
+		return Result{}, err
+	}
+	// The finalizer comes off in the pass that wrote the outcome, just after it: wait
+	// for those writes before counting.
+	if err := waitNoFinalizers(ctx, env.Client, ns); err != nil {
 		return Result{}, err
 	}
 	var lat []time.Duration
@@ -556,3 +505,27 @@ func profileAPIServer(ctx context.Context, cfg *rest.Config, path string, d time
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// waitNoFinalizers waits until no action in ns carries a finalizer.
+func waitNoFinalizers(ctx context.Context, c client.Client, ns string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var list flytev1.TaskActionList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		held := 0
+		for _, ta := range list.Items {
+			if len(ta.Finalizers) > 0 {
+				held++
+			}
+		}
+		if held == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d finished actions still carry a finalizer", held)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

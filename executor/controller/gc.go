@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -15,19 +16,21 @@ import (
 
 // GarbageCollector deletes finished TaskActions some time after they finished, so that
 // the API server does not fill up with history (the events service keeps it). It is a
-// manager runnable that only the leader runs. It pages through the API server directly
-// rather than the informer cache, by the label the reconciler puts on finished actions.
+// manager runnable that only the leader runs. It walks the actions the informer cache
+// already holds and picks the finished ones by their status, so collecting costs the API
+// server nothing but the deletes.
 type GarbageCollector struct {
-	// Reader lists straight from the API server (the manager's APIReader).
+	// Reader lists the actions: the manager's informer cache.
 	Reader client.Reader
 	// Writer deletes.
-	Writer client.Client
+	Writer client.Writer
+	// Delivered reports whether an action's whole history is recorded by the events
+	// service; an action whose history is not is kept. Nil when events are off.
+	Delivered func(*flytev1.TaskAction) bool
 	// Interval is how often to collect; MaxTTL how long a finished action is kept.
 	Interval, MaxTTL time.Duration
 	Clock            clock.PassiveClock
 	Log              *slog.Logger
-	// PageSize bounds each list call; 500 when zero.
-	PageSize int64
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: one collector is enough.
@@ -38,13 +41,15 @@ func (g *GarbageCollector) Start(ctx context.Context) error {
 	ticker := time.NewTicker(g.Interval)
 	defer ticker.Stop()
 	for {
-		if n, err := g.Collect(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			g.Log.Warn("garbage collection failed", "error", err, "deleted", n)
-		} else if n > 0 {
-			g.Log.Info("garbage collected finished actions", "deleted", n, "maxTTL", g.MaxTTL.String())
+		c, err := g.Collect(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil:
+			g.Log.Warn("garbage collection failed", "error", err, "deleted", c.Deleted)
+		case c.Deleted > 0 || c.Undelivered > 0:
+			g.Log.Info("garbage collected finished actions", "deleted", c.Deleted,
+				"keptUndelivered", c.Undelivered, "maxTTL", g.MaxTTL.String())
 		}
 		select {
 		case <-ctx.Done():
@@ -54,38 +59,60 @@ func (g *GarbageCollector) Start(ctx context.Context) error {
 	}
 }
 
-// Collect deletes every finished action older than MaxTTL and returns how many it
-// deleted.
-func (g *GarbageCollector) Collect(ctx context.Context) (int, error) {
-	pageSize := g.PageSize
-	if pageSize == 0 {
-		pageSize = 500
-	}
+// Collection is what one Collect did.
+type Collection struct {
+	// Walked is how many cached actions were looked at, in Walk.
+	Walked int
+	Walk   time.Duration
+	// Deleted actions were old enough and delivered; Undelivered ones were old enough
+	// but kept, their history not yet recorded.
+	Deleted, Undelivered int
+}
+
+// expired is what is needed to delete one action, copied out of the cache.
+type expired struct {
+	key types.NamespacedName
+	uid types.UID
+}
+
+// Collect deletes every finished action older than MaxTTL whose history is delivered.
+// Deleting a finished action aborts nothing: its plugin finalized when it finished, and
+// it carries no finalizer, so it goes at once and records no Aborted phase.
+func (g *GarbageCollector) Collect(ctx context.Context) (Collection, error) {
+	var c Collection
 	cutoff := g.Clock.Now().Add(-g.MaxTTL)
-	deleted := 0
-	opts := []client.ListOption{client.MatchingLabels{LabelTerminal: "true"}, client.Limit(pageSize)}
-	for cont := ""; ; {
-		var page flytev1.TaskActionList
-		if err := g.Reader.List(ctx, &page, append(opts, client.Continue(cont))...); err != nil {
-			return deleted, fmt.Errorf("listing finished actions: %w", err)
+	started := time.Now()
+	// The cache's own objects, not copies: only read, and only until the walk ends.
+	var actions flytev1.TaskActionList
+	if err := g.Reader.List(ctx, &actions, client.UnsafeDisableDeepCopy); err != nil {
+		return c, fmt.Errorf("listing actions: %w", err)
+	}
+	var doomed []expired
+	for i := range actions.Items {
+		ta := &actions.Items[i]
+		done := ta.Status.CompletedAt
+		if !ta.Status.Phase.IsTerminal() || done == nil || done.After(cutoff) || !ta.DeletionTimestamp.IsZero() {
+			continue
 		}
-		for i := range page.Items {
-			ta := &page.Items[i]
-			done := ta.Status.CompletedAt
-			if !ta.Status.Phase.IsTerminal() || done == nil || done.After(cutoff) {
-				continue
-			}
-			// The UID precondition spares an action re-created under the same name.
-			err := g.Writer.Delete(ctx, ta, client.Preconditions{UID: &ta.UID})
-			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return deleted, fmt.Errorf("deleting %s/%s: %w", ta.Namespace, ta.Name, err)
-			}
-			if err == nil {
-				deleted++
-			}
+		if g.Delivered != nil && !g.Delivered(ta) {
+			c.Undelivered++
+			continue
 		}
-		if cont = page.Continue; cont == "" {
-			return deleted, nil
+		doomed = append(doomed, expired{key: client.ObjectKeyFromObject(ta), uid: ta.UID})
+	}
+	c.Walked, c.Walk = len(actions.Items), time.Since(started)
+	for _, d := range doomed {
+		ta := &flytev1.TaskAction{}
+		ta.Namespace, ta.Name = d.key.Namespace, d.key.Name
+		// The UID precondition spares an action created again under the same name.
+		err := g.Writer.Delete(ctx, ta, client.Preconditions{UID: &d.uid})
+		switch {
+		case err == nil:
+			c.Deleted++
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			return c, fmt.Errorf("deleting %s: %w", d.key, err)
 		}
 	}
+	return c, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,35 +17,38 @@ import (
 	"github.com/flytekube/backend/executor/controller"
 )
 
-func TestGarbageCollectorDeletesOnlyOldFinishedActions(t *testing.T) {
+// The collector picks actions by their status: finished more than MaxTTL ago, with their
+// history delivered. It deletes a finished action without aborting it, so no Aborted
+// phase is recorded for an action that had finished.
+func TestGarbageCollectorDeletesOnlyOldDeliveredFinishedActions(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	now := time.Now()
-	// Each action first runs (test-finalizer runs until deleted, and is not requeued);
-	// then the test writes the status it wants. A status write does not wake the
-	// reconciler, so the seeds stay as written.
+	// Each action first runs (test-finalizer runs until deleted, is not requeued, and
+	// keeps its finalizer, so a deletion that aborted would show in the call log); then
+	// the test writes the status it wants. A status write does not wake the reconciler,
+	// so the seeds stay as written.
 	type seed struct {
-		name     string
-		phase    flytev1.Phase
-		finished time.Duration // ago; 0 = not finished
-		labeled  bool
-		wantGone bool
+		name        string
+		phase       flytev1.Phase
+		finished    time.Duration // ago; 0 = not finished
+		undelivered bool
+		wantGone    bool
 	}
 	seeds := []seed{
-		{"old-succeeded", flytev1.PhaseSucceeded, 2 * time.Hour, true, true},
-		{"old-failed", flytev1.PhaseFailed, 3 * time.Hour, true, true},
-		{"recent", flytev1.PhaseSucceeded, 10 * time.Minute, true, false},
+		{"old-succeeded", flytev1.PhaseSucceeded, 2 * time.Hour, false, true},
+		{"old-failed", flytev1.PhaseFailed, 3 * time.Hour, false, true},
+		{"old-timed-out", flytev1.PhaseTimedOut, 3 * time.Hour, false, true},
+		{"recent", flytev1.PhaseSucceeded, 10 * time.Minute, false, false},
 		{"running", flytev1.PhaseRunning, 0, false, false},
-		{"old-unlabeled", flytev1.PhaseSucceeded, 2 * time.Hour, false, false},
+		{"old-undelivered", flytev1.PhaseSucceeded, 2 * time.Hour, true, false},
 	}
-	for i := range 7 { // more than a page
-		seeds = append(seeds, seed{fmt.Sprintf("old-%d", i), flytev1.PhaseAborted, 5 * time.Hour, true, true})
+	for i := range 5 {
+		seeds = append(seeds, seed{fmt.Sprintf("old-%d", i), flytev1.PhaseAborted, 5 * time.Hour, false, true})
 	}
+	undelivered := map[string]bool{}
 	for _, s := range seeds {
 		ta := newAction(ns, s.name, "test-finalizer", nil)
-		if s.labeled {
-			ta.Labels = map[string]string{controller.LabelTerminal: "true"}
-		}
 		create(t, ta)
 		ta = waitFor(t, ta, "running", func(a *flytev1.TaskAction) bool { return a.Status.Phase == flytev1.PhaseRunning })
 		ta.Status = flytev1.TaskActionStatus{Phase: s.phase, Attempts: 1, PhaseHistory: ta.Status.PhaseHistory}
@@ -55,10 +59,12 @@ func TestGarbageCollectorDeletesOnlyOldFinishedActions(t *testing.T) {
 		if err := env.Client.Status().Update(ctx, ta); err != nil {
 			t.Fatal(err)
 		}
+		undelivered[s.name] = s.undelivered
 	}
 	gc := &controller.GarbageCollector{Reader: env.Client, Writer: env.Client, Interval: time.Hour, MaxTTL: time.Hour,
-		Clock: clocktesting.NewFakePassiveClock(now), Log: slog.New(slog.DiscardHandler), PageSize: 3}
-	n, err := gc.Collect(ctx)
+		Delivered: func(ta *flytev1.TaskAction) bool { return !undelivered[ta.Name] },
+		Clock:     clocktesting.NewFakePassiveClock(now), Log: slog.New(slog.DiscardHandler)}
+	c, err := gc.Collect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,15 +74,27 @@ func TestGarbageCollectorDeletesOnlyOldFinishedActions(t *testing.T) {
 			want++
 		}
 	}
-	if n != want {
-		t.Fatalf("deleted %d; want %d", n, want)
+	if c.Deleted != want || c.Undelivered != 1 {
+		t.Fatalf("deleted %d, kept %d undelivered; want %d and 1", c.Deleted, c.Undelivered, want)
 	}
 	for _, s := range seeds {
-		var ta flytev1.TaskAction
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.name}, &ta)
-		gone := apierrors.IsNotFound(err) || (err == nil && !ta.DeletionTimestamp.IsZero())
-		if gone != s.wantGone {
-			t.Errorf("%s: gone=%v; want %v (err %v)", s.name, gone, s.wantGone, err)
+		key := client.ObjectKey{Namespace: ns, Name: s.name}
+		if !s.wantGone {
+			var ta flytev1.TaskAction
+			if err := env.Client.Get(ctx, key, &ta); err != nil || !ta.DeletionTimestamp.IsZero() {
+				t.Errorf("%s: collected (err %v); want kept", s.name, err)
+			}
+			continue
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !apierrors.IsNotFound(env.Client.Get(ctx, key, &flytev1.TaskAction{})) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was never deleted", s.name)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if slices.Contains(calls.get(s.name), "abort") {
+			t.Errorf("%s: collecting a finished action aborted it: %v", s.name, calls.get(s.name))
 		}
 	}
 }

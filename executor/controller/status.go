@@ -4,10 +4,12 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/metrics"
 )
 
 // maxPhaseHistory bounds the history kept in the status (the CRD allows 256); the oldest
@@ -15,12 +17,29 @@ import (
 // the object stays small.
 const maxPhaseHistory = 200
 
-// setPhase moves the action to phase, recording the change in the history (a new
-// attempt, a new version of the plugin's phase, or Kubernetes events to report is a
-// change even in the same phase: the plugin manager reads events once per change of the
-// plugin's phase, so events left out here would never be reported) and the conditions.
-// It reports whether the history grew.
-func setPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time, newVersion bool, links []flytev1.LogLink, events []flytev1.ClusterEvent) bool {
+// setPhase moves the action to phase: a history entry when there is something new to
+// report, the conditions, a Kubernetes event, a log line and the phase metric.
+func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
+	if !recordPhase(s.ta, phase, reason, message, s.now, s.newVersion, s.logLinks, s.clusterEvents) {
+		return
+	}
+	eventType := corev1.EventTypeNormal
+	if phase == flytev1.PhaseFailed || phase == flytev1.PhaseTimedOut || reason == flytev1.ReasonRetrying {
+		eventType = corev1.EventTypeWarning
+	}
+	if s.r.Recorder != nil {
+		s.r.Recorder.Event(s.ta, eventType, reason, or(message, string(phase)))
+	}
+	s.log.Info("phase changed", "phase", phase, "reason", reason, "attempt", s.ta.Status.Attempts)
+	metrics.PhaseChanged(string(phase))
+}
+
+// recordPhase writes phase into the status: a history entry when there is something new
+// (a new attempt, a new version of the plugin's phase, or Kubernetes events to report is
+// a change even in the same phase: the plugin manager reads events once per change of
+// the plugin's phase, so events left out here would never be reported), and the
+// conditions. It reports whether the history grew.
+func recordPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time, newVersion bool, links []flytev1.LogLink, events []flytev1.ClusterEvent) bool {
 	st := &ta.Status
 	changed := st.Phase != phase || newVersion || len(events) > 0
 	if n := len(st.PhaseHistory); n > 0 && st.PhaseHistory[n-1].Attempt != max(st.Attempts, 1) {

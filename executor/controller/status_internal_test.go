@@ -11,11 +11,11 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 )
 
-// setPhase adds a history entry whenever there is something new to report: another
+// recordPhase adds a history entry whenever there is something new to report: another
 // phase, a new version of the plugin's phase, or Kubernetes events read with a change of
 // the plugin's phase that keeps the action's (they would be lost otherwise, since the
 // next read starts after them).
-func TestSetPhaseRecordsWhatIsNew(t *testing.T) {
+func TestRecordPhaseRecordsWhatIsNew(t *testing.T) {
 	now := metav1.NewTime(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	event := []flytev1.ClusterEvent{{OccurredAt: now, Object: "Pod/a-1", Type: "Warning", Reason: "FailedScheduling"}}
 	tests := []struct {
@@ -34,9 +34,9 @@ func TestSetPhaseRecordsWhatIsNew(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ta := &flytev1.TaskAction{Status: flytev1.TaskActionStatus{Phase: flytev1.PhaseWaitingForResources, Attempts: 1,
 				PhaseHistory: []flytev1.PhaseTransition{{Phase: flytev1.PhaseWaitingForResources, Attempt: 1}}}}
-			got := setPhase(ta, tt.phase, "Reason", "", now, tt.newVersion, nil, tt.events)
+			got := recordPhase(ta, tt.phase, "Reason", "", now, tt.newVersion, nil, tt.events)
 			if got != tt.want || len(ta.Status.PhaseHistory) != map[bool]int{false: 1, true: 2}[tt.want] {
-				t.Fatalf("setPhase = %v with %d entries; want %v", got, len(ta.Status.PhaseHistory), tt.want)
+				t.Fatalf("recordPhase = %v with %d entries; want %v", got, len(ta.Status.PhaseHistory), tt.want)
 			}
 			if tt.want {
 				last := ta.Status.PhaseHistory[1]

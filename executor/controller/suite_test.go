@@ -157,6 +157,9 @@ func (e *eventsService) client() eventsv1connect.EventsServiceClient {
 	return c
 }
 
+// publisher is the package's event sink.
+var publisher *eventsink.Publisher
+
 // startManager runs the executor's controller against the test API server for the whole
 // package, with the core plugins and the test plugins below.
 func startManager(env *kubetest.Env) (stop func(), err error) {
@@ -176,8 +179,8 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	if err := reg.Initialize(context.Background(), nil, nil); err != nil {
 		return nil, err
 	}
-	pub := eventsink.New(eventsSvc.client(), mgr.GetClient(), "test-cluster", clock.RealClock{}, log)
-	if err := mgr.Add(pub); err != nil {
+	publisher = eventsink.New(eventsSvc.client(), "test-cluster", clock.RealClock{}, log)
+	if err := mgr.Add(publisher); err != nil {
 		return nil, err
 	}
 	// As the executor's: actions' data only under dataDir (each project and domain with
@@ -191,7 +194,7 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 		return nil, err
 	}
 	r := &controller.TaskActionReconciler{
-		Events: pub,
+		Events: publisher,
 		Cache:  cache.New(cacheClient, store, 200*time.Millisecond, log),
 		Client: mgr.GetClient(), Registry: reg, DataStore: store, Resources: plugin.NewTokenPools(nil),
 		Recorder: mgr.GetEventRecorderFor("flyte-executor"), Clock: clock.RealClock{}, Log: log,

@@ -50,8 +50,9 @@ func waitFor(t *testing.T, ta *flytev1.TaskAction, what string, cond func(*flyte
 	}
 }
 
+// terminal: finished, and the finalizer taken off in the same pass.
 func terminal(ta *flytev1.TaskAction) bool {
-	return ta.Status.Phase.IsTerminal() && ta.Labels[controller.LabelTerminal] == "true"
+	return ta.Status.Phase.IsTerminal() && !controllerutil.ContainsFinalizer(ta, controller.Finalizer)
 }
 
 func history(ta *flytev1.TaskAction) string {

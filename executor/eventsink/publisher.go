@@ -4,19 +4,17 @@
 // extra API write is spent on events. The publisher keeps in memory how far each action
 // has been delivered, batches the undelivered entries of many actions into one Record
 // call, and retries with backoff while the events service is away, without holding up
-// the actions themselves. A finished action is labeled for garbage collection only once
-// its history has been delivered (the reconciler asks Delivered), and that label patch
-// also records the delivery in an annotation, so that after a restart the executor knows
-// what is done. Delivery is at least once, in order per action; the events service
-// absorbs repeats.
+// the actions themselves. The garbage collector deletes a finished action only once
+// Delivered says its whole history is recorded. After a restart the publisher knows
+// nothing, so the reconciler hands it every finished action again and their histories go
+// once more; the events service absorbs the repeats. Delivery is at least once, in order
+// per action.
 package eventsink
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -60,45 +57,47 @@ const (
 // reconciler after it wrote new history.
 type Publisher struct {
 	client  eventsv1connect.EventsServiceClient
-	reader  client.Reader
 	cluster string
 	clock   clock.PassiveClock
 	log     *slog.Logger
 	tracer  trace.Tracer
+	// onDelivered, when set, hears of each finished action whose whole history has been
+	// delivered.
+	onDelivered func(*flytev1.TaskAction)
 
-	queue    workqueue.TypedRateLimitingInterface[types.NamespacedName]
-	finished chan event.TypedGenericEvent[*flytev1.TaskAction]
+	queue workqueue.TypedRateLimitingInterface[types.UID]
+	// deleted wakes the reconciler for a deleted action once its history (its Aborted
+	// entry included) has been delivered, so that it can let the action go.
+	deleted chan event.TypedGenericEvent[*flytev1.TaskAction]
 
-	mu        sync.Mutex
-	delivered map[types.NamespacedName]delivery
-	// latest holds the newest state the reconciler wrote of each queued action: the
-	// informer cache may not have it yet, and an older one would deliver too little.
-	latest map[types.NamespacedName]*flytev1.TaskAction
+	mu sync.Mutex
+	// states is keyed by UID, so that an action deleted and created again under the same
+	// name keeps the undelivered history of its first incarnation apart.
+	states map[types.UID]*state
+	names  map[types.NamespacedName]types.UID
 }
 
-// delivery is how far an action (this incarnation of its name) has been delivered.
-type delivery struct {
-	uid  types.UID
-	mark mark
+// state is everything the publisher knows of one action: the one place that says how
+// far its history has been delivered.
+type state struct {
+	key types.NamespacedName
+	// pending is the newest state the reconciler wrote, kept until all of its history is
+	// delivered: the informer cache may not have it yet, and the action may be deleted
+	// meanwhile. Nil when nothing is left to deliver.
+	pending *flytev1.TaskAction
+	// delivered is the last entry the events service acknowledged; known is false until
+	// one was, and after a restart, so that the whole history goes again.
+	delivered mark
+	known     bool
+	// gone: the action was deleted; the state goes once pending is delivered.
+	gone bool
 }
 
 // mark identifies a history entry.
 type mark struct{ attempt, version int32 }
 
-func (m mark) String() string { return fmt.Sprintf("%d/%d", m.attempt, m.version) }
-
 func (m mark) less(o mark) bool {
 	return m.attempt < o.attempt || m.attempt == o.attempt && m.version < o.version
-}
-
-func parseMark(s string) (mark, bool) {
-	a, v, ok := strings.Cut(s, "/")
-	if !ok {
-		return mark{}, false
-	}
-	attempt, err1 := strconv.Atoi(a)
-	version, err2 := strconv.Atoi(v)
-	return mark{int32(attempt), int32(version)}, err1 == nil && err2 == nil
 }
 
 // Option changes a publisher.
@@ -109,16 +108,22 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(p *Publisher) { p.tracer = tp.Tracer(tracing.ScopeName) }
 }
 
-// New creates a publisher reading actions through reader (the manager's cache).
-func New(c eventsv1connect.EventsServiceClient, reader client.Reader, cluster string, clk clock.PassiveClock, log *slog.Logger, opts ...Option) *Publisher {
+// OnDelivered calls f (from the delivering goroutine) with each finished action whose
+// whole history the events service acknowledged; benchmarks time actions by it.
+func OnDelivered(f func(*flytev1.TaskAction)) Option {
+	return func(p *Publisher) { p.onDelivered = f }
+}
+
+// New creates a publisher.
+func New(c eventsv1connect.EventsServiceClient, cluster string, clk clock.PassiveClock, log *slog.Logger, opts ...Option) *Publisher {
 	p := &Publisher{
-		client: c, reader: reader, cluster: cluster, clock: clk, log: log, tracer: otel.Tracer(tracing.ScopeName),
+		client: c, cluster: cluster, clock: clk, log: log, tracer: otel.Tracer(tracing.ScopeName),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](100*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "events"}),
-		finished:  make(chan event.TypedGenericEvent[*flytev1.TaskAction], 1024),
-		delivered: make(map[types.NamespacedName]delivery),
-		latest:    make(map[types.NamespacedName]*flytev1.TaskAction),
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "events"}),
+		deleted: make(chan event.TypedGenericEvent[*flytev1.TaskAction], 1024),
+		states:  make(map[types.UID]*state),
+		names:   make(map[types.NamespacedName]types.UID),
 	}
 	for _, opt := range opts {
 		opt(p)
@@ -126,21 +131,51 @@ func New(c eventsv1connect.EventsServiceClient, reader client.Reader, cluster st
 	return p
 }
 
-// Enqueue asks for the undelivered history of ta, as the reconciler just wrote it, to
-// be delivered.
+func keyOf(ta *flytev1.TaskAction) types.NamespacedName {
+	return types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}
+}
+
+// stateOf returns ta's state, new if unknown. The caller holds p.mu.
+func (p *Publisher) stateOf(ta *flytev1.TaskAction) *state {
+	st := p.states[ta.UID]
+	if st == nil {
+		st = &state{key: keyOf(ta)}
+		p.states[ta.UID] = st
+		p.names[st.key] = ta.UID
+	}
+	return st
+}
+
+// Enqueue hands over ta as the reconciler just wrote it (or, after a restart, as it
+// found it) to have its undelivered history delivered. Handing over what is already
+// delivered or already waiting does nothing.
 func (p *Publisher) Enqueue(ta *flytev1.TaskAction) {
-	key := types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}
+	end, ok := last(ta)
+	if !ok {
+		return
+	}
 	p.mu.Lock()
-	p.latest[key] = ta.DeepCopy()
+	st := p.stateOf(ta)
+	if st.known && !st.delivered.less(end) {
+		p.mu.Unlock()
+		return
+	}
+	if st.pending != nil {
+		if have, _ := last(st.pending); !have.less(end) {
+			p.mu.Unlock()
+			return
+		}
+	}
+	st.pending = ta.DeepCopy()
 	p.mu.Unlock()
-	p.queue.Add(key)
+	p.queue.Add(ta.UID)
 	metrics.Outbox(p.queue.Len())
 }
 
-// Source wakes the reconciler for finished actions whose history has been delivered,
-// so that it can label them.
+// Source wakes the reconciler for deleted actions whose history has been delivered, so
+// that it can remove their finalizer.
 func (p *Publisher) Source() source.Source {
-	return source.Channel(p.finished, &handler.TypedEnqueueRequestForObject[*flytev1.TaskAction]{})
+	return source.Channel(p.deleted, &handler.TypedEnqueueRequestForObject[*flytev1.TaskAction]{})
 }
 
 func last(ta *flytev1.TaskAction) (mark, bool) {
@@ -151,38 +186,34 @@ func last(ta *flytev1.TaskAction) (mark, bool) {
 	return mark{h[len(h)-1].Attempt, h[len(h)-1].Version}, true
 }
 
-// deliveredMark is how far ta has been delivered, from memory or, after a restart,
-// from its annotation.
-func (p *Publisher) deliveredMark(ta *flytev1.TaskAction) (mark, bool) {
-	p.mu.Lock()
-	d, ok := p.delivered[types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}]
-	p.mu.Unlock()
-	if ok && d.uid == ta.UID {
-		return d.mark, true
-	}
-	return parseMark(ta.Annotations[flytev1.AnnotationEventsDelivered])
-}
-
-// Delivered reports whether every history entry of ta has been delivered and, if so,
-// the mark to record in flytev1.AnnotationEventsDelivered.
-func (p *Publisher) Delivered(ta *flytev1.TaskAction) (bool, string) {
+// Delivered reports whether every history entry of ta has been delivered. After a
+// restart nothing is, until the reconciler hands the action over again.
+func (p *Publisher) Delivered(ta *flytev1.TaskAction) bool {
 	end, ok := last(ta)
 	if !ok {
-		return true, ""
+		return true
 	}
-	done, known := p.deliveredMark(ta)
-	if !known || done.less(end) {
-		return false, ""
-	}
-	return true, end.String()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.states[ta.UID]
+	return st != nil && st.known && !st.delivered.less(end)
 }
 
-// Forget drops what is known of an action that is gone.
+// Forget is told that an action is gone. What it had not yet delivered still is; then
+// its state goes.
 func (p *Publisher) Forget(key types.NamespacedName) {
 	p.mu.Lock()
-	delete(p.delivered, key)
-	delete(p.latest, key)
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	uid, ok := p.names[key]
+	if !ok {
+		return
+	}
+	delete(p.names, key)
+	if st := p.states[uid]; st.pending == nil {
+		delete(p.states, uid)
+	} else {
+		st.gone = true
+	}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: the leader delivers
@@ -196,57 +227,55 @@ func (p *Publisher) Start(ctx context.Context) error {
 		p.queue.ShutDown()
 	}()
 	for {
-		keys, ok := p.next()
+		uids, ok := p.next()
 		if !ok {
 			return nil
 		}
-		p.deliver(ctx, keys)
+		p.deliver(ctx, uids)
 		metrics.Outbox(p.queue.Len())
 	}
 }
 
-// next blocks for one key, then takes whatever else is already queued: one Record
+// next blocks for one action, then takes whatever else is already queued: one Record
 // carries many actions' events.
-func (p *Publisher) next() ([]types.NamespacedName, bool) {
-	key, shutdown := p.queue.Get()
+func (p *Publisher) next() ([]types.UID, bool) {
+	uid, shutdown := p.queue.Get()
 	if shutdown {
 		return nil, false
 	}
-	keys := []types.NamespacedName{key}
-	for len(keys) < maxBatch && p.queue.Len() > 0 {
-		k, shutdown := p.queue.Get()
+	uids := []types.UID{uid}
+	for len(uids) < maxBatch && p.queue.Len() > 0 {
+		u, shutdown := p.queue.Get()
 		if shutdown {
 			break
 		}
-		keys = append(keys, k)
+		uids = append(uids, u)
 	}
-	return keys, true
+	return uids, true
 }
 
+// pending is one action's part of a delivery.
 type pending struct {
-	key    types.NamespacedName
-	action *flytev1.TaskAction
+	uid    types.UID
+	action *flytev1.TaskAction // the snapshot delivered from
 	events []*eventsv1.ActionEvent
 	end    mark // the last entry in events
 	more   bool // entries after end remain
 }
 
-func (p *Publisher) deliver(ctx context.Context, keys []types.NamespacedName) {
+func (p *Publisher) deliver(ctx context.Context, uids []types.UID) {
 	var work []pending
-	for _, key := range keys {
-		ta, err := p.action(ctx, key)
-		if err != nil {
-			// Gone (deleted, or collected after delivery): nothing left to deliver.
-			p.queue.Forget(key)
-			p.queue.Done(key)
-			continue
-		}
-		evs, end, more := p.undelivered(ta)
+	for _, uid := range uids {
+		ta, evs, end, more := p.undelivered(uid)
 		if len(evs) == 0 {
-			p.done(ctx, key, ta)
+			p.queue.Forget(uid)
+			p.queue.Done(uid)
+			if ta != nil { // delivered meanwhile, under an older snapshot
+				p.acknowledged(ctx, pending{uid: uid, action: ta, end: end})
+			}
 			continue
 		}
-		work = append(work, pending{key: key, action: ta, events: evs, end: end, more: more})
+		work = append(work, pending{uid: uid, action: ta, events: evs, end: end, more: more})
 	}
 	// One Record per batch of up to maxBatch events; an action's events stay together
 	// and in order.
@@ -299,20 +328,15 @@ func (p *Publisher) settle(ctx context.Context, part []pending, batch []*eventsv
 	}
 	for _, w := range part {
 		if err != nil {
-			p.queue.AddRateLimited(w.key)
-			p.queue.Done(w.key)
+			p.queue.AddRateLimited(w.uid)
+			p.queue.Done(w.uid)
 			continue
 		}
-		p.mu.Lock()
-		p.delivered[w.key] = delivery{uid: w.action.UID, mark: w.end}
-		p.mu.Unlock()
-		if w.more {
-			p.queue.Forget(w.key)
-			p.queue.Done(w.key)
-			p.queue.Add(w.key)
-			continue
+		p.queue.Forget(w.uid)
+		p.queue.Done(w.uid)
+		if p.acknowledged(ctx, w) {
+			p.queue.Add(w.uid) // more entries, or newer ones written meanwhile
 		}
-		p.done(ctx, w.key, w.action)
 	}
 	switch {
 	case err == nil || ctx.Err() != nil:
@@ -320,10 +344,47 @@ func (p *Publisher) settle(ctx context.Context, part []pending, batch []*eventsv
 		// Not the service's fault, and retrying will not help until the executor is
 		// fixed; the events stay in the action's history, and it is not released.
 		p.log.Error("events service refused an action's events; keeping them and retrying",
-			"error", err, "action", part[0].key.String(), "events", len(batch))
+			"error", err, "action", keyOf(part[0].action).String(), "events", len(batch))
 	default:
 		p.log.Warn("events service unavailable; will retry", "error", err, "actions", len(part), "events", len(batch))
 	}
+}
+
+// acknowledged moves an action's delivered mark to the end of what was just delivered,
+// and reports whether more remains to deliver.
+func (p *Publisher) acknowledged(ctx context.Context, w pending) bool {
+	p.mu.Lock()
+	st := p.states[w.uid]
+	if st == nil { // cannot happen: states go only once nothing is pending
+		p.mu.Unlock()
+		return false
+	}
+	st.delivered, st.known = w.end, true
+	if w.more || st.pending != w.action {
+		p.mu.Unlock()
+		return true
+	}
+	st.pending = nil
+	if st.gone {
+		delete(p.states, w.uid)
+	}
+	p.mu.Unlock()
+	ta := w.action
+	if !ta.Status.Phase.IsTerminal() {
+		return false
+	}
+	if p.onDelivered != nil {
+		p.onDelivered(ta)
+	}
+	if !ta.DeletionTimestamp.IsZero() {
+		// The reconciler's source drains the channel continuously, so waiting here is
+		// brief, and nothing is dropped: no periodic resync would find it soon.
+		select {
+		case p.deleted <- event.TypedGenericEvent[*flytev1.TaskAction]{Object: ta}:
+		case <-ctx.Done():
+		}
+	}
+	return false
 }
 
 // startDelivery starts the span of one Record call. A span has one parent, and a Record
@@ -354,40 +415,18 @@ func (p *Publisher) startDelivery(ctx context.Context, part []pending, events in
 	return ctx, span
 }
 
-// action is the newest known state of an action: the reconciler's, else the cache's.
-func (p *Publisher) action(ctx context.Context, key types.NamespacedName) (*flytev1.TaskAction, error) {
+// undelivered turns the history entries of an action's pending snapshot after its
+// delivered mark into events, at most maxBatch of them; more says whether others remain.
+func (p *Publisher) undelivered(uid types.UID) (ta *flytev1.TaskAction, evs []*eventsv1.ActionEvent, end mark, more bool) {
 	p.mu.Lock()
-	ta, ok := p.latest[key]
-	delete(p.latest, key)
+	st := p.states[uid]
+	if st == nil || st.pending == nil {
+		p.mu.Unlock()
+		return nil, nil, mark{}, false
+	}
+	ta, done, known := st.pending, st.delivered, st.known
 	p.mu.Unlock()
-	if ok {
-		return ta, nil
-	}
-	var got flytev1.TaskAction
-	if err := p.reader.Get(ctx, key, &got); err != nil {
-		return nil, err
-	}
-	return &got, nil
-}
-
-// done finishes a key; a finished action goes back to the reconciler for its label.
-// The reconciler's source drains the channel continuously, so waiting here is brief,
-// and nothing is dropped: no periodic resync would find a dropped action soon.
-func (p *Publisher) done(ctx context.Context, key types.NamespacedName, ta *flytev1.TaskAction) {
-	p.queue.Forget(key)
-	p.queue.Done(key)
-	if ta.Status.Phase.IsTerminal() {
-		select {
-		case p.finished <- event.TypedGenericEvent[*flytev1.TaskAction]{Object: ta}:
-		case <-ctx.Done():
-		}
-	}
-}
-
-// undelivered turns the history entries after the delivered mark into events, at most
-// maxBatch of them; more says whether others remain.
-func (p *Publisher) undelivered(ta *flytev1.TaskAction) (evs []*eventsv1.ActionEvent, end mark, more bool) {
-	done, known := p.deliveredMark(ta)
+	end = done
 	now := timestamppb.New(p.clock.Now())
 	for _, h := range ta.Status.PhaseHistory {
 		m := mark{h.Attempt, h.Version}
@@ -395,12 +434,12 @@ func (p *Publisher) undelivered(ta *flytev1.TaskAction) (evs []*eventsv1.ActionE
 			continue
 		}
 		if len(evs) == maxBatch {
-			return evs, end, true
+			return ta, evs, end, true
 		}
 		evs = append(evs, p.toEvent(ta, h, now))
 		end = m
 	}
-	return evs, end, false
+	return ta, evs, end, false
 }
 
 var phases = map[flytev1.Phase]flytecorev1.ActionPhase{

@@ -123,9 +123,9 @@ func TestSpecIsImmutable(t *testing.T) {
 	if err := env.Client.Update(ctx(t), changed); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec is immutable") {
 		t.Fatalf("changing the spec: %v; want Invalid: spec is immutable", err)
 	}
-	// Metadata stays editable: the executor labels finished actions for garbage collection.
+	// Metadata stays editable: the executor puts its finalizer on, and people label.
 	labeled := ta.DeepCopy()
-	labeled.Labels = map[string]string{"flyte.org/terminal": "true"}
+	labeled.Labels = map[string]string{"team": "data"}
 	if err := env.Client.Update(ctx(t), labeled); err != nil {
 		t.Fatalf("labeling: %v", err)
 	}

@@ -177,10 +177,6 @@ func (p Phase) IsTerminal() bool {
 	return false
 }
 
-// AnnotationEventsDelivered records on a finished action the last phase-history entry
-// delivered to the events service, as "attempt/version".
-const AnnotationEventsDelivered = "flyte.org/events-delivered"
-
 // Condition types of a TaskAction.
 const (
 	// ConditionProgressing is True while the action is not finished.
@@ -377,8 +373,8 @@ type TaskActionStatus struct {
 
 	// PhaseHistory lists every phase entered, oldest first; it only grows. It is also the
 	// outbox of the action's events: the executor delivers its entries to the events
-	// service, and an entry stays here after delivery (the annotation
-	// flyte.org/events-delivered counts the delivered entries of a finished action).
+	// service, and an entry stays here after delivery; the executor keeps in memory how
+	// far it has delivered.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256

@@ -1,0 +1,269 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/cache"
+	"github.com/flytekube/backend/executor/metrics"
+	"github.com/flytekube/backend/executor/plugin"
+)
+
+// step is one part of a pass over a running action. It either lets the pass go on to
+// the next step or ends it, with the result the pass returns.
+type step func(ctx context.Context) (next bool, result ctrl.Result, err error)
+
+var goOn = ctrl.Result{}
+
+// reconcileActive is a pass over an action that is neither finished nor deleted: the
+// steps below, in order, until one ends it. Each step changes only s.ta's status (the
+// pass writes it once, at its end) except where it says otherwise.
+func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
+	for _, run := range []step{
+		s.resolvePlugin,
+		s.validateSpec,
+		s.ensureFinalizer,
+		s.startAttempt,
+		s.consultCache,
+		s.enforceTimeout,
+		s.handle,
+		s.transition,
+	} {
+		next, result, err := run(ctx)
+		if !next || err != nil {
+			return result, err
+		}
+	}
+	return s.result, nil
+}
+
+// resolvePlugin finds the plugin of the action's task type; an unknown type fails the
+// action.
+func (s *scope) resolvePlugin(context.Context) (bool, ctrl.Result, error) {
+	p, err := s.resolve(s.ta.Spec.TaskType)
+	switch {
+	case errors.Is(err, plugin.ErrUnknownTaskType):
+		s.fail(flytev1.ReasonUnknownTaskType, flytev1.ErrorKindUser, err.Error())
+		return false, ctrl.Result{}, nil
+	case err != nil:
+		return false, ctrl.Result{}, err
+	}
+	s.plugin = p
+	return true, goOn, nil
+}
+
+// validateSpec checks what the CRD schema cannot: that URIs parse.
+func (s *scope) validateSpec(context.Context) (bool, ctrl.Result, error) {
+	for field, v := range map[string]string{"spec.inputUri": s.ta.Spec.InputURI, "spec.runOutputBase": s.ta.Spec.RunOutputBase} {
+		if v == "" {
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || u.Scheme == "" {
+			s.fail(flytev1.ReasonInvalidSpec, flytev1.ErrorKindUser, fmt.Sprintf("%s: %q is not a URI such as s3://bucket/path", field, v))
+			return false, ctrl.Result{}, nil
+		}
+	}
+	return true, goOn, nil
+}
+
+// ensureFinalizer puts the finalizer on before a plugin that creates things outside the
+// action (a pod) runs, so that deleting the action always aborts them. It writes the
+// action's metadata. In-process plugins get the finalizer only if they outlive their
+// first pass (see reconcile).
+func (s *scope) ensureFinalizer(ctx context.Context) (bool, ctrl.Result, error) {
+	if s.plugin.GetProperties().NeedsFinalizer && !controllerutil.ContainsFinalizer(s.ta, Finalizer) {
+		if err := s.addFinalizer(ctx); err != nil {
+			return false, ctrl.Result{}, err
+		}
+	}
+	return true, goOn, nil
+}
+
+// startAttempt queues a new action's first attempt, and holds a retried attempt until
+// its backoff is over.
+func (s *scope) startAttempt(context.Context) (bool, ctrl.Result, error) {
+	st := &s.ta.Status
+	if st.Attempts == 0 {
+		st.Attempts = 1
+		s.setPhase(flytev1.PhaseQueued, flytev1.ReasonQueued, "")
+	}
+	if next := st.NextAttemptAt; next != nil {
+		if wait := next.Sub(s.now.Time); wait > 0 {
+			return false, ctrl.Result{RequeueAfter: wait}, nil
+		}
+		st.NextAttemptAt = nil
+	}
+	s.tCtx = s.executionContext(st.Attempts)
+	return true, goOn, nil
+}
+
+// consultCache looks a cacheable action up before its first run: a hit finishes it
+// without running anything; a reservation held by an identical action makes it wait.
+func (s *scope) consultCache(ctx context.Context) (bool, ctrl.Result, error) {
+	ta := s.ta
+	switch {
+	case !cache.Enabled(ta) || s.plugin.GetProperties().DisableNodeLevelCaching:
+		ta.Status.CacheStatus = flytev1.CacheDisabled
+		return true, goOn, nil
+	case s.r.Cache == nil:
+		ta.Status.CacheStatus = flytev1.CacheSkipped
+		return true, goOn, nil
+	case ta.Status.CacheStatus != "":
+		if ta.Status.CacheStatus == flytev1.CacheMiss {
+			s.r.Cache.Resume(ctx, ta)
+		}
+		return true, goOn, nil
+	}
+	d := s.r.Cache.Lookup(ctx, ta, s.tCtx.OutputWriter().OutputsURI())
+	switch {
+	case d.Hit:
+		metrics.CacheLookedUp("hit")
+		ta.Status.CacheStatus = flytev1.CacheHit
+		ta.Status.OutputsURI = d.OutputsURI
+		s.terminate(flytev1.PhaseSucceeded, flytev1.ReasonCacheHit, nil)
+		return false, ctrl.Result{}, nil
+	case d.Wait > 0:
+		metrics.CacheLookedUp("wait")
+		metrics.BackedOff(metrics.WaitResources, d.Wait)
+		s.setPhase(flytev1.PhaseWaitingForResources, flytev1.ReasonWaitingForCache,
+			"an identical action is computing the same outputs: "+d.Holder)
+		return false, ctrl.Result{RequeueAfter: d.Wait}, nil
+	case d.Status == flytev1.CacheSkipped:
+		metrics.CacheLookedUp("skipped")
+	default:
+		metrics.CacheLookedUp("miss")
+	}
+	ta.Status.CacheStatus = d.Status
+	return true, goOn, nil
+}
+
+// enforceTimeout ends an attempt that ran past spec.timeout.
+func (s *scope) enforceTimeout(ctx context.Context) (bool, ctrl.Result, error) {
+	timeout := s.ta.Spec.Timeout
+	if timeout == nil || s.timeLeft() > 0 {
+		return true, goOn, nil
+	}
+	attempt := s.ta.Status.Attempts
+	result, err := s.settle(ctx, true, func() {
+		s.terminate(flytev1.PhaseTimedOut, flytev1.ReasonTimedOut, &flytev1.ExecutionError{
+			Code: "Timeout", Kind: flytev1.ErrorKindUser, Message: fmt.Sprintf("attempt %d ran longer than %s", attempt, timeout.Duration),
+		})
+	})
+	return false, result, err
+}
+
+// timeLeft is what remains of the attempt's spec.timeout.
+func (s *scope) timeLeft() time.Duration {
+	attempt := s.ta.Status.Attempts
+	started := s.now.Time
+	for _, h := range s.ta.Status.PhaseHistory {
+		if h.Attempt == attempt {
+			started = h.OccurredAt.Time
+			break
+		}
+	}
+	return started.Add(s.ta.Spec.Timeout.Duration).Sub(s.now.Time)
+}
+
+// handle lets the plugin advance the attempt and keeps what it reported: its phase, log
+// links and Kubernetes events, and when to look again.
+func (s *scope) handle(ctx context.Context) (bool, ctrl.Result, error) {
+	tr, err := s.plugin.Handle(ctx, s.tCtx)
+	if plugin.IsTransient(err) {
+		metrics.Retried(metrics.RetryTransient)
+		// The API server or a service had a bad moment: the same step runs again after
+		// the queue's backoff, and the action is not charged for it.
+		return false, ctrl.Result{}, fmt.Errorf("plugin %s: %w", s.plugin.GetID(), err)
+	}
+	if err != nil {
+		result, err := s.systemFailure(ctx, "PluginError", err.Error(), false)
+		return false, result, err
+	}
+	info := tr.Info
+	st := &s.ta.Status
+	// A new version within the same phase (a new reason, say) is reported like a new phase.
+	s.newVersion = st.PluginPhase == info.Phase.String() && st.PluginPhaseVersion != int32(info.Version)
+	for _, l := range info.LogLinks {
+		// A link the events service would refuse would hold the action's events back.
+		if l.Name == "" || !plugin.IsAbsoluteURI(l.URI) || len(s.logLinks) == flytev1.MaxLogLinks {
+			s.log.Warn("plugin log link left out: it needs a name and an absolute URI, and at most 8 per phase", "link", l.Name, "uri", l.URI)
+			continue
+		}
+		s.logLinks = append(s.logLinks, flytev1.LogLink{Name: fitText(l.Name, flytev1.MaxLogLinkNameLength), URI: fitText(l.URI, flytev1.MaxLogLinkURILength)})
+	}
+	for _, e := range info.ClusterEvents {
+		s.clusterEvents = append(s.clusterEvents, flytev1.ClusterEvent{OccurredAt: metav1.NewTime(e.OccurredAt),
+			Object: fitText(e.Object, flytev1.MaxClusterEventObjectLength), Type: fitText(e.Type, flytev1.MaxClusterEventTypeLength),
+			Reason: fitText(e.Reason, flytev1.MaxReasonLength), Message: fitText(e.Message, flytev1.MaxClusterEventMessageLength), Count: e.Count})
+	}
+	st.PluginPhase, st.PluginPhaseVersion = info.Phase.String(), int32(info.Version)
+	s.info = info
+	s.result = ctrl.Result{RequeueAfter: info.RequeueAfter}
+	if s.ta.Spec.Timeout != nil && !info.Phase.IsTerminal() {
+		// Wake up for the timeout even if nothing else happens.
+		if left := s.timeLeft(); s.result.RequeueAfter == 0 || left < s.result.RequeueAfter {
+			s.result.RequeueAfter = left
+		}
+	}
+	return true, goOn, nil
+}
+
+// transition moves the action to the phase the plugin reported: a phase of a running
+// attempt, or an outcome, which waits until the plugin has finalized the attempt.
+func (s *scope) transition(ctx context.Context) (bool, ctrl.Result, error) {
+	info := s.info
+	var result ctrl.Result
+	var err error
+	switch info.Phase {
+	case plugin.PhaseNotReady, plugin.PhaseWaitingForResources:
+		if info.RequeueAfter > 0 {
+			metrics.BackedOff(metrics.WaitResources, info.RequeueAfter)
+		}
+		s.setPhase(flytev1.PhaseWaitingForResources, or(info.Reason, flytev1.ReasonWaitingForResources), info.Message)
+		return true, goOn, nil
+	case plugin.PhaseQueued:
+		s.setPhase(flytev1.PhaseQueued, or(info.Reason, flytev1.ReasonQueued), info.Message)
+		return true, goOn, nil
+	case plugin.PhaseInitializing:
+		s.setPhase(flytev1.PhaseInitializing, or(info.Reason, flytev1.ReasonInitializing), info.Message)
+		return true, goOn, nil
+	case plugin.PhaseRunning:
+		s.setPhase(flytev1.PhaseRunning, or(info.Reason, flytev1.ReasonRunning), info.Message)
+		return true, goOn, nil
+	case plugin.PhaseSuccess:
+		result, err = s.settle(ctx, false, func() { s.succeed(ctx) })
+	case plugin.PhaseRetryableFailure:
+		if info.Err != nil && info.Err.Kind == plugin.ErrorKindSystem {
+			result, err = s.systemFailure(ctx, info.Err.Code, info.Err.Message, true)
+		} else {
+			result, err = s.userFailure(ctx)
+		}
+	case plugin.PhasePermanentFailure:
+		result, err = s.settle(ctx, false, func() {
+			s.terminate(flytev1.PhaseFailed, or(info.Reason, flytev1.ReasonUserError), toError(info.Err, info.Message))
+		})
+	default:
+		result, err = s.systemFailure(ctx, "UndefinedPhase", fmt.Sprintf("plugin %s returned phase %s", s.plugin.GetID(), info.Phase), false)
+	}
+	return false, result, err
+}
+
+// succeed records a successful attempt's outputs and offers them to the cache.
+func (s *scope) succeed(ctx context.Context) {
+	st := &s.ta.Status
+	st.OutputsURI = s.info.OutputsURI
+	st.Error = nil
+	if s.r.Cache != nil && (st.CacheStatus == flytev1.CacheMiss || st.CacheStatus == flytev1.CacheSkipped) {
+		st.CacheStatus = s.r.Cache.Store(ctx, s.ta, s.info.OutputsURI)
+		metrics.CachePut(string(st.CacheStatus))
+	}
+	s.terminate(flytev1.PhaseSucceeded, flytev1.ReasonSucceeded, nil)
+}

@@ -1,0 +1,178 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"go.opentelemetry.io/otel/trace"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/plugin"
+)
+
+// scope is one reconcile of one action: what the steps of a pass share.
+type scope struct {
+	r      *TaskActionReconciler
+	ta     *flytev1.TaskAction
+	before *flytev1.TaskActionStatus // as last written
+	log    *slog.Logger
+	now    metav1.Time
+	// span is the reconcile's span.
+	span trace.Span
+
+	// plugin runs the action's task type, tCtx its current attempt; set by the first
+	// steps of a pass.
+	plugin plugin.Plugin
+	tCtx   plugin.TaskExecutionContext
+	// info is what the plugin's Handle reported in this pass, and result when the pass
+	// should run again if nothing else wakes it.
+	info   plugin.PhaseInfo
+	result ctrl.Result
+	// newVersion: the plugin reported a new version of its phase in this pass.
+	newVersion bool
+	// logLinks and clusterEvents are what the plugin reported in this pass.
+	logLinks      []flytev1.LogLink
+	clusterEvents []flytev1.ClusterEvent
+}
+
+// reconcile is one pass over the action. Whatever the pass changed in the status is
+// written once, at its end; then the finalizer is put on an action that keeps running
+// and taken off one that finished.
+func (s *scope) reconcile(ctx context.Context) (ctrl.Result, error) {
+	switch {
+	case !s.ta.DeletionTimestamp.IsZero():
+		return ctrl.Result{}, s.reconcileDelete(ctx)
+	case s.ta.Status.Phase.IsTerminal():
+		return ctrl.Result{}, s.reconcileFinished(ctx)
+	}
+	result, err := s.reconcileActive(ctx)
+	if werr := s.writeStatus(ctx, err == nil); werr != nil {
+		return ctrl.Result{}, errors.Join(err, werr)
+	}
+	if s.ta.Status.Phase.IsTerminal() {
+		// The plugin finalized before the outcome was decided: nothing is left to guard.
+		return ctrl.Result{}, errors.Join(err, s.removeFinalizer(ctx))
+	}
+	// An action still running after its first pass gets the finalizer, so that deleting
+	// it aborts the attempt and reports it; one that finishes at once never needs it.
+	if err == nil && !controllerutil.ContainsFinalizer(s.ta, Finalizer) {
+		if ferr := s.addFinalizer(ctx); ferr != nil {
+			return ctrl.Result{}, ferr
+		}
+	}
+	return result, err
+}
+
+// reconcileFinished looks after a finished action, which a pass reaches only when
+// something else wakes it (a restart, its pod going away).
+func (s *scope) reconcileFinished(ctx context.Context) error {
+	// After a restart the sink knows nothing of the action: hand it over, so that its
+	// history is delivered (again) before the garbage collector may delete it.
+	if s.r.Events != nil && !s.r.Events.Delivered(s.ta) {
+		s.r.Events.Enqueue(s.ta)
+	}
+	// A pass that wrote the outcome but failed to take the finalizer off.
+	return s.removeFinalizer(ctx)
+}
+
+// reconcileDelete aborts and finalizes a deleted action's attempt, records it Aborted
+// and, once the events service has heard of it, lets the action go. An action without
+// the finalizer (one that finished, or never ran past its first pass) goes at once.
+func (s *scope) reconcileDelete(ctx context.Context) error {
+	ta := s.ta
+	if !controllerutil.ContainsFinalizer(ta, Finalizer) {
+		return nil
+	}
+	if !ta.Status.Phase.IsTerminal() {
+		if p, err := s.resolve(ta.Spec.TaskType); err == nil { // no plugin: nothing to abort
+			s.plugin, s.tCtx = p, s.executionContext(max(ta.Status.Attempts, 1))
+			// The finalizer is there for this: the pass is retried until the plugin has
+			// let go of what it created.
+			if _, err := s.release(ctx, true); err != nil {
+				return err
+			}
+		}
+		s.terminate(flytev1.PhaseAborted, flytev1.ReasonAborted, nil)
+		if err := s.writeStatus(ctx, true); err != nil {
+			return err
+		}
+	}
+	if s.r.Events != nil && !s.r.Events.Delivered(ta) {
+		s.r.Events.Enqueue(ta) // the sink wakes us when it is delivered
+		return nil
+	}
+	return s.removeFinalizer(ctx)
+}
+
+// writeStatus writes the status if this pass changed it, and hands new history to the
+// event sink. The observed generation moves only with a pass that succeeded.
+func (s *scope) writeStatus(ctx context.Context, passSucceeded bool) error {
+	if passSucceeded {
+		s.ta.Status.ObservedGeneration = s.ta.Generation
+	}
+	if equality.Semantic.DeepEqual(s.before, &s.ta.Status) {
+		return nil
+	}
+	if err := s.r.Client.Status().Update(ctx, s.ta); err != nil {
+		// A conflict means someone wrote meanwhile; Handle is idempotent, so the next
+		// reconcile simply does this step again.
+		return fmt.Errorf("updating status: %w", err)
+	}
+	if n := len(s.ta.Status.PhaseHistory); n != len(s.before.PhaseHistory) {
+		s.r.written.Store(s.ta.UID, n)
+		if s.r.Events != nil {
+			s.r.Events.Enqueue(s.ta)
+		}
+	}
+	s.before = s.ta.Status.DeepCopy()
+	return nil
+}
+
+// addFinalizer adds the finalizer with a patch of the metadata alone. An update would
+// send the whole object back as the Go types spell it ("0.5" CPUs as "500m", "90s" as
+// "1m30s", an absent section as an empty one), which the CRD's immutable-spec rule
+// refuses for an action written by hand.
+func (s *scope) addFinalizer(ctx context.Context) error {
+	return s.patchFinalizer(ctx, controllerutil.AddFinalizer, "adding finalizer")
+}
+
+// removeFinalizer takes the finalizer off, if it is there.
+func (s *scope) removeFinalizer(ctx context.Context) error {
+	if !controllerutil.ContainsFinalizer(s.ta, Finalizer) {
+		return nil
+	}
+	err := s.patchFinalizer(ctx, controllerutil.RemoveFinalizer, "removing finalizer")
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// patchFinalizer changes the finalizers with a merge patch under the optimistic lock
+// (the list is replaced as a whole), keeping this pass's status.
+func (s *scope) patchFinalizer(ctx context.Context, change func(client.Object, string) bool, what string) error {
+	status := s.ta.Status.DeepCopy()
+	patch := client.MergeFromWithOptions(s.ta.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	change(s.ta, Finalizer)
+	err := s.r.Client.Patch(ctx, s.ta, patch)
+	s.ta.Status = *status // the patch returned the stored status; keep ours
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
+	return plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{
+		Action: s.ta, Attempt: attempt, DefaultServiceAccount: s.r.Options.DefaultServiceAccount,
+		DataStore: s.r.DataStore, Secrets: s.r.Client, Resources: s.r.Resources, Clock: s.r.Clock.Now,
+	})
+}
