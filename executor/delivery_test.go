@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"testing"
 
-	"connectrpc.com/connect"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/eventsink"
-	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
-	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/internal/rpcclient"
 )
 
@@ -59,13 +56,7 @@ func TestOneBadEventHoldsOnlyItsAction(t *testing.T) {
 	for _, ta := range good {
 		waitDelivered(t, eventsClient, ta)
 	}
-	resp, err := eventsClient.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{
-		Id: &flytecorev1.ActionIdentifier{Project: bad.Spec.Project, Domain: bad.Spec.Domain, Run: bad.Spec.RunName, Action: bad.Spec.ActionName},
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := len(resp.Msg.GetEvents()); n != 0 {
+	if n := len(listEvents(t, eventsClient, bad)); n != 0 {
 		t.Fatalf("the events service stored %d of the refused action's events", n)
 	}
 }

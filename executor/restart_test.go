@@ -140,11 +140,26 @@ func waitPhase(t *testing.T, key client.ObjectKey, phase flytev1.Phase) {
 	t.Fatalf("%s never reached %s; status %+v", key, phase, ta.Status)
 }
 
+// eventLister is the part of the events service client the tests read with.
+type eventLister interface {
+	ListActionEvents(context.Context, *connect.Request[eventsv1.ListActionEventsRequest]) (*connect.Response[eventsv1.ListActionEventsResponse], error)
+}
+
+// listEvents returns the events the events service holds for ta.
+func listEvents(t *testing.T, c eventLister, ta *flytev1.TaskAction) []*eventsv1.ActionEvent {
+	t.Helper()
+	resp, err := c.ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{
+		Id: &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},
+	}))
+	if err != nil {
+		t.Fatalf("listing the events of %s: %v", ta.Name, err)
+	}
+	return resp.Msg.GetEvents()
+}
+
 // waitDelivered waits until the action has succeeded and the events service holds each
 // of its history entries, and checks that it holds each exactly once.
-func waitDelivered(t *testing.T, c interface {
-	ListActionEvents(context.Context, *connect.Request[eventsv1.ListActionEventsRequest]) (*connect.Response[eventsv1.ListActionEventsResponse], error)
-}, ta *flytev1.TaskAction) *flytev1.TaskAction {
+func waitDelivered(t *testing.T, c eventLister, ta *flytev1.TaskAction) *flytev1.TaskAction {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	var got flytev1.TaskAction
@@ -152,13 +167,7 @@ func waitDelivered(t *testing.T, c interface {
 	for {
 		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got)
 		if err == nil && got.Status.Phase == flytev1.PhaseSucceeded {
-			resp, err := c.ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{
-				Id: &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},
-			}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if stored = len(resp.Msg.GetEvents()); stored >= len(got.Status.PhaseHistory) {
+			if stored = len(listEvents(t, c, ta)); stored >= len(got.Status.PhaseHistory) {
 				break
 			}
 		}

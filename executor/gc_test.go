@@ -1,0 +1,97 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flytekube/backend/events"
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/eventsink"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/auth"
+)
+
+// TestCollectorWaitsForRedeliveryAfterARestart: an executor that restarts knows nothing
+// of what it delivered, so it delivers every finished action's history again before its
+// garbage collector may delete the action. While the events service is down, nothing is
+// collected; once it is back, everything is, and each event is stored exactly once.
+func TestCollectorWaitsForRedeliveryAfterARestart(t *testing.T) {
+	pg, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	db := pg.NewDatabase(t)
+	startEvents := func(listen string) *servicetest.Instance {
+		return servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
+			return events.Run(ctx, events.Config{Listen: listen, DatabaseURL: db, Auth: auth.Config{Mode: auth.ModeNone}}, slog.New(slog.DiscardHandler), started)
+		})
+	}
+	svc := startEvents("127.0.0.1:0")
+	eventsClient, err := eventsink.NewClient(svc.URL, rpcclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ns := env.Namespace(t)
+	cfg := testConfig()
+	cfg.EventsServiceURL = svc.URL
+	var count atomic.Int64
+	stopFirst := run(t, cfg, ns, &count)
+	var actions []*flytev1.TaskAction
+	for i := range 5 {
+		ta := &flytev1.TaskAction{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("done-%d", i), Namespace: ns},
+			Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "collected", ActionName: fmt.Sprintf("done-%d", i),
+				TaskName: "demo.sleep", TaskType: "core-sleep", RunOutputBase: "mem://out/collected", Config: map[string]string{"duration": "0s"}},
+		}
+		if err := env.Client.Create(context.Background(), ta); err != nil {
+			t.Fatal(err)
+		}
+		actions = append(actions, ta)
+	}
+	history := map[string]int{}
+	for _, ta := range actions {
+		history[ta.Name] = len(waitDelivered(t, eventsClient, ta).Status.PhaseHistory)
+	}
+	stopFirst()
+
+	// The events service goes down; a new executor starts, eager to collect.
+	addr := strings.TrimPrefix(svc.URL, "http://")
+	svc.Stop()
+	cfg.GC.Interval, cfg.GC.MaxTTL = metav1.Duration{Duration: 100 * time.Millisecond}, metav1.Duration{Duration: time.Millisecond}
+	run(t, cfg, ns, &count)
+	time.Sleep(2 * time.Second) // twenty collections
+	for _, ta := range actions {
+		var got flytev1.TaskAction
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got); err != nil || !got.DeletionTimestamp.IsZero() {
+			t.Fatalf("%s was collected before its history was delivered again (err %v)", ta.Name, err)
+		}
+	}
+
+	startEvents(addr)
+	deadline := time.Now().Add(time.Minute)
+	for _, ta := range actions {
+		for !apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{})) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was never collected after the events service came back", ta.Name)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if stored := len(listEvents(t, eventsClient, ta)); stored != history[ta.Name] {
+			t.Fatalf("%s: %d events stored; want its %d history entries, once each", ta.Name, stored, history[ta.Name])
+		}
+	}
+}
