@@ -35,8 +35,8 @@ func TestAPIErrorsRetryWithoutSpendingBudgets(t *testing.T) {
 	if err := env.Client.Create(ctx, ta); err != nil {
 		t.Fatal(err)
 	}
-	pod := waitPod(t, ns, "f0-1")
-	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseInitializing) // the pod is pending
+	pod := bind(t, waitPod(t, ns, "f0-1"))
+	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseInitializing) // the pod is pending on its node
 	rec.inject("PUT taskactions/status", fault{status: http.StatusGatewayTimeout})
 	kubelet(t, pod, corev1.PodRunning, nil)
 	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseRunning)
@@ -196,15 +196,19 @@ func TestDeletingWhileThePodTerminates(t *testing.T) {
 // for the action to say Running.
 func bindAndRun(t *testing.T, ta *flytev1.TaskAction, podName string) *corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
-	pod := waitPod(t, ta.Namespace, podName)
-	if err := env.Client.SubResource("binding").Create(ctx, pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}); err != nil {
-		t.Fatalf("binding: %v", err)
-	}
-	pod = waitPod(t, ta.Namespace, podName)
+	pod := bind(t, waitPod(t, ta.Namespace, podName))
 	kubelet(t, pod, corev1.PodRunning, nil)
 	waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseRunning)
 	return pod
+}
+
+// bind puts a pod on a node, as the scheduler would, and returns it as bound.
+func bind(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	if err := env.Client.SubResource("binding").Create(context.Background(), pod, &corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}); err != nil {
+		t.Fatalf("binding: %v", err)
+	}
+	return waitPod(t, pod.Namespace, pod.Name)
 }
 
 // waitReason waits for the action's Progressing condition to give reason.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -32,6 +34,7 @@ import (
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/eventsink"
+	executormetrics "github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/datastore"
 	"github.com/flytekube/backend/executor/plugin/k8s"
@@ -60,6 +63,10 @@ type Hooks struct {
 	Namespaces []string
 	// SeveralInProcess allows more than one executor in a process, as tests run them.
 	SeveralInProcess bool
+	// MetricsRegistry receives the executor's metrics instead of controller-runtime's
+	// registry, which its metrics endpoint serves. With SeveralInProcess and no registry,
+	// each executor gets a registry of its own.
+	MetricsRegistry prometheus.Registerer
 	// Delivered hears of each finished action whose whole history the events service
 	// acknowledged (benchmarks time actions by it).
 	Delivered func(*flytev1.TaskAction)
@@ -199,7 +206,20 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			log.Warn("the service token is sent without TLS; use an https URL unless the network encrypts it", "field", u.name, "url", u.url)
 		}
 	}
+	registry := hooks.MetricsRegistry
+	switch {
+	case registry != nil:
+	case hooks.SeveralInProcess:
+		registry = prometheus.NewRegistry()
+	default:
+		registry = ctrlmetrics.Registry
+	}
+	instruments, err := executormetrics.New(registry, mgr.GetCache())
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
 	r := &controller.TaskActionReconciler{
+		Metrics: instruments,
 		Client: mgr.GetClient(), Registry: reg, DataStore: store, Resources: plugin.NewTokenPools(nil),
 		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe, TracerProvider: hooks.TracerProvider,
 		Options: controller.Options{
@@ -216,9 +236,10 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			return nil, fmt.Errorf("executor: %w", err)
 		}
 		r.Cache = outputcache.New(client, store, reservationHeartbeat, log.With("component", "cache"))
+		r.Cache.Metrics = instruments
 	}
 	if cfg.EventsServiceURL != "" {
-		var pubOpts []eventsink.Option
+		pubOpts := []eventsink.Option{eventsink.WithMetrics(instruments)}
 		if hooks.TracerProvider != nil {
 			pubOpts = append(pubOpts, eventsink.WithTracerProvider(hooks.TracerProvider))
 		}
@@ -240,7 +261,8 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	}
 	if cfg.GC.Interval.Duration > 0 {
 		gc := &controller.GarbageCollector{Reader: mgr.GetCache(), Writer: mgr.GetClient(),
-			Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration, Clock: clk, Log: log.With("component", "gc")}
+			Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration, Clock: clk, Log: log.With("component", "gc"),
+			Metrics: instruments}
 		if r.Events != nil {
 			gc.Delivered = r.Events.Delivered
 		}

@@ -55,6 +55,9 @@ func NewClient(url string, conn rpcclient.Options, opts ...connect.ClientOption)
 
 // Cache talks to the cache service for the reconciler.
 type Cache struct {
+	// Metrics counts refused hits; nil counts nothing.
+	Metrics *metrics.Metrics
+
 	client    cachev1connect.CacheServiceClient
 	store     plugin.DataStore
 	heartbeat time.Duration
@@ -207,7 +210,7 @@ func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI s
 		}
 		var refused *datastore.NotAllowedError
 		if errors.As(cerr, &refused) {
-			metrics.CacheOutputsRefused(refused.Reason)
+			c.Metrics.CacheOutputsRefused(refused.Reason)
 			c.log.Warn("cached outputs lie where the action may not read; treating the hit as a miss",
 				"action", ta.Name, "outputs", from, "reason", refused.Reason, "error", cerr)
 		} else {

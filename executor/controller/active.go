@@ -125,21 +125,21 @@ func (s *scope) consultCache(ctx context.Context) (bool, ctrl.Result, error) {
 	d := s.r.Cache.Lookup(ctx, ta, s.tCtx.OutputWriter().OutputsURI())
 	switch {
 	case d.Hit:
-		metrics.CacheLookedUp("hit")
+		s.r.Metrics.CacheLookedUp("hit")
 		ta.Status.CacheStatus = flytev1.CacheHit
 		ta.Status.OutputsURI = d.OutputsURI
 		s.terminate(flytev1.PhaseSucceeded, flytev1.ReasonCacheHit, nil)
 		return false, ctrl.Result{}, nil
 	case d.Wait > 0:
-		metrics.CacheLookedUp("wait")
-		metrics.BackedOff(metrics.WaitResources, d.Wait)
+		s.r.Metrics.CacheLookedUp("wait")
+		s.r.Metrics.BackedOff(metrics.WaitResources, d.Wait)
 		s.setPhase(flytev1.PhaseWaitingForResources, flytev1.ReasonWaitingForCache,
 			"an identical action is computing the same outputs: "+d.Holder)
 		return false, ctrl.Result{RequeueAfter: d.Wait}, nil
 	case d.Status == flytev1.CacheSkipped:
-		metrics.CacheLookedUp("skipped")
+		s.r.Metrics.CacheLookedUp("skipped")
 	default:
-		metrics.CacheLookedUp("miss")
+		s.r.Metrics.CacheLookedUp("miss")
 	}
 	ta.Status.CacheStatus = d.Status
 	return true, goOn, nil
@@ -178,7 +178,7 @@ func (s *scope) timeLeft() time.Duration {
 func (s *scope) handle(ctx context.Context) (bool, ctrl.Result, error) {
 	tr, err := s.plugin.Handle(ctx, s.tCtx)
 	if plugin.IsTransient(err) {
-		metrics.Retried(metrics.RetryTransient)
+		s.r.Metrics.Retried(metrics.RetryTransient)
 		// The API server or a service had a bad moment: the same step runs again after
 		// the queue's backoff, and the action is not charged for it.
 		return false, ctrl.Result{}, fmt.Errorf("plugin %s: %w", s.plugin.GetID(), err)
@@ -225,7 +225,7 @@ func (s *scope) transition(ctx context.Context) (bool, ctrl.Result, error) {
 	switch info.Phase {
 	case plugin.PhaseNotReady, plugin.PhaseWaitingForResources:
 		if info.RequeueAfter > 0 {
-			metrics.BackedOff(metrics.WaitResources, info.RequeueAfter)
+			s.r.Metrics.BackedOff(metrics.WaitResources, info.RequeueAfter)
 		}
 		s.setPhase(flytev1.PhaseWaitingForResources, or(info.Reason, flytev1.ReasonWaitingForResources), info.Message)
 		return true, goOn, nil
@@ -263,7 +263,7 @@ func (s *scope) succeed(ctx context.Context) {
 	st.Error = nil
 	if s.r.Cache != nil && (st.CacheStatus == flytev1.CacheMiss || st.CacheStatus == flytev1.CacheSkipped) {
 		st.CacheStatus = s.r.Cache.Store(ctx, s.ta, s.info.OutputsURI)
-		metrics.CachePut(string(st.CacheStatus))
+		s.r.Metrics.CachePut(string(st.CacheStatus))
 	}
 	s.terminate(flytev1.PhaseSucceeded, flytev1.ReasonSucceeded, nil)
 }

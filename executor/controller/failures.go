@@ -94,8 +94,8 @@ func (s *scope) systemFailure(ctx context.Context, code, message string, relaunc
 	}
 	st.Error = execErr
 	wait := s.r.Options.Backoff.Delay(st.SystemFailures)
-	metrics.Retried(metrics.RetrySystem)
-	metrics.BackedOff(metrics.RetrySystem, wait)
+	s.r.Metrics.Retried(metrics.RetrySystem)
+	s.r.Metrics.BackedOff(metrics.RetrySystem, wait)
 	next := metav1.NewTime(s.now.Add(wait))
 	st.NextAttemptAt = &next
 	return ctrl.Result{RequeueAfter: wait}, nil
@@ -113,8 +113,8 @@ func (s *scope) relaunch(execErr *flytev1.ExecutionError, n int32) ctrl.Result {
 	if execErr.Kind == flytev1.ErrorKindSystem {
 		kind = metrics.RetrySystem
 	}
-	metrics.Retried(kind)
-	metrics.BackedOff(kind, wait)
+	s.r.Metrics.Retried(kind)
+	s.r.Metrics.BackedOff(kind, wait)
 	next := metav1.NewTime(s.now.Add(wait))
 	st.NextAttemptAt = &next
 	s.setPhase(flytev1.PhaseQueued, flytev1.ReasonRetrying,

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/metrics"
 )
 
 // GarbageCollector deletes finished TaskActions some time after they finished, so that
@@ -31,6 +32,8 @@ type GarbageCollector struct {
 	Interval, MaxTTL time.Duration
 	Clock            clock.PassiveClock
 	Log              *slog.Logger
+	// Metrics records each collection; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: one collector is enough.
@@ -42,6 +45,7 @@ func (g *GarbageCollector) Start(ctx context.Context) error {
 	defer ticker.Stop()
 	for {
 		c, err := g.Collect(ctx)
+		g.Metrics.Collected(c.Walk, c.Deleted, c.Undelivered)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/metrics"
 )
 
 // maxPhaseHistory bounds the history kept in the status (the CRD allows 256); the oldest
@@ -18,20 +17,20 @@ import (
 const maxPhaseHistory = 200
 
 // setPhase moves the action to phase: a history entry when there is something new to
-// report, the conditions, a Kubernetes event, a log line and the phase metric.
+// report, the conditions, a log line, the phase metric and, for a change that needs a
+// person's attention, a Kubernetes Warning event.
 func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
 	if !recordPhase(s.ta, phase, reason, message, s.now, s.newVersion, s.logLinks, s.clusterEvents) {
 		return
 	}
-	eventType := corev1.EventTypeNormal
-	if phase == flytev1.PhaseFailed || phase == flytev1.PhaseTimedOut || reason == flytev1.ReasonRetrying {
-		eventType = corev1.EventTypeWarning
-	}
-	if s.r.Recorder != nil {
-		s.r.Recorder.Event(s.ta, eventType, reason, or(message, string(phase)))
+	// Every change is in the status and goes to the events service; a Kubernetes Event
+	// for each would be a second API write per change (the status write being the
+	// first), so only failures, timeouts and retries get one, for kubectl describe.
+	if s.r.Recorder != nil && (phase == flytev1.PhaseFailed || phase == flytev1.PhaseTimedOut || reason == flytev1.ReasonRetrying) {
+		s.r.Recorder.Event(s.ta, corev1.EventTypeWarning, reason, or(message, string(phase)))
 	}
 	s.log.Info("phase changed", "phase", phase, "reason", reason, "attempt", s.ta.Status.Attempts)
-	metrics.PhaseChanged(string(phase))
+	s.r.Metrics.PhaseChanged(string(phase))
 }
 
 // recordPhase writes phase into the status: a history entry when there is something new

@@ -86,6 +86,8 @@ type TaskActionReconciler struct {
 	Clock     clock.PassiveClock
 	Log       *slog.Logger
 	Events    EventSink
+	// Metrics records what the reconciler does; nil records nothing.
+	Metrics *metrics.Metrics
 	// Cache memoizes outputs of cacheable actions; nil turns caching off.
 	Cache   *cache.Cache
 	Options Options
@@ -122,11 +124,8 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	var ta flytev1.TaskAction
 	if err := r.Client.Get(ctx, req.NamespacedName, &ta); err != nil {
-		if apierrors.IsNotFound(err) {
-			metrics.ForgetAction(req.NamespacedName)
-			if r.Events != nil {
-				r.Events.Forget(req.NamespacedName)
-			}
+		if apierrors.IsNotFound(err) && r.Events != nil {
+			r.Events.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -143,8 +142,7 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	s := &scope{r: r, ta: &ta, log: log, now: metav1.NewTime(r.Clock.Now()), before: ta.Status.DeepCopy(), span: span}
 	started := time.Now()
 	result, err := s.reconcile(ctx)
-	metrics.Reconciled(time.Since(started), resultLabel(result, err))
-	metrics.ObservePhase(req.NamespacedName, or(string(ta.Status.Phase), string(flytev1.PhaseQueued)))
+	r.Metrics.Reconciled(time.Since(started), resultLabel(result, err))
 	if span.IsRecording() { // attributes cost allocations; not when tracing is off
 		span.SetAttributes(tracing.ActionAttributes(&ta)...)
 	}

@@ -61,6 +61,7 @@ type Publisher struct {
 	clock   clock.PassiveClock
 	log     *slog.Logger
 	tracer  trace.Tracer
+	metrics *metrics.Metrics
 	// onDelivered, when set, hears of each finished action whose whole history has been
 	// delivered.
 	onDelivered func(*flytev1.TaskAction)
@@ -106,6 +107,11 @@ type Option func(*Publisher)
 // WithTracerProvider sends the delivery spans to tp instead of the global provider.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(p *Publisher) { p.tracer = tp.Tracer(tracing.ScopeName) }
+}
+
+// WithMetrics records deliveries in m.
+func WithMetrics(m *metrics.Metrics) Option {
+	return func(p *Publisher) { p.metrics = m }
 }
 
 // OnDelivered calls f (from the delivering goroutine) with each finished action whose
@@ -169,7 +175,7 @@ func (p *Publisher) Enqueue(ta *flytev1.TaskAction) {
 	st.pending = ta.DeepCopy()
 	p.mu.Unlock()
 	p.queue.Add(ta.UID)
-	metrics.Outbox(p.queue.Len())
+	p.metrics.Outbox(p.queue.Len())
 }
 
 // Source wakes the reconciler for deleted actions whose history has been delivered, so
@@ -232,7 +238,7 @@ func (p *Publisher) Start(ctx context.Context) error {
 			return nil
 		}
 		p.deliver(ctx, uids)
-		metrics.Outbox(p.queue.Len())
+		p.metrics.Outbox(p.queue.Len())
 	}
 }
 
@@ -317,14 +323,14 @@ func (p *Publisher) record(ctx context.Context, part []pending, batch []*eventsv
 // on; the others are retried after a backoff.
 func (p *Publisher) settle(ctx context.Context, part []pending, batch []*eventsv1.ActionEvent, err error) {
 	if err != nil {
-		metrics.DeliveryFailed()
+		p.metrics.DeliveryFailed()
 	} else {
 		now := p.clock.Now()
 		lags := make([]time.Duration, len(batch))
 		for i, ev := range batch {
 			lags[i] = now.Sub(ev.GetOccurredAt().AsTime())
 		}
-		metrics.Delivered(lags)
+		p.metrics.Delivered(lags)
 	}
 	for _, w := range part {
 		if err != nil {

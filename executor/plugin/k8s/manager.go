@@ -145,7 +145,7 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 	}
 	// With each change of phase, report the Kubernetes events about the object since
 	// the previous change: one read per change, not per reconcile.
-	if reported := fmt.Sprintf("%s/%d", info.Phase, info.Version); reported != st.Reported {
+	if reported := reportedAs(info); reported != st.Reported {
 		st.Created, st.Reported = true, reported
 		info.ClusterEvents, st.EventsUntil = m.clusterEvents(ctx, obj, st.EventsUntil)
 		if err := tCtx.PluginStateWriter().Put(stateVersion, st); err != nil {
@@ -251,11 +251,21 @@ func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionCon
 		// the next pass asks the API server whether a lost create went through.
 		return plugin.Transition{}, apiError(fmt.Sprintf("%s: creating %s", m.id, obj.GetName()), err)
 	}
-	if err := tCtx.PluginStateWriter().Put(stateVersion, managerState{Created: true}); err != nil {
+	// Reported as Queued already: while the object waits to be scheduled, the next
+	// passes report the same, and change nothing.
+	info := plugin.PhaseInfoQueued(ReasonObjectCreated)
+	if err := tCtx.PluginStateWriter().Put(stateVersion, managerState{Created: true, Reported: reportedAs(info)}); err != nil {
 		return plugin.Transition{}, err
 	}
-	return plugin.DoTransition(plugin.PhaseInfoQueued("ObjectCreated")), nil
+	return plugin.DoTransition(info), nil
 }
+
+// reportedAs is how managerState.Reported names a reported phase.
+func reportedAs(info plugin.PhaseInfo) string { return fmt.Sprintf("%s/%d", info.Phase, info.Version) }
+
+// ReasonObjectCreated is the reason of the Queued phase an attempt enters when its
+// object is created; a plugin reports it again while the object waits to be scheduled.
+const ReasonObjectCreated = "ObjectCreated"
 
 func isQuotaExceeded(err error) bool {
 	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")

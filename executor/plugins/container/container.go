@@ -175,6 +175,11 @@ func pending(pod *corev1.Pod) plugin.PhaseInfo {
 			return plugin.PhaseInfoInitializing(0, w.Reason, w.Message)
 		}
 	}
+	if pod.Spec.NodeName == "" {
+		// Not on a node yet: still what its creation reported, which keeps the action's
+		// status as it is, so that this pass writes nothing.
+		return plugin.PhaseInfoQueued(k8s.ReasonObjectCreated)
+	}
 	return plugin.PhaseInfoInitializing(0, "Pending", "")
 }
 

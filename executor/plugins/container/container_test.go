@@ -32,7 +32,9 @@ func TestGetTaskPhase(t *testing.T) {
 		wantKind   plugin.ErrorKind
 		wantOut    string
 	}{
-		{name: "pending", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}},
+		{name: "pending, not yet on a node", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}},
+			wantPhase: plugin.PhaseQueued, wantReason: "ObjectCreated"},
+		{name: "pending on a node", pod: corev1.Pod{Spec: corev1.PodSpec{NodeName: "node-1"}, Status: corev1.PodStatus{Phase: corev1.PodPending}},
 			wantPhase: plugin.PhaseInitializing, wantReason: "Pending"},
 		{name: "unschedulable", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
 			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available"}}}},
