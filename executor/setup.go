@@ -219,8 +219,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	r := &controller.TaskActionReconciler{
-		Metrics: instruments,
-		Client: mgr.GetClient(), Registry: reg, DataStore: store, Resources: plugin.NewTokenPools(nil),
+		Client: mgr.GetClient(), Registry: reg, Metrics: instruments, DataStore: store, Resources: plugin.NewTokenPools(nil),
 		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe, TracerProvider: hooks.TracerProvider,
 		Options: controller.Options{
 			DefaultServiceAccount:   cfg.DefaultServiceAccount,
