@@ -49,7 +49,9 @@ type Options struct {
 	ContainerActions int
 	// UnmanagedPods and ManagedPods populate the cluster for the memory measurement.
 	UnmanagedPods, ManagedPods int
-	// Only runs one part: "noop", "container" or "memory"; all when empty.
+	// FinishedActions is how many finished actions the garbage collection part collects.
+	FinishedActions int
+	// Only runs one part: "noop", "container", "gc" or "memory"; all when empty.
 	Only string
 	// APIServerProfile, when set, is where a CPU profile of the API server is written,
 	// taken over the first executor scenario (the API server serves /debug/pprof).
@@ -184,7 +186,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	// A first run warms the API server and etcd up, so that the first scenario's ceiling
 	// is not measured cold.
 	fmt.Fprintln(progress, "warming up")
-	if o.Only == "memory" {
+	if o.Only == "memory" || o.Only == "gc" {
 		o.Actions = 0 // nothing to warm up for
 	}
 	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }); err != nil {
@@ -302,6 +304,13 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			}
 		}
 		fmt.Fprintln(w)
+	}
+	if o.Only == "" || o.Only == "gc" {
+		g, err := runGC(ctx, env, o, meter, eventsURL, progress)
+		if err != nil {
+			return err
+		}
+		g.write(w)
 	}
 	if o.Only == "" || o.Only == "memory" {
 		fmt.Fprintf(progress, "memory: %d unmanaged and %d managed pods\n", o.UnmanagedPods, o.ManagedPods)
