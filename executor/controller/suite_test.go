@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,7 +172,8 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 	reg := plugin.NewRegistry(log)
 	for _, e := range []plugin.Entry{coresleep.Entry(), coreecho.Entry(), testPlugin("test-flaky", false), testPlugin("test-system", false),
-		testPlugin("test-error", false), testPlugin("test-finalizer", true), testPlugin("test-echo", false), testPlugin("test-links", false)} {
+		testPlugin("test-error", false), testPlugin("test-finalizer", true), testPlugin("test-echo", false), testPlugin("test-links", false),
+		testPlugin("test-finalize-fails", false)} {
 		if err := reg.Register(e); err != nil {
 			return nil, err
 		}
@@ -254,7 +256,10 @@ func (c *callLog) get(action string) []string {
 //   - test-error returns an error from every Handle;
 //   - test-finalizer runs until aborted, and needs a finalizer;
 //   - test-echo runs for config.runFor (default: no time), then copies its inputs to its
-//     outputs, like core-echo.
+//     outputs, like core-echo;
+//   - test-finalize-fails runs while config.running is set, else fails and succeeds like
+//     test-flaky; its Finalize fails the first config.finalizeFailures times it is called
+//     for an action.
 type testPluginImpl struct {
 	id        string
 	finalizer bool
@@ -276,6 +281,11 @@ func (p testPluginImpl) Handle(_ context.Context, tCtx plugin.TaskExecutionConte
 	md := tCtx.Metadata()
 	calls.add(md.Action().Name, fmt.Sprintf("handle:%d", md.Attempt()))
 	switch p.id {
+	case "test-finalize-fails":
+		if md.Action().Spec.Config["running"] != "" {
+			return plugin.DoTransition(plugin.PhaseInfoRunning(0, "")), nil
+		}
+		fallthrough
 	case "test-flaky":
 		// config.errorsFirst: the first calls return an error (a failed call into a live
 		// attempt, retried in place) before the attempt goes on.
@@ -332,7 +342,19 @@ func (p testPluginImpl) Abort(_ context.Context, tCtx plugin.TaskExecutionContex
 	return nil
 }
 
+// finalizeCalls counts test-finalize-fails' Finalize calls: "namespace/name" -> *atomic.Int32.
+var finalizeCalls sync.Map
+
 func (p testPluginImpl) Finalize(_ context.Context, tCtx plugin.TaskExecutionContext) error {
-	calls.add(tCtx.Metadata().Action().Name, "finalize")
+	ta := tCtx.Metadata().Action()
+	if p.id == "test-finalize-fails" {
+		n, _ := finalizeCalls.LoadOrStore(ta.Namespace+"/"+ta.Name, new(atomic.Int32))
+		failures, _ := strconv.Atoi(ta.Spec.Config["finalizeFailures"])
+		if int(n.(*atomic.Int32).Add(1)) <= failures {
+			calls.add(ta.Name, "finalize:error")
+			return errors.New("the plugin could not delete what it created")
+		}
+	}
+	calls.add(ta.Name, "finalize")
 	return nil
 }
