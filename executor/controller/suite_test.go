@@ -17,6 +17,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/flytekube/backend/cacheservice"
@@ -25,6 +26,7 @@ import (
 	"github.com/flytekube/backend/executor/cache"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/eventsink"
+	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/datastore"
 	"github.com/flytekube/backend/executor/plugins/coreecho"
@@ -195,9 +197,16 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The metrics go where the executor's go, so that tests read them as a scrape would.
+	instruments, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache())
+	if err != nil {
+		return nil, err
+	}
+	outputs := cache.New(cacheClient, store, 200*time.Millisecond, log)
+	outputs.Metrics = instruments
 	r := &controller.TaskActionReconciler{
-		Events: publisher,
-		Cache:  cache.New(cacheClient, store, 200*time.Millisecond, log),
+		Events: publisher, Metrics: instruments,
+		Cache:  outputs,
 		Client: mgr.GetClient(), Registry: reg, DataStore: store, Resources: plugin.NewTokenPools(nil),
 		Recorder: mgr.GetEventRecorderFor("flyte-executor"), Clock: clock.RealClock{}, Log: log,
 		Options: controller.Options{
