@@ -147,17 +147,27 @@ func TestStalledBodiesAreClosedInBoundedMemory(t *testing.T) {
 	took := time.Since(start)
 	peak := stopSampling()
 	close(errs)
+	refused := 0
 	for err := range errs {
 		if err == nil {
 			t.Error("a stalled call succeeded")
+		} else if strings.Contains(err.Error(), `grpc-status "8"`) { // ResourceExhausted
+			refused++
 		}
+	}
+	// 280 MB cannot fit in a 16 MiB budget: calls that would go over it are refused at
+	// once (how many depends on how fast the clients send), instead of being held until
+	// the deadline.
+	if refused == 0 {
+		t.Error("no stalled call was refused: the in-flight budget held them all")
 	}
 	if took > readTimeout+10*time.Second {
 		t.Errorf("the stalled calls ended after %s; the body read deadline is %s", took.Round(time.Millisecond), readTimeout)
 	}
-	// 40 × 7 MB would be 280 MB held; the budget allows 16 MB (plus what the buffers
-	// around it cost).
-	if grown := int64(peak) - int64(before); grown > 96<<20 {
+	// 40 × 7 MB would be 280 MB held (without the budget the heap grows by about 400 MiB
+	// here); the budget allows 16 MB, plus the buffers of the refused reads, which are
+	// garbage a busy machine collects late (about 100 MiB at the peak).
+	if grown := int64(peak) - int64(before); grown > 200<<20 {
 		t.Errorf("the heap grew by %d MiB while the bodies stalled; the in-flight budget is 16 MiB", grown>>20)
 	}
 }
