@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flytekube/backend/cacheservice"
@@ -97,6 +98,10 @@ type Result struct {
 	// CeilingCPU and ExecutorCPU are the CPU time per action of each process group
 	// while the ceiling and the executor ran.
 	CeilingCPU, ExecutorCPU benchutil.CPUUse
+	// Watched is the ceiling with an informer watching the actions, as every controller
+	// has (actions per second; zero when not measured), and WatchedCPU its CPU use.
+	Watched    float64
+	WatchedCPU benchutil.CPUUse
 }
 
 // cpuGroups are the processes whose CPU time the benchmark reports, in report order.
@@ -189,7 +194,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	if o.Only == "memory" || o.Only == "gc" {
 		o.Actions = 0 // nothing to warm up for
 	}
-	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }); err != nil {
+	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }, false); err != nil {
 		return err
 	}
 
@@ -231,7 +236,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			so := o
 			so.Actions = sc.actions
 			fmt.Fprintf(progress, "%s: ceiling\n", sc.name)
-			ceilingOf := func() (float64, error) { return runCeiling(ctx, env, so, sc.taskType, sc.prepare) }
+			ceilingOf := func() (float64, error) { return runCeiling(ctx, env, so, sc.taskType, sc.prepare, false) }
 			if sc.kubelet {
 				ceilingOf = func() (float64, error) { return runPodCeiling(ctx, env, so, sc.taskType, sc.prepare) }
 			}
@@ -243,6 +248,17 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			if err != nil {
 				return nil, err
 			}
+			var watched float64
+			var watchedCPU benchutil.CPUUse
+			if !sc.kubelet {
+				fmt.Fprintf(progress, "%s: ceiling with a watching informer\n", sc.name)
+				if watchedCPU, err = measurePer(meter, so.Actions, func() (err error) {
+					watched, err = runCeiling(ctx, env, so, sc.taskType, sc.prepare, true)
+					return err
+				}); err != nil {
+					return nil, err
+				}
+			}
 			fmt.Fprintf(progress, "%s: executor\n", sc.name)
 			var r Result
 			executorCPU, err := measurePer(meter, so.Actions, func() (err error) {
@@ -253,6 +269,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 				return nil, err
 			}
 			r.Scenario, r.Ceiling, r.CeilingCPU, r.ExecutorCPU = sc.name, ceiling, ceilingCPU, executorCPU
+			r.Watched, r.WatchedCPU = watched, watchedCPU
 			results = append(results, r)
 		}
 		return results, nil
@@ -283,6 +300,17 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 				100*r.Executor/r.Ceiling, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.TaskActionWrites, part.moreOf(r), r.Reconciles)
 		}
 		fmt.Fprintln(w)
+		if results[0].Watched > 0 {
+			fmt.Fprintln(w, "A second baseline: the same ceiling with an informer watching the actions (as any controller has),")
+			fmt.Fprintln(w, "which shows what watching costs on top of the writes:")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| scenario | ceiling with a watching informer (actions/s) | executor (actions/s) | executor / that |")
+			fmt.Fprintln(w, "| --- | ---: | ---: | ---: |")
+			for _, r := range results {
+				fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f%% |\n", r.Scenario, r.Watched, r.Executor, 100*r.Executor/r.Watched)
+			}
+			fmt.Fprintln(w)
+		}
 		fmt.Fprintln(w, "CPU time per action, in milliseconds, while each ran (\"this process\" is the executor, the events and")
 		fmt.Fprintln(w, "cache services and the clients creating the actions):")
 		fmt.Fprintln(w)
@@ -292,7 +320,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			for _, run := range []struct {
 				name string
 				use  benchutil.CPUUse
-			}{{"ceiling", r.CeilingCPU}, {"executor", r.ExecutorCPU}} {
+			}{{"ceiling", r.CeilingCPU}, {"ceiling with a watching informer", r.WatchedCPU}, {"executor", r.ExecutorCPU}} {
 				if run.use == nil {
 					continue
 				}
@@ -380,10 +408,41 @@ func create(ctx context.Context, c client.Client, o Options, ns, taskType string
 }
 
 // runCeiling creates the actions with a plain client, each followed by one status write.
-func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error) (float64, error) {
+// With watched, an informer on the namespace's actions (as every controller has) runs
+// meanwhile, and the run ends when it has seen every status write.
+func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error, watched bool) (float64, error) {
 	ns := fmt.Sprintf("ceiling-%d", time.Now().UnixNano()%1e6)
 	if err := namespace(ctx, env.Client, ns); err != nil {
 		return 0, err
+	}
+	var seen func() (int, error)
+	if watched {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		informers, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+		if err != nil {
+			return 0, err
+		}
+		if _, err := informers.GetInformer(wctx, &flytev1.TaskAction{}); err != nil {
+			return 0, err
+		}
+		go func() { _ = informers.Start(wctx) }()
+		if !informers.WaitForCacheSync(wctx) {
+			return 0, fmt.Errorf("ceiling: the informer did not sync")
+		}
+		seen = func() (int, error) {
+			var list flytev1.TaskActionList
+			if err := informers.List(wctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+				return 0, err
+			}
+			n := 0
+			for i := range list.Items {
+				if list.Items[i].Status.Phase == flytev1.PhaseSucceeded {
+					n++
+				}
+			}
+			return n, nil
+		}
 	}
 	start := time.Now()
 	_, err := create(ctx, env.Client, o, ns, taskType, prepare, func(ta *flytev1.TaskAction) error {
@@ -394,6 +453,19 @@ func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType stri
 	})
 	if err != nil {
 		return 0, fmt.Errorf("ceiling: %w", err)
+	}
+	for seen != nil {
+		n, err := seen()
+		if err != nil {
+			return 0, err
+		}
+		if n == o.Actions {
+			break
+		}
+		if time.Since(start) > 10*time.Minute {
+			return 0, fmt.Errorf("ceiling: the informer saw %d of %d", n, o.Actions)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	return float64(o.Actions) / time.Since(start).Seconds(), nil
 }
