@@ -16,10 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/internal/kubetest"
 )
@@ -79,14 +81,32 @@ func startKubelet(ctx context.Context, env *kubetest.Env, ns string) error {
 
 // runPodCeiling is the ceiling of a container action: the same writes the user, the
 // executor and the kubelet make, by a plain client — the action's create, its pod's
-// create, the pod's status, the action's final status.
-func runPodCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error) (float64, error) {
+// create, the pod's status, the action's final status. With executorWrites, the plain
+// client makes the executor's writes exactly: the finalizer put on and taken off (each
+// a patch of the main resource) and the Queued status besides.
+func runPodCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error, executorWrites bool) (float64, error) {
 	ns := fmt.Sprintf("pod-ceiling-%d", time.Now().UnixNano()%1e6)
 	if err := namespace(ctx, env.Client, ns); err != nil {
 		return 0, err
 	}
+	finalizer := func(ta *flytev1.TaskAction, change func(client.Object, string) bool) error {
+		patch := client.MergeFromWithOptions(ta.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		change(ta, controller.Finalizer)
+		return env.Client.Patch(ctx, ta, patch)
+	}
 	start := time.Now()
 	_, err := create(ctx, env.Client, o, ns, taskType, prepare, func(ta *flytev1.TaskAction) error {
+		now := metav1.Now()
+		if executorWrites {
+			if err := finalizer(ta, controllerutil.AddFinalizer); err != nil {
+				return err
+			}
+			ta.Status = flytev1.TaskActionStatus{Phase: flytev1.PhaseQueued, Attempts: 1,
+				PhaseHistory: []flytev1.PhaseTransition{{Phase: flytev1.PhaseQueued, Attempt: 1, OccurredAt: metav1.NewMicroTime(now.Time)}}}
+			if err := env.Client.Status().Update(ctx, ta); err != nil {
+				return err
+			}
+		}
 		pod := benchPod(ns, ta.Name+"-1", map[string]string{plugin.LabelManagedBy: plugin.ManagedByValue})
 		if err := env.Client.Create(ctx, pod); err != nil {
 			return err
@@ -94,10 +114,12 @@ func runPodCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType s
 		if err := succeed(ctx, env.Client, pod); err != nil {
 			return err
 		}
-		now := metav1.Now()
-		ta.Status = flytev1.TaskActionStatus{Phase: flytev1.PhaseSucceeded, Attempts: 1, CompletedAt: &now,
-			PhaseHistory: []flytev1.PhaseTransition{{Phase: flytev1.PhaseSucceeded, Attempt: 1, OccurredAt: metav1.NewMicroTime(now.Time)}}}
-		return env.Client.Status().Update(ctx, ta)
+		ta.Status.Phase, ta.Status.Attempts, ta.Status.CompletedAt = flytev1.PhaseSucceeded, 1, &now
+		ta.Status.PhaseHistory = append(ta.Status.PhaseHistory, flytev1.PhaseTransition{Phase: flytev1.PhaseSucceeded, Attempt: 1, Version: int32(len(ta.Status.PhaseHistory)), OccurredAt: metav1.NewMicroTime(now.Time)})
+		if err := env.Client.Status().Update(ctx, ta); err != nil || !executorWrites {
+			return err
+		}
+		return finalizer(ta, controllerutil.RemoveFinalizer)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("pod ceiling: %w", err)
