@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -115,13 +114,7 @@ func TestDeletionIsReportedAsAborted(t *testing.T) {
 	if err := env.Client.Delete(context.Background(), ta); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{})) {
-		if time.Now().After(deadline) {
-			t.Fatal("the deleted action was never released")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitGone(t, ta)
 	evs := storedEvents(t, running)
 	if last := evs[len(evs)-1]; last.GetPhase() != flytecorev1.ActionPhase_ACTION_PHASE_ABORTED {
 		t.Fatalf("last event %v; want ABORTED", last)

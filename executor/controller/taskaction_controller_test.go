@@ -50,6 +50,22 @@ func waitFor(t *testing.T, ta *flytev1.TaskAction, what string, cond func(*flyte
 	}
 }
 
+// waitGone waits until a deleted action is gone from the API server.
+func waitGone(t *testing.T, ta *flytev1.TaskAction) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was never released: %v", ta.Name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // terminal: finished, and the finalizer taken off in the same pass.
 func terminal(ta *flytev1.TaskAction) bool {
 	return ta.Status.Phase.IsTerminal() && !controllerutil.ContainsFinalizer(ta, controller.Finalizer)
@@ -229,17 +245,7 @@ func TestDeletionAbortsAndFinalizes(t *testing.T) {
 	if err := env.Client.Delete(context.Background(), ta); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{})
-		if apierrors.IsNotFound(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the action was never released: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitGone(t, ta)
 	c := calls.get(ta.Name)
 	if i := slices.Index(c, "abort"); i < 0 || i+1 >= len(c) || c[i+1] != "finalize" {
 		t.Fatalf("plugin calls %v; want abort then finalize", c)
