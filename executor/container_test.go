@@ -554,3 +554,23 @@ func TestObjectsWithoutOwnerWakeTheirAction(t *testing.T) {
 	// Nothing else would delete a pod without an owner: the finished attempt takes it.
 	waitGone(t, pod)
 }
+
+// TestLimitBelowTheDefaultRequest: a container that sets a limit and no request gets the
+// limit as its request, as Kubernetes defaults it, not the cluster's default request,
+// which may lie above the limit and make the pod invalid.
+func TestLimitBelowTheDefaultRequest(t *testing.T) {
+	ns := env.Namespace(t)
+	cfg := testConfig()
+	cfg.K8s.DefaultMemoryRequest = resource.MustParse("128Mi")
+	var count atomic.Int64
+	run(t, cfg, ns, &count)
+	ta := containerAction(ns, "small", 0)
+	ta.Spec.Container.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+	if err := env.Client.Create(context.Background(), ta); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitPod(t, ns, "small-1")
+	if got := pod.Spec.Containers[0].Resources.Requests.Memory(); !got.Equal(resource.MustParse("64Mi")) {
+		t.Fatalf("memory request %s; want the limit, 64Mi", got)
+	}
+}

@@ -346,11 +346,16 @@ func (m *PluginManager) podDefaults(spec *corev1.PodSpec, md plugin.TaskExecutio
 		if c.Resources.Requests == nil {
 			c.Resources.Requests = corev1.ResourceList{}
 		}
-		if _, ok := c.Resources.Requests[corev1.ResourceCPU]; !ok && !m.cfg.DefaultCPURequest.IsZero() {
-			c.Resources.Requests[corev1.ResourceCPU] = m.cfg.DefaultCPURequest
-		}
-		if _, ok := c.Resources.Requests[corev1.ResourceMemory]; !ok && !m.cfg.DefaultMemoryRequest.IsZero() {
-			c.Resources.Requests[corev1.ResourceMemory] = m.cfg.DefaultMemoryRequest
+		for name, request := range map[corev1.ResourceName]resource.Quantity{
+			corev1.ResourceCPU: m.cfg.DefaultCPURequest, corev1.ResourceMemory: m.cfg.DefaultMemoryRequest,
+		} {
+			// A limit without a request is the request too (Kubernetes' own defaulting): a
+			// default above it would make the pod invalid.
+			_, requested := c.Resources.Requests[name]
+			_, limited := c.Resources.Limits[name]
+			if !requested && !limited && !request.IsZero() {
+				c.Resources.Requests[name] = request
+			}
 		}
 	}
 	if md.Action().Spec.Interruptible {
