@@ -139,6 +139,13 @@ var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 // test ends.
 func (e *Env) Namespace(t testing.TB) string {
 	t.Helper()
+	return Namespace(t, e.Client)
+}
+
+// Namespace creates a namespace for one test with c, named after it, and deletes it when
+// the test ends.
+func Namespace(t testing.TB, c client.Client) string {
+	t.Helper()
 	var suffix [3]byte
 	_, _ = rand.Read(suffix[:])
 	base := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
@@ -148,13 +155,13 @@ func (e *Env) Namespace(t testing.TB) string {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: base + "-" + hex.EncodeToString(suffix[:])}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := e.Client.Create(ctx, ns); err != nil {
+	if err := c.Create(ctx, ns); err != nil {
 		t.Fatalf("kubetest: creating namespace: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := e.Client.Delete(ctx, ns); client.IgnoreNotFound(err) != nil {
+		if err := c.Delete(ctx, ns); client.IgnoreNotFound(err) != nil {
 			t.Errorf("kubetest: deleting namespace %s: %v", ns.Name, err)
 		}
 	})

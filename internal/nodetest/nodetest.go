@@ -1,0 +1,176 @@
+// Package nodetest gives tests a real single-node Kubernetes: etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler, containerd and kubelet on loopback, started by
+// hack/node.sh (which builds and installs what it needs), one per test package. Pods run
+// for real; their logs are read from the node's files, never through the API server.
+package nodetest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/internal/repo"
+)
+
+// Options shape the node.
+type Options struct {
+	// CRDDirectoryPaths are installed before tests start.
+	CRDDirectoryPaths []string
+	// Scheme knows every type the tests use; client-go's built-in types when nil.
+	Scheme *runtime.Scheme
+}
+
+// Node is a running node and its control plane.
+type Node struct {
+	// Config reaches the API server as an administrator.
+	Config *rest.Config
+	// Client is a direct (uncached) client.
+	Client client.Client
+	// Scheme is the scheme Client uses.
+	Scheme *runtime.Scheme
+	// Images are the task images the node holds; the first is a busybox with sh.
+	Images []string
+	// Dir holds the node's state, its logs under Dir/logs.
+	Dir string
+}
+
+// Unavailable says why this machine cannot run a node, or "" when it can: the node needs
+// root (containerd, kubelet, cgroups).
+func Unavailable() string {
+	if os.Geteuid() != 0 {
+		return "a real node needs root"
+	}
+	return ""
+}
+
+// script runs hack/node.sh with args and returns its last line of output.
+func script(args ...string) (string, error) {
+	path, err := repo.Path("hack", "node.sh")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stderr = os.Stderr // a first build takes minutes; show its progress
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("nodetest: hack/node.sh %s: %w", strings.Join(args, " "), err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// Start starts a node in a new directory and installs the CRDs.
+func Start(opts Options) (n *Node, err error) {
+	dir, err := os.MkdirTemp("", "flyte-node-")
+	if err != nil {
+		return nil, err
+	}
+	n = &Node{Dir: dir}
+	defer func() {
+		if err != nil {
+			_ = n.Stop()
+		}
+	}()
+	kubeconfig, err := script("start", dir)
+	if err != nil {
+		return n, err
+	}
+	if n.Config, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return n, fmt.Errorf("nodetest: reading %s: %w", kubeconfig, err)
+	}
+	n.Config.QPS, n.Config.Burst = 100, 200
+	n.Scheme = opts.Scheme
+	if n.Scheme == nil {
+		n.Scheme = clientgoscheme.Scheme
+	}
+	if n.Client, err = client.New(n.Config, client.Options{Scheme: n.Scheme}); err != nil {
+		return n, fmt.Errorf("nodetest: creating client: %w", err)
+	}
+	if len(opts.CRDDirectoryPaths) > 0 {
+		if _, err := envtest.InstallCRDs(n.Config, envtest.CRDInstallOptions{Paths: opts.CRDDirectoryPaths, ErrorIfPathMissing: true}); err != nil {
+			return n, fmt.Errorf("nodetest: installing CRDs: %w", err)
+		}
+	}
+	images, err := script("images")
+	if err != nil {
+		return n, err
+	}
+	n.Images = strings.Fields(images)
+	return n, nil
+}
+
+// Stop stops the node and removes its directory.
+func (n *Node) Stop() error {
+	if _, err := script("stop", n.Dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(n.Dir)
+}
+
+// Main runs a test package's tests against a node started for them; call it from
+// TestMain and exit with its result. Without root the tests are skipped, and it says so.
+func Main(m *testing.M, node **Node, opts Options) int {
+	if why := Unavailable(); why != "" {
+		fmt.Fprintf(os.Stderr, "nodetest: skipping the real-node tests: %s\n", why)
+		return 0
+	}
+	n, err := Start(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*node = n
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "nodetest: the node's logs are in %s/logs (kept)\n", n.Dir)
+		_, _ = script("stop", n.Dir)
+		return code
+	}
+	if err := n.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "nodetest: stopping the node:", err)
+	}
+	return code
+}
+
+// Namespace creates a namespace for one test and deletes it when the test ends.
+func (n *Node) Namespace(t testing.TB) string {
+	t.Helper()
+	return kubetest.Namespace(t, n.Client)
+}
+
+// Logs returns what a pod's container wrote, from the node's log files (the kubelet's
+// CRI format: time, stream, tag, text), text only.
+func (n *Node) Logs(ctx context.Context, pod *corev1.Pod, container string) (string, error) {
+	dir := filepath.Join(n.Dir, "kubelet", "pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), container)
+	files, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("nodetest: no logs of %s/%s in %s", pod.Name, container, dir)
+	}
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		for _, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+			if parts := strings.SplitN(line, " ", 4); len(parts) == 4 {
+				b.WriteString(parts[3])
+				b.WriteString("\n")
+			}
+		}
+	}
+	return b.String(), ctx.Err()
+}
