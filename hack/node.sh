@@ -5,8 +5,9 @@
 # (Debian's packages, installed when missing).
 #
 # Everything listens on 127.0.0.1; pods get a network namespace of their own with a
-# loopback-range address and no route out (hack/cni/isolated); the node reports
-# 127.0.0.1 as its address. Nothing of it sends traffic off the machine.
+# loopback-range address and no route out (hack/cni/isolated); containerd runs in a
+# network namespace with loopback only, so it pulls nothing; the node reports 127.0.0.1
+# as its address. Nothing of it sends traffic off the machine.
 #
 # Usage: hack/node.sh build        build the node's binaries if needed, print their directory
 #        hack/node.sh start DIR    start a node whose state lives in DIR; once it is Ready,
@@ -261,7 +262,9 @@ state = "$dir/containerd/state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
 TOML
-  run containerd containerd --config "$dir/containerd/config.toml"
+  # In a network namespace with nothing but loopback: an image it does not hold fails to
+  # pull at once, without a query to a resolver off the machine.
+  run containerd unshare --net sh -c 'ip link set lo up && exec containerd --config "$1"' containerd "$dir/containerd/config.toml"
   deadline=$((SECONDS + 60))
   until ctr --address "$dir/containerd/containerd.sock" version >/dev/null 2>&1; do
     ((SECONDS < deadline)) || { log "containerd did not start; see $dir/logs/containerd.log"; exit 1; }

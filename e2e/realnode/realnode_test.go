@@ -41,9 +41,12 @@ func TestMain(m *testing.M) {
 }
 
 // runExecutor runs an executor restricted to ns until the test ends.
-func runExecutor(t *testing.T, ns string) {
+func runExecutor(t *testing.T, ns string, configure ...func(*config.Config)) {
 	t.Helper()
 	cfg := config.Default()
+	for _, c := range configure {
+		c(&cfg)
+	}
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
 	cfg.GC.Interval = metav1.Duration{}
 	cfg.LeaderElect = false
@@ -158,5 +161,24 @@ func TestOOMKilledContainerIsReported(t *testing.T) {
 	}
 	if e := got.Status.Error; e == nil || !strings.Contains(e.Message, "OOMKilled") {
 		t.Fatalf("error %+v; want OOMKilled named", e)
+	}
+}
+
+// An image the node does not have and cannot pull fails the action as the user's error
+// once the pull grace period is over, rather than waiting for ever.
+func TestMissingImageIsAUserError(t *testing.T) {
+	ns := node.Namespace(t)
+	runExecutor(t, ns, func(c *config.Config) { c.K8s.ImagePullGracePeriod = metav1.Duration{Duration: 3 * time.Second} })
+	ta := containerAction(ns, "missing", 2, "true")
+	ta.Spec.Container.Image = "flyte.local/not-there:1"
+	if err := node.Client.Create(context.Background(), ta); err != nil {
+		t.Fatal(err)
+	}
+	got := waitFinished(t, ta)
+	if got.Status.Phase != flytev1.PhaseFailed || got.Status.Attempts != 1 {
+		t.Fatalf("ended %s after %d attempts (%s); want Failed after 1: retrying cannot bring the image", got.Status.Phase, got.Status.Attempts, history(got))
+	}
+	if e := got.Status.Error; e == nil || e.Code != "ImagePullFailed" || e.Kind != flytev1.ErrorKindUser {
+		t.Fatalf("error %+v; want the user's ImagePullFailed", e)
 	}
 }

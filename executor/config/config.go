@@ -129,6 +129,10 @@ type K8sPluginConfig struct {
 	// DeleteOnFinalize deletes an attempt's object as soon as the attempt is over; by
 	// default it stays (with its logs) until its TaskAction is deleted.
 	DeleteOnFinalize bool `json:"deleteOnFinalize"`
+	// ImagePullGracePeriod is how long a pod may fail to pull its image before the
+	// attempt fails as a user error (an image that is not there, or that the node may
+	// not pull); 0 fails it at the first failed pull. Default 3m.
+	ImagePullGracePeriod metav1.Duration `json:"imagePullGracePeriod"`
 }
 
 // StorageConfig limits the executor's data store. Cached outputs are copied only from
@@ -185,6 +189,7 @@ func Default() Config {
 		K8s: K8sPluginConfig{
 			DefaultCPURequest:    resource.MustParse("100m"),
 			DefaultMemoryRequest: resource.MustParse("128Mi"),
+			ImagePullGracePeriod: metav1.Duration{Duration: 3 * time.Minute},
 		},
 		GC: GCConfig{
 			Interval: metav1.Duration{Duration: 30 * time.Minute},

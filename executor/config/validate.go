@@ -170,6 +170,9 @@ func (c Config) Validate() error {
 	if k.DefaultMemoryRequest.Sign() < 0 {
 		fail("k8s.defaultMemoryRequest", "must not be negative, got %s", k.DefaultMemoryRequest.String())
 	}
+	if k.ImagePullGracePeriod.Duration < 0 {
+		fail("k8s.imagePullGracePeriod", "must not be negative, got %s", k.ImagePullGracePeriod.Duration)
+	}
 	// Checked here because a bad label would otherwise fail every create, one action at
 	// a time.
 	checkLabels := func(path string, m map[string]string, values bool) {

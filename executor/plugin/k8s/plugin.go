@@ -10,6 +10,7 @@ import (
 	"context"
 	"strings"
 	"text/template"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -72,6 +73,9 @@ type Config struct {
 	// DeleteOnFinalize deletes an attempt's object once the attempt is over; by default
 	// it stays (its logs with it) until the TaskAction goes.
 	DeleteOnFinalize bool
+	// ImagePullGracePeriod is how long a pod may fail to pull its image before the
+	// attempt fails as a user error.
+	ImagePullGracePeriod time.Duration
 	// LogLinks are templates of links to an attempt's logs (text/template over
 	// LogLinkData), such as a cluster's log viewer.
 	LogLinks []LogLinkTemplate

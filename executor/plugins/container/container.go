@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,7 +95,7 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionConte
 	if !ok {
 		return plugin.PhaseInfo{}, fmt.Errorf("container: expected a Pod, got %T", obj)
 	}
-	info, err := phaseOf(ctx, tCtx, pod)
+	info, err := phaseOf(ctx, tCtx, pod, p.Config.ImagePullGracePeriod)
 	if err == nil && len(p.Config.LogLinks) > 0 {
 		spec := tCtx.Metadata().Action().Spec
 		info.LogLinks = p.Config.Links(k8s.LogLinkData{
@@ -105,7 +106,7 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionConte
 	return info, err
 }
 
-func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.Pod) (plugin.PhaseInfo, error) {
+func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.Pod, pullGrace time.Duration) (plugin.PhaseInfo, error) {
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
 		return Outcome(ctx, tCtx)
@@ -131,7 +132,7 @@ func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.
 	case corev1.PodRunning:
 		return plugin.PhaseInfoRunning(0, "Running"), nil
 	default: // Pending or unknown
-		return pending(pod), nil
+		return pending(pod, tCtx.Metadata().Now(), pullGrace), nil
 	}
 }
 
@@ -164,16 +165,31 @@ func exitOf(pod *corev1.Pod) string {
 	return ""
 }
 
-func pending(pod *corev1.Pod) plugin.PhaseInfo {
+// Waiting reasons of a container whose image cannot be had: a name that can never be an
+// image fails at once; a failed pull, after the grace period (a registry may be back).
+var (
+	badImage    = map[string]bool{"InvalidImageName": true, "ErrImageNeverPull": true}
+	failedPulls = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true}
+)
+
+func pending(pod *corev1.Pod, now time.Time, pullGrace time.Duration) plugin.PhaseInfo {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 			return plugin.PhaseInfoWaitingForResources(0, "Unschedulable", c.Message)
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" {
-			return plugin.PhaseInfoInitializing(0, w.Reason, w.Message)
+		w := cs.State.Waiting
+		if w == nil || w.Reason == "" || w.Reason == "ContainerCreating" {
+			continue
 		}
+		if badImage[w.Reason] || failedPulls[w.Reason] && now.Sub(pod.CreationTimestamp.Time) >= pullGrace {
+			// Nothing the platform can do: the task names an image that is not there,
+			// or that this node may not pull.
+			return plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "ImagePullFailed",
+				fmt.Sprintf("container %s cannot start: %s: %s", cs.Name, w.Reason, w.Message))
+		}
+		return plugin.PhaseInfoInitializing(0, w.Reason, w.Message)
 	}
 	if pod.Spec.NodeName == "" {
 		// Not on a node yet: still what its creation reported, which keeps the action's

@@ -11,12 +11,24 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/datastore"
+	"github.com/flytekube/backend/executor/plugin/k8s"
 	"github.com/flytekube/backend/executor/plugins/container"
 )
 
 func terminated(code int32, reason string) []corev1.ContainerStatus {
 	return []corev1.ContainerStatus{{Name: container.ContainerName, State: corev1.ContainerState{
 		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason}}}}
+}
+
+// now is the tests' clock.
+var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// waiting is a pod created age ago whose container waits for reason.
+func waiting(age time.Duration, reason string) corev1.Pod {
+	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-age))},
+		Spec: corev1.PodSpec{NodeName: "node-1"},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: container.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "the image is not there"}}}}}}
 }
 
 func TestGetTaskPhase(t *testing.T) {
@@ -39,9 +51,12 @@ func TestGetTaskPhase(t *testing.T) {
 		{name: "unschedulable", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
 			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available"}}}},
 			wantPhase: plugin.PhaseWaitingForResources, wantReason: "Unschedulable"},
-		{name: "image pull backoff", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
-			Name: container.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}}}},
+		{name: "image pull backoff within the grace period", pod: waiting(10*time.Second, "ImagePullBackOff"),
 			wantPhase: plugin.PhaseInitializing, wantReason: "ImagePullBackOff"},
+		{name: "image pulls failing past the grace period", pod: waiting(2*time.Minute, "ErrImagePull"),
+			wantPhase: plugin.PhasePermanentFailure, wantCode: "ImagePullFailed", wantKind: plugin.ErrorKindUser},
+		{name: "a name that cannot be an image", pod: waiting(time.Second, "InvalidImageName"),
+			wantPhase: plugin.PhasePermanentFailure, wantCode: "ImagePullFailed", wantKind: plugin.ErrorKindUser},
 		{name: "running", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, wantPhase: plugin.PhaseRunning, wantReason: "Running"},
 		{name: "terminating", pod: corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleting}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
 			wantPhase: plugin.PhaseRunning, wantReason: "Terminating"},
@@ -84,9 +99,10 @@ func TestGetTaskPhase(t *testing.T) {
 				}
 			}
 			ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "mem://out/r1"}}
-			tCtx := plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store})
+			tCtx := plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store,
+				Clock: func() time.Time { return now }})
 			pod := tt.pod
-			info, err := container.Plugin{}.GetTaskPhase(ctx, tCtx, &pod)
+			info, err := container.Plugin{Config: k8s.Config{ImagePullGracePeriod: time.Minute}}.GetTaskPhase(ctx, tCtx, &pod)
 			if err != nil {
 				t.Fatal(err)
 			}
