@@ -138,13 +138,14 @@ free_port() {
 
 # install_runtime installs containerd, runc and the CNI loopback plugin when missing.
 install_runtime() {
-  if command -v containerd >/dev/null && command -v runc >/dev/null && [[ -x /usr/lib/cni/loopback ]] &&
-    command -v nsenter >/dev/null && command -v ip >/dev/null; then
+  if command -v containerd >/dev/null && command -v runc >/dev/null && [[ -x /usr/lib/cni/loopback && -x /bin/busybox ]] &&
+    command -v nsenter >/dev/null && command -v unshare >/dev/null && command -v ip >/dev/null; then
     return
   fi
   [[ $(id -u) == 0 ]] || { log "containerd and runc are missing, and installing them needs root"; exit 1; }
   log "installing containerd, runc and the CNI plugins"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd runc containernetworking-plugins busybox-static iproute2 util-linux >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd runc containernetworking-plugins busybox-static iproute2 util-linux >&2 ||
+    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd runc containernetworking-plugins busybox-static iproute2 util-linux >&2; }
 }
 
 kubeconfig() { # name server token ca
