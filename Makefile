@@ -19,7 +19,7 @@ help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: envtest jaeger tools ## Run every test against a real API server and a real Postgres.
+test: envtest node jaeger tools ## Run every test against a real API server, a real node and a real Postgres.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: run
@@ -29,6 +29,11 @@ run: envtest jaeger ## Run the whole system here, apply examples/, show them run
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd for envtest (once; cached outside the clone).
 	@hack/envtest.sh >/dev/null
+
+.PHONY: node
+node: ## Build the real node's kubelet, scheduler and controller manager, and install containerd (as root; once).
+	@if [[ $$(id -u) == 0 ]]; then hack/node.sh build >/dev/null && hack/node.sh install >/dev/null; \
+	else echo "node: not root, so the real-node tests will be skipped"; fi
 
 .PHONY: jaeger
 jaeger: ## Build Jaeger, which the tracing tests run (once; cached outside the clone).

@@ -10,6 +10,7 @@
 # as its address. Nothing of it sends traffic off the machine.
 #
 # Usage: hack/node.sh build        build the node's binaries if needed, print their directory
+#        hack/node.sh install      install containerd, runc and the CNI plugins if missing (root)
 #        hack/node.sh start DIR    start a node whose state lives in DIR; once it is Ready,
 #                                  print the path of an admin kubeconfig as the last line
 #        hack/node.sh images       the task images a started node holds, one a line, a
@@ -368,8 +369,9 @@ stop() {
 
 case "${1:-}" in
   build) build ;;
+  install) install_runtime ;;
   images) images ;;
   start) [[ -n "${2:-}" ]] || { echo "usage: hack/node.sh start DIR" >&2; exit 2; }; start "$2" ;;
   stop) [[ -n "${2:-}" ]] || { echo "usage: hack/node.sh stop DIR" >&2; exit 2; }; stop "$2" ;;
-  *) echo "usage: hack/node.sh build | start DIR | images | stop DIR" >&2; exit 2 ;;
+  *) echo "usage: hack/node.sh build | install | start DIR | images | stop DIR" >&2; exit 2 ;;
 esac
