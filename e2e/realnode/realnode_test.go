@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +44,12 @@ func TestMain(m *testing.M) {
 // runExecutor runs an executor restricted to ns until the test ends.
 func runExecutor(t *testing.T, ns string, configure ...func(*config.Config)) {
 	t.Helper()
+	t.Cleanup(startExecutor(t, ns, configure...))
+}
+
+// startExecutor starts an executor restricted to ns and returns how to stop it.
+func startExecutor(t *testing.T, ns string, configure ...func(*config.Config)) (stop func()) {
+	t.Helper()
 	cfg := config.Default()
 	for _, c := range configure {
 		c(&cfg)
@@ -54,16 +61,20 @@ func runExecutor(t *testing.T, ns string, configure ...func(*config.Config)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := executor.Setup(ctx, cfg, node.Config, slog.New(slog.DiscardHandler), executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("executor: %v", err)
-		}
-	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("executor: %v", err)
+			}
+		})
+	}
 }
 
 func containerAction(ns, name string, retries int32, command string) *flytev1.TaskAction {
@@ -180,5 +191,169 @@ func TestMissingImageIsAUserError(t *testing.T) {
 	}
 	if e := got.Status.Error; e == nil || e.Code != "ImagePullFailed" || e.Kind != flytev1.ErrorKindUser {
 		t.Fatalf("error %+v; want the user's ImagePullFailed", e)
+	}
+}
+
+// waitPhase waits until the action is in phase.
+func waitPhase(t *testing.T, ta *flytev1.TaskAction, phase flytev1.Phase) *flytev1.TaskAction {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	var got flytev1.TaskAction
+	for {
+		if err := node.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got); err == nil && got.Status.Phase == phase {
+			return &got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never became %s; status %+v", ta.Name, phase, got.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// podsOf lists the pods of an action's attempts that exist now.
+func podsOf(t *testing.T, ns string) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := node.Client.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// Seed 004 on a real node: a running action's pod deleted gracefully, whose container
+// ignores SIGTERM, stays Terminating for its grace period. Meanwhile no second pod is
+// made (the quota, which still counts the terminating pod, would refuse it anyway), the
+// action keeps its attempt budget, and the relaunch comes once the pod is gone.
+func TestGracefulPodDeletionIsRelaunchedOnlyOnceThePodIsGone(t *testing.T) {
+	ctx := context.Background()
+	ns := node.Namespace(t)
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "pods", Namespace: ns},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}}}
+	if err := node.Client.Create(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	runExecutor(t, ns)
+	// The first attempt ignores TERM and sleeps; the second succeeds at once.
+	ta := containerAction(ns, "graceful", 0, `case $HOSTNAME in *-1) trap "" TERM; echo started; sleep 120;; *) echo second;; esac`)
+	if err := node.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ta, flytev1.PhaseRunning)
+	var pod corev1.Pod
+	if err := node.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "graceful-1"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	const grace = 10
+	deleted := time.Now()
+	if err := node.Client.Delete(ctx, &pod, client.GracePeriodSeconds(grace)); err != nil {
+		t.Fatal(err)
+	}
+	// While the pod terminates: one pod, the first; the quota counts it; attempt 1.
+	for time.Since(deleted) < (grace-2)*time.Second {
+		pods := podsOf(t, ns)
+		if len(pods) != 1 || pods[0].Name != "graceful-1" {
+			t.Fatalf("%s after the deletion: pods %v; want graceful-1 alone, terminating", time.Since(deleted).Round(time.Millisecond), names(pods))
+		}
+		var got flytev1.TaskAction
+		if err := node.Client.Get(ctx, client.ObjectKeyFromObject(ta), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Attempts != 1 || got.Status.Phase.IsTerminal() {
+			t.Fatalf("while the pod terminates the action is %s on attempt %d (%s)", got.Status.Phase, got.Status.Attempts, history(&got))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	var used corev1.ResourceQuota
+	if err := node.Client.Get(ctx, client.ObjectKeyFromObject(quota), &used); err != nil {
+		t.Fatal(err)
+	}
+	if n := used.Status.Used[corev1.ResourcePods]; n.Value() != 1 {
+		t.Fatalf("quota used %s pods while one terminates", n.String())
+	}
+	got := waitFinished(t, ta)
+	if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.Attempts != 2 || got.Status.UserFailures != 0 {
+		t.Fatalf("ended %s after %d attempts, %d user failures (%s); want Succeeded on attempt 2 with none",
+			got.Status.Phase, got.Status.Attempts, got.Status.UserFailures, history(got))
+	}
+	if took := time.Since(deleted); took < grace*time.Second {
+		t.Fatalf("the relaunch finished %s after the deletion, before the %ds grace period was over", took, grace)
+	}
+}
+
+func names(pods []corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// A namespace whose quota holds one pod runs two actions one after the other: the
+// second waits as WaitingForResources, spending no attempt, until the first is done.
+func TestQuotaQueuesRealPods(t *testing.T) {
+	ctx := context.Background()
+	ns := node.Namespace(t)
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "pods", Namespace: ns},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}}}
+	if err := node.Client.Create(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	runExecutor(t, ns, func(c *config.Config) { c.K8s.DeleteOnFinalize = true }) // a finished pod frees the quota
+	first := containerAction(ns, "first", 0, "sleep 3")
+	second := containerAction(ns, "second", 0, "true")
+	if err := node.Client.Create(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, first, flytev1.PhaseRunning)
+	if err := node.Client.Create(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, second, flytev1.PhaseWaitingForResources)
+	for _, ta := range []*flytev1.TaskAction{first, second} {
+		got := waitFinished(t, ta)
+		if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.Attempts != 1 {
+			t.Fatalf("%s ended %s after %d attempts (%s)", ta.Name, got.Status.Phase, got.Status.Attempts, history(got))
+		}
+	}
+}
+
+// The k8s-job plugin's Job runs its pods through the real Job controller.
+func TestJobRunsWithTheRealJobController(t *testing.T) {
+	ns := node.Namespace(t)
+	runExecutor(t, ns)
+	ta := containerAction(ns, "batch", 0, "echo part of a job")
+	ta.Spec.TaskType = "k8s-job"
+	ta.Spec.Config = map[string]string{"parallelism": "2", "completions": "2"}
+	if err := node.Client.Create(context.Background(), ta); err != nil {
+		t.Fatal(err)
+	}
+	got := waitFinished(t, ta)
+	if got.Status.Phase != flytev1.PhaseSucceeded {
+		t.Fatalf("ended %s (%s): %+v", got.Status.Phase, history(got), got.Status.Error)
+	}
+	if n := len(podsOf(t, ns)); n != 2 {
+		t.Fatalf("%d pods; the Job controller should have run 2", n)
+	}
+}
+
+// The executor stopped while pods run, and another started: the running attempts are
+// adopted, not started again, and finish.
+func TestExecutorRestartWhilePodsRun(t *testing.T) {
+	ctx := context.Background()
+	ns := node.Namespace(t)
+	stop := startExecutor(t, ns)
+	ta := containerAction(ns, "survivor", 0, "sleep 5")
+	if err := node.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ta, flytev1.PhaseRunning)
+	stop()
+	runExecutor(t, ns)
+	got := waitFinished(t, ta)
+	if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.Attempts != 1 {
+		t.Fatalf("ended %s after %d attempts (%s)", got.Status.Phase, got.Status.Attempts, history(got))
+	}
+	if pods := podsOf(t, ns); len(pods) != 1 {
+		t.Fatalf("pods %v; want the one attempt's", names(pods))
 	}
 }

@@ -50,9 +50,12 @@ type Options struct {
 	ContainerActions int
 	// UnmanagedPods and ManagedPods populate the cluster for the memory measurement.
 	UnmanagedPods, ManagedPods int
+	// RealNodeActions is the size of the real-node part.
+	RealNodeActions int
 	// FinishedActions is how many finished actions the garbage collection part collects.
 	FinishedActions int
-	// Only runs one part: "noop", "container", "gc" or "memory"; all when empty.
+	// Only runs one part: "noop", "container", "gc", "memory" or "realnode"; all but
+	// realnode (which needs root) when empty.
 	Only string
 	// APIServerProfile, when set, is where a CPU profile of the API server is written,
 	// taken over the first executor scenario (the API server serves /debug/pprof).
@@ -193,6 +196,14 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	// A first run warms the API server and etcd up, so that the first scenario's ceiling
 	// is not measured cold.
 	fmt.Fprintln(progress, "warming up")
+	if o.Only == "realnode" {
+		r, err := runRealNode(ctx, o, progress)
+		if err != nil {
+			return err
+		}
+		r.write(w)
+		return nil
+	}
 	if o.Only == "memory" || o.Only == "gc" {
 		o.Actions = 0 // nothing to warm up for
 	}

@@ -1,0 +1,196 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flytekube/backend/executor"
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/internal/benchutil"
+	"github.com/flytekube/backend/internal/nodetest"
+	"github.com/flytekube/backend/internal/repo"
+)
+
+// realNodeResult is container actions on a real node beside the same pods made by a
+// plain client.
+type realNodeResult struct {
+	actions                    int
+	pods, executor             float64 // per second
+	podLatency, actionLatency  []time.Duration
+	podsSeconds, actionSeconds float64
+}
+
+// runRealNode starts a real node (hack/node.sh) and runs, one after the other, o.RealNodeActions
+// pods created by a plain client (each a container that exits at once) and as many
+// container actions run by the executor, created by o.Creators clients; each figure runs
+// from the first create until the last pod or action has succeeded.
+func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeResult, error) {
+	res := realNodeResult{actions: o.RealNodeActions}
+	if why := nodetest.Unavailable(); why != "" {
+		return res, fmt.Errorf("real node: %s", why)
+	}
+	crds, err := repo.Path("deploy", "crd")
+	if err != nil {
+		return res, err
+	}
+	scheme, err := executor.Scheme()
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintln(progress, "real node: starting it")
+	node, err := nodetest.Start(nodetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme})
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = node.Stop() }()
+	wc, err := client.NewWithWatch(node.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return res, err
+	}
+	image := node.Images[0]
+
+	fmt.Fprintln(progress, "real node: pods by a plain client")
+	ns := fmt.Sprintf("real-pods-%d", time.Now().UnixNano()%1e6)
+	if err := namespace(ctx, node.Client, ns); err != nil {
+		return res, err
+	}
+	started := time.Now()
+	created, finished, err := createAndWait(ctx, wc, ns, o, &corev1.PodList{}, func(i int) client.Object {
+		pod := benchPod(ns, fmt.Sprintf("p%05d-1", i), nil)
+		pod.Spec.Containers[0].Image = image
+		return pod
+	}, func(obj client.Object) bool {
+		p, ok := obj.(*corev1.Pod)
+		return ok && p.Status.Phase == corev1.PodSucceeded
+	})
+	if err != nil {
+		return res, fmt.Errorf("real node, pods: %w", err)
+	}
+	res.podsSeconds = time.Since(started).Seconds()
+	res.pods = float64(o.RealNodeActions) / res.podsSeconds
+	res.podLatency = latencies(created, finished)
+
+	fmt.Fprintln(progress, "real node: container actions by the executor")
+	ns = fmt.Sprintf("real-actions-%d", time.Now().UnixNano()%1e6)
+	if err := namespace(ctx, node.Client, ns); err != nil {
+		return res, err
+	}
+	cfg := config.Default()
+	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
+	cfg.GC.Interval = metav1.Duration{}
+	cfg.LeaderElect = false
+	mctx, stop := context.WithCancel(ctx)
+	defer stop()
+	mgr, err := executor.Setup(mctx, cfg, node.Config, slog.New(slog.DiscardHandler), executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+	if err != nil {
+		return res, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	defer func() { stop(); <-done }()
+	if !mgr.GetCache().WaitForCacheSync(mctx) {
+		return res, fmt.Errorf("real node: the executor's cache did not sync")
+	}
+	started = time.Now()
+	created, finished, err = createAndWait(ctx, wc, ns, o, &flytev1.TaskActionList{}, func(i int) client.Object {
+		ta := action(ns, fmt.Sprintf("p%05d", i), "container")
+		ta.Spec.Container = &flytev1.ContainerSpec{Image: image, Command: []string{"sh", "-c", "true"}}
+		return ta
+	}, func(obj client.Object) bool {
+		ta, ok := obj.(*flytev1.TaskAction)
+		return ok && ta.Status.Phase == flytev1.PhaseSucceeded
+	})
+	if err != nil {
+		return res, fmt.Errorf("real node, actions: %w", err)
+	}
+	res.actionSeconds = time.Since(started).Seconds()
+	res.executor = float64(o.RealNodeActions) / res.actionSeconds
+	res.actionLatency = latencies(created, finished)
+	return res, nil
+}
+
+// createAndWait creates o.RealNodeActions objects made by newObject from o.Creators clients
+// and waits, through a watch on list's kind in ns, until each is done; it returns when
+// each was created and when it was seen done. A failed object fails the run.
+func createAndWait(ctx context.Context, wc client.WithWatch, ns string, o Options, list client.ObjectList,
+	newObject func(int) client.Object, done func(client.Object) bool) (created, finished map[string]time.Time, err error) {
+	w, err := wc.Watch(ctx, list, client.InNamespace(ns))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer w.Stop()
+	created, finished = map[string]time.Time{}, map[string]time.Time{}
+	var (
+		mu    sync.Mutex
+		next  atomic.Int64
+		first error
+		wg    sync.WaitGroup
+	)
+	for range o.Creators {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= o.RealNodeActions {
+					return
+				}
+				obj := newObject(i)
+				t := time.Now()
+				err := wc.Create(ctx, obj)
+				mu.Lock()
+				created[obj.GetName()] = t
+				if err != nil && first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	timeout := time.After(10 * time.Minute)
+	for len(finished) < o.RealNodeActions {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, nil, fmt.Errorf("the watch ended after %d of %d", len(finished), o.RealNodeActions)
+			}
+			if obj, isObj := ev.Object.(client.Object); isObj && ev.Type != watch.Deleted && done(obj) {
+				if _, seen := finished[obj.GetName()]; !seen {
+					finished[obj.GetName()] = time.Now()
+				}
+			}
+		case <-timeout:
+			return nil, nil, fmt.Errorf("only %d of %d done", len(finished), o.RealNodeActions)
+		}
+	}
+	wg.Wait()
+	return created, finished, first
+}
+
+func latencies(created, finished map[string]time.Time) []time.Duration {
+	var out []time.Duration
+	for name, t := range finished {
+		out = append(out, t.Sub(created[name]))
+	}
+	return out
+}
+
+func (r realNodeResult) write(w io.Writer) {
+	fmt.Fprintf(w, "### Container actions on a real node: %d\n\n", r.actions)
+	fmt.Fprintln(w, "| run | per second | executor / plain client | creation to Succeeded: p50 | p99 |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: |")
+	fmt.Fprintf(w, "| pods by a plain client | %.1f | | %s | %s |\n", r.pods,
+		benchutil.Percentile(r.podLatency, 0.5).Round(time.Millisecond), benchutil.Percentile(r.podLatency, 0.99).Round(time.Millisecond))
+	fmt.Fprintf(w, "| container actions by the executor | %.1f | %.0f%% | %s | %s |\n", r.executor, 100*r.executor/r.pods,
+		benchutil.Percentile(r.actionLatency, 0.5).Round(time.Millisecond), benchutil.Percentile(r.actionLatency, 0.99).Round(time.Millisecond))
+	fmt.Fprintln(w)
+}
