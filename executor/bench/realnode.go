@@ -129,7 +129,7 @@ func createAndWait(ctx context.Context, wc client.WithWatch, ns string, o Option
 	if err != nil {
 		return nil, nil, err
 	}
-	defer w.Stop()
+	defer func() { w.Stop() }()
 	created, finished = map[string]time.Time{}, map[string]time.Time{}
 	var (
 		mu    sync.Mutex
@@ -161,7 +161,15 @@ func createAndWait(ctx context.Context, wc client.WithWatch, ns string, o Option
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return nil, nil, fmt.Errorf("the watch ended after %d of %d", len(finished), o.RealNodeActions)
+				// The server ends watches now and then; one without a resource version
+				// starts again with every object, so nothing is missed.
+				if w, err = wc.Watch(ctx, list, client.InNamespace(ns)); err != nil {
+					return nil, nil, err
+				}
+				continue
+			}
+			if ev.Type == watch.Error {
+				return nil, nil, fmt.Errorf("watching: %v", ev.Object)
 			}
 			if obj, isObj := ev.Object.(client.Object); isObj && ev.Type != watch.Deleted && done(obj) {
 				if _, seen := finished[obj.GetName()]; !seen {
