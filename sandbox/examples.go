@@ -24,7 +24,9 @@ const (
 	annotationExpectAttempts = "examples.flyte.org/expect-attempts" // a number of attempts
 	// annotationAfter holds an example back until the one it names has ended.
 	annotationAfter = "examples.flyte.org/after"
-	expectRejected  = "Rejected"
+	// annotationNeedsNode marks an example that runs pods: without a node it is left out.
+	annotationNeedsNode = "examples.flyte.org/needs-node"
+	expectRejected      = "Rejected"
 )
 
 // example is one TaskAction from the examples directory and what became of it.
@@ -65,6 +67,18 @@ func loadExamples(dir string) ([]*example, error) {
 		return nil, fmt.Errorf("sandbox: no TaskActions in %s", dir)
 	}
 	return out, nil
+}
+
+// withoutPods drops the examples that need a node to run their pods, and names them.
+func withoutPods(examples []*example) (kept []*example, left []string) {
+	for _, e := range examples {
+		if e.action.Annotations[annotationNeedsNode] == "true" {
+			left = append(left, e.action.Name)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept, left
 }
 
 func stripComments(doc []byte) []byte {

@@ -32,6 +32,7 @@ import (
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/internal/nodetest"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
@@ -44,6 +45,9 @@ type Options struct {
 	Dir string
 	// Kubeconfig names a cluster to use instead of the embedded control plane.
 	Kubeconfig string
+	// NoNode uses the embedded control plane without a node even where a real node can
+	// run (as root): faster to start, but container examples are left out.
+	NoNode bool
 	// Ports of the events service, the cache service, the executor's health probes and
 	// metrics, and Jaeger's query API and OTLP/HTTP receiver.
 	EventsPort, CachePort, ExecutorHealthPort, ExecutorMetricsPort, JaegerQueryPort, JaegerOTLPPort int
@@ -145,7 +149,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 
-	restConfig, kubeconfig, stop, err := controlPlane(o, root, say)
+	restConfig, kubeconfig, pods, stop, err := controlPlane(o, root, say)
 	if err != nil {
 		return err
 	}
@@ -252,6 +256,13 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	if !pods {
+		var left []string
+		examples, left = withoutPods(examples)
+		if len(left) > 0 {
+			say("left out, for want of a node to run their pods: %s", strings.Join(left, ", "))
+		}
+	}
 	if err := prepareExamples(ctx, c, root, o.Dir, examples); err != nil {
 		return err
 	}
@@ -278,40 +289,85 @@ func build(ctx context.Context, root string) (map[string]string, error) {
 	return bins, nil
 }
 
-// controlPlane starts the embedded kube-apiserver and etcd, or connects to the cluster
-// o.Kubeconfig names and installs the CRD there.
-func controlPlane(o Options, root string, say func(string, ...any)) (*rest.Config, string, func(), error) {
+// controlPlane connects to the cluster o.Kubeconfig names and installs the CRD there,
+// or starts a real single-node Kubernetes where this machine can run one (as root), or
+// else the embedded kube-apiserver and etcd, which run no pods. It reports whether pods
+// can run.
+func controlPlane(o Options, root string, say func(string, ...any)) (cfg *rest.Config, kubeconfig string, pods bool, stop func(), err error) {
 	crds := filepath.Join(root, "deploy", "crd")
 	if o.Kubeconfig != "" {
 		say("using the cluster of %s", o.Kubeconfig)
 		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("sandbox: %w", err)
+			return nil, "", false, nil, fmt.Errorf("sandbox: %w", err)
 		}
 		if err := installCRD(cfg, filepath.Join(crds, "flyte.org_taskactions.yaml")); err != nil {
-			return nil, "", nil, err
+			return nil, "", false, nil, err
 		}
-		return cfg, o.Kubeconfig, func() {}, nil
+		ready, err := readyNodes(cfg)
+		if err != nil {
+			return nil, "", false, nil, err
+		}
+		if ready == 0 {
+			say("the cluster has no Ready node, so only in-process tasks run")
+		}
+		return cfg, o.Kubeconfig, ready > 0, func() {}, nil
 	}
-	say("starting the embedded control plane (kube-apiserver and etcd; built from the Go module proxy the first time)")
 	scheme, err := executor.Scheme()
 	if err != nil {
-		return nil, "", nil, err
+		return nil, "", false, nil, err
 	}
+	why := nodetest.Unavailable()
+	if o.NoNode {
+		why = "--no-node"
+	}
+	if why == "" {
+		say("starting a real single-node Kubernetes: etcd, kube-apiserver, controller manager, scheduler, containerd and kubelet on 127.0.0.1 (hack/node.sh; built the first time)")
+		node, err := nodetest.Start(nodetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme})
+		if err != nil {
+			return nil, "", false, nil, err
+		}
+		say("the node's processes log to %s", filepath.Join(node.Dir, "logs"))
+		return node.Config, filepath.Join(node.Dir, "admin.kubeconfig"), true, func() { _ = node.Stop() }, nil
+	}
+	say("starting the embedded control plane (kube-apiserver and etcd; built from the Go module proxy the first time); no node (%s), so only in-process tasks run", why)
 	env, err := kubetest.Start(kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme})
 	if err != nil {
-		return nil, "", nil, err
+		return nil, "", false, nil, err
 	}
-	stop := func() { _ = env.Stop() }
+	stop = func() { _ = env.Stop() }
 	raw, err := env.Kubeconfig()
 	if err == nil {
 		err = os.WriteFile(filepath.Join(o.Dir, "kubeconfig"), raw, 0o600)
 	}
 	if err != nil {
 		stop()
-		return nil, "", nil, fmt.Errorf("sandbox: %w", err)
+		return nil, "", false, nil, fmt.Errorf("sandbox: %w", err)
 	}
-	return env.Config, filepath.Join(o.Dir, "kubeconfig"), stop, nil
+	return env.Config, filepath.Join(o.Dir, "kubeconfig"), false, stop, nil
+}
+
+// readyNodes counts the cluster's Ready nodes.
+func readyNodes(cfg *rest.Config) (int, error) {
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return 0, fmt.Errorf("sandbox: listing nodes: %w", err)
+	}
+	ready := 0
+	for _, n := range nodes.Items {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				ready++
+			}
+		}
+	}
+	return ready, nil
 }
 
 // database creates the sandbox's database on the throwaway cluster (both services

@@ -75,6 +75,9 @@ func row(e *example, now time.Time) []string {
 			reason = c.Reason
 		}
 	}
+	if st.Phase.IsTerminal() && st.Error != nil && st.Error.Code != reason {
+		reason += " (" + st.Error.Code + ")" // what failed, as well as how it ended
+	}
 	age := "-"
 	if !ta.CreationTimestamp.IsZero() {
 		age = now.Sub(ta.CreationTimestamp.Time).Round(time.Second).String()

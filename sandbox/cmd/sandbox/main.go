@@ -16,6 +16,7 @@ import (
 func main() {
 	var o sandbox.Options
 	flag.StringVar(&o.Dir, "dir", "", "directory for the sandbox's files (default: $TMPDIR/flyte-sandbox, which the examples name)")
+	flag.BoolVar(&o.NoNode, "no-node", false, "use the embedded control plane without a node even as root (container examples are left out)")
 	flag.BoolVar(&o.UntilSettled, "until-settled", false, "stop once every example has ended; fail if one did not end as expected")
 	flag.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "with --until-settled, how long the examples may take")
 	flag.Parse()
