@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,6 +56,7 @@ func startExecutor(t *testing.T, ns string, configure ...func(*config.Config)) (
 		c(&cfg)
 	}
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
+	cfg.EventsServiceURL, cfg.CacheServiceURL = "", "" // events and cache are tested on envtest
 	cfg.GC.Interval = metav1.Duration{}
 	cfg.LeaderElect = false
 	cfg.RetryBackoff.Base, cfg.RetryBackoff.Cap = metav1.Duration{Duration: 200 * time.Millisecond}, metav1.Duration{Duration: time.Second}
@@ -355,5 +357,38 @@ func TestExecutorRestartWhilePodsRun(t *testing.T) {
 	}
 	if pods := podsOf(t, ns); len(pods) != 1 {
 		t.Fatalf("pods %v; want the one attempt's", names(pods))
+	}
+}
+
+// Deleting a running action aborts its pod: the container gets SIGTERM (this one exits
+// on it, well before the 30 s grace period would end it), and the action goes.
+func TestAbortSendsSIGTERMToTheContainer(t *testing.T) {
+	ctx := context.Background()
+	ns := node.Namespace(t)
+	runExecutor(t, ns)
+	ta := containerAction(ns, "aborted", 0, `trap 'echo got TERM; exit 0' TERM; echo started; while true; do sleep 1; done`)
+	if err := node.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ta, flytev1.PhaseRunning)
+	var pod corev1.Pod
+	if err := node.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "aborted-1"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	if err := node.Client.Delete(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []client.Object{&pod, ta} {
+		for {
+			err := node.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if time.Since(deleted) > 20*time.Second {
+				t.Fatalf("%s still there %s after the action's deletion (err %v): the container did not get SIGTERM", obj.GetName(), time.Since(deleted).Round(time.Second), err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 	}
 }

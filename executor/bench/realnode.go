@@ -88,6 +88,7 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 	}
 	cfg := config.Default()
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
+	cfg.EventsServiceURL, cfg.CacheServiceURL = "", ""
 	cfg.GC.Interval = metav1.Duration{}
 	cfg.LeaderElect = false
 	mctx, stop := context.WithCancel(ctx)
