@@ -392,3 +392,31 @@ func TestAbortSendsSIGTERMToTheContainer(t *testing.T) {
 		}
 	}
 }
+
+// An attempt that runs past spec.timeout ends TimedOut, and its pod is stopped.
+func TestTimeoutStopsTheRealPod(t *testing.T) {
+	ctx := context.Background()
+	ns := node.Namespace(t)
+	runExecutor(t, ns)
+	ta := containerAction(ns, "slowpoke", 0, "sleep 120")
+	ta.Spec.Timeout = &metav1.Duration{Duration: 3 * time.Second}
+	if err := node.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	got := waitFinished(t, ta)
+	if got.Status.Phase != flytev1.PhaseTimedOut {
+		t.Fatalf("ended %s (%s); want TimedOut", got.Status.Phase, history(got))
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var pod corev1.Pod
+		err := node.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "slowpoke-1"}, &pod)
+		if apierrors.IsNotFound(err) || (err == nil && (pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the timed-out attempt's pod still runs: %s (err %v)", pod.Status.Phase, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
