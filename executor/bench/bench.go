@@ -385,31 +385,40 @@ func serve(ctx context.Context, run func(context.Context, func(app.Addrs)) error
 // create makes o.Actions actions from o.Creators clients and reports when each call
 // started.
 func create(ctx context.Context, c client.Client, o Options, ns, taskType string, prepare func(*flytev1.TaskAction, int) error, after func(*flytev1.TaskAction) error) (map[string]time.Time, error) {
+	return createAll(o.Actions, o.Creators, func(i int) (string, time.Time, error) {
+		ta := action(ns, fmt.Sprintf("a%05d", i), taskType)
+		err := prepare(ta, i)
+		t := time.Now()
+		if err == nil {
+			err = c.Create(ctx, ta)
+		}
+		if err == nil && after != nil {
+			err = after(ta)
+		}
+		return ta.Name, t, err
+	})
+}
+
+// createAll runs createOne for 0..n-1 from workers goroutines and collects when each
+// named object was created; a worker stops at its first error, which is returned.
+func createAll(n, workers int, createOne func(i int) (name string, at time.Time, err error)) (map[string]time.Time, error) {
 	var (
 		mu      sync.Mutex
-		started = make(map[string]time.Time, o.Actions)
+		started = make(map[string]time.Time, n)
 		next    atomic.Int64
 		first   error
 		wg      sync.WaitGroup
 	)
-	for range o.Creators {
+	for range workers {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= o.Actions {
+				if i >= n {
 					return
 				}
-				ta := action(ns, fmt.Sprintf("a%05d", i), taskType)
-				err := prepare(ta, i)
-				t := time.Now()
-				if err == nil {
-					err = c.Create(ctx, ta)
-				}
-				if err == nil && after != nil {
-					err = after(ta)
-				}
+				name, at, err := createOne(i)
 				mu.Lock()
-				started[ta.Name] = t
+				started[name] = at
 				if err != nil && first == nil {
 					first = err
 				}

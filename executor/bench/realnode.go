@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -125,38 +124,25 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 // and waits, through a watch on list's kind in ns, until each is done; it returns when
 // each was created and when it was seen done. A failed object fails the run.
 func createAndWait(ctx context.Context, wc client.WithWatch, ns string, o Options, list client.ObjectList,
-	newObject func(int) client.Object, done func(client.Object) bool) (created, finished map[string]time.Time, err error) {
+	newObject func(int) client.Object, done func(client.Object) bool) (_, finished map[string]time.Time, err error) {
 	w, err := wc.Watch(ctx, list, client.InNamespace(ns))
 	if err != nil {
 		return nil, nil, err
 	}
 	defer func() { w.Stop() }()
-	created, finished = map[string]time.Time{}, map[string]time.Time{}
+	finished = map[string]time.Time{}
 	var (
-		mu    sync.Mutex
-		next  atomic.Int64
-		first error
-		wg    sync.WaitGroup
+		created map[string]time.Time
+		first   error
+		wg      sync.WaitGroup
 	)
-	for range o.Creators {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= o.RealNodeActions {
-					return
-				}
-				obj := newObject(i)
-				t := time.Now()
-				err := wc.Create(ctx, obj)
-				mu.Lock()
-				created[obj.GetName()] = t
-				if err != nil && first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
+	wg.Go(func() {
+		created, first = createAll(o.RealNodeActions, o.Creators, func(i int) (string, time.Time, error) {
+			obj := newObject(i)
+			t := time.Now()
+			return obj.GetName(), t, wc.Create(ctx, obj)
 		})
-	}
+	})
 	timeout := time.After(10 * time.Minute)
 	for len(finished) < o.RealNodeActions {
 		select {
@@ -178,6 +164,7 @@ func createAndWait(ctx context.Context, wc client.WithWatch, ns string, o Option
 				}
 			}
 		case <-timeout:
+			wg.Wait()
 			return nil, nil, fmt.Errorf("only %d of %d done", len(finished), o.RealNodeActions)
 		}
 	}
