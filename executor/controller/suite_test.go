@@ -202,7 +202,9 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	outputs := cache.New(cacheClient, store, 200*time.Millisecond, log)
+	// A heartbeat of 1 s (a reservation lapses after 3 missed): short for tests, and
+	// not lost to a loaded machine's stalls, which let an identical action run too.
+	outputs := cache.New(cacheClient, store, time.Second, log)
 	outputs.Metrics = instruments
 	r := &controller.TaskActionReconciler{
 		Events: publisher, Metrics: instruments,
