@@ -89,19 +89,39 @@ func containerAction(ns, name string, retries int32, command string) *flytev1.Ta
 	}
 }
 
-// waitFinished waits until the action is finished and returns it.
-func waitFinished(t *testing.T, ta *flytev1.TaskAction) *flytev1.TaskAction {
+// waitFor waits until the action meets cond (what names it) and returns it.
+func waitFor(t *testing.T, ta *flytev1.TaskAction, what string, cond func(*flytev1.TaskAction) bool) *flytev1.TaskAction {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	var got flytev1.TaskAction
 	for {
-		if err := node.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got); err == nil && got.Status.Phase.IsTerminal() {
+		if err := node.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got); err == nil && cond(&got) {
 			return &got
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never finished; status %+v", ta.Name, got.Status)
+			t.Fatalf("%s never %s; status %+v", ta.Name, what, got.Status)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitFinished waits until the action is finished and returns it.
+func waitFinished(t *testing.T, ta *flytev1.TaskAction) *flytev1.TaskAction {
+	t.Helper()
+	return waitFor(t, ta, "finished", func(a *flytev1.TaskAction) bool { return a.Status.Phase.IsTerminal() })
+}
+
+// waitPhase waits until the action is in phase.
+func waitPhase(t *testing.T, ta *flytev1.TaskAction, phase flytev1.Phase) *flytev1.TaskAction {
+	t.Helper()
+	return waitFor(t, ta, "became "+string(phase), func(a *flytev1.TaskAction) bool { return a.Status.Phase == phase })
+}
+
+// create creates the action.
+func create(t *testing.T, ta *flytev1.TaskAction) {
+	t.Helper()
+	if err := node.Client.Create(context.Background(), ta); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -117,9 +137,7 @@ func TestContainerTaskRunsAsARealPod(t *testing.T) {
 	ns := node.Namespace(t)
 	runExecutor(t, ns)
 	ta := containerAction(ns, "hello", 0, "echo hello from $HOSTNAME")
-	if err := node.Client.Create(context.Background(), ta); err != nil {
-		t.Fatal(err)
-	}
+	create(t, ta)
 	got := waitFinished(t, ta)
 	if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.Attempts != 1 {
 		t.Fatalf("ended %s after %d attempts (%s); want Succeeded after 1", got.Status.Phase, got.Status.Attempts, history(got))
@@ -141,9 +159,7 @@ func TestFailingContainerRetriesInANewPod(t *testing.T) {
 	ns := node.Namespace(t)
 	runExecutor(t, ns)
 	ta := containerAction(ns, "fails", 1, "echo failing; exit 3")
-	if err := node.Client.Create(context.Background(), ta); err != nil {
-		t.Fatal(err)
-	}
+	create(t, ta)
 	got := waitFinished(t, ta)
 	if got.Status.Phase != flytev1.PhaseFailed || got.Status.Attempts != 2 || got.Status.UserFailures != 2 {
 		t.Fatalf("ended %s after %d attempts, %d user failures (%s); want Failed after 2 and 2", got.Status.Phase,
@@ -165,9 +181,7 @@ func TestOOMKilledContainerIsReported(t *testing.T) {
 	runExecutor(t, ns)
 	// A shell variable of 128 MiB under a 64 MiB limit.
 	ta := containerAction(ns, "hungry", 0, `x=$(head -c 134217728 /dev/zero | tr '\0' a); echo ${#x}`)
-	if err := node.Client.Create(context.Background(), ta); err != nil {
-		t.Fatal(err)
-	}
+	create(t, ta)
 	got := waitFinished(t, ta)
 	if got.Status.Phase != flytev1.PhaseFailed {
 		t.Fatalf("ended %s (%s); want Failed", got.Status.Phase, history(got))
@@ -184,31 +198,13 @@ func TestMissingImageIsAUserError(t *testing.T) {
 	runExecutor(t, ns, func(c *config.Config) { c.K8s.ImagePullGracePeriod = metav1.Duration{Duration: 3 * time.Second} })
 	ta := containerAction(ns, "missing", 2, "true")
 	ta.Spec.Container.Image = "flyte.local/not-there:1"
-	if err := node.Client.Create(context.Background(), ta); err != nil {
-		t.Fatal(err)
-	}
+	create(t, ta)
 	got := waitFinished(t, ta)
 	if got.Status.Phase != flytev1.PhaseFailed || got.Status.Attempts != 1 {
 		t.Fatalf("ended %s after %d attempts (%s); want Failed after 1: retrying cannot bring the image", got.Status.Phase, got.Status.Attempts, history(got))
 	}
 	if e := got.Status.Error; e == nil || e.Code != "ImagePullFailed" || e.Kind != flytev1.ErrorKindUser {
 		t.Fatalf("error %+v; want the user's ImagePullFailed", e)
-	}
-}
-
-// waitPhase waits until the action is in phase.
-func waitPhase(t *testing.T, ta *flytev1.TaskAction, phase flytev1.Phase) *flytev1.TaskAction {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	var got flytev1.TaskAction
-	for {
-		if err := node.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got); err == nil && got.Status.Phase == phase {
-			return &got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never became %s; status %+v", ta.Name, phase, got.Status)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -237,9 +233,7 @@ func TestGracefulPodDeletionIsRelaunchedOnlyOnceThePodIsGone(t *testing.T) {
 	runExecutor(t, ns)
 	// The first attempt ignores TERM and sleeps; the second succeeds at once.
 	ta := containerAction(ns, "graceful", 0, `case $HOSTNAME in *-1) trap "" TERM; echo started; sleep 120;; *) echo second;; esac`)
-	if err := node.Client.Create(ctx, ta); err != nil {
-		t.Fatal(err)
-	}
+	create(t, ta)
 	waitPhase(t, ta, flytev1.PhaseRunning)
 	var pod corev1.Pod
 	if err := node.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "graceful-1"}, &pod); err != nil {
@@ -303,13 +297,9 @@ func TestQuotaQueuesRealPods(t *testing.T) {
 	runExecutor(t, ns, func(c *config.Config) { c.K8s.DeleteOnFinalize = true }) // a finished pod frees the quota
 	first := containerAction(ns, "first", 0, "sleep 3")
 	second := containerAction(ns, "second", 0, "true")
-	if err := node.Client.Create(ctx, first); err != nil {
-		t.Fatal(err)
-	}
+	create(t, first)
 	waitPhase(t, first, flytev1.PhaseRunning)
-	if err := node.Client.Create(ctx, second); err != nil {
-		t.Fatal(err)
-	}
+	create(t, second)
 	waitPhase(t, second, flytev1.PhaseWaitingForResources)
 	for _, ta := range []*flytev1.TaskAction{first, second} {
 		got := waitFinished(t, ta)
@@ -326,9 +316,7 @@ func TestJobRunsWithTheRealJobController(t *testing.T) {
 	ta := containerAction(ns, "batch", 0, "echo part of a job")
 	ta.Spec.TaskType = "k8s-job"
 	ta.Spec.Config = map[string]string{"parallelism": "2", "completions": "2"}
-	if err := node.Client.Create(context.Background(), ta); err != nil {
-		t.Fatal(err)
-	}
+	create(t, ta)
 	got := waitFinished(t, ta)
 	if got.Status.Phase != flytev1.PhaseSucceeded {
 		t.Fatalf("ended %s (%s): %+v", got.Status.Phase, history(got), got.Status.Error)
@@ -341,13 +329,10 @@ func TestJobRunsWithTheRealJobController(t *testing.T) {
 // The executor stopped while pods run, and another started: the running attempts are
 // adopted, not started again, and finish.
 func TestExecutorRestartWhilePodsRun(t *testing.T) {
-	ctx := context.Background()
 	ns := node.Namespace(t)
 	stop := startExecutor(t, ns)
 	ta := containerAction(ns, "survivor", 0, "sleep 5")
-	if err := node.Client.Create(ctx, ta); err != nil {
-		t.Fatal(err)
-	}
+	create(t, ta)
 	waitPhase(t, ta, flytev1.PhaseRunning)
 	stop()
 	runExecutor(t, ns)
@@ -367,9 +352,7 @@ func TestAbortSendsSIGTERMToTheContainer(t *testing.T) {
 	ns := node.Namespace(t)
 	runExecutor(t, ns)
 	ta := containerAction(ns, "aborted", 0, `trap 'echo got TERM; exit 0' TERM; echo started; while true; do sleep 1; done`)
-	if err := node.Client.Create(ctx, ta); err != nil {
-		t.Fatal(err)
-	}
+	create(t, ta)
 	waitPhase(t, ta, flytev1.PhaseRunning)
 	var pod corev1.Pod
 	if err := node.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "aborted-1"}, &pod); err != nil {
@@ -400,9 +383,7 @@ func TestTimeoutStopsTheRealPod(t *testing.T) {
 	runExecutor(t, ns)
 	ta := containerAction(ns, "slowpoke", 0, "sleep 120")
 	ta.Spec.Timeout = &metav1.Duration{Duration: 3 * time.Second}
-	if err := node.Client.Create(ctx, ta); err != nil {
-		t.Fatal(err)
-	}
+	create(t, ta)
 	got := waitFinished(t, ta)
 	if got.Status.Phase != flytev1.PhaseTimedOut {
 		t.Fatalf("ended %s (%s); want TimedOut", got.Status.Phase, history(got))
