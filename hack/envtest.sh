@@ -21,7 +21,6 @@ if [[ -z "${K8S_VERSION:-}" && -f "$here/go.mod" ]]; then
   [[ -n "$cg" ]] && K8S_VERSION="1.${cg#v0.}"
 fi
 K8S_VERSION=${K8S_VERSION:-1.37.2}
-staging_version="v0.${K8S_VERSION#1.}"
 
 cache_root=${FLYTE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/flyte-executor}
 assets="$cache_root/envtest/k8s-$K8S_VERSION"
@@ -53,17 +52,7 @@ kmod=$(cd "$work" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | s
 
 if [[ ! -x "$assets/kube-apiserver" ]]; then
   mkdir -p "$work/apiserver"
-  {
-    echo "module envtestbuild/apiserver"
-    echo
-    echo "go $(go env GOVERSION | sed 's/^go\([0-9]*\.[0-9]*\).*/\1/')"
-    echo
-    echo "require k8s.io/kubernetes v$K8S_VERSION"
-    echo
-    # Every "k8s.io/x => ./staging/src/k8s.io/x" of k8s.io/kubernetes becomes a published version.
-    sed -n 's#^[[:space:]]*\(replace[[:space:]]*\)\{0,1\}\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\2#p' "$kmod" |
-      sort -u | while read -r m; do echo "replace $m => $m $staging_version"; done
-  } >"$work/apiserver/go.mod"
+  "$here/hack/kube-module.sh" envtestbuild/apiserver "$K8S_VERSION" "$kmod" >"$work/apiserver/go.mod"
   cat >"$work/apiserver/tools.go" <<'GO'
 //go:build tools
 

@@ -40,24 +40,13 @@ build() {
     return
   fi
   export GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=${GOTOOLCHAIN:-local}
-  local work start staging_version kmod minor ldflags
+  local work start kmod minor ldflags
   work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
   start=$(date +%s)
-  staging_version="v0.${version#1.}"
   kmod=$(cd "$work" && go mod download -json "k8s.io/kubernetes@v$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
   [[ -f "$kmod" ]] || { log "could not download k8s.io/kubernetes@v$version"; exit 1; }
-  {
-    echo "module nodebuild"
-    echo
-    echo "go $(go env GOVERSION | sed 's/^go\([0-9]*\.[0-9]*\).*/\1/')"
-    echo
-    echo "require k8s.io/kubernetes v$version"
-    echo
-    # As in hack/envtest.sh: the staging modules at their published versions.
-    sed -n 's#^[[:space:]]*\(replace[[:space:]]*\)\{0,1\}\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\2#p' "$kmod" |
-      sort -u | while read -r m; do echo "replace $m => $m $staging_version"; done
-  } >"$work/go.mod"
+  "$here/hack/kube-module.sh" nodebuild "$version" "$kmod" >"$work/go.mod"
   cat >"$work/tools.go" <<'GO'
 //go:build tools
 
