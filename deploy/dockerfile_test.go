@@ -681,6 +681,3 @@ func parseArgs(args []string, flags map[string]goFlag) (map[string]string, error
 	}
 	return vals, nil
 }
-
-// ---------------------------------------------------------------------------------------
-// .dockerignore

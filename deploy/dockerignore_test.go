@@ -153,6 +153,3 @@ func ignored(rules []ignoreRule, p string) bool {
 	}
 	return out
 }
-
-// ---------------------------------------------------------------------------------------
-// The compose services
