@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"text/template"
 	"time"
@@ -43,6 +42,7 @@ import (
 	"github.com/flytekube/backend/executor/plugins/coresleep"
 	"github.com/flytekube/backend/executor/plugins/job"
 	"github.com/flytekube/backend/executor/tracing"
+	"github.com/flytekube/backend/internal/backoff"
 	"github.com/flytekube/backend/internal/rpcclient"
 )
 
@@ -227,7 +227,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			MaxSystemFailures:       int32(cfg.MaxSystemFailures),
 			MaxConcurrentReconciles: cfg.MaxConcurrentReconciles,
 			SkipNameValidation:      hooks.SeveralInProcess,
-			Backoff:                 controller.Backoff{Base: cfg.RetryBackoff.Base.Duration, Cap: cfg.RetryBackoff.Cap.Duration, Rand: rand.Float64},
+			Backoff:                 backoff.Backoff{Base: cfg.RetryBackoff.Base.Duration, Cap: cfg.RetryBackoff.Cap.Duration},
 		},
 	}
 	if cfg.CacheServiceURL != "" {

@@ -32,6 +32,7 @@ import (
 	"github.com/flytekube/backend/executor/plugins/coreecho"
 	"github.com/flytekube/backend/executor/plugins/coresleep"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/backoff"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/ports"
@@ -213,7 +214,7 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 		Recorder: mgr.GetEventRecorderFor("flyte-executor"), Clock: clock.RealClock{}, Log: log,
 		Options: controller.Options{
 			MaxSystemFailures: maxSystemFailures, MaxConcurrentReconciles: 4,
-			Backoff: controller.Backoff{Base: 50 * time.Millisecond, Cap: 400 * time.Millisecond, Rand: func() float64 { return 0.5 }},
+			Backoff: backoff.Backoff{Base: 50 * time.Millisecond, Cap: 400 * time.Millisecond, Rand: func() float64 { return 0.5 }},
 		},
 		Observe: func(req ctrl.Request) {
 			countMu.Lock()

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +32,7 @@ import (
 	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/tracing"
+	"github.com/flytekube/backend/internal/backoff"
 )
 
 // staleCacheWait is how long a reconcile that found the cache behind our own write waits
@@ -54,7 +54,7 @@ type Options struct {
 	// MaxSystemFailures is how many system failures an action survives.
 	MaxSystemFailures int32
 	// Backoff spaces attempts.
-	Backoff Backoff
+	Backoff backoff.Backoff
 	// MaxConcurrentReconciles is the number of workers.
 	MaxConcurrentReconciles int
 	// SkipNameValidation allows several managers in one process (tests).
@@ -221,9 +221,12 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{
 			// Failed passes (transient API errors, conflicts) are retried with a jittered
 			// backoff capped like the retries of attempts, not controller-runtime's 16
-			// minutes without jitter.
-			RateLimiter: newTransientLimiter(Backoff{Base: transientRetryBase,
-				Cap: max(r.Options.Backoff.Cap, transientRetryBase), Rand: rand.Float64}),
+			// minutes without jitter; per action, from its failures in a row, which a
+			// successful pass resets. Being the queue's, these waits cost no status write:
+			// a write per throttled call would add load to the API server that is
+			// throttling. They show in flyte_executor_retries_total{kind="transient"}.
+			RateLimiter: backoff.NewLimiter[reconcile.Request](backoff.Backoff{Base: transientRetryBase,
+				Cap: max(r.Options.Backoff.Cap, transientRetryBase)}),
 			MaxConcurrentReconciles: max(r.Options.MaxConcurrentReconciles, 1),
 			SkipNameValidation:      &r.Options.SkipNameValidation,
 		}).

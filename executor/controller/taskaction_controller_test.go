@@ -266,23 +266,6 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
-func TestBackoffDelay(t *testing.T) {
-	b := controller.Backoff{Base: time.Second, Cap: 10 * time.Second, Rand: func() float64 { return 0 }}
-	tests := []struct {
-		n    int32
-		want time.Duration
-	}{{0, 500 * time.Millisecond}, {1, 500 * time.Millisecond}, {2, time.Second}, {3, 2 * time.Second}, {5, 5 * time.Second}, {60, 5 * time.Second}}
-	for _, tt := range tests {
-		if got := b.Delay(tt.n); got != tt.want {
-			t.Errorf("Delay(%d) = %s; want %s", tt.n, got, tt.want)
-		}
-	}
-	b.Rand = func() float64 { return 0.999 }
-	if got := b.Delay(60); got > 10*time.Second || got < 9*time.Second {
-		t.Errorf("Delay with full jitter = %s; want just under the cap", got)
-	}
-}
-
 func findCondition(ta *flytev1.TaskAction, typ string) *metav1.Condition {
 	for i := range ta.Status.Conditions {
 		if ta.Status.Conditions[i].Type == typ {
