@@ -12,6 +12,7 @@ require (
 	connectrpc.com/validate v0.9.0
 	github.com/exaring/otelpgx v0.13.0
 	github.com/go-logr/logr v1.4.4
+	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/prometheus/client_golang v1.25.0

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -29,14 +30,14 @@ func Code(err error) connect.Code {
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.CodeDeadlineExceeded
 	case errors.As(err, &pgErr):
-		switch {
-		case pgErr.Code == "40001", pgErr.Code == "40P01": // serialization failure, deadlock
+		switch code := pgErr.Code; {
+		case code == pgerrcode.SerializationFailure, code == pgerrcode.DeadlockDetected:
 			return connect.CodeAborted
-		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "22": // data exception
+		case pgerrcode.IsDataException(code):
 			return connect.CodeInvalidArgument
-		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08", // connection exception
-			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // shutting down, cannot connect now
-			pgErr.Code == "53300": // too many connections
+		case pgerrcode.IsConnectionException(code),
+			code == pgerrcode.AdminShutdown, code == pgerrcode.CrashShutdown, code == pgerrcode.CannotConnectNow,
+			code == pgerrcode.TooManyConnections:
 			return connect.CodeUnavailable
 		}
 		return connect.CodeInternal

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flytekube/backend/services/postgres"
@@ -22,14 +23,14 @@ func TestCode(t *testing.T) {
 	}{
 		{"cancelled", fmt.Errorf("store: x: %w", context.Canceled), connect.CodeCanceled},
 		{"deadline", fmt.Errorf("store: x: %w", context.DeadlineExceeded), connect.CodeDeadlineExceeded},
-		{"deadlock", &pgconn.PgError{Code: "40P01"}, connect.CodeAborted},
-		{"serialization", fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40001"}), connect.CodeAborted},
-		{"connection failure", &pgconn.PgError{Code: "08006"}, connect.CodeUnavailable},
-		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, connect.CodeUnavailable},
-		{"too many connections", &pgconn.PgError{Code: "53300"}, connect.CodeUnavailable},
-		{"unique violation is a bug here", &pgconn.PgError{Code: "23505"}, connect.CodeInternal},
-		{"NUL in text", &pgconn.PgError{Code: "22021"}, connect.CodeInvalidArgument},
-		{"timestamp out of range", &pgconn.PgError{Code: "22008"}, connect.CodeInvalidArgument},
+		{"deadlock", &pgconn.PgError{Code: pgerrcode.DeadlockDetected}, connect.CodeAborted},
+		{"serialization", fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: pgerrcode.SerializationFailure}), connect.CodeAborted},
+		{"connection failure", &pgconn.PgError{Code: pgerrcode.ConnectionFailure}, connect.CodeUnavailable},
+		{"admin shutdown", &pgconn.PgError{Code: pgerrcode.AdminShutdown}, connect.CodeUnavailable},
+		{"too many connections", &pgconn.PgError{Code: pgerrcode.TooManyConnections}, connect.CodeUnavailable},
+		{"unique violation is a bug here", &pgconn.PgError{Code: pgerrcode.UniqueViolation}, connect.CodeInternal},
+		{"NUL in text", &pgconn.PgError{Code: pgerrcode.CharacterNotInRepertoire}, connect.CodeInvalidArgument},
+		{"timestamp out of range", &pgconn.PgError{Code: pgerrcode.DatetimeFieldOverflow}, connect.CodeInvalidArgument},
 		{"connection cut mid-call", fmt.Errorf("store: x: %w", io.ErrUnexpectedEOF), connect.CodeUnavailable},
 		{"anything else", errors.New("boom"), connect.CodeInternal},
 	}
@@ -62,14 +63,14 @@ func TestRPCErrorKeepsDatabaseDetailsOutOfTheAnswer(t *testing.T) {
 		{"unreachable database", fmt.Errorf("store: reading: %w", unreachable), connect.CodeUnavailable,
 			[]string{"secret_user", "secret_password", "secret_db", "127.0.0.1", ":1"}},
 		{"constraint violation", fmt.Errorf("store: recording: %w", &pgconn.PgError{
-			Severity: "ERROR", Code: "23505", Message: `duplicate key value violates unique constraint "action_events_pkey"`,
+			Severity: "ERROR", Code: pgerrcode.UniqueViolation, Message: `duplicate key value violates unique constraint "action_events_pkey"`,
 			Detail: "Key (project)=(tenant-a) already exists.", ConstraintName: "action_events_pkey", TableName: "action_events",
-		}), connect.CodeInternal, []string{"23505", "SQLSTATE", "action_events", "tenant-a", "duplicate key"}},
+		}), connect.CodeInternal, []string{pgerrcode.UniqueViolation, "SQLSTATE", "action_events", "tenant-a", "duplicate key"}},
 		{"NUL in text", fmt.Errorf("store: recording: %w", &pgconn.PgError{
-			Severity: "ERROR", Code: "22021", Message: `invalid byte sequence for encoding "UTF8": 0x00`, ColumnName: "owner_id",
-		}), connect.CodeInvalidArgument, []string{"22021", "SQLSTATE", "UTF8", "0x00", "owner_id"}},
-		{"deadlock", &pgconn.PgError{Code: "40P01", Message: "deadlock detected", Detail: "Process 4242 waits for ShareLock on transaction 77"},
-			connect.CodeAborted, []string{"40P01", "4242", "ShareLock"}},
+			Severity: "ERROR", Code: pgerrcode.CharacterNotInRepertoire, Message: `invalid byte sequence for encoding "UTF8": 0x00`, ColumnName: "owner_id",
+		}), connect.CodeInvalidArgument, []string{pgerrcode.CharacterNotInRepertoire, "SQLSTATE", "UTF8", "0x00", "owner_id"}},
+		{"deadlock", &pgconn.PgError{Code: pgerrcode.DeadlockDetected, Message: "deadlock detected", Detail: "Process 4242 waits for ShareLock on transaction 77"},
+			connect.CodeAborted, []string{pgerrcode.DeadlockDetected, "4242", "ShareLock"}},
 		{"anything else", errors.New("store: decoding action state tenant-a/prod: boom"), connect.CodeInternal, []string{"tenant-a", "boom"}},
 	}
 	for _, tt := range tests {
