@@ -37,6 +37,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/backoff"
 	"github.com/flytekube/backend/internal/rpcclient"
 )
 
@@ -124,8 +125,10 @@ func OnDelivered(f func(*flytev1.TaskAction)) Option {
 func New(c eventsv1connect.EventsServiceClient, cluster string, clk clock.PassiveClock, log *slog.Logger, opts ...Option) *Publisher {
 	p := &Publisher{
 		client: c, cluster: cluster, clock: clk, log: log, tracer: otel.Tracer(tracing.ScopeName),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](100*time.Millisecond, 30*time.Second),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig[types.UID](
+			// Jittered, so that the actions of one failed batch do not retry as one batch
+			// again at the same instant, and neither do several executors.
+			backoff.NewLimiter[types.UID](backoff.Backoff{Base: 100 * time.Millisecond, Cap: 30 * time.Second}),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "events"}),
 		deleted: make(chan event.TypedGenericEvent[*flytev1.TaskAction], 1024),
 		states:  make(map[types.UID]*state),
