@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -158,13 +160,11 @@ func shorten(name string, limit int) string {
 	return strings.TrimRight(name[:keep], "-.") + "-" + fnv32(name)
 }
 
+// fnv32 is the 32-bit FNV-1a hash of s, in hex.
 func fnv32(s string) string {
-	var h uint32 = 2166136261
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return fmt.Sprintf("%08x", h)
+	h := fnv.New32a()
+	_, _ = io.WriteString(h, s) // a hash never fails to write
+	return fmt.Sprintf("%08x", h.Sum32())
 }
 
 type inputs struct{ o ExecutionContextOptions }

@@ -97,6 +97,10 @@ func TestAttemptObjectName(t *testing.T) {
 	}{
 		{"r1-a0", 1, "r1-a0-1"},
 		{"r1-a0", 12, "r1-a0-12"},
+		// Running attempts' objects are found by these names: the hash (32-bit FNV-1a of
+		// the whole name) must not change between releases.
+		{long, 3, strings.Repeat("a", 52) + "-5904740b-3"},
+		{"r1-" + strings.Repeat("a", 60) + ".train-" + strings.Repeat("b", 40), 3, "r1-" + strings.Repeat("a", 49) + "-f537f07a-3"},
 	}
 	for _, tt := range tests {
 		if got := plugin.AttemptObjectName(tt.name, tt.attempt); got != tt.want {

@@ -25,6 +25,7 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/otelconnect"
+	"github.com/google/uuid"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -67,41 +68,12 @@ func ActionAttributes(ta *flytev1.TaskAction) []attribute.KeyValue {
 // TraceID is the trace of the action with this UID: the UUID's 16 bytes. A UID that is
 // not a UUID (Kubernetes makes UUIDs; tests may not) is hashed instead.
 func TraceID(uid types.UID) trace.TraceID {
-	var id trace.TraceID
-	n := 0
-	for i := 0; i < len(uid); i++ {
-		c := uid[i]
-		if c == '-' {
-			continue
-		}
-		v, ok := unhex(c)
-		if !ok || n == 2*len(id) {
-			return hashedTraceID(uid)
-		}
-		id[n/2] |= v << (4 * (1 - n%2))
-		n++
+	u, err := uuid.Parse(string(uid))
+	if id := trace.TraceID(u); err == nil && id.IsValid() {
+		return id
 	}
-	if n != 2*len(id) || !id.IsValid() {
-		return hashedTraceID(uid)
-	}
-	return id
-}
-
-func hashedTraceID(uid types.UID) trace.TraceID {
 	sum := sha256.Sum256([]byte(uid))
 	return trace.TraceID(sum[:16])
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }
 
 // SpanContext is the synthetic parent of the action's spans: its trace, and a span ID

@@ -21,6 +21,11 @@ func TestTraceIDIsTheUID(t *testing.T) {
 	if got := tracing.TraceID(uid).String(); got != "6f1c2a3b4d5e4f608a7b9c0d1e2f3a4b" {
 		t.Fatalf("TraceID(%s) = %s; want the UID's hex digits", uid, got)
 	}
+	for _, same := range []types.UID{"6F1C2A3B-4D5E-4F60-8A7B-9C0D1E2F3A4B", "6f1c2a3b4d5e4f608a7b9c0d1e2f3a4b"} {
+		if got := tracing.TraceID(same); got != tracing.TraceID(uid) {
+			t.Errorf("TraceID(%s) = %s; want the same trace as %s", same, got, uid)
+		}
+	}
 	sc := tracing.SpanContext(uid)
 	if !sc.IsValid() || !sc.IsRemote() || !sc.IsSampled() || sc.TraceID() != tracing.TraceID(uid) {
 		t.Fatalf("SpanContext(%s) = %+v; want a valid, remote, sampled parent in the UID's trace", uid, sc)
