@@ -3,13 +3,17 @@ package events_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/events/watch"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 )
 
@@ -141,4 +145,77 @@ func TestWatchEndsUnavailableOnShutdown(t *testing.T) {
 	if connect.CodeOf(stream.Err()) != connect.CodeUnavailable {
 		t.Fatalf("stream ended with %v; want Unavailable", stream.Err())
 	}
+}
+
+// A hub that lost its feed waits before it listens again, longer after each failure in
+// a row; once it listened again, the next loss starts over from the shortest wait
+// rather than from where the last outage left off.
+func TestHubReconnectWaitStartsOverOnceTheFeedWorked(t *testing.T) {
+	st, pool := openStore(t, pg.NewDatabase(t))
+	waits := &reconnectWaits{}
+	hub := watch.NewHub(pool, st, watch.Config{}, slog.New(waits), watch.Metrics{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = hub.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	subscribe := func() *watch.Subscription {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		s, err := hub.Subscribe(ctx, watch.Filter{Project: "demo", Domain: "development"}, "test") // once listening
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	const losses = 4
+	for range losses {
+		s := subscribe()
+		var killed int
+		if err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&killed); err != nil || killed != 1 {
+			t.Fatalf("terminating the hub's LISTEN connection: %d terminated, %v", killed, err)
+		}
+		<-s.Done()
+	}
+	subscribe() // the last loss was logged before the hub listened again
+
+	got := waits.get()
+	if len(got) != losses {
+		t.Fatalf("%d reconnect waits logged; want %d", len(got), losses)
+	}
+	for i, w := range got {
+		if w > 100*time.Millisecond {
+			t.Fatalf("waits before reconnecting: %v; the wait after loss %d grew though the feed had worked in between", got, i+1)
+		}
+	}
+}
+
+// reconnectWaits records the waits a hub logs before it listens again.
+type reconnectWaits struct {
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (h *reconnectWaits) Enabled(context.Context, slog.Level) bool { return true }
+func (h *reconnectWaits) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *reconnectWaits) WithGroup(string) slog.Handler            { return h }
+
+func (h *reconnectWaits) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "in" {
+			h.mu.Lock()
+			h.waits = append(h.waits, a.Value.Duration())
+			h.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func (h *reconnectWaits) get() []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.waits)
 }

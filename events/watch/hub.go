@@ -24,6 +24,7 @@ import (
 
 	"github.com/flytekube/backend/events/store"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/internal/backoff"
 )
 
 var (
@@ -232,32 +233,39 @@ func (h *Hub) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer h.endAll(ErrClosed, "shutdown")
 
-	delay := 100 * time.Millisecond
+	delays := reconnect.DelayFunc()
 	for {
-		err := h.listen(ctx)
+		listened, err := h.listen(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
+		if listened { // a new outage, not the last one going on
+			delays = reconnect.DelayFunc()
+		}
+		delay := delays()
 		h.log.Warn("change feed lost; reconnecting", "error", err, "in", delay)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 5*time.Second)
 	}
 }
 
-// listen holds one LISTEN connection until it fails.
-func (h *Hub) listen(ctx context.Context) error {
+// reconnect spaces the hub's tries to listen again, from the loss of a feed that worked.
+var reconnect = backoff.Backoff{Base: 100 * time.Millisecond, Cap: 5 * time.Second}
+
+// listen holds one LISTEN connection until it fails; listened says whether it got as far
+// as listening.
+func (h *Hub) listen(ctx context.Context) (listened bool, _ error) {
 	pooled, err := h.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("watch: acquiring connection: %w", err)
+		return false, fmt.Errorf("watch: acquiring connection: %w", err)
 	}
 	conn := pooled.Hijack() // held for as long as it lives; never returned to the pool
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{store.NotifyChannel}.Sanitize()); err != nil {
-		return fmt.Errorf("watch: LISTEN: %w", err)
+		return false, fmt.Errorf("watch: LISTEN: %w", err)
 	}
 
 	h.mu.Lock()
@@ -277,7 +285,7 @@ func (h *Hub) listen(ctx context.Context) error {
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("watch: waiting for notifications: %w", err)
+			return true, fmt.Errorf("watch: waiting for notifications: %w", err)
 		}
 		keys, err := store.ParseKeys(n.Payload)
 		if err != nil {
