@@ -23,6 +23,8 @@ import (
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/flytekube/backend/internal/backoff"
 )
 
 // Option changes how Open sets up the pool.
@@ -63,20 +65,19 @@ func Open(ctx context.Context, url string, opts ...Option) (*pgxpool.Pool, error
 	return pool, nil
 }
 
+// ready spaces the pings of a database that does not answer yet.
+var ready = backoff.Backoff{Base: 100 * time.Millisecond, Cap: 2 * time.Second}
+
 func waitReady(ctx context.Context, pool *pgxpool.Pool) error {
-	delay := 100 * time.Millisecond
-	for {
-		err := pool.Ping(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("postgres: database not reachable: %w", err)
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
+	var err error // the last ping's: the loop's own is only ctx's
+	_ = ready.DelayFunc().Until(ctx, true, true, func(ctx context.Context) (bool, error) {
+		err = pool.Ping(ctx)
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: database not reachable: %w", err)
 	}
+	return nil
 }
 
 // Migrations names a service's migration set.

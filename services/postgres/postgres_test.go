@@ -93,6 +93,29 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+// A service started before its database waits for it rather than failing.
+func TestOpenWaitsForTheDatabase(t *testing.T) {
+	url := pg.NewDatabase(t)
+	if err := pg.Pause(); err != nil {
+		t.Skip(err) // a server given by TEST_DATABASE_URL
+	}
+	resumed := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Second)
+		resumed <- pg.Resume()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := postgres.Open(ctx, url)
+	if rerr := <-resumed; rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err != nil {
+		t.Fatalf("Open while the database starts: %v", err)
+	}
+	pool.Close()
+}
+
 func TestMigrateRejectsIncompleteSet(t *testing.T) {
 	if _, err := postgres.Migrate(context.Background(), nil, postgres.Migrations{}, nil); err == nil {
 		t.Fatal("Migrate accepted a set with no name or files")
