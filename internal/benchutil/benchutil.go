@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+	"gonum.org/v1/gonum/stat"
+
 	"github.com/flytekube/backend/internal/pgtest"
 )
 
@@ -27,64 +30,65 @@ func (r Result) PerSecond() float64 { return float64(r.Ops) / r.Elapsed.Seconds(
 // Percentile returns the latency below which a fraction p of the operations fell.
 func (r Result) Percentile(p float64) time.Duration { return Percentile(r.Latencies, p) }
 
-// Percentile returns the value below which a fraction p of ds fall.
+// Percentile returns the smallest of ds that at least a fraction p of ds do not exceed.
 func Percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = float64(d)
+	}
+	return time.Duration(quantile(p, xs))
 }
 
-// Median returns the middle value of xs.
+// Median returns the middle value of xs (the lower of the two middle ones when there is
+// an even number).
 func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
+	return quantile(0.5, slices.Clone(xs))
+}
+
+// quantile sorts xs and returns its p-quantile, a value of xs.
+func quantile(p float64, xs []float64) float64 {
+	slices.Sort(xs)
+	return stat.Quantile(p, stat.Empirical, xs, nil)
 }
 
 // RunFor calls op from clients goroutines for d and returns what they did; op gets its
 // client number and a per-client counter. The first error stops the run.
 func RunFor(ctx context.Context, clients int, d time.Duration, op func(ctx context.Context, client, i int) error) (Result, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	g, ctx := errgroup.WithContext(ctx)
 	stop := time.Now().Add(d)
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		res   Result
-		first error
+		mu  sync.Mutex
+		res Result
 	)
 	start := time.Now()
 	for c := range clients {
-		wg.Go(func() {
+		g.Go(func() error {
 			var lat []time.Duration
+			defer func() {
+				mu.Lock()
+				res.Ops += len(lat)
+				res.Latencies = append(res.Latencies, lat...)
+				mu.Unlock()
+			}()
 			for i := 0; time.Now().Before(stop) && ctx.Err() == nil; i++ {
 				t := time.Now()
 				if err := op(ctx, c, i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-						cancel()
-					}
-					mu.Unlock()
-					break
+					return err
 				}
 				lat = append(lat, time.Since(t))
 			}
-			mu.Lock()
-			res.Ops += len(lat)
-			res.Latencies = append(res.Latencies, lat...)
-			mu.Unlock()
+			return nil
 		})
 	}
-	wg.Wait()
+	err := g.Wait()
 	res.Elapsed = time.Since(start)
-	return res, first
+	return res, err
 }
 
 // StartCPUProfile writes a CPU profile to path until the returned stop is called.

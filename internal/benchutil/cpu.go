@@ -1,17 +1,30 @@
 package benchutil
 
 import (
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"io/fs"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 )
 
-// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
-const clockTick = 10 * time.Millisecond
+// clockTick is the unit of /proc's CPU times, USER_HZ, as the kernel gives it to every
+// process in its auxiliary vector (AT_CLKTCK, which C's sysconf(_SC_CLK_TCK) reads).
+var clockTick = sync.OnceValue(func() time.Duration {
+	const atClkTck = 17 // from <elf.h>
+	if auxv, err := unix.Auxv(); err == nil {
+		for _, kv := range auxv {
+			if kv[0] == atClkTck && kv[1] > 0 {
+				return time.Second / time.Duration(kv[1])
+			}
+		}
+	}
+	return time.Second / 100 // Linux's USER_HZ on every architecture Go supports
+})
 
 // Proc names a process for a CPUMeter group's filter.
 type Proc struct {
@@ -41,22 +54,23 @@ func (m CPUMeter) Read() (CPUUse, error) {
 	for group := range m.Groups {
 		use[group] = 0
 	}
-	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	procs, err := procfs.AllProcs()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("benchutil: listing processes: %w", err)
 	}
-	for _, path := range stats {
-		data, err := os.ReadFile(path)
-		if err != nil {
+	for _, p := range procs {
+		st, err := p.Stat()
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			continue // the process ended meanwhile
 		}
-		p, ticks, err := parseStat(string(data))
 		if err != nil {
-			return nil, fmt.Errorf("benchutil: %s: %w", path, err)
+			return nil, fmt.Errorf("benchutil: process %d: %w", p.PID, err)
 		}
+		proc := Proc{PID: st.PID, PPID: st.PPID, Comm: st.Comm}
+		ticks := time.Duration(st.UTime+st.STime) + time.Duration(st.CUTime+st.CSTime)
 		for group, keep := range m.Groups {
-			if keep(p) {
-				use[group] += time.Duration(ticks) * clockTick
+			if keep(proc) {
+				use[group] += ticks * clockTick()
 			}
 		}
 	}
@@ -106,37 +120,6 @@ func (u CPUUse) Total() (t time.Duration) {
 		t += d
 	}
 	return t
-}
-
-// parseStat reads a /proc/PID/stat line: the process, and its utime, stime, cutime and
-// cstime summed. The command name is in parentheses and may itself hold spaces or ')'.
-func parseStat(line string) (Proc, int64, error) {
-	open, end := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')')
-	if open < 0 || end < open {
-		return Proc{}, 0, fmt.Errorf("malformed stat line %q", line)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(line[:open]))
-	if err != nil {
-		return Proc{}, 0, err
-	}
-	// After the name: state (field 3), ppid (4), ..., utime (14) to cstime (17).
-	fields := strings.Fields(line[end+1:])
-	if len(fields) < 15 {
-		return Proc{}, 0, fmt.Errorf("short stat line %q", line)
-	}
-	ppid, err := strconv.Atoi(fields[1])
-	if err != nil {
-		return Proc{}, 0, err
-	}
-	var ticks int64
-	for _, f := range fields[11:15] {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return Proc{}, 0, err
-		}
-		ticks += n
-	}
-	return Proc{PID: pid, PPID: ppid, Comm: line[open+1 : end]}, ticks, nil
 }
 
 func selfCPU() time.Duration {

@@ -2,34 +2,13 @@ package benchutil
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 )
 
-func TestParseStat(t *testing.T) {
-	tests := []struct {
-		line  string
-		proc  Proc
-		ticks int64
-	}{
-		{"42 (postgres) S 7 42 42 0 -1 4194560 1 0 0 0 15 5 3 2 20 0 1 0 100 0 0",
-			Proc{PID: 42, PPID: 7, Comm: "postgres"}, 25},
-		{"9 (a (b) c) R 1 9 9 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 100 0 0",
-			Proc{PID: 9, PPID: 1, Comm: "a (b) c"}, 3},
-	}
-	for _, tt := range tests {
-		p, ticks, err := parseStat(tt.line)
-		if err != nil || p != tt.proc || ticks != tt.ticks {
-			t.Errorf("parseStat(%q) = %+v, %d, %v; want %+v, %d", tt.line, p, ticks, err, tt.proc, tt.ticks)
-		}
-	}
-	if _, _, err := parseStat("garbage"); err == nil {
-		t.Error("parseStat accepted a line without a command name")
-	}
-}
-
 // A meter sees the CPU a process spends, through getrusage for itself and through /proc
-// for a group that chooses it.
+// for a group that chooses it, and both agree.
 func TestCPUMeterSeesWork(t *testing.T) {
 	m := CPUMeter{Groups: map[string]func(Proc) bool{
 		"self by /proc": func(p Proc) bool { return p.PID == os.Getpid() },
@@ -50,10 +29,31 @@ func TestCPUMeterSeesWork(t *testing.T) {
 			t.Errorf("%s grew by %v over 300 ms of work (%d loops)", g, use[g], x)
 		}
 	}
+	if diff := (use[SelfGroup] - use["self by /proc"]).Abs(); diff > 50*time.Millisecond {
+		t.Errorf("getrusage saw %v and /proc %v of the same work", use[SelfGroup], use["self by /proc"])
+	}
 	if use["nobody"] != 0 {
 		t.Errorf("a group of no process used %v", use["nobody"])
 	}
 	if per := use.Per(2); per[SelfGroup] != use[SelfGroup]/2 || use.Total() < use[SelfGroup]+use["self by /proc"] {
 		t.Errorf("Per(2) = %v, Total = %v of %v", per, use.Total(), use)
+	}
+}
+
+// The time of a child that has exited counts to the parent's group, as the time of
+// Postgres's ended backends counts to the postmaster's.
+func TestCPUMeterCountsExitedChildren(t *testing.T) {
+	self := os.Getpid()
+	m := CPUMeter{Groups: map[string]func(Proc) bool{
+		"self": func(p Proc) bool { return p.PID == self && p.Comm != "" },
+	}}
+	use, err := m.Measure(func() error {
+		return exec.Command("sh", "-c", `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done`).Run()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if children := use["self"] - use[SelfGroup]; children < 50*time.Millisecond {
+		t.Errorf("the group grew by %v and this process by %v: the exited child's time is missing", use["self"], use[SelfGroup])
 	}
 }
