@@ -30,6 +30,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/servicetest"
 )
 
 // The range of time an event may carry: the years 2000 to 2200.
@@ -553,10 +554,9 @@ func TestStalledWatchersAreDroppedWithTheirGoroutines(t *testing.T) {
 
 	// Small receive windows make a non-reading client stall the server after a few
 	// updates rather than after 4 MiB each.
-	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
-	transport := &http.Transport{Protocols: &protocols, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 16 << 10}}
-	stalled := eventsv1connect.NewEventsServiceClient(&http.Client{Transport: transport}, inst.URL, connect.WithGRPC())
+	small := servicetest.H2CClient()
+	small.Transport.(*http.Transport).HTTP2.MaxReceiveBufferPerStream = 16 << 10
+	stalled := eventsv1connect.NewEventsServiceClient(small, inst.URL, connect.WithGRPC())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const watchers = 50
@@ -594,7 +594,7 @@ func TestStalledWatchersAreDroppedWithTheirGoroutines(t *testing.T) {
 	for _, s := range streams {
 		_ = s.Close()
 	}
-	transport.CloseIdleConnections()
+	small.CloseIdleConnections()
 	for time.Now().Before(deadline) && runtime.NumGoroutine() > baseline+5 {
 		time.Sleep(50 * time.Millisecond)
 	}

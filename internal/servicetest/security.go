@@ -2,8 +2,6 @@ package servicetest
 
 import (
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +11,7 @@ import (
 	"k8s.io/client-go/transport"
 
 	"github.com/flytekube/backend/internal/devcreds"
+	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/auth"
 )
 
@@ -22,8 +21,7 @@ import (
 type PKI struct {
 	CAFile, CertFile, KeyFile string
 
-	dir  string
-	pool *x509.CertPool
+	dir string
 }
 
 // NewPKI writes a new CA and a serving certificate.
@@ -34,15 +32,10 @@ func NewPKI(t testing.TB) *PKI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caPEM, err := os.ReadFile(creds.CAFile)
-	if err != nil {
+	if _, err := rpcclient.LoadCAFile(creds.CAFile); err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		t.Fatalf("%s holds no certificate", creds.CAFile)
-	}
-	return &PKI{CAFile: creds.CAFile, CertFile: creds.CertFile, KeyFile: creds.KeyFile, dir: dir, pool: pool}
+	return &PKI{CAFile: creds.CAFile, CertFile: creds.CertFile, KeyFile: creds.KeyFile, dir: dir}
 }
 
 // Reissue writes a new serving certificate that also covers host over CertFile and
@@ -54,15 +47,17 @@ func (p *PKI) Reissue(t testing.TB, host string) {
 	}
 }
 
-// Client is an HTTP/2 client over TLS that trusts the CA, sending token when not empty.
+// Client is the programs' HTTP/2 client (internal/rpcclient) trusting the CA, sending
+// token when not empty.
 func (p *PKI) Client(token string) *http.Client {
-	var protocols http.Protocols
-	protocols.SetHTTP2(true)
-	var rt http.RoundTripper = &http.Transport{Protocols: &protocols, TLSClientConfig: &tls.Config{RootCAs: p.pool, MinVersion: tls.VersionTLS12}}
-	if token != "" {
-		rt = transport.NewBearerAuthRoundTripper(token, rt)
+	c, err := rpcclient.New(rpcclient.Options{CAFile: p.CAFile})
+	if err != nil {
+		panic(err) // NewPKI read the same file
 	}
-	return &http.Client{Transport: rt}
+	if token != "" {
+		c.Transport = transport.NewBearerAuthRoundTripper(token, c.Transport)
+	}
+	return c
 }
 
 // Tokens are static tokens for each kind of caller, in a file in kube-apiserver's token

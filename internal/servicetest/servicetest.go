@@ -14,14 +14,19 @@ import (
 	"time"
 
 	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/app"
 )
 
-// H2CClient speaks HTTP/2 without TLS, as gRPC clients do inside a cluster.
+// H2CClient speaks HTTP/2 without TLS, as gRPC clients do inside a cluster: the
+// programs' own client (internal/rpcclient), with no CA, token or timeout. Each call
+// returns a new client and transport, which a test may adjust.
 func H2CClient() *http.Client {
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+	c, err := rpcclient.New(rpcclient.Options{})
+	if err != nil {
+		panic(err) // it fails only reading files, and is given none
+	}
+	return c
 }
 
 // Instance is one running service.
