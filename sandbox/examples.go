@@ -22,6 +22,7 @@ const (
 	annotationExpect         = "examples.flyte.org/expect"          // a terminal phase, or "Rejected"
 	annotationExpectCache    = "examples.flyte.org/expect-cache"    // a cache status
 	annotationExpectAttempts = "examples.flyte.org/expect-attempts" // a number of attempts
+	annotationExpectOutputs  = "examples.flyte.org/expect-outputs"  // "true": it wrote outputs
 	// annotationAfter holds an example back until the one it names has ended.
 	annotationAfter = "examples.flyte.org/after"
 	// annotationNeedsNode marks an example that runs pods: without a node it is left out.
@@ -146,6 +147,8 @@ func (e *example) verdict() (done bool, problem string) {
 		return true, fmt.Sprintf("ended %s; want %s", st.Phase, want)
 	case e.action.Annotations[annotationExpectCache] != "" && string(st.CacheStatus) != e.action.Annotations[annotationExpectCache]:
 		return true, fmt.Sprintf("cache %s; want %s", st.CacheStatus, e.action.Annotations[annotationExpectCache])
+	case e.action.Annotations[annotationExpectOutputs] == "true" && st.OutputsURI == "":
+		return true, "wrote no outputs; want some"
 	}
 	if a := e.action.Annotations[annotationExpectAttempts]; a != "" {
 		if n, _ := strconv.Atoi(a); int32(n) != st.Attempts {

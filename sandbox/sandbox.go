@@ -231,6 +231,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	// The examples' inputs and outputs, and nothing else of the directory (its
 	// kubeconfig least of all): file:// is refused unless a prefix names it.
 	cfg.Storage.AllowedPrefixes = []string{"file://" + filepath.ToSlash(filepath.Join(o.Dir, "inputs")), "file://" + filepath.ToSlash(filepath.Join(o.Dir, "outputs"))}
+	// On the node started here, pods share this machine's disk with the executor: the
+	// container examples read and write the examples' file:// data where it lies.
+	cfg.K8s.MountFileStorage = pods && o.Kubeconfig == ""
 	cfgPath := filepath.Join(o.Dir, "executor.yaml")
 	if err := writeYAML(cfgPath, cfg); err != nil {
 		return err

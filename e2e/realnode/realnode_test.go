@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -133,14 +134,36 @@ func history(ta *flytev1.TaskAction) string {
 	return strings.Join(parts, " ")
 }
 
+// TestContainerTaskRunsAsARealPod: the task reads its inputs and writes its outputs
+// where the executor reads them (file:// storage mounted into the pod), its log is on
+// the node, and a task that writes an error document fails with the document's code.
 func TestContainerTaskRunsAsARealPod(t *testing.T) {
 	ns := node.Namespace(t)
-	runExecutor(t, ns)
-	ta := containerAction(ns, "hello", 0, "echo hello from $HOSTNAME")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "inputs.json"), []byte(`{"name": "node"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runExecutor(t, ns, func(c *config.Config) {
+		c.Storage.AllowedPrefixes, c.K8s.MountFileStorage = []string{"file://" + dir}, true
+	})
+	onDisk := func(ta *flytev1.TaskAction) *flytev1.TaskAction {
+		ta.Spec.InputURI, ta.Spec.RunOutputBase = "file://"+dir+"/inputs.json", "file://"+dir+"/real"
+		return ta
+	}
+	ta := onDisk(containerAction(ns, "hello", 0, `echo hello from $HOSTNAME; out=${FLYTE_OUTPUT_PREFIX#file://}; `+
+		`sed 's/"name"/"greeting"/' ${FLYTE_INPUT_URI#file://} > $out/outputs.json`))
+	failing := onDisk(containerAction(ns, "refuses", 0, `echo '{"code": "BadName", "message": "no such name"}' > ${FLYTE_OUTPUT_PREFIX#file://}/error.json`))
 	create(t, ta)
+	create(t, failing)
 	got := waitFinished(t, ta)
 	if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.Attempts != 1 {
 		t.Fatalf("ended %s after %d attempts (%s); want Succeeded after 1", got.Status.Phase, got.Status.Attempts, history(got))
+	}
+	if want := "file://" + dir + "/real/hello/1/outputs.json"; got.Status.OutputsURI != want {
+		t.Fatalf("outputs at %q; want %q", got.Status.OutputsURI, want)
+	}
+	if out, err := os.ReadFile(filepath.Join(dir, "real/hello/1/outputs.json")); err != nil || strings.TrimSpace(string(out)) != `{"greeting": "node"}` {
+		t.Fatalf("outputs %q (%v)", out, err)
 	}
 	var pod corev1.Pod
 	if err := node.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "hello-1"}, &pod); err != nil {
@@ -152,6 +175,9 @@ func TestContainerTaskRunsAsARealPod(t *testing.T) {
 	logs, err := node.Logs(context.Background(), &pod, pod.Spec.Containers[0].Name)
 	if err != nil || !strings.Contains(logs, "hello from hello-1") {
 		t.Fatalf("logs %q (%v)", logs, err)
+	}
+	if f := waitFinished(t, failing); f.Status.Phase != flytev1.PhaseFailed || f.Status.Error == nil || f.Status.Error.Code != "BadName" {
+		t.Fatalf("the task that wrote an error document ended %s with %+v (%s)", f.Status.Phase, f.Status.Error, history(f))
 	}
 }
 

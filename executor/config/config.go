@@ -133,6 +133,12 @@ type K8sPluginConfig struct {
 	// attempt fails as a user error (an image that is not there, or that the node may
 	// not pull); 0 fails it at the first failed pull. Default 3m.
 	ImagePullGracePeriod metav1.Duration `json:"imagePullGracePeriod"`
+	// MountFileStorage mounts a container action's file:// input and its attempt's
+	// output directory into its pod (hostPath), so that a task on a single-node cluster
+	// whose executor runs on the node, as `make run`'s, reads and writes them where the
+	// executor does. Never on a shared cluster: pods would write to nodes' disks. It
+	// needs a file:// prefix in storage.allowedPrefixes. Default false.
+	MountFileStorage bool `json:"mountFileStorage"`
 }
 
 // StorageConfig limits the executor's data store. Cached outputs are copied only from

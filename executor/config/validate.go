@@ -81,7 +81,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	seen := map[string]bool{}
+	seen, onDisk := map[string]bool{}, false
 	for i, raw := range c.Storage.AllowedPrefixes {
 		path := fmt.Sprintf("storage.allowedPrefixes[%d]", i)
 		p, err := prefix.Parse(raw)
@@ -92,6 +92,11 @@ func (c Config) Validate() error {
 			fail(path, "%s is listed twice", p)
 		}
 		seen[p.String()] = true
+		onDisk = onDisk || err == nil && p.Scheme() == "file"
+	}
+	if c.K8s.MountFileStorage && !onDisk {
+		// Without one, every action's file:// data is refused, so nothing would be mounted.
+		fail("k8s.mountFileStorage", "needs a file:// prefix in storage.allowedPrefixes")
 	}
 
 	switch {

@@ -60,6 +60,17 @@ type DataStore interface {
 	Exists(ctx context.Context, uri string) (bool, error)
 }
 
+// HostPathStore is a DataStore whose file:// objects lie on this machine's disk, where a
+// pod on the same machine can mount them: a single-node cluster whose executor runs on
+// the node. Both methods refuse what the action may not use, as Read and Write do.
+type HostPathStore interface {
+	// HostDir creates the directory at uri, a file:// location the action may write
+	// under, and returns its path.
+	HostDir(ctx context.Context, uri string) (string, error)
+	// HostFile returns the path of the file at uri, a file:// object the action may read.
+	HostFile(ctx context.Context, uri string) (string, error)
+}
+
 // ErrNotFound is returned by DataStore.Read for a missing blob.
 var ErrNotFound = errors.New("blob not found")
 

@@ -56,6 +56,7 @@ type Confined struct {
 var (
 	_ plugin.DataStore             = (*Confined)(nil)
 	_ plugin.ActionScopedDataStore = (*Confined)(nil)
+	_ plugin.HostPathStore         = view{}
 )
 
 // Confine limits s to the allowed prefixes (see package prefix for their form). With
@@ -133,6 +134,76 @@ func (c *Confined) ForAction(ta *flytev1.TaskAction) plugin.DataStore {
 		}
 	}
 	return view{c, r}
+}
+
+// HostDir implements plugin.HostPathStore: the directory is made through the prefix's
+// os.Root, so a symbolic link planted on the way cannot lead it out of the prefix.
+func (v view) HostDir(_ context.Context, uri string) (string, error) {
+	at, root, err := v.hostPlace(uri, true)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = root.Close() }()
+	if rel := relative(at); rel != "" {
+		if err := root.MkdirAll(rel, 0o755); err != nil {
+			return "", fileError("creating", at, err)
+		}
+	}
+	return hostPath(at, root, true)
+}
+
+// HostFile implements plugin.HostPathStore.
+func (v view) HostFile(_ context.Context, uri string) (string, error) {
+	at, root, err := v.hostPlace(uri, false)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = root.Close() }()
+	return hostPath(at, root, false)
+}
+
+// hostPlace checks a file:// URI as a write (dir) or a read, and opens its prefix.
+func (v view) hostPlace(uri string, dir bool) (place, *os.Root, error) {
+	at, err := v.r.check(uri, dir)
+	if err != nil {
+		return place{}, nil, err
+	}
+	if at.loc.Scheme != "file" {
+		return place{}, nil, fmt.Errorf("datastore: %s is not on this machine's disk", uri)
+	}
+	if at.under.Len() == 0 {
+		// A derived view's input: file:// is refused there, so this is not reached.
+		return place{}, nil, refuse(uri, ReasonOutside, "not under an allowed prefix")
+	}
+	root, err := openRoot(at.under, dir)
+	if err != nil {
+		return place{}, nil, fmt.Errorf("datastore: opening %s: %w", at.under, err)
+	}
+	return at, root, nil
+}
+
+// hostPath is the object's path once os.Root has shown it is what was asked for and
+// lies inside the prefix: no link anywhere on the way, as a mount would follow one.
+func hostPath(at place, root *os.Root, dir bool) (string, error) {
+	rel := relative(at)
+	if rel != "" {
+		parts := strings.Split(rel, "/")
+		for i := range parts {
+			fi, err := root.Lstat(path.Join(parts[:i+1]...))
+			if err != nil {
+				return "", fileError("checking", at, err)
+			}
+			if fi.Mode()&fs.ModeSymlink != 0 {
+				return "", refuse(at.uri, ReasonSymlink, "a symbolic link stands on the way, and a mount would follow it")
+			}
+			if want := i < len(parts)-1 || dir; want && !fi.IsDir() {
+				return "", fmt.Errorf("datastore: %s: %s is not a directory", at.uri, path.Join(parts[:i+1]...))
+			} else if !want && !fi.Mode().IsRegular() {
+				return "", fmt.Errorf("datastore: %s is not a regular file", at.uri)
+			}
+		}
+	}
+	return path.Join(at.under.Path(), rel), nil
 }
 
 // view is one action's part of a confined store.

@@ -277,3 +277,63 @@ func TestConfineRefusesBadPrefixes(t *testing.T) {
 		}
 	}
 }
+
+// TestHostPathsStayInsideThePrefix: what a pod would mount is a directory or file inside
+// the action's prefix, with no symbolic link on the way (a mount follows links, os.Root
+// alone would not be enough), and nothing outside the action's part is handed out.
+func TestHostPathsStayInsideThePrefix(t *testing.T) {
+	d := newDisk(t)
+	if err := os.WriteFile(filepath.Join(d.allowed, "inputs.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(d.allowed, "inputs.json"), filepath.Join(d.allowed, "inner-link")); err != nil {
+		t.Fatal(err)
+	}
+	action := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{Project: "p", Domain: "d"}}
+	store, ok := confine(t, "file://"+d.allowed).ForAction(action).(plugin.HostPathStore)
+	if !ok {
+		t.Fatal("an action's view of a confined store has no host paths")
+	}
+	in := "file://" + d.allowed
+	for _, tc := range []struct {
+		name, uri  string
+		dir        bool
+		want       string // the path handed out; empty: refused
+		notAllowed bool   // refused as ErrNotAllowed (not merely missing or of another kind)
+	}{
+		{"output directory, made", in + "/run/a/1", true, filepath.Join(d.allowed, "run/a/1"), false},
+		{"input file", in + "/inputs.json", false, filepath.Join(d.allowed, "inputs.json"), false},
+		{"directory through a link out", in + "/abs-link/x", true, "", true},
+		{"directory that is a link out", in + "/rel-link", true, "", true},
+		{"file that is a link out", in + "/token-link", false, "", true},
+		{"file that is a link inside", in + "/inner-link", false, "", true},
+		{"dot-dot out", in + "/../secrets", true, "", true},
+		{"sibling", "file://" + d.sibling + "/token", false, "", true},
+		{"missing file", in + "/nothing.json", false, "", false},
+		{"a directory as a file", in + "/run", false, "", false},
+		{"not under the prefix", "mem://b/x", true, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			get := store.HostFile
+			if tc.dir {
+				get = store.HostDir
+			}
+			got, err := get(context.Background(), tc.uri)
+			if tc.want == "" {
+				if err == nil || tc.notAllowed != errors.Is(err, datastore.ErrNotAllowed) {
+					t.Fatalf("got %q, %v; want refused (not allowed: %v)", got, err, tc.notAllowed)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+			if fi, err := os.Lstat(got); err != nil || fi.IsDir() != tc.dir {
+				t.Fatalf("%s: %v, %v", got, fi, err)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(d.outside, "x")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a directory was made outside: %v", err)
+	}
+}

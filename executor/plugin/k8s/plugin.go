@@ -76,6 +76,9 @@ type Config struct {
 	// ImagePullGracePeriod is how long a pod may fail to pull its image before the
 	// attempt fails as a user error.
 	ImagePullGracePeriod time.Duration
+	// MountFileStorage mounts an action's file:// input and output directory into its
+	// pods, for a single-node cluster whose executor runs on the node.
+	MountFileStorage bool
 	// LogLinks are templates of links to an attempt's logs (text/template over
 	// LogLinkData), such as a cluster's log viewer.
 	LogLinks []LogLinkTemplate

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,7 +60,7 @@ func (Plugin) BuildIdentityResource(context.Context, plugin.TaskExecutionMetadat
 }
 
 // BuildResource implements k8s.Plugin.
-func (Plugin) BuildResource(_ context.Context, tCtx plugin.TaskExecutionContext) (client.Object, error) {
+func (p Plugin) BuildResource(ctx context.Context, tCtx plugin.TaskExecutionContext) (client.Object, error) {
 	md := tCtx.Metadata()
 	spec := md.Action().Spec
 	if spec.Container == nil || spec.Container.Image == "" {
@@ -76,7 +77,7 @@ func (Plugin) BuildResource(_ context.Context, tCtx plugin.TaskExecutionContext)
 		env = append(env, corev1.EnvVar{Name: k, Value: spec.EnvVars[k]})
 	}
 	env = append(env, spec.Container.Env...)
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
 		Spec: corev1.PodSpec{
 			RestartPolicy:      corev1.RestartPolicyNever,
@@ -86,7 +87,52 @@ func (Plugin) BuildResource(_ context.Context, tCtx plugin.TaskExecutionContext)
 				Env: env, Resources: *spec.Container.Resources.DeepCopy(),
 			}},
 		},
-	}, nil
+	}
+	if p.Config.MountFileStorage {
+		if err := mountFileStorage(ctx, tCtx, &pod.Spec); err != nil {
+			return nil, err
+		}
+	}
+	return pod, nil
+}
+
+// Names of the volumes that mount an action's file:// data.
+const (
+	InputsVolume  = "flyte-inputs"
+	OutputsVolume = "flyte-outputs"
+)
+
+// mountFileStorage mounts the action's file:// input (read-only) and its attempt's output
+// directory at the paths their URIs name, so that the task finds them where the
+// environment says. The data store hands out only paths the action may use, with no
+// symbolic link on the way, which a mount would follow.
+func mountFileStorage(ctx context.Context, tCtx plugin.TaskExecutionContext, spec *corev1.PodSpec) error {
+	store, ok := tCtx.DataStore().(plugin.HostPathStore)
+	if !ok {
+		return errors.New("container: k8s.mountFileStorage is set, but the data store is not on this machine's disk")
+	}
+	mount := func(name, uri string, readOnly bool) error {
+		if !strings.HasPrefix(uri, "file://") {
+			return nil
+		}
+		get, kind := store.HostDir, corev1.HostPathDirectory
+		if readOnly {
+			get, kind = store.HostFile, corev1.HostPathFile
+		}
+		path, err := get(ctx, uri)
+		if err != nil {
+			return fmt.Errorf("container: mounting %s: %w", uri, err)
+		}
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &kind}}})
+		c := &spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: readOnly})
+		return nil
+	}
+	if err := mount(InputsVolume, tCtx.InputReader().InputURI(), true); err != nil {
+		return err
+	}
+	return mount(OutputsVolume, tCtx.OutputWriter().OutputPrefix(), false)
 }
 
 // GetTaskPhase implements k8s.Plugin.

@@ -2,6 +2,9 @@ package container_test
 
 import (
 	"context"
+	"maps"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -111,6 +114,75 @@ func TestGetTaskPhase(t *testing.T) {
 			}
 			if tt.wantCode != "" && (info.Err == nil || info.Err.Code != tt.wantCode || info.Err.Kind != tt.wantKind) {
 				t.Fatalf("error %+v; want %s of kind %d", info.Err, tt.wantCode, tt.wantKind)
+			}
+		})
+	}
+}
+
+// TestMountFileStorage: with k8s.mountFileStorage, a pod gets the action's file:// input
+// read-only and its attempt's output directory, at the paths the URIs name; without it,
+// or for data elsewhere, nothing of the host is mounted.
+func TestMountFileStorage(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "inputs.json"), []byte(`{"x": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store, err := datastore.Confine(datastore.New(), []string{"file://" + dir, "mem://out/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		mount       bool
+		input, base string
+		want        map[string]string // volume name: host path
+		wantErr     bool
+	}{
+		{name: "off", input: "file://" + dir + "/inputs.json", base: "file://" + dir + "/r1", want: map[string]string{}},
+		{name: "on", mount: true, input: "file://" + dir + "/inputs.json", base: "file://" + dir + "/r1",
+			want: map[string]string{container.InputsVolume: filepath.Join(dir, "inputs.json"), container.OutputsVolume: filepath.Join(dir, "r1/a0/2")}},
+		{name: "on, no inputs", mount: true, base: "file://" + dir + "/r1", want: map[string]string{container.OutputsVolume: filepath.Join(dir, "r1/a0/2")}},
+		{name: "on, data elsewhere", mount: true, base: "mem://out/r1", want: map[string]string{}},
+		{name: "on, input missing", mount: true, input: "file://" + dir + "/missing.json", base: "file://" + dir + "/r1", wantErr: true},
+		{name: "on, outside the prefixes", mount: true, base: "file:///etc/r1", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", InputURI: tt.input, RunOutputBase: tt.base,
+				Container: &flytev1.ContainerSpec{Image: "busybox"}}}
+			tCtx := plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{Action: ta, Attempt: 2, DataStore: store})
+			obj, err := container.Plugin{Config: k8s.Config{MountFileStorage: tt.mount}}.BuildResource(ctx, tCtx)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("built %+v", obj)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := obj.(*corev1.Pod).Spec
+			got := map[string]string{}
+			for _, v := range spec.Volumes {
+				got[v.Name] = v.HostPath.Path
+			}
+			mounts := map[string]corev1.VolumeMount{}
+			for _, m := range spec.Containers[0].VolumeMounts {
+				mounts[m.Name] = m
+			}
+			if !maps.Equal(got, tt.want) || len(mounts) != len(got) {
+				t.Fatalf("volumes %v, mounts %v; want %v", got, mounts, tt.want)
+			}
+			for name, path := range got {
+				if m := mounts[name]; m.MountPath != path || m.ReadOnly != (name == container.InputsVolume) {
+					t.Fatalf("%s mounted as %+v", name, m)
+				}
+			}
+			if out, ok := got[container.OutputsVolume]; ok {
+				if fi, err := os.Stat(out); err != nil || !fi.IsDir() {
+					t.Fatalf("the output directory was not made: %v", err)
+				}
 			}
 		})
 	}
