@@ -63,8 +63,8 @@ proto-generate: $(PROTOVALIDATE_PROTO) ## Regenerate the protobuf, Connect and g
 
 $(PROTOVALIDATE_PROTO):
 	@mkdir -p $(dir $@)
-	@dir=$$(cd "$${TMPDIR:-/tmp}" && GOFLAGS= $(GO) mod download -json github.com/bufbuild/protovalidate@$(PROTOVALIDATE_VERSION) \
-		| sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	@mod=github.com/bufbuild/protovalidate@$(PROTOVALIDATE_VERSION); \
+	dir=$$(cd "$${TMPDIR:-/tmp}" && GOFLAGS= $(GO) mod download $$mod && GOFLAGS= $(GO) list -m -f '{{.Dir}}' $$mod); \
 	install -m 0644 "$$dir/proto/protovalidate/buf/validate/validate.proto" $@
 
 .PHONY: check-generate

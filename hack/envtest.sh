@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 
 # The Kubernetes version follows client-go in go.mod (v0.X.Y <-> v1.X.Y).
 if [[ -z "${K8S_VERSION:-}" && -f "$here/go.mod" ]]; then
-  cg=$(awk '$1 == "k8s.io/client-go" {print $2}' "$here/go.mod" | head -1)
+  cg=$(cd "$here" && GOWORK=off go list -m -f '{{.Version}}' k8s.io/client-go)
   [[ -n "$cg" ]] && K8S_VERSION="1.${cg#v0.}"
 fi
 K8S_VERSION=${K8S_VERSION:-1.37.2}
@@ -47,7 +47,7 @@ trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
 
 log "fetching k8s.io/kubernetes@v$K8S_VERSION go.mod"
-kmod=$(cd "$work" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+kmod=$(cd "$work" && go list -m -f '{{.GoMod}}' "k8s.io/kubernetes@v$K8S_VERSION")
 [[ -f "$kmod" ]] || { log "could not download k8s.io/kubernetes@v$K8S_VERSION"; exit 1; }
 
 if [[ ! -x "$assets/kube-apiserver" ]]; then
@@ -70,7 +70,8 @@ GO
 fi
 
 if [[ ! -x "$assets/etcd" ]]; then
-  etcd_version=$(awk '$1 == "go.etcd.io/etcd/client/v3" {print $2; exit}' "$kmod")
+  etcd_version=$(go mod edit -json "$kmod" | (cd "$here" && GOFLAGS= go run ./hack/jsontmpl \
+    '{{range .Require}}{{if eq .Path "go.etcd.io/etcd/client/v3"}}{{.Version}}{{end}}{{end}}'))
   [[ -n "$etcd_version" ]] || { log "k8s.io/kubernetes does not name an etcd version"; exit 1; }
   mkdir -p "$work/etcd"
   printf 'module envtestbuild/etcd\n\ngo %s\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \

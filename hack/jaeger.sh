@@ -22,6 +22,7 @@
 set -euo pipefail
 
 JAEGER_VERSION=${JAEGER_VERSION:-v1.76.0}
+here=$(cd "$(dirname "$0")/.." && pwd)
 cache_root=${FLYTE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/flyte-executor}
 bin_dir="$cache_root/jaeger/$JAEGER_VERSION"
 binary="$bin_dir/jaeger"
@@ -43,18 +44,16 @@ build() {
   fi
 
   export GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=${GOTOOLCHAIN:-local}
-  local work start dl jmod
+  local work start jmod
   work=$(mktemp -d)
   # shellcheck disable=SC2064 # expand $work now: it is local
   trap "rm -rf '$work'" EXIT
   start=$(date +%s)
 
   log "fetching github.com/jaegertracing/jaeger@$JAEGER_VERSION go.mod"
-  dl=$(cd "$work" && go mod download -json "github.com/jaegertracing/jaeger@$JAEGER_VERSION" 2>&1) || true
-  jmod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"$dl")
+  jmod=$(cd "$work" && go list -m -f '{{.GoMod}}' "github.com/jaegertracing/jaeger@$JAEGER_VERSION") || true
   if [[ ! -f "$jmod" ]]; then
-    log "could not download github.com/jaegertracing/jaeger@$JAEGER_VERSION (is the Go module proxy reachable?):"
-    printf '%s\n' "$dl" >&2
+    log "could not download github.com/jaegertracing/jaeger@$JAEGER_VERSION (is the Go module proxy reachable?)"
     exit 1
   fi
 
@@ -65,14 +64,10 @@ build() {
     echo
     echo "require github.com/jaegertracing/jaeger $JAEGER_VERSION"
     echo
-    # Repeat every replace of Jaeger's go.mod, single-line and block form alike; a
-    # replace to a local directory cannot be repeated and would fail the build below.
-    awk '
-      /^replace[[:space:]]*\($/ { block = 1; next }
-      block && /^\)/ { block = 0; next }
-      block && NF { print "replace " $0; next }
-      /^replace[[:space:]]/ { print }
-    ' "$jmod"
+    # Repeat every replace of Jaeger's go.mod; a replace to a local directory cannot be
+    # repeated and would fail the build below.
+    local replace='replace {{.Old.Path}}{{with .Old.Version}} {{.}}{{end}} => {{.New.Path}}{{with .New.Version}} {{.}}{{end}}'
+    go mod edit -json "$jmod" | (cd "$here" && GOFLAGS= go run ./hack/jsontmpl "{{range .Replace}}$replace{{\"\n\"}}{{end}}")
   } >"$work/go.mod"
   cat >"$work/tools.go" <<'GO'
 //go:build tools

@@ -44,7 +44,7 @@ build() {
   work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
   start=$(date +%s)
-  kmod=$(cd "$work" && go mod download -json "k8s.io/kubernetes@v$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  kmod=$(cd "$work" && go list -m -f '{{.GoMod}}' "k8s.io/kubernetes@v$version")
   [[ -f "$kmod" ]] || { log "could not download k8s.io/kubernetes@v$version"; exit 1; }
   "$here/hack/kube-module.sh" nodebuild "$version" "$kmod" >"$work/go.mod"
   cat >"$work/tools.go" <<'GO'
