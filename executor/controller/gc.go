@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,27 +40,23 @@ type GarbageCollector struct {
 // NeedLeaderElection implements manager.LeaderElectionRunnable: one collector is enough.
 func (g *GarbageCollector) NeedLeaderElection() bool { return true }
 
-// Start implements manager.Runnable.
+// Start implements manager.Runnable: it collects now and then every Interval. Only the
+// leader collects, so there are no replicas to spread apart with jitter.
 func (g *GarbageCollector) Start(ctx context.Context) error {
-	ticker := time.NewTicker(g.Interval)
-	defer ticker.Stop()
-	for {
-		c, err := g.Collect(ctx)
-		g.Metrics.Collected(c.Walk, c.Deleted, c.Undelivered)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return nil
-		case err != nil:
-			g.Log.Warn("garbage collection failed", "error", err, "deleted", c.Deleted)
-		case c.Deleted > 0 || c.Undelivered > 0:
-			g.Log.Info("garbage collected finished actions", "deleted", c.Deleted,
-				"keptUndelivered", c.Undelivered, "maxTTL", g.MaxTTL.String())
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
+	wait.NonSlidingUntilWithContext(ctx, g.collectAndLog, g.Interval)
+	return nil
+}
+
+func (g *GarbageCollector) collectAndLog(ctx context.Context) {
+	c, err := g.Collect(ctx)
+	g.Metrics.Collected(c.Walk, c.Deleted, c.Undelivered)
+	switch {
+	case err != nil && ctx.Err() != nil:
+	case err != nil:
+		g.Log.Warn("garbage collection failed", "error", err, "deleted", c.Deleted)
+	case c.Deleted > 0 || c.Undelivered > 0:
+		g.Log.Info("garbage collected finished actions", "deleted", c.Deleted,
+			"keptUndelivered", c.Undelivered, "maxTTL", g.MaxTTL.String())
 	}
 }
 

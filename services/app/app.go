@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/flytekube/backend/services/auth"
@@ -148,16 +149,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started
 	return srv.Serve(ctx)
 }
 
-// Every runs f now and then every interval until ctx ends.
+// Every runs f now and then every interval, each stretched at random by up to a tenth,
+// until ctx ends: the replicas of a service, started together, then spread their
+// clean-ups apart instead of all deleting at the same moment.
 func Every(ctx context.Context, interval time.Duration, f func(context.Context)) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		f(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
+	wait.JitterUntilWithContext(ctx, f, interval, 0.1, false)
 }
