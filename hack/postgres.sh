@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # A throwaway Postgres cluster for tests and local runs, from Debian's binaries.
 #
-#   hack/postgres.sh start [DIR]   start a cluster in DIR (default: a new temp dir) on a
-#                                  free port on 127.0.0.1; prints "DIR" then the URL last
+#   hack/postgres.sh start [DIR]   start a cluster in DIR (default: a new temp dir); prints
+#                                  "DIR" then the URL last
 #   hack/postgres.sh stop DIR      stop it and remove DIR
 #   hack/postgres.sh pause DIR     stop the server, keeping its data (for outage tests)
-#   hack/postgres.sh resume DIR    start it again on the same port
+#   hack/postgres.sh resume DIR    start it again at the same address
 #
-# When TEST_DATABASE_URL is set, start prints it and starts nothing. The cluster trades
-# durability for speed (fsync=off): it is for tests only. As root, Postgres is installed
-# with apt-get when missing, and the cluster runs as the postgres user (initdb refuses root).
+# The cluster listens on a Unix socket in DIR and on no TCP port, so there is no port to
+# choose and none to collide with another cluster or program; the URL names DIR as its
+# host (pgx and psql take it as is), and DIR's path must stay short (a socket's path holds
+# at most 107 bytes). When TEST_DATABASE_URL is set, start prints it and starts nothing.
+# The cluster trades durability for speed (fsync=off): it is for tests only. As root,
+# Postgres is installed with apt-get when missing, and the cluster runs as the postgres
+# user (initdb refuses root).
 set -euo pipefail
 
 log() { printf 'postgres.sh: %s\n' "$*" >&2; }
@@ -39,12 +43,12 @@ as_owner() {
   fi
 }
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# run_server starts the cluster in $1 on port $2.
+# run_server starts the cluster in $1, listening on $1/.s.PGSQL.5432 only. The port is
+# named, although no TCP socket uses it, because it names the socket file and a PGPORT in
+# the environment would otherwise change it.
 run_server() {
   as_owner "$(pg_bin)/pg_ctl" -D "$1/data" -l "$1/postgres.log" -w -t 30 start -o \
-    "-p $2 -c listen_addresses=127.0.0.1 -c unix_socket_directories=$1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
+    "-p 5432 -c listen_addresses= -c unix_socket_directories=$1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
 }
 
 start() {
@@ -53,26 +57,20 @@ start() {
     echo "$TEST_DATABASE_URL"
     return
   fi
-  local bin dir port
+  local bin dir
   bin=$(pg_bin)
   dir=${1:-$(mktemp -d -t flyte-pg.XXXXXX)}
   mkdir -p "$dir"
   [[ $(id -u) -eq 0 ]] && chown postgres: "$dir"
   as_owner "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$dir/initdb.log" 2>&1 ||
     { cat "$dir/initdb.log" >&2; exit 1; }
-  for _ in $(seq 1 20); do
-    port=$((20000 + RANDOM % 40000))
-    port_free "$port" || continue
-    if run_server "$dir" "$port"; then
-      echo "$port" >"$dir/port"
-      echo "$dir"
-      echo "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-      return
-    fi
-  done
-  cat "$dir/postgres.log" >&2
-  log "could not start Postgres"
-  exit 1
+  if ! run_server "$dir"; then
+    cat "$dir/postgres.log" >&2
+    log "could not start Postgres"
+    exit 1
+  fi
+  echo "$dir"
+  echo "postgres://postgres@/postgres?host=$dir&port=5432&sslmode=disable"
 }
 
 stop() {
@@ -91,7 +89,7 @@ pause() {
 
 resume() {
   local dir=${1:?usage: hack/postgres.sh resume DIR}
-  run_server "$dir" "$(cat "$dir/port")"
+  run_server "$dir"
 }
 
 case "${1:-}" in
