@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/services/auth"
 )
 
@@ -49,13 +51,9 @@ func TestTokenFileIsReadAgainWhenItChanges(t *testing.T) {
 	}
 	waitFor := func(token string, want int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for status(token) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("token %q still answered %d, want %d", token, status(token), want)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		got := 0
+		eventually.True(t, 10*time.Second, func() bool { got = status(token); return got == want },
+			func() string { return fmt.Sprintf("token %q still answered %d, want %d", token, got, want) })
 	}
 	if got := status("old-token"); got != http.StatusOK {
 		t.Fatalf("the first token: %d", got)

@@ -22,6 +22,7 @@ import (
 
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/server"
 )
@@ -211,13 +212,9 @@ func TestHalfSentRequestsDoNotHoldGoroutines(t *testing.T) {
 	}
 	// What may remain is the 20 idle connections, until the client hangs up.
 	closeIdle()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > baseline+20 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > baseline+20 {
-		t.Errorf("%d goroutines remain, %d before the half-sent requests", n, baseline)
-	}
+	eventually.True(t, 10*time.Second, func() bool { return runtime.NumGoroutine() <= baseline+20 }, func() string {
+		return fmt.Sprintf("%d goroutines remain, %d before the half-sent requests", runtime.NumGoroutine(), baseline)
+	})
 }
 
 // TestTrickledHTTP1BodyIsClosed: an HTTP/1.1 body sent a byte at a time is cut off at the

@@ -13,6 +13,7 @@ import (
 
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/server"
 )
@@ -54,12 +55,8 @@ func TestTLSCertificateRotatesWithoutRestart(t *testing.T) {
 	}
 
 	pki.Reissue(t, "rotated.example")
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if names, _ := servedCertificate(t, pki, url); slices.Contains(names, "rotated.example") {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatal("the server still presents the old certificate 30 s after the files changed")
+	eventually.True(t, 30*time.Second, func() bool {
+		names, _ := servedCertificate(t, pki, url)
+		return slices.Contains(names, "rotated.example")
+	}, func() string { return "the server still presents the old certificate after the files changed" })
 }
