@@ -2,6 +2,7 @@ package cacheservice_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/flytekube/backend/cacheservice"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
 )
 
@@ -136,18 +138,14 @@ func TestSurvivesPostgresRestart(t *testing.T) {
 	if err := own.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	for name, call := range calls {
-		for {
-			err := call()
-			if err == nil {
-				break
-			}
-			if connect.CodeOf(err) != connect.CodeUnavailable || time.Now().After(deadline) {
+		var err error
+		eventually.True(t, 30*time.Second, func() bool {
+			if err = call(); err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
 				t.Fatalf("%s after Postgres came back: %v", name, err)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err == nil
+		}, func() string { return fmt.Sprintf("%s after Postgres came back: %v", name, err) })
 	}
 }
 
@@ -170,12 +168,12 @@ func TestCleanupRemovesExpiredReservationsAndOldEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for countRows(t, db, "cached_outputs") > 0 || countRows(t, db, "reservations") > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("cleanup left %d entries and %d reservations", countRows(t, db, "cached_outputs"), countRows(t, db, "reservations"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var entries, reservations int
+	eventually.True(t, 30*time.Second, func() bool {
+		entries, reservations = countRows(t, db, "cached_outputs"), countRows(t, db, "reservations")
+		return entries == 0 && reservations == 0
+	}, func() string {
+		return fmt.Sprintf("cleanup left %d entries and %d reservations", entries, reservations)
+	})
 	inst.RequireMetrics(t, `flyte_cache_cleanup_deleted_total{kind="entry"} 5`, `flyte_cache_cleanup_deleted_total{kind="reservation"} 5`)
 }
