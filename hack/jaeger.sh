@@ -5,14 +5,16 @@
 #   hack/jaeger.sh [build]        build the binary once per version into a per-user cache
 #                                 outside the clone; prints its path last
 #   hack/jaeger.sh start DIR      start Jaeger in the background with its config, log
-#                                 (jaeger.log) and pid (jaeger.pid) in DIR; waits until the
-#                                 query API answers and prints the query URL last
+#                                 (jaeger.log) and pid (jaeger.pid) in DIR; waits until it
+#                                 has started every listener and prints the query URL last
 #   hack/jaeger.sh stop DIR       stop it (DIR is kept)
 #
 # Ports (all on 127.0.0.1) come from the environment:
 #   JAEGER_OTLP_GRPC_PORT (4317)  JAEGER_OTLP_HTTP_PORT (4318)
 #   JAEGER_QUERY_PORT (16686)     JAEGER_QUERY_GRPC_PORT (16685)
 #   JAEGER_HEALTH_PORT (13133)    JAEGER_METRICS_PORT (8888, Jaeger's own Prometheus metrics)
+# A port of 0 lets Jaeger take any free one; the log (JSON lines) gives each listener's
+# address as bound, which internal/jaegertest reads.
 #
 # No binary downloads work on the machines we build on, and `go install` refuses
 # github.com/jaegertracing/jaeger/cmd/jaeger because Jaeger's go.mod has replace
@@ -114,6 +116,7 @@ service:
                 port: ${JAEGER_METRICS_PORT:-8888}
     logs:
       level: info
+      encoding: json
 
 extensions:
   jaeger_query:
@@ -153,8 +156,6 @@ exporters:
 YAML
 }
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
 running() { [[ -f "$1/jaeger.pid" ]] && kill -0 "$(cat "$1/jaeger.pid")" 2>/dev/null; }
 
 start() {
@@ -167,28 +168,27 @@ start() {
     log "already running in $dir (pid $(cat "$dir/jaeger.pid"))"
     exit 1
   fi
-  # A port already taken would make Jaeger exit, but the readiness probe below could be
-  # answered by whoever holds it; refuse up front instead.
-  local port
-  for port in "${JAEGER_OTLP_GRPC_PORT:-4317}" "${JAEGER_OTLP_HTTP_PORT:-4318}" "${JAEGER_QUERY_PORT:-16686}" \
-    "${JAEGER_QUERY_GRPC_PORT:-16685}" "${JAEGER_HEALTH_PORT:-13133}" "${JAEGER_METRICS_PORT:-8888}"; do
-    port_free "$port" || { log "port 127.0.0.1:$port is in use (is Jaeger already running? see the JAEGER_*_PORT variables)"; exit 1; }
-  done
   write_config "$dir/config.yaml"
-  query="http://127.0.0.1:${JAEGER_QUERY_PORT:-16686}"
   # setsid: its own session, so the caller's Ctrl-C or process group kill leaves it to stop.
   setsid "$bin" --config "$dir/config.yaml" >"$dir/jaeger.log" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$dir/jaeger.pid"
+  # Ready when the collector says every component has started: each listener is bound by
+  # then. A port someone else holds makes it exit instead, which the log tail shows.
   for _ in $(seq 1 300); do
     if ! kill -0 "$pid" 2>/dev/null; then
       tail -n 30 "$dir/jaeger.log" >&2
-      log "jaeger exited during startup; log in $dir/jaeger.log"
+      log "jaeger exited during startup (a port in use? see the JAEGER_*_PORT variables); log in $dir/jaeger.log"
       rm -f "$dir/jaeger.pid"
       exit 1
     fi
-    if curl -fsS -o /dev/null "$query/api/services" 2>/dev/null; then
-      echo "$query"
+    if grep -q '"msg":"Everything is ready' "$dir/jaeger.log"; then
+      query=${JAEGER_QUERY_PORT:-16686}
+      if [[ $query == 0 ]]; then
+        echo "see $dir/jaeger.log for the addresses"
+      else
+        echo "http://127.0.0.1:$query"
+      fi
       return
     fi
     sleep 0.1
@@ -196,7 +196,7 @@ start() {
   kill "$pid" 2>/dev/null || true
   rm -f "$dir/jaeger.pid"
   tail -n 30 "$dir/jaeger.log" >&2
-  log "query API at $query did not answer within 30s"
+  log "jaeger did not start within 30s"
   exit 1
 }
 

@@ -1,7 +1,7 @@
 // Package jaegertest gives tests a real Jaeger: the all-in-one program with in-memory
-// storage, built once per version by hack/jaeger.sh into a per-user cache and started on
-// free 127.0.0.1 ports, plus helpers that read traces back through Jaeger's HTTP query API
-// (the one its UI uses: /api/services, /api/traces).
+// storage, built once per version by hack/jaeger.sh into a per-user cache and listening on
+// ports of 127.0.0.1 that it chooses itself and logs, plus helpers that read traces back
+// through Jaeger's HTTP query API (the one its UI uses: /api/services, /api/traces).
 package jaegertest
 
 import (
@@ -16,22 +16,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/flytekube/backend/internal/ports"
 	"github.com/flytekube/backend/internal/repo"
 )
 
 // Jaeger is a running Jaeger.
 type Jaeger struct {
-	dir                     string
-	otlpGRPC, otlpHTTP      int
-	queryHTTP, queryGRPC    int
-	healthPort, metricsPort int
-	client                  *http.Client
+	dir string
+	// The addresses (host:port) of the OTLP receivers and of the query API.
+	otlpGRPC, otlpHTTP, queryHTTP string
+	client                        *http.Client
 }
 
 // Start starts Jaeger for one test and stops it when the test ends. It fails the test
@@ -95,45 +92,60 @@ func StartServer() (*Jaeger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jaegertest: finding hack/jaeger.sh: %w", err)
 	}
-	// Free ports are found by binding and releasing them, so another process may take one
-	// before Jaeger binds it; a few attempts make that race harmless.
-	var lastErr error
-	for range 3 {
-		dir, err := os.MkdirTemp("", "flyte-jaeger.")
-		if err != nil {
-			return nil, fmt.Errorf("jaegertest: creating a directory: %w", err)
+	dir, err := os.MkdirTemp("", "flyte-jaeger.")
+	if err != nil {
+		return nil, fmt.Errorf("jaegertest: creating a directory: %w", err)
+	}
+	j := &Jaeger{dir: dir, client: &http.Client{Timeout: 10 * time.Second}}
+	// Port 0 everywhere: Jaeger binds what is free and logs what it got.
+	cmd := exec.Command(script, "start", dir)
+	cmd.Env = append(os.Environ(), "JAEGER_OTLP_GRPC_PORT=0", "JAEGER_OTLP_HTTP_PORT=0", "JAEGER_QUERY_PORT=0",
+		"JAEGER_QUERY_GRPC_PORT=0", "JAEGER_HEALTH_PORT=0", "JAEGER_METRICS_PORT=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if _, err := cmd.Output(); err != nil {
+		_ = j.Stop()
+		return nil, fmt.Errorf("jaegertest: %s start: %w\n%s", script, err, stderr.String())
+	}
+	if err := j.readAddresses(); err != nil {
+		_ = j.Stop()
+		return nil, err
+	}
+	return j, nil
+}
+
+// readAddresses finds the addresses Jaeger bound in its log, where each OTLP receiver
+// logs its endpoint and the query server its HTTP address as they start listening. The
+// log is JSON lines but for the version line Jaeger prints first.
+func (j *Jaeger) readAddresses() error {
+	data, err := os.ReadFile(j.LogPath())
+	if err != nil {
+		return fmt.Errorf("jaegertest: %w", err)
+	}
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var entry struct {
+			Msg       string `json:"msg"`
+			Component string `json:"otelcol.component.id"`
+			Endpoint  string `json:"endpoint"`
+			HTTPAddr  string `json:"http_addr"`
 		}
-		free, err := ports.Free(6)
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		j := &Jaeger{
-			dir:      dir,
-			otlpGRPC: free[0], otlpHTTP: free[1],
-			queryHTTP: free[2], queryGRPC: free[3],
-			healthPort: free[4], metricsPort: free[5],
-			client: &http.Client{Timeout: 10 * time.Second},
-		}
-		cmd := exec.Command(script, "start", dir)
-		cmd.Env = append(os.Environ(),
-			"JAEGER_OTLP_GRPC_PORT="+strconv.Itoa(j.otlpGRPC),
-			"JAEGER_OTLP_HTTP_PORT="+strconv.Itoa(j.otlpHTTP),
-			"JAEGER_QUERY_PORT="+strconv.Itoa(j.queryHTTP),
-			"JAEGER_QUERY_GRPC_PORT="+strconv.Itoa(j.queryGRPC),
-			"JAEGER_HEALTH_PORT="+strconv.Itoa(j.healthPort),
-			"JAEGER_METRICS_PORT="+strconv.Itoa(j.metricsPort),
-		)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if _, err := cmd.Output(); err != nil {
-			lastErr = fmt.Errorf("jaegertest: %s start: %w\n%s", script, err, stderr.String())
-			_ = j.Stop()
+		if json.Unmarshal(line, &entry) != nil {
 			continue
 		}
-		return j, nil
+		switch {
+		case entry.Component == "otlp" && entry.Msg == "Starting GRPC server":
+			j.otlpGRPC = entry.Endpoint
+		case entry.Component == "otlp" && entry.Msg == "Starting HTTP server":
+			j.otlpHTTP = entry.Endpoint
+		case entry.Component == "jaeger_query" && entry.Msg == "Query server started":
+			j.queryHTTP = entry.HTTPAddr
+		}
 	}
-	return nil, lastErr
+	if j.otlpGRPC == "" || j.otlpHTTP == "" || j.queryHTTP == "" {
+		return fmt.Errorf("jaegertest: %s does not give every address (OTLP gRPC %q, OTLP HTTP %q, query %q)",
+			j.LogPath(), j.otlpGRPC, j.otlpHTTP, j.queryHTTP)
+	}
+	return nil
 }
 
 // Stop stops Jaeger and removes its directory.
@@ -154,11 +166,11 @@ func (j *Jaeger) Stop() error {
 // OTLPEndpoint is the OTLP/HTTP receiver's base URL (http://127.0.0.1:PORT), fit for
 // OTEL_EXPORTER_OTLP_ENDPOINT with the default http/protobuf protocol or for
 // otlptracehttp.WithEndpointURL (which then posts to /v1/traces).
-func (j *Jaeger) OTLPEndpoint() string { return "http://127.0.0.1:" + strconv.Itoa(j.otlpHTTP) }
+func (j *Jaeger) OTLPEndpoint() string { return "http://" + j.otlpHTTP }
 
 // OTLPGRPCEndpoint is the OTLP/gRPC receiver's address as host:port, fit for
 // otlptracegrpc.WithEndpoint together with otlptracegrpc.WithInsecure.
-func (j *Jaeger) OTLPGRPCEndpoint() string { return "127.0.0.1:" + strconv.Itoa(j.otlpGRPC) }
+func (j *Jaeger) OTLPGRPCEndpoint() string { return j.otlpGRPC }
 
 // Env is the environment that makes a process using services/telemetry export its spans
 // here over OTLP/HTTP.
@@ -170,7 +182,7 @@ func (j *Jaeger) Env() []string {
 }
 
 // QueryURL is the base URL of the query service (HTTP API under /api, and the UI).
-func (j *Jaeger) QueryURL() string { return "http://127.0.0.1:" + strconv.Itoa(j.queryHTTP) }
+func (j *Jaeger) QueryURL() string { return "http://" + j.queryHTTP }
 
 // LogPath is Jaeger's log file.
 func (j *Jaeger) LogPath() string { return filepath.Join(j.dir, "jaeger.log") }
