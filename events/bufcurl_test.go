@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
 )
@@ -57,11 +58,6 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 		}
 	}
 
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(watchOut.String(), "ACTION_PHASE_RUNNING") {
-		if time.Now().After(deadline) {
-			t.Fatalf("WatchActions printed:\n%s", watchOut.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually.True(t, 20*time.Second, func() bool { return strings.Contains(watchOut.String(), "ACTION_PHASE_RUNNING") },
+		func() string { return "WatchActions printed:\n" + watchOut.String() })
 }

@@ -30,6 +30,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/servicetest"
 )
 
@@ -574,10 +575,10 @@ func TestStalledWatchersAreDroppedWithTheirGoroutines(t *testing.T) {
 	random := make([]byte, 48<<10)
 	_, _ = rand.Read(random)
 	message := base64.StdEncoding.EncodeToString(random)
-	deadline := time.Now().Add(20 * time.Second)
-	for b := 0; watchHandlers() > 0; b++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d stalled watchers' handlers still run after 20 s of events", watchHandlers(), watchers)
+	left, b := 0, 0
+	eventually.True(t, 20*time.Second, func() bool {
+		if left = watchHandlers(); left == 0 {
+			return true
 		}
 		var batch []*eventsv1.ActionEvent
 		for i := range 5 {
@@ -586,8 +587,11 @@ func TestStalledWatchersAreDroppedWithTheirGoroutines(t *testing.T) {
 			batch = append(batch, e)
 		}
 		record(t, inst.client, batch...)
-		time.Sleep(20 * time.Millisecond)
-	}
+		b++
+		return false
+	}, func() string {
+		return fmt.Sprintf("%d of %d stalled watchers' handlers still run after events", running, watchers)
+	})
 	inst.RequireMetrics(t, "flyte_events_watchers 0\n")
 
 	cancel()
@@ -595,12 +599,9 @@ func TestStalledWatchersAreDroppedWithTheirGoroutines(t *testing.T) {
 		_ = s.Close()
 	}
 	small.CloseIdleConnections()
-	for time.Now().Before(deadline) && runtime.NumGoroutine() > baseline+5 {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > baseline+5 {
-		t.Fatalf("%d goroutines after the watchers were dropped; %d before they opened", n, baseline)
-	}
+	eventually.True(t, 20*time.Second, func() bool { return runtime.NumGoroutine() <= baseline+5 }, func() string {
+		return fmt.Sprintf("%d goroutines after the watchers were dropped; %d before they opened", runtime.NumGoroutine(), baseline)
+	})
 }
 
 // The store checks again what the contract says, for events that reach it without the

@@ -16,6 +16,7 @@ import (
 	"github.com/flytekube/backend/events/store"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 func storeKey(e *eventsv1.ActionEvent) store.Key { return store.KeyOf(e.GetId()) }
@@ -206,17 +207,9 @@ func TestRetentionDeletesOnlyOldFinishedActions(t *testing.T) {
 	batch = append(batch, at(event(stillRunning, 1, running, 0, 0), old), at(event(recentlyDone, 1, failed, 0, 0), time.Now()))
 	record(t, inst.client, batch...)
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		evs, acts := countRows(t, db)
-		if evs == 2 && acts == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("retention left %d events and %d actions; want 2 and 2", evs, acts)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var evs, acts int
+	eventually.True(t, 30*time.Second, func() bool { evs, acts = countRows(t, db); return evs == 2 && acts == 2 },
+		func() string { return fmt.Sprintf("retention left %d events and %d actions; want 2 and 2", evs, acts) })
 	getAction(t, inst.client, stillRunning)
 	getAction(t, inst.client, recentlyDone)
 }
