@@ -15,7 +15,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +25,8 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/k8s"
 	"github.com/flytekube/backend/internal/nodetest"
 	"github.com/flytekube/backend/internal/repo"
 )
@@ -145,6 +149,7 @@ func TestContainerTaskRunsAsARealPod(t *testing.T) {
 	}
 	runExecutor(t, ns, func(c *config.Config) {
 		c.Storage.AllowedPrefixes, c.K8s.MountFileStorage = []string{"file://" + dir}, true
+		c.LogLinks = []config.LogLink{{Name: "Kubernetes", URITemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}/{{.ContainerName}}?attempt={{.Attempt}}"}}
 	})
 	onDisk := func(ta *flytev1.TaskAction) *flytev1.TaskAction {
 		ta.Spec.InputURI, ta.Spec.RunOutputBase = "file://"+dir+"/inputs.json", "file://"+dir+"/real"
@@ -176,6 +181,29 @@ func TestContainerTaskRunsAsARealPod(t *testing.T) {
 	if err != nil || !strings.Contains(logs, "hello from hello-1") {
 		t.Fatalf("logs %q (%v)", logs, err)
 	}
+	if pod.Labels[plugin.LabelManagedBy] != plugin.ManagedByValue || pod.Labels[plugin.LabelAttempt] != "1" || pod.Labels[k8s.LabelTaskActionUID] != string(got.UID) {
+		t.Fatalf("labels %v", pod.Labels)
+	}
+	if ref := metav1.GetControllerOf(&pod); ref == nil || ref.Kind != "TaskAction" || ref.UID != got.UID {
+		t.Fatalf("controller reference %+v", ref)
+	}
+	// The history carries the links to the attempt's logs and what the scheduler and
+	// the kubelet said about its pod.
+	links, events := map[string]bool{}, map[string]bool{}
+	for _, h := range got.Status.PhaseHistory {
+		for _, l := range h.LogLinks {
+			links[l.Name+" "+l.URI] = true
+		}
+		for _, e := range h.ClusterEvents {
+			events[e.Object+" "+e.Reason] = true
+		}
+	}
+	if want := "Kubernetes https://logs.example.com/" + ns + "/hello-1/task?attempt=1"; !links[want] {
+		t.Fatalf("log links %v; want %s", links, want)
+	}
+	if !events["Pod/hello-1 Scheduled"] || !events["Pod/hello-1 Started"] {
+		t.Fatalf("cluster events in the history %v; want the scheduler's Scheduled and the kubelet's Started", events)
+	}
 	if f := waitFinished(t, failing); f.Status.Phase != flytev1.PhaseFailed || f.Status.Error == nil || f.Status.Error.Code != "BadName" {
 		t.Fatalf("the task that wrote an error document ended %s with %+v (%s)", f.Status.Phase, f.Status.Error, history(f))
 	}
@@ -191,8 +219,15 @@ func TestFailingContainerRetriesInANewPod(t *testing.T) {
 		t.Fatalf("ended %s after %d attempts, %d user failures (%s); want Failed after 2 and 2", got.Status.Phase,
 			got.Status.Attempts, got.Status.UserFailures, history(got))
 	}
-	if e := got.Status.Error; e == nil || e.Kind != flytev1.ErrorKindUser || !strings.Contains(e.Message, "exited with 3") {
+	if e := got.Status.Error; e == nil || e.Kind != flytev1.ErrorKindUser || e.Code != "ExitCode3" || !strings.Contains(e.Message, "exited with 3") {
 		t.Fatalf("error %+v; want the user's exit code 3", e)
+	}
+	retried := false
+	for _, h := range got.Status.PhaseHistory {
+		retried = retried || h.Reason == flytev1.ReasonRetrying && h.Error != nil && h.Error.Code == "ExitCode3"
+	}
+	if !retried {
+		t.Fatalf("history %s; want a retry caused by ExitCode3", history(got))
 	}
 	for _, name := range []string{"fails-1", "fails-2"} {
 		var pod corev1.Pod
@@ -302,6 +337,80 @@ func TestGracefulPodDeletionIsRelaunchedOnlyOnceThePodIsGone(t *testing.T) {
 	}
 }
 
+// A running action's pod preempted by the real scheduler for a pod of higher priority:
+// the scheduler marks it a disruption target and deletes it, its container exits on
+// SIGTERM, and the kubelet marks it Failed. The action stays Running (reason Preempted),
+// and its next attempt, on the system budget, starts once the pod is gone and runs
+// once the preemptor has finished.
+func TestPreemptedPodIsRelaunchedOnTheSystemBudget(t *testing.T) {
+	ctx := context.Background()
+	ns := node.Namespace(t)
+	high := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-high"}, Value: 1000000}
+	if err := node.Client.Create(ctx, high); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Client.Delete(context.Background(), high) })
+	// Each pod asks for most of the node's CPU, so the two cannot run together.
+	var nodes corev1.NodeList
+	if err := node.Client.List(ctx, &nodes); err != nil || len(nodes.Items) != 1 {
+		t.Fatalf("nodes %d (%v)", len(nodes.Items), err)
+	}
+	cpu := resource.NewMilliQuantity(nodes.Items[0].Status.Allocatable.Cpu().MilliValue()*3/4, resource.DecimalSI)
+	runExecutor(t, ns)
+	ta := containerAction(ns, "preempted", 0, `case $HOSTNAME in *-1) trap "echo got TERM; exit 143" TERM; while true; do sleep 1; done;; *) echo second;; esac`)
+	ta.Spec.Container.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *cpu}
+	create(t, ta)
+	waitPhase(t, ta, flytev1.PhaseRunning)
+
+	preemptor := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "preemptor", Namespace: ns}, Spec: corev1.PodSpec{
+		PriorityClassName: high.Name, RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{Name: "c", Image: node.Images[0], Command: []string{"sleep", "3"},
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: *cpu}}}}}}
+	if err := node.Client.Create(ctx, preemptor); err != nil {
+		t.Fatal(err)
+	}
+	// While the first pod's container may still run, no second attempt's pod may exist.
+	stopWatching := make(chan struct{})
+	overlap := make(chan string, 1)
+	go func() {
+		for {
+			select {
+			case <-stopWatching:
+				close(overlap)
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			pods := podsOf(t, ns)
+			phases := map[string]corev1.PodPhase{}
+			for _, p := range pods {
+				phases[p.Name] = p.Status.Phase
+			}
+			first, running := phases["preempted-1"]
+			if _, second := phases["preempted-2"]; second && running && first != corev1.PodFailed && first != corev1.PodSucceeded {
+				overlap <- fmt.Sprintf("%v", phases)
+				close(overlap)
+				return
+			}
+		}
+	}()
+	got := waitFinished(t, ta)
+	close(stopWatching)
+	if pods, ok := <-overlap; ok {
+		t.Fatalf("a second attempt's pod existed while the preempted one's container could still run: %s", pods)
+	}
+	if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.Attempts != 2 || got.Status.SystemFailures != 1 || got.Status.UserFailures != 0 {
+		t.Fatalf("ended %s after %d attempts, %d system and %d user failures (%s); want Succeeded on attempt 2 after 1 system failure",
+			got.Status.Phase, got.Status.Attempts, got.Status.SystemFailures, got.Status.UserFailures, history(got))
+	}
+	preempted := false
+	for _, h := range got.Status.PhaseHistory {
+		preempted = preempted || h.Attempt == 1 && h.Reason == "Preempted"
+	}
+	if !preempted {
+		t.Fatalf("history %s; want attempt 1 Preempted", history(got))
+	}
+}
+
 func names(pods []corev1.Pod) []string {
 	var out []string
 	for _, p := range pods {
@@ -326,7 +435,10 @@ func TestQuotaQueuesRealPods(t *testing.T) {
 	create(t, first)
 	waitPhase(t, first, flytev1.PhaseRunning)
 	create(t, second)
-	waitPhase(t, second, flytev1.PhaseWaitingForResources)
+	waitFor(t, second, "waited on the quota", func(a *flytev1.TaskAction) bool {
+		c := meta.FindStatusCondition(a.Status.Conditions, flytev1.ConditionProgressing)
+		return a.Status.Phase == flytev1.PhaseWaitingForResources && c != nil && c.Reason == "ResourceQuotaExceeded" && a.Status.Attempts == 1
+	})
 	for _, ta := range []*flytev1.TaskAction{first, second} {
 		got := waitFinished(t, ta)
 		if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.Attempts != 1 {
