@@ -214,9 +214,9 @@ func loadExecutorConfig(file string, resolve func(string) (string, error)) (*con
 type composeInfo struct {
 	name    string
 	svc     *composeService
-	img     *image    // nil for upstream images
-	bin     *goBinary // nil for upstream images
-	args    map[string]string
+	img     *image                  // nil for upstream images
+	bin     *goBinary               // nil for upstream images
+	args    map[string]string       // flag → value, given or default
 	listens map[int]string          // container port → listener name
 	mounts  map[string]composeMount // by target
 	config  string                  // host path of the --config file, if any
@@ -388,11 +388,6 @@ var goVersionLine = regexp.MustCompile(`(?m)^go (\d+\.\d+)`)
 
 var addrDefault = regexp.MustCompile(`^[A-Za-z0-9.\-\[\]]*:\d+$`)
 
-var (
-	helpFlagLine = regexp.MustCompile(`^  -(\S+)(?: (\S+))?(?:\t(.*))?$`)
-	helpDefault  = regexp.MustCompile(`\(default (.*)\)$`)
-)
-
 // composeInfos works out, for every service, its flags, listeners, mounts and the URLs
 // it calls. Errors here are about the file, not the services. The services that others
 // wait to complete are run here, in start order as compose runs them, so that the
@@ -431,13 +426,17 @@ func composeInfos(t *testing.T, root string, c *composeProject, images map[strin
 		if info.bin == nil || info.bin.flags == nil {
 			continue // reported with the Dockerfiles
 		}
-		var err error
-		if info.args, err = parseArgs(append(info.img.entrypoint[1:], svc.Command...), info.bin.flags); err != nil {
+		cmd, err := parseFlags(info.bin.pkg, append(info.img.entrypoint[1:], svc.Command...))
+		if err == nil && len(cmd.args) > 0 {
+			err = fmt.Errorf("arguments %q: the binary takes none but flags", cmd.args)
+		}
+		if err != nil {
 			t.Errorf("service %s: command %q: %v", name, svc.Command, err)
 			info.broken = true
 			continue
 		}
-		if file, ok := info.args["config"]; ok {
+		info.args = cmd.values
+		if file := info.args["config"]; file != "" {
 			m, ok := info.mounts[file]
 			switch {
 			case !ok:
@@ -967,8 +966,14 @@ func healthcheckArgs(test []string, healthcheck *goBinary) (map[string]string, s
 	if healthcheck == nil || healthcheck.flags == nil {
 		return nil, "", errors.New("no /healthcheck binary to read the flags of")
 	}
-	flags, err := parseArgs(test[2:len(test)-1], healthcheck.flags)
-	return flags, test[len(test)-1], err
+	p, err := parseFlags(healthcheck.pkg, test[2:])
+	if err != nil {
+		return nil, "", err
+	}
+	if len(p.args) != 1 {
+		return nil, "", fmt.Errorf("arguments %q: want one URL after the flags", p.args)
+	}
+	return p.values, p.args[0], nil
 }
 
 func cmpOrErr(errs ...error) error {

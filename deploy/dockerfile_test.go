@@ -491,12 +491,8 @@ type goBinary struct {
 	pkg    string
 	file   string
 	goName string            // the package name
-	flags  map[string]goFlag // from --help
+	flags  map[string]string // flag → its default, for a main package (flagSets)
 	reads  func(env string) bool
-}
-
-type goFlag struct {
-	typ, def string // typ is "" for booleans
 }
 
 // listeners returns the ports the binary listens on, by the flag or setting that says
@@ -504,13 +500,13 @@ type goFlag struct {
 // the defaults when nil).
 func (b *goBinary) listeners(args map[string]string, cfg *configInfo) (map[int]string, error) {
 	out := map[int]string{}
-	for name, f := range b.flags {
-		if !addrDefault.MatchString(f.def) {
+	for name, def := range b.flags {
+		if !addrDefault.MatchString(def) {
 			continue
 		}
 		v, ok := args[name]
 		if !ok {
-			v = f.def
+			v = def
 		}
 		if v == "" {
 			continue // disabled
@@ -534,7 +530,7 @@ func (b *goBinary) listeners(args map[string]string, cfg *configInfo) (map[int]s
 }
 
 // buildBinaries builds every package the Dockerfiles build, with their flags and
-// environment, and asks each binary its flags.
+// environment, and reads the flags each main package registers.
 func buildBinaries(t *testing.T, root string, images map[string]*image) map[string]*goBinary {
 	t.Helper()
 	dir := t.TempDir()
@@ -560,7 +556,11 @@ func buildBinaries(t *testing.T, root string, images map[string]*image) map[stri
 			}
 			bin.goName, bin.reads = goPackage(t, root, env, b.pkg)
 			if bin.goName == "main" {
-				bin.flags = helpFlags(t, bin.file)
+				p, err := parseFlags(b.pkg, nil)
+				if err != nil {
+					t.Fatalf("%s (built by %s): %v", b.pkg, images[name].dockerfile, err)
+				}
+				bin.flags = p.values
 			}
 			bins[b.pkg] = bin
 		}
@@ -610,74 +610,4 @@ func goPackage(t *testing.T, root string, env []string, pkg string) (string, fun
 		known[v] = false
 		return false
 	}
-}
-
-// helpFlags runs the binary with -help and parses what the flag package prints.
-func helpFlags(t *testing.T, bin string) map[string]goFlag {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), bin, "-help")
-	cmd.Env = []string{}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s -help: %v\n%s", bin, err, out)
-	}
-	flags := map[string]goFlag{}
-	var name string
-	var f goFlag
-	var usage strings.Builder
-	done := func() {
-		if name != "" {
-			if m := helpDefault.FindStringSubmatch(usage.String()); m != nil {
-				f.def = m[1]
-				if s, err := strconv.Unquote(m[1]); err == nil {
-					f.def = s
-				}
-			}
-			flags[name] = f
-		}
-		name, f = "", goFlag{}
-		usage.Reset()
-	}
-	for line := range strings.SplitSeq(string(out), "\n") {
-		if m := helpFlagLine.FindStringSubmatch(line); m != nil {
-			done()
-			name, f.typ = m[1], m[2]
-			usage.WriteString(m[3])
-		} else if u, ok := strings.CutPrefix(line, "    \t"); ok && name != "" {
-			usage.WriteString(u)
-		}
-	}
-	done()
-	if len(flags) == 0 {
-		t.Fatalf("%s -help lists no flags:\n%s", bin, out)
-	}
-	return flags
-}
-
-// parseArgs reads command-line arguments as the flag package would, into flag values.
-func parseArgs(args []string, flags map[string]goFlag) (map[string]string, error) {
-	vals := map[string]string{}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
-			return nil, fmt.Errorf("argument %q: the binary takes no positional arguments", a)
-		}
-		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
-		f, ok := flags[name]
-		if !ok {
-			return nil, fmt.Errorf("flag -%s is not in its -help", name)
-		}
-		if !hasValue {
-			if f.typ == "" {
-				value = "true"
-			} else if i+1 < len(args) {
-				i++
-				value = args[i]
-			} else {
-				return nil, fmt.Errorf("flag -%s needs a value", name)
-			}
-		}
-		vals[name] = value
-	}
-	return vals, nil
 }

@@ -311,14 +311,11 @@ func checkExecutor(t *testing.T, objs []*unstructured.Unstructured) {
 	convert(t, must(t, objs, "Deployment", "executor"), &d)
 	spec := d.Spec.Template.Spec
 	c := spec.Containers[0]
-	file := ""
-	for i, a := range c.Args {
-		if v, ok := strings.CutPrefix(a, "--config="); ok {
-			file = v
-		} else if a == "--config" && i+1 < len(c.Args) {
-			file = c.Args[i+1]
-		}
+	args, err := containerFlags(c.Image, c.Args)
+	if err != nil {
+		t.Fatalf("executor: %v", err)
 	}
+	file := args["config"]
 	if file == "" {
 		t.Fatalf("executor args %q name no --config", c.Args)
 	}

@@ -5,6 +5,7 @@ package deploy_test
 // NetworkPolicies let only the executor (and namespaces labelled for viewers) reach them.
 
 import (
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -47,7 +48,11 @@ func serversOf(t *testing.T, objs []*unstructured.Unstructured) []server {
 			if !slices.Contains(servers, image) {
 				continue
 			}
-			s := server{d: d, c: c, args: flagArgs(c.Args)}
+			args, err := containerFlags(image, c.Args)
+			if err != nil {
+				t.Errorf("Deployment %s container %s: %v", d.Name, c.Name, err)
+			}
+			s := server{d: d, c: c, args: args}
 			for _, su := range objs {
 				var svc corev1.Service
 				if su.GetKind() == "Service" {
@@ -66,18 +71,18 @@ func serversOf(t *testing.T, objs []*unstructured.Unstructured) []server {
 	return out
 }
 
-// flagArgs reads --name=value and --name value arguments.
-func flagArgs(args []string) map[string]string {
-	out := map[string]string{}
-	for i := 0; i < len(args); i++ {
-		name, value, ok := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
-		if !ok && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
-			i++
-			value = args[i]
-		}
-		out[name] = value
+// containerFlags parses a container's arguments as the binary of its image does: image
+// ghcr.io/flytekube/NAME runs ./NAME/cmd/NAME, as the Dockerfiles build it.
+func containerFlags(image string, args []string) (map[string]string, error) {
+	name, _, _ := strings.Cut(path.Base(image), ":")
+	p, err := parseFlags("./"+name+"/cmd/"+name, args)
+	if err == nil && len(p.args) > 0 {
+		err = fmt.Errorf("arguments %q: %s takes none but flags", p.args, name)
 	}
-	return out
+	if err != nil {
+		return nil, fmt.Errorf("args %q: %w", args, err)
+	}
+	return p.values, nil
 }
 
 // checkServers requires each server to authenticate callers (in kubernetes mode with

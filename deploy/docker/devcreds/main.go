@@ -22,9 +22,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("devcreds", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("dir", "", "directory to keep the credentials in (required)")
-	var hosts hostList
-	fs.Var(&hosts, "host", "a name or address the serving certificate must cover besides "+strings.Join(devcreds.DefaultHosts, ", ")+" (repeatable)")
+	dir, hosts := devcreds.Flags(fs)
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return 0
 	} else if err != nil {
@@ -34,7 +32,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: devcreds --dir DIR [--host NAME]...")
 		return 2
 	}
-	c, err := devcreds.Ensure(*dir, hosts...)
+	c, err := devcreds.Ensure(*dir, *hosts...)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -47,17 +45,4 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "trust %s; send the token of %s (read only) or %s (everything) as \"Authorization: Bearer <token>\"\n",
 		filepath.Base(c.CAFile), filepath.Base(c.ViewerTokenFile), filepath.Base(c.ExecutorTokenFile))
 	return 0
-}
-
-// hostList is a repeatable flag.
-type hostList []string
-
-func (h *hostList) String() string { return strings.Join(*h, ",") }
-
-func (h *hostList) Set(v string) error {
-	if v == "" {
-		return errors.New("empty host")
-	}
-	*h = append(*h, v)
-	return nil
 }

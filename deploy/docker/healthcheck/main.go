@@ -23,6 +23,8 @@ import (
 	"net/url"
 	"os"
 	"time"
+
+	"github.com/flytekube/backend/internal/healthcheck"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
@@ -30,8 +32,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the whole answer")
-	caFile := fs.String("cacert", "", "PEM bundle of the CAs trusted for an https URL (default: the system's)")
+	timeout, caFile := healthcheck.Flags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: healthcheck [-timeout 2s] [-cacert FILE] http(s)://127.0.0.1:PORT/PATH")
 		fs.PrintDefaults()

@@ -12,23 +12,12 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/flytekube/backend/events"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/server"
 )
 
 func main() {
 	var cfg events.Config
-	defaults := events.Config{}.WithDefaults()
-	flag.StringVar(&cfg.Listen, "listen", ":8090", "address for Connect, gRPC and gRPC-Web")
-	flag.StringVar(&cfg.MetricsListen, "metrics-listen", ":9090", "address for Prometheus /metrics; empty disables it")
-	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
-	flag.DurationVar(&cfg.RetentionTTL, "retention-ttl", 0, "delete finished actions and their events this long after they finished; 0 keeps them")
-	flag.DurationVar(&cfg.RetentionInterval, "retention-interval", events.Config{}.WithDefaults().RetentionInterval, "how often retention runs")
-	flag.IntVar(&cfg.WatchBuffer, "watch-buffer", events.Config{}.WithDefaults().WatchBuffer, "updates queued per watcher before it is ended")
-	flag.IntVar(&cfg.MaxWatchers, "max-watchers", defaults.MaxWatchers, "WatchActions streams this replica serves at once; more are refused with ResourceExhausted")
-	flag.IntVar(&cfg.MaxWatchersPerIdentity, "max-watchers-per-identity", defaults.MaxWatchersPerIdentity, "WatchActions streams one caller may hold on this replica")
-	flag.IntVar(&cfg.MaxResponseBytes, "max-response-bytes", defaults.MaxResponseBytes, "bytes a listing's page may hold; a page ends early, with a token for the next")
-	app.SecurityFlags(flag.CommandLine, &cfg.Server, &cfg.Auth)
+	events.Flags(flag.CommandLine, &cfg)
 	flag.Parse()
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -21,7 +21,7 @@ import (
 )
 
 func main() {
-	configPath := flag.String("config", "", "YAML configuration file; the defaults apply when empty")
+	configPath := executor.Flags(flag.CommandLine)
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 

@@ -1,0 +1,25 @@
+package events
+
+import (
+	"flag"
+	"os"
+
+	"github.com/flytekube/backend/services/app"
+)
+
+// Flags registers the events command's flags on fs, to be parsed into cfg. The command
+// parses its arguments with them, and deploy's tests parse the arguments docker compose
+// and the manifests give it.
+func Flags(fs *flag.FlagSet, cfg *Config) {
+	defaults := Config{}.WithDefaults()
+	fs.StringVar(&cfg.Listen, "listen", ":8090", "address for Connect, gRPC and gRPC-Web")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":9090", "address for Prometheus /metrics; empty disables it")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
+	fs.DurationVar(&cfg.RetentionTTL, "retention-ttl", 0, "delete finished actions and their events this long after they finished; 0 keeps them")
+	fs.DurationVar(&cfg.RetentionInterval, "retention-interval", defaults.RetentionInterval, "how often retention runs")
+	fs.IntVar(&cfg.WatchBuffer, "watch-buffer", defaults.WatchBuffer, "updates queued per watcher before it is ended")
+	fs.IntVar(&cfg.MaxWatchers, "max-watchers", defaults.MaxWatchers, "WatchActions streams this replica serves at once; more are refused with ResourceExhausted")
+	fs.IntVar(&cfg.MaxWatchersPerIdentity, "max-watchers-per-identity", defaults.MaxWatchersPerIdentity, "WatchActions streams one caller may hold on this replica")
+	fs.IntVar(&cfg.MaxResponseBytes, "max-response-bytes", defaults.MaxResponseBytes, "bytes a listing's page may hold; a page ends early, with a token for the next")
+	app.SecurityFlags(fs, &cfg.Server, &cfg.Auth)
+}
