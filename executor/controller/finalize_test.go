@@ -17,6 +17,7 @@ import (
 	"github.com/flytekube/backend/executor/controller"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 // The one policy for a plugin's Finalize errors (failures.go): the outcome that needed
@@ -130,13 +131,11 @@ func TestDeletionWaitsForFinalize(t *testing.T) {
 	if err := env.Client.Delete(context.Background(), ta); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{})) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the deleted action was never released; plugin calls %v", calls.get(ta.Name)[seen:])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, 30*time.Second, func() bool {
+		return apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{}))
+	}, func() string {
+		return fmt.Sprintf("the deleted action was never released; plugin calls %v", calls.get(ta.Name)[seen:])
+	})
 
 	// Every failed Finalize was retried, each after an Abort, until one succeeded; a
 	// pass redone after a write conflict may repeat the release that succeeded.

@@ -15,6 +15,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 // The collector picks actions by their status: finished more than MaxTTL ago, with their
@@ -86,13 +87,8 @@ func TestGarbageCollectorDeletesOnlyOldDeliveredFinishedActions(t *testing.T) {
 			}
 			continue
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for !apierrors.IsNotFound(env.Client.Get(ctx, key, &flytev1.TaskAction{})) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s was never deleted", s.name)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		eventually.True(t, 30*time.Second, func() bool { return apierrors.IsNotFound(env.Client.Get(ctx, key, &flytev1.TaskAction{})) },
+			func() string { return s.name + " was never deleted" })
 		if slices.Contains(calls.get(s.name), "abort") {
 			t.Errorf("%s: collecting a finished action aborted it: %v", s.name, calls.get(s.name))
 		}

@@ -2,12 +2,14 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 // gauge reads the flyte_executor_actions gauge by phase.
@@ -61,21 +63,16 @@ func TestActionsGaugeCountsTheCache(t *testing.T) {
 	ns := env.Namespace(t)
 	agree := func(what string) map[string]float64 {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			g, s := gauge(t), stored(t)
+		var g, s map[string]float64
+		eventually.True(t, 30*time.Second, func() bool {
+			g, s = gauge(t), stored(t)
 			same := true
 			for _, p := range []string{"Queued", "WaitingForResources", "Initializing", "Running", "Succeeded", "Failed", "Aborted", "TimedOut"} {
 				same = same && g[p] == s[p]
 			}
-			if same {
-				return g
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the gauge says %v; the API server holds %v", what, g, s)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return same
+		}, func() string { return fmt.Sprintf("%s: the gauge says %v; the API server holds %v", what, g, s) })
+		return g
 	}
 	ta := newAction(ns, "counted", "test-finalizer", nil)
 	create(t, ta)

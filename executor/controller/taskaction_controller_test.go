@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 func newAction(ns, name, taskType string, config map[string]string) *flytev1.TaskAction {
@@ -36,34 +38,25 @@ func create(t *testing.T, ta *flytev1.TaskAction) {
 // waitFor polls the action until cond holds, and returns it.
 func waitFor(t *testing.T, ta *flytev1.TaskAction, what string, cond func(*flytev1.TaskAction) bool) *flytev1.TaskAction {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	var got flytev1.TaskAction
-	for {
-		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got)
-		if err == nil && cond(&got) {
-			return &got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never became %s; last seen %+v (err %v)", ta.Name, what, got.Status, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var err error
+	eventually.True(t, 30*time.Second, func() bool {
+		err = env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got)
+		return err == nil && cond(&got)
+	}, func() string {
+		return fmt.Sprintf("%s never became %s; last seen %+v (err %v)", ta.Name, what, got.Status, err)
+	})
+	return &got
 }
 
 // waitGone waits until a deleted action is gone from the API server.
 func waitGone(t *testing.T, ta *flytev1.TaskAction) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{})
-		if apierrors.IsNotFound(err) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was never released: %v", ta.Name, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var err error
+	eventually.True(t, 30*time.Second, func() bool {
+		err = env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{})
+		return apierrors.IsNotFound(err)
+	}, func() string { return fmt.Sprintf("%s was never released: %v", ta.Name, err) })
 }
 
 // terminal: finished, and the finalizer taken off in the same pass.
