@@ -303,7 +303,7 @@ func TestCompose(t *testing.T) {
 	infos := composeInfos(t, root, c, images, bins, vols)
 
 	t.Run("dockerfiles", func(t *testing.T) { checkDockerfiles(t, root, images, bins, oneShots(c)) })
-	t.Run("dockerignore", func(t *testing.T) { checkDockerignore(t, root, images) })
+	t.Run("dockerignore", func(t *testing.T) { checkDockerignore(t, root, bins) })
 	t.Run("services", func(t *testing.T) { checkComposeServices(t, root, c, infos, bins["./deploy/docker/healthcheck"]) })
 	t.Run("depends_on", func(t *testing.T) { checkDependsOn(t, c, infos) })
 	if t.Failed() {

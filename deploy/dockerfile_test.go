@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/tools/go/packages"
+
 	_ "github.com/flytekube/backend/gen/go/flyte/cache/v1"  // the descriptors of the RPCs runCompose calls
 	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
 )
@@ -493,6 +495,9 @@ type goBinary struct {
 	goName string            // the package name
 	flags  map[string]string // flag → its default, for a main package (flagSets)
 	reads  func(env string) bool
+	// moduleFiles are the files of this repository it is built from, relative to the
+	// root: Go sources and embedded files.
+	moduleFiles []string
 }
 
 // listeners returns the ports the binary listens on, by the flag or setting that says
@@ -554,7 +559,7 @@ func buildBinaries(t *testing.T, root string, images map[string]*image) map[stri
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("%s go %s (as %s builds it): %v\n%s", strings.Join(env, " "), strings.Join(args, " "), images[name].dockerfile, err, out)
 			}
-			bin.goName, bin.reads = goPackage(t, root, env, b.pkg)
+			bin.goName, bin.moduleFiles, bin.reads = goPackage(t, root, env, b.pkg)
 			if bin.goName == "main" {
 				p, err := parseFlags(b.pkg, nil)
 				if err != nil {
@@ -568,35 +573,42 @@ func buildBinaries(t *testing.T, root string, images map[string]*image) map[stri
 	return bins
 }
 
-// goPackage returns a package's name and a test for whether any Go file the binary is
-// built from (in this repository or a dependency) names an environment variable, as a
-// string literal: a variable nothing names is read by nothing.
-func goPackage(t *testing.T, root string, env []string, pkg string) (string, func(string) bool) {
+// goPackage loads a package and its dependencies as the build sees them (its
+// environment: CGO_ENABLED=0 leaves out cgo files), returning its name, the files of
+// this repository the build compiles or embeds (relative to root), and a test for
+// whether any Go file it is built from (here or in a dependency) names an environment
+// variable as a string literal: a variable nothing names is read by nothing.
+func goPackage(t *testing.T, root string, env []string, pkg string) (name string, moduleFiles []string, reads func(string) bool) {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-json=Name,ImportPath,Dir,GoFiles", pkg)
-	cmd.Dir, cmd.Env = root, append(os.Environ(), env...)
-	out, err := cmd.Output()
+	cfg := &packages.Config{
+		Context: t.Context(),
+		Mode:    packages.NeedName | packages.NeedFiles | packages.NeedEmbedFiles | packages.NeedModule | packages.NeedImports | packages.NeedDeps,
+		Dir:     root,
+		Env:     append(os.Environ(), env...),
+	}
+	roots, err := packages.Load(cfg, pkg)
 	if err != nil {
-		t.Fatalf("go list %s: %v", pkg, err)
+		t.Fatalf("loading %s: %v", pkg, err)
 	}
-	var name string
+	if len(roots) != 1 || packages.PrintErrors(roots) > 0 {
+		t.Fatalf("loading %s: %d packages, or errors above", pkg, len(roots))
+	}
 	var files []string
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for dec.More() {
-		var p struct {
-			Name, ImportPath, Dir string
-			GoFiles               []string
+	packages.Visit(roots, nil, func(p *packages.Package) {
+		files = append(files, p.GoFiles...)
+		if p.Module == nil || !p.Module.Main {
+			return
 		}
-		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
+		for _, f := range slices.Concat(p.GoFiles, p.EmbedFiles) {
+			rel, err := filepath.Rel(root, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			moduleFiles = append(moduleFiles, filepath.ToSlash(rel))
 		}
-		for _, f := range p.GoFiles {
-			files = append(files, filepath.Join(p.Dir, f))
-		}
-		name = p.Name // -deps lists the package itself last
-	}
+	})
 	known := map[string]bool{}
-	return name, func(v string) bool {
+	return roots[0].Name, moduleFiles, func(v string) bool {
 		if found, ok := known[v]; ok {
 			return found
 		}
