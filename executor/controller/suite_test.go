@@ -35,7 +35,6 @@ import (
 	"github.com/flytekube/backend/internal/backoff"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/ports"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/app"
@@ -88,12 +87,7 @@ func startServices(*kubetest.Env) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	free, err := ports.Free(1)
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", free[0])
-	eventsSvc = &eventsService{addr: addr, dbURL: pg.URL}
+	eventsSvc = &eventsService{addr: "127.0.0.1:0", dbURL: pg.URL}
 	if err := eventsSvc.start(); err != nil {
 		return nil, err
 	}
@@ -117,7 +111,11 @@ func startServices(*kubetest.Env) (func(), error) {
 // cacheURL is where the cache service listens.
 var cacheURL string
 
-// eventsService is the events service, stoppable and restartable on the same address.
+// eventsService is the events service, stoppable and restartable on the same address:
+// the first start takes the port the kernel gives, and a restart binds that port again.
+// While the service is down its port is free, and a connection on the loopback could take
+// it as its own local port; then the restart fails, saying the address is in use. Only
+// an outage test stops the service, for a few seconds.
 type eventsService struct {
 	addr, dbURL string
 	mu          sync.Mutex
@@ -129,14 +127,15 @@ func (e *eventsService) start() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan struct{})
+	started := make(chan app.Addrs, 1)
 	e.cancel, e.done = cancel, make(chan error, 1)
 	cfg := events.Config{Listen: e.addr, DatabaseURL: e.dbURL, Auth: auth.Config{Mode: auth.ModeNone}}
 	go func() {
-		e.done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(app.Addrs) { close(started) })
+		e.done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
 	}()
 	select {
-	case <-started:
+	case a := <-started:
+		e.addr = a.RPC.String() // where a restart listens
 		return nil
 	case err := <-e.done:
 		return err
