@@ -6,11 +6,14 @@ package nodetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,13 +75,28 @@ func script(args ...string) (string, error) {
 	return lines[len(lines)-1], nil
 }
 
-// Start starts a node in a new directory and installs the CRDs.
+// Files in a node's directory that say whose it is and whether it was stopped.
+const (
+	ownerFile   = "owner"
+	stoppedFile = "stopped"
+)
+
+// Start starts a node in a new directory and installs the CRDs. A node left running by a
+// process that died (a test binary that panicked or timed out) is stopped first: the
+// machine holds one node at a time. A node whose process is alive is left alone, and
+// Start fails naming it.
 func Start(opts Options) (n *Node, err error) {
+	if err := stopOrphans(os.TempDir()); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "flyte-node-")
 	if err != nil {
 		return nil, err
 	}
 	n = &Node{Dir: dir}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, fmt.Errorf("nodetest: %w", err)
+	}
 	defer func() {
 		if err != nil {
 			_ = n.Stop()
@@ -114,10 +132,54 @@ func Start(opts Options) (n *Node, err error) {
 
 // Stop stops the node and removes its directory.
 func (n *Node) Stop() error {
-	if _, err := script("stop", n.Dir); err != nil {
+	if err := stop(n.Dir); err != nil {
 		return err
 	}
 	return os.RemoveAll(n.Dir)
+}
+
+// stop stops the node in dir and marks it stopped, keeping its files.
+func stop(dir string) error {
+	if _, err := script("stop", dir); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, stoppedFile), nil, 0o644)
+}
+
+// stopOrphans stops the nodes under tmp whose owner has died without stopping them. Their
+// directories stay, with the logs a failed run pointed at.
+func stopOrphans(tmp string) error {
+	dirs, err := filepath.Glob(filepath.Join(tmp, "flyte-node-*"))
+	if err != nil {
+		return fmt.Errorf("nodetest: %w", err)
+	}
+	for _, dir := range dirs {
+		raw, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue // not started by nodetest, or being set up
+		}
+		if _, err := os.Stat(filepath.Join(dir, stoppedFile)); err == nil {
+			continue
+		}
+		owner, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if err != nil {
+			continue
+		}
+		if alive(owner) {
+			return fmt.Errorf("nodetest: a node already runs in %s for process %d; the machine holds one node at a time", dir, owner)
+		}
+		fmt.Fprintf(os.Stderr, "nodetest: stopping the node in %s, left running by process %d, which has died\n", dir, owner)
+		if err := stop(dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// alive reports whether process pid exists (EPERM: it does, as another user's).
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // Main runs a test package's tests against a node started for them; call it from
@@ -136,7 +198,7 @@ func Main(m *testing.M, node **Node, opts Options) int {
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "nodetest: the node's logs are in %s/logs (kept)\n", n.Dir)
-		_, _ = script("stop", n.Dir)
+		_ = stop(n.Dir)
 		return code
 	}
 	if err := n.Stop(); err != nil {
