@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/k8s"
 	"github.com/flytekube/backend/executor/plugins/container"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 func containerAction(ns, name string, retries int32) *flytev1.TaskAction {
@@ -35,16 +37,11 @@ func containerAction(ns, name string, retries int32) *flytev1.TaskAction {
 // waitPod waits for an attempt's pod to exist.
 func waitPod(t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	var pod corev1.Pod
-	for time.Now().Before(deadline) {
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &pod); err == nil {
-			return &pod
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("pod %s/%s was never created", ns, name)
-	return nil
+	eventually.True(t, 30*time.Second, func() bool {
+		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &pod) == nil
+	}, func() string { return fmt.Sprintf("pod %s/%s was never created", ns, name) })
+	return &pod
 }
 
 // kubelet sets a pod's status, as the node running it would.

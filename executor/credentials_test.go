@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/authbench"
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
@@ -147,16 +149,11 @@ func executorWithCredentials(t *testing.T, mode auth.Mode) {
 	}
 	waitPhase(t, client.ObjectKeyFromObject(refused), flytev1.PhaseSucceeded)
 	var got flytev1.TaskAction
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(refused), &got); err == nil && got.Status.CacheStatus == flytev1.CachePutFailure {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if got.Status.CacheStatus != flytev1.CachePutFailure {
-		t.Fatalf("with a viewer's token: cache status %s; want PutFailure (a viewer may not write the cache)", got.Status.CacheStatus)
-	}
+	eventually.True(t, 10*time.Second, func() bool {
+		return env.Client.Get(context.Background(), client.ObjectKeyFromObject(refused), &got) == nil && got.Status.CacheStatus == flytev1.CachePutFailure
+	}, func() string {
+		return fmt.Sprintf("with a viewer's token: cache status %s; want PutFailure (a viewer may not write the cache)", got.Status.CacheStatus)
+	})
 	time.Sleep(time.Second) // the publisher has had its chance
 	resp, err := viewer.ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{
 		Id: &flytecorev1.ActionIdentifier{Project: refused.Spec.Project, Domain: refused.Spec.Domain, Run: refused.Spec.RunName, Action: refused.Spec.ActionName},

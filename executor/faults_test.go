@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 // TestAPIErrorsRetryWithoutSpendingBudgets: an API server that throttles, fails or loses
@@ -214,28 +215,22 @@ func bind(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 // waitReason waits for the action's Progressing condition to give reason.
 func waitReason(t *testing.T, key client.ObjectKey, reason string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually.True(t, 30*time.Second, func() bool {
 		var ta flytev1.TaskAction
-		if err := env.Client.Get(context.Background(), key, &ta); err == nil {
-			if c := findProgressing(&ta); c != nil && c.Reason == reason {
-				return
-			}
+		if env.Client.Get(context.Background(), key, &ta) != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s never said %s", key, reason)
+		c := findProgressing(&ta)
+		return c != nil && c.Reason == reason
+	}, func() string { return fmt.Sprintf("%s never said %s", key, reason) })
 }
 
 // waitGone waits for the object to be deleted for good.
 func waitGone(t *testing.T, obj client.Object) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s/%s was never deleted; finalizers %v", obj.GetNamespace(), obj.GetName(), obj.GetFinalizers())
+	eventually.True(t, 30*time.Second, func() bool {
+		return apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
+	}, func() string {
+		return fmt.Sprintf("%s/%s was never deleted; finalizers %v", obj.GetNamespace(), obj.GetName(), obj.GetFinalizers())
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/eventsink"
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
@@ -82,14 +83,10 @@ func TestCollectorWaitsForRedeliveryAfterARestart(t *testing.T) {
 	}
 
 	startEvents(addr)
-	deadline := time.Now().Add(time.Minute)
 	for _, ta := range actions {
-		for !apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{})) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s was never collected after the events service came back", ta.Name)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		eventually.True(t, time.Minute, func() bool {
+			return apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{}))
+		}, func() string { return ta.Name + " was never collected after the events service came back" })
 		if stored := len(listEvents(t, eventsClient, ta)); stored != history[ta.Name] {
 			t.Fatalf("%s: %d events stored; want its %d history entries, once each", ta.Name, stored, history[ta.Name])
 		}

@@ -15,6 +15,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 // TestInformersHoldOnlyManagedObjects: the executor's cache of the kinds its plugins
@@ -45,13 +46,9 @@ func TestInformersHoldOnlyManagedObjects(t *testing.T) {
 				}
 			}
 			empty := func() client.Object { return tc.make("", nil) }
-			deadline := time.Now().Add(30 * time.Second)
-			for mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(managed), empty()) != nil {
-				if time.Now().After(deadline) {
-					t.Fatalf("the managed %s never reached the cache", tc.kind)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			eventually.True(t, 30*time.Second, func() bool {
+				return mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(managed), empty()) == nil
+			}, func() string { return "the managed " + tc.kind + " never reached the cache" })
 			if err := mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(other), empty()); !apierrors.IsNotFound(err) {
 				t.Fatalf("an unmanaged %s is in the executor's cache: %v", tc.kind, err)
 			}

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 func jobAction(ns, name string, retries int32) *flytev1.TaskAction {
@@ -27,16 +29,11 @@ func jobAction(ns, name string, retries int32) *flytev1.TaskAction {
 // waitJob waits for an attempt's Job to exist.
 func waitJob(t *testing.T, ns, name string) *batchv1.Job {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	var job batchv1.Job
-	for time.Now().Before(deadline) {
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &job); err == nil {
-			return &job
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("job %s/%s was never created", ns, name)
-	return nil
+	eventually.True(t, 30*time.Second, func() bool {
+		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &job) == nil
+	}, func() string { return fmt.Sprintf("job %s/%s was never created", ns, name) })
+	return &job
 }
 
 // jobController writes a Job's status as the Job controller would: started, then

@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flytekube/backend/internal/ports"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/ports"
 )
 
 // TestSecureMetricsNeedAuthorizedCallers serves metrics the way a cluster does: HTTPS,
@@ -89,15 +91,9 @@ func TestSecureMetricsNeedAuthorizedCallers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			deadline := time.Now().Add(30 * time.Second)
-			got := get(tt.token)
-			for got != tt.want && time.Now().Before(deadline) { // the server starts, RBAC propagates
-				time.Sleep(100 * time.Millisecond)
-				got = get(tt.token)
-			}
-			if got != tt.want {
-				t.Fatalf("GET /metrics: %d; want %d", got, tt.want)
-			}
+			got := 0
+			eventually.True(t, 30*time.Second, func() bool { got = get(tt.token); return got == tt.want }, // the server starts, RBAC propagates
+				func() string { return fmt.Sprintf("GET /metrics: %d; want %d", got, tt.want) })
 		})
 	}
 }

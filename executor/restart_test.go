@@ -19,6 +19,7 @@ import (
 	"github.com/flytekube/backend/executor/plugin"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
@@ -129,15 +130,10 @@ func TestRestartMidRunLosesNothingAndRunsNothingTwice(t *testing.T) {
 
 func waitPhase(t *testing.T, key client.ObjectKey, phase flytev1.Phase) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
 	var ta flytev1.TaskAction
-	for time.Now().Before(deadline) {
-		if err := env.Client.Get(context.Background(), key, &ta); err == nil && ta.Status.Phase == phase {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s never reached %s; status %+v", key, phase, ta.Status)
+	eventually.True(t, time.Minute, func() bool {
+		return env.Client.Get(context.Background(), key, &ta) == nil && ta.Status.Phase == phase
+	}, func() string { return fmt.Sprintf("%s never reached %s; status %+v", key, phase, ta.Status) })
 }
 
 // eventLister is the part of the events service client the tests read with.
@@ -161,21 +157,17 @@ func listEvents(t *testing.T, c eventLister, ta *flytev1.TaskAction) []*eventsv1
 // of its history entries, and checks that it holds each exactly once.
 func waitDelivered(t *testing.T, c eventLister, ta *flytev1.TaskAction) *flytev1.TaskAction {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
 	var got flytev1.TaskAction
 	stored := 0
-	for {
-		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got)
-		if err == nil && got.Status.Phase == flytev1.PhaseSucceeded {
-			if stored = len(listEvents(t, c, ta)); stored >= len(got.Status.PhaseHistory) {
-				break
-			}
+	eventually.True(t, time.Minute, func() bool {
+		if env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &got) != nil || got.Status.Phase != flytev1.PhaseSucceeded {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never finished with its events delivered: %d stored; status %+v", ta.Name, stored, got.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		stored = len(listEvents(t, c, ta))
+		return stored >= len(got.Status.PhaseHistory)
+	}, func() string {
+		return fmt.Sprintf("%s never finished with its events delivered: %d stored; status %+v", ta.Name, stored, got.Status)
+	})
 	if stored != len(got.Status.PhaseHistory) {
 		t.Fatalf("%s: %d events stored; want its %d history entries, once each", ta.Name, stored, len(got.Status.PhaseHistory))
 	}

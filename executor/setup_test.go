@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/repo"
 )
@@ -109,16 +111,11 @@ func start(t *testing.T, cfg config.Config, namespace string, o runOptions) (con
 
 func waitSucceeded(t *testing.T, key client.ObjectKey) *flytev1.TaskAction {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
 	var ta flytev1.TaskAction
-	for time.Now().Before(deadline) {
-		if err := env.Client.Get(context.Background(), key, &ta); err == nil && ta.Status.Phase == flytev1.PhaseSucceeded {
-			return &ta
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Fatalf("%s did not succeed; status %+v", key, ta.Status)
-	return nil
+	eventually.True(t, time.Minute, func() bool {
+		return env.Client.Get(context.Background(), key, &ta) == nil && ta.Status.Phase == flytev1.PhaseSucceeded
+	}, func() string { return fmt.Sprintf("%s did not succeed; status %+v", key, ta.Status) })
+	return &ta
 }
 
 // TestHandWrittenYAMLRunsToSucceeded applies the sample a user would write by hand.

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 // TestWritesPerAction counts every API write the executor makes for one action, from
@@ -77,14 +79,11 @@ func TestWritesPerAction(t *testing.T) {
 // waitFinishedWithoutFinalizer waits until the action is finished and its finalizer off.
 func waitFinishedWithoutFinalizer(t *testing.T, key client.ObjectKey) *flytev1.TaskAction {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	var ta flytev1.TaskAction
-	for time.Now().Before(deadline) {
-		if err := env.Client.Get(context.Background(), key, &ta); err == nil && ta.Status.Phase.IsTerminal() && len(ta.Finalizers) == 0 {
-			return &ta
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s never finished without its finalizer; status %+v, finalizers %v", key, ta.Status, ta.Finalizers)
-	return nil
+	eventually.True(t, 30*time.Second, func() bool {
+		return env.Client.Get(context.Background(), key, &ta) == nil && ta.Status.Phase.IsTerminal() && len(ta.Finalizers) == 0
+	}, func() string {
+		return fmt.Sprintf("%s never finished without its finalizer; status %+v, finalizers %v", key, ta.Status, ta.Finalizers)
+	})
+	return &ta
 }
