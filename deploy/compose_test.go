@@ -384,8 +384,6 @@ func interpolate(v any) (any, error) {
 // ---------------------------------------------------------------------------------------
 // Dockerfiles
 
-var goVersionLine = regexp.MustCompile(`(?m)^go (\d+\.\d+)`)
-
 var addrDefault = regexp.MustCompile(`^[A-Za-z0-9.\-\[\]]*:\d+$`)
 
 // composeInfos works out, for every service, its flags, listeners, mounts and the URLs

@@ -4,9 +4,9 @@ package deploy_test
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -17,10 +17,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/buildkit/frontend/dockerfile/shell"
+	"golang.org/x/mod/modfile"
 	"golang.org/x/tools/go/packages"
-
-	_ "github.com/flytekube/backend/gen/go/flyte/cache/v1"  // the descriptors of the RPCs runCompose calls
-	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // image is what a Dockerfile builds, as far as can be told without building it.
@@ -31,40 +34,31 @@ type image struct {
 	files      map[string]string // path in the final image → the Go package built there
 	builds     []goBuild
 	exposed    []int
-	stages     []*dockerStage
-}
-
-type dockerStage struct {
-	name, base string
-	instrs     []dockerInstr
-}
-
-type dockerInstr struct {
-	line  int
-	cmd   string   // upper case
-	flags []string // --from=build, --mount=...
-	args  string
+	stages     []instructions.Stage
 }
 
 // goBuild is one `go build` of a RUN instruction.
 type goBuild struct {
-	stage  string
-	env    []string // the assignments before "go", as written
-	flags  []string // every flag but -o
-	out    string
-	pkg    string
-	mounts []string // the RUN's --mount flags
+	stage    string
+	env      map[string]string // the assignments before "go" whose values are literal
+	flags    []string          // every flag but -o, as -name=value
+	trimpath bool
+	ldflags  string
+	out      string
+	pkg      string
+	mounts   []*instructions.Mount // the RUN's --mount flags
 }
 
 func loadImage(t *testing.T, root, dockerfile string) *image {
 	t.Helper()
 	where := dockerfile
-	data, err := os.ReadFile(filepath.Join(root, dockerfile))
+	f, err := os.Open(filepath.Join(root, dockerfile))
 	if err != nil {
-		t.Fatalf("%v", err)
+		t.Fatal(err)
 	}
+	defer func() { _ = f.Close() }()
 	img := &image{dockerfile: dockerfile, binary: strings.TrimSuffix(path.Base(dockerfile), ".Dockerfile"), files: map[string]string{}}
-	img.stages, err = parseDockerfile(string(data))
+	img.stages, err = parseDockerfile(f)
 	if err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}
@@ -73,56 +67,55 @@ func loadImage(t *testing.T, root, dockerfile string) *image {
 	}
 	stageNames := map[string]bool{}
 	for _, s := range img.stages[:len(img.stages)-1] {
-		stageNames[s.name] = true
-		for _, in := range s.instrs {
-			if in.cmd != "RUN" {
-				continue
-			}
-			builds, err := goBuilds(in)
-			if err != nil {
-				t.Errorf("%s:%d: %v", where, in.line, err)
-			}
-			for _, b := range builds {
-				b.stage = s.name
-				img.builds = append(img.builds, b)
+		stageNames[s.Name] = true
+		for _, c := range s.Commands {
+			if run, ok := c.(*instructions.RunCommand); ok {
+				builds, err := goBuilds(run)
+				if err != nil {
+					t.Errorf("%s:%d: %v", where, line(c), err)
+				}
+				for _, b := range builds {
+					b.stage = s.Name
+					img.builds = append(img.builds, b)
+				}
 			}
 		}
 	}
-	final := img.stages[len(img.stages)-1]
-	for _, in := range final.instrs {
-		switch in.cmd {
-		case "COPY":
-			from := flagValue(in.flags, "from")
-			words, err := shellWords(in.args)
-			if err != nil || len(words) != 2 {
-				t.Errorf("%s:%d: COPY %s: want one source and one destination", where, in.line, in.args)
+	for _, c := range img.stages[len(img.stages)-1].Commands {
+		switch c := c.(type) {
+		case *instructions.CopyCommand:
+			if len(c.SourcePaths) != 1 {
+				t.Errorf("%s:%d: %s: want one source and one destination", where, line(c), c)
 				continue
 			}
-			if from == "" {
-				t.Errorf("%s:%d: the final stage copies %s from the build context, not from a build stage", where, in.line, words[0])
+			src, dst := c.SourcePaths[0], c.DestPath
+			if c.From == "" {
+				t.Errorf("%s:%d: the final stage copies %s from the build context, not from a build stage", where, line(c), src)
 				continue
 			}
-			if !stageNames[from] {
-				t.Errorf("%s:%d: COPY --from=%s: no such stage", where, in.line, from)
+			if !stageNames[c.From] {
+				t.Errorf("%s:%d: COPY --from=%s: no such stage", where, line(c), c.From)
 				continue
 			}
 			for _, b := range img.builds {
-				if b.stage == from && b.out == words[0] {
-					img.files[words[1]] = b.pkg
+				if b.stage == c.From && b.out == src {
+					img.files[dst] = b.pkg
 				}
 			}
-			if _, ok := img.files[words[1]]; !ok {
-				t.Errorf("%s:%d: COPY --from=%s %s: no go build in that stage writes it", where, in.line, from, words[0])
+			if _, ok := img.files[dst]; !ok {
+				t.Errorf("%s:%d: COPY --from=%s %s: no go build in that stage writes it", where, line(c), c.From, src)
 			}
-		case "ENTRYPOINT":
-			if err := json.Unmarshal([]byte(in.args), &img.entrypoint); err != nil || len(img.entrypoint) == 0 {
-				t.Errorf("%s:%d: ENTRYPOINT %s: want the exec form, a JSON array (there is no shell)", where, in.line, in.args)
+		case *instructions.EntrypointCommand:
+			if c.PrependShell || len(c.CmdLine) == 0 {
+				t.Errorf("%s:%d: %s: want the exec form, a JSON array (there is no shell)", where, line(c), c)
+				continue
 			}
-		case "EXPOSE":
-			for _, p := range strings.Fields(in.args) {
+			img.entrypoint = c.CmdLine
+		case *instructions.ExposeCommand:
+			for _, p := range c.Ports {
 				n, err := strconv.Atoi(strings.TrimSuffix(p, "/tcp"))
 				if err != nil {
-					t.Errorf("%s:%d: EXPOSE %s: want a TCP port number", where, in.line, p)
+					t.Errorf("%s:%d: EXPOSE %s: want a TCP port number", where, line(c), p)
 				}
 				img.exposed = append(img.exposed, n)
 			}
@@ -131,210 +124,137 @@ func loadImage(t *testing.T, root, dockerfile string) *image {
 	return img
 }
 
-// parseDockerfile splits a Dockerfile into stages of instructions: continuation lines
-// joined, comments and parser directives dropped.
-func parseDockerfile(text string) ([]*dockerStage, error) {
-	var stages []*dockerStage
-	var current strings.Builder
-	start := 0
-	flush := func() error {
-		line := strings.TrimSpace(current.String())
-		current.Reset()
-		if line == "" {
-			return nil
-		}
-		cmd, rest, _ := strings.Cut(line, " ")
-		in := dockerInstr{line: start, cmd: strings.ToUpper(cmd)}
-		rest = strings.TrimSpace(rest)
-		for strings.HasPrefix(rest, "--") {
-			var f string
-			f, rest, _ = strings.Cut(rest, " ")
-			in.flags = append(in.flags, strings.TrimPrefix(f, "--"))
-			rest = strings.TrimSpace(rest)
-		}
-		in.args = rest
-		if in.cmd == "FROM" {
-			words := strings.Fields(rest)
-			s := &dockerStage{base: words[0], name: strconv.Itoa(len(stages))}
-			if len(words) == 3 && strings.EqualFold(words[1], "AS") {
-				s.name = words[2]
-			} else if len(words) != 1 {
-				return fmt.Errorf("line %d: FROM %s", start, rest)
-			}
-			stages = append(stages, s)
-		} else if len(stages) == 0 {
-			if in.cmd != "ARG" {
-				return fmt.Errorf("line %d: %s before FROM", start, in.cmd)
-			}
-			return nil
-		}
-		stages[len(stages)-1].instrs = append(stages[len(stages)-1].instrs, in)
-		return nil
-	}
-	for i, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "#") {
-			continue // comments, also inside continuations
-		}
-		if current.Len() == 0 {
-			start = i + 1
-		}
-		if cont, ok := strings.CutSuffix(strings.TrimRight(line, " \t"), `\`); ok {
-			current.WriteString(cont + " ")
-			continue
-		}
-		current.WriteString(line)
-		if err := flush(); err != nil {
-			return nil, err
-		}
-	}
-	if err := flush(); err != nil {
+// parseDockerfile parses a Dockerfile into stages of instructions as BuildKit does, with
+// their words expanded as it would with no build arguments given.
+func parseDockerfile(r io.Reader) ([]instructions.Stage, error) {
+	ast, err := parser.Parse(r)
+	if err != nil {
 		return nil, err
+	}
+	stages, _, err := instructions.Parse(ast.AST, nil)
+	if err != nil {
+		return nil, err
+	}
+	lex := shell.NewLex(ast.EscapeToken)
+	expander := func(word string) (string, error) {
+		out, _, err := lex.ProcessWord(word, shell.EnvsFromSlice(nil))
+		return out, err
+	}
+	for _, s := range stages {
+		for _, c := range s.Commands {
+			if e, ok := c.(instructions.SupportsSingleWordExpansion); ok {
+				if err := e.Expand(expander); err != nil {
+					return nil, fmt.Errorf("line %d: %w", line(c), err)
+				}
+			}
+		}
 	}
 	return stages, nil
 }
 
+func line(c instructions.Command) int {
+	if loc := c.Location(); len(loc) > 0 {
+		return loc[0].Start.Line
+	}
+	return 0
+}
+
+// shellCommand is a simple command of a RUN: its literal variable assignments and its
+// words, quotes removed.
+type shellCommand struct {
+	env  map[string]string
+	args []string
+}
+
+// shellCommands parses what a RUN runs into its simple commands: the shell form as the
+// POSIX shell /bin/sh would, the exec form as one command.
+func shellCommands(run *instructions.RunCommand) ([]shellCommand, error) {
+	if !run.PrependShell {
+		return []shellCommand{{args: run.CmdLine}}, nil
+	}
+	file, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(strings.Join(run.CmdLine, " ")), "")
+	if err != nil {
+		return nil, err
+	}
+	var out []shellCommand
+	syntax.Walk(file, func(node syntax.Node) bool {
+		switch n := node.(type) {
+		case *syntax.Stmt:
+			if n.Background {
+				err = fmt.Errorf("a background command in %q", run.CmdLine)
+			}
+		case *syntax.CallExpr:
+			c := shellCommand{env: map[string]string{}}
+			for _, a := range n.Assigns {
+				if a.Value != nil && a.Value.Lit() != "" {
+					c.env[a.Name.Value] = a.Value.Lit()
+				}
+			}
+			for _, w := range n.Args {
+				s, werr := expand.Literal(nil, w)
+				if werr != nil {
+					err = werr
+				}
+				c.args = append(c.args, s)
+			}
+			out = append(out, c)
+		}
+		return true
+	})
+	return out, err
+}
+
 // goBuilds finds the `go build` commands of a RUN instruction.
-func goBuilds(in dockerInstr) ([]goBuild, error) {
-	words, err := shellWords(in.args)
+func goBuilds(run *instructions.RunCommand) ([]goBuild, error) {
+	cmds, err := shellCommands(run)
 	if err != nil {
 		return nil, err
 	}
 	var out []goBuild
-	for cmd := range splitCommands(words) {
-		i := 0
-		for i < len(cmd) && strings.Contains(cmd[i], "=") && !strings.HasPrefix(cmd[i], "-") {
-			i++
-		}
-		if len(cmd) < i+2 || cmd[i] != "go" || cmd[i+1] != "build" {
+	for _, cmd := range cmds {
+		if len(cmd.args) < 2 || cmd.args[0] != "go" || cmd.args[1] != "build" {
 			continue
 		}
-		b := goBuild{env: cmd[:i]}
-		for _, f := range in.flags {
-			if v, ok := strings.CutPrefix(f, "mount="); ok {
-				b.mounts = append(b.mounts, v)
+		// go build's own flag syntax, for the flags the Dockerfiles use.
+		fs := flag.NewFlagSet("go build", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		b := goBuild{env: cmd.env, mounts: instructions.GetMounts(run)}
+		fs.StringVar(&b.out, "o", "", "")
+		fs.StringVar(&b.ldflags, "ldflags", "", "")
+		fs.BoolVar(&b.trimpath, "trimpath", false, "")
+		for _, name := range []string{"gcflags", "tags", "mod", "p"} {
+			fs.String(name, "", "")
+		}
+		if err := fs.Parse(cmd.args[2:]); err != nil {
+			return nil, fmt.Errorf("go build %q: %w (teach this test the flag)", cmd.args[2:], err)
+		}
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "o" {
+				b.flags = append(b.flags, "-"+f.Name+"="+f.Value.String())
 			}
+		})
+		if fs.NArg() != 1 || b.out == "" {
+			return nil, fmt.Errorf("go build %q: want -o FILE and one package", cmd.args[2:])
 		}
-		rest := cmd[i+2:]
-		for j := 0; j < len(rest); j++ {
-			w := rest[j]
-			switch {
-			case w == "-o":
-				if j+1 == len(rest) {
-					return nil, errors.New("go build -o without a file")
-				}
-				j++
-				b.out = rest[j]
-			case strings.HasPrefix(w, "-o="):
-				b.out = strings.TrimPrefix(w, "-o=")
-			case strings.HasPrefix(w, "-") && slices.Contains([]string{"-ldflags", "-gcflags", "-tags", "-mod", "-p"}, w):
-				if j+1 == len(rest) {
-					return nil, fmt.Errorf("go build %s without a value", w)
-				}
-				b.flags = append(b.flags, w+"="+rest[j+1])
-				j++
-			case strings.HasPrefix(w, "-"):
-				b.flags = append(b.flags, w)
-			default:
-				if b.pkg != "" {
-					return nil, fmt.Errorf("go build of %s and %s in one command: build one package per -o", b.pkg, w)
-				}
-				b.pkg = w
-			}
-		}
-		if b.pkg == "" || b.out == "" {
-			return nil, fmt.Errorf("go build %s: want -o FILE and one package", strings.Join(rest, " "))
-		}
+		b.pkg = fs.Arg(0)
 		out = append(out, b)
 	}
 	return out, nil
 }
 
-// splitCommands yields the simple commands of a shell word list.
-func splitCommands(words []string) func(func([]string) bool) {
-	return func(yield func([]string) bool) {
-		var cmd []string
-		for _, w := range append(words, ";") {
-			if w == "&&" || w == "||" || w == ";" || w == "|" {
-				if len(cmd) > 0 && !yield(cmd) {
-					return
-				}
-				cmd = nil
-				continue
-			}
-			cmd = append(cmd, w)
-		}
-	}
+// cacheMount reports whether a RUN's mounts hold a cache at target.
+func cacheMount(mounts []*instructions.Mount, target string) bool {
+	return slices.ContainsFunc(mounts, func(m *instructions.Mount) bool {
+		return m.Type == instructions.MountTypeCache && path.Clean(m.Target) == target
+	})
 }
 
-// shellWords splits a POSIX shell command into words, with quotes removed and the
-// operators &&, ||, ; and | as words of their own. Expansions are left as written.
-func shellWords(s string) ([]string, error) {
-	var words []string
-	var w strings.Builder
-	inWord := false
-	end := func() {
-		if inWord {
-			words = append(words, w.String())
-		}
-		w.Reset()
-		inWord = false
-	}
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		switch {
-		case ch == ' ' || ch == '\t' || ch == '\n':
-			end()
-		case ch == '\'':
-			j := strings.IndexByte(s[i+1:], '\'')
-			if j < 0 {
-				return nil, fmt.Errorf("unterminated ' in %s", s)
-			}
-			w.WriteString(s[i+1 : i+1+j])
-			inWord = true
-			i += j + 1
-		case ch == '"':
-			i++
-			for ; i < len(s) && s[i] != '"'; i++ {
-				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\"\\$`", s[i+1]) >= 0 {
-					i++
-				}
-				w.WriteByte(s[i])
-			}
-			if i == len(s) {
-				return nil, fmt.Errorf("unterminated \" in %s", s)
-			}
-			inWord = true
-		case ch == '\\' && i+1 < len(s):
-			i++
-			w.WriteByte(s[i])
-			inWord = true
-		case ch == ';' || ch == '|' || ch == '&':
-			end()
-			op := string(ch)
-			if i+1 < len(s) && s[i+1] == ch && ch != ';' {
-				op += string(ch)
-				i++
-			}
-			if op == "&" {
-				return nil, fmt.Errorf("background command in %s", s)
-			}
-			words = append(words, op)
-		default:
-			w.WriteByte(ch)
-			inWord = true
-		}
-	}
-	end()
-	return words, nil
-}
-
-func flagValue(flags []string, name string) string {
-	for _, f := range flags {
-		if v, ok := strings.CutPrefix(f, name+"="); ok {
-			return v
-		}
-	}
-	return ""
+// runs reports whether a RUN runs the command that starts with args.
+func runs(run *instructions.RunCommand, args ...string) bool {
+	cmds, err := shellCommands(run)
+	return err == nil && slices.ContainsFunc(cmds, func(c shellCommand) bool {
+		return len(c.args) >= len(args) && slices.Equal(c.args[:len(args)], args)
+	})
 }
 
 // checkDockerfiles holds each Dockerfile to what the images promise: built with go.mod's
@@ -342,15 +262,7 @@ func flagValue(flags []string, name string) string {
 // stage running as non-root the binary of its name, exposing the ports that binary
 // listens on by default; and no Dockerfile left unused by compose.
 func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins map[string]*goBinary, oneShots map[string]bool) {
-	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := goVersionLine.FindSubmatch(gomod)
-	if m == nil {
-		t.Fatal("go.mod has no go line")
-	}
-	goVersion := string(m[1])
+	goVersion := goModVersion(t, root)
 	used := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(images)) {
 		img := images[name]
@@ -360,26 +272,25 @@ func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins 
 		// The build stage.
 		var built bool
 		for _, s := range img.stages[:len(img.stages)-1] {
-			repoName, tag, _ := strings.Cut(s.base, ":")
+			repoName, tag, _ := strings.Cut(s.BaseName, ":")
 			if repoName == "golang" && tag != goVersion && !strings.HasPrefix(tag, goVersion+".") && !strings.HasPrefix(tag, goVersion+"-") {
-				t.Errorf("%s: stage %s builds with %s, go.mod says go %s", where, s.name, s.base, goVersion)
+				t.Errorf("%s: stage %s builds with %s, go.mod says go %s", where, s.Name, s.BaseName, goVersion)
 			}
 			var copiedAll, copiedMod, downloaded bool
-			for _, in := range s.instrs {
-				words := strings.Fields(in.args)
-				switch {
-				case in.cmd == "COPY" && slices.Equal(words, []string{".", "."}):
-					copiedAll = true
-				case in.cmd == "COPY" && len(words) > 2 && slices.Contains(words, "go.mod") && slices.Contains(words, "go.sum"):
-					copiedMod = true
-				case in.cmd == "RUN" && strings.Contains(in.args, "go mod download"):
-					if copiedAll || !copiedMod {
-						t.Errorf("%s:%d: go mod download must follow COPY go.mod go.sum and precede COPY . ., so that only they invalidate it", where, in.line)
+			for _, c := range s.Commands {
+				switch c := c.(type) {
+				case *instructions.CopyCommand:
+					copiedAll = copiedAll || (slices.Equal(c.SourcePaths, []string{"."}) && c.DestPath == ".")
+					copiedMod = copiedMod || (slices.Contains(c.SourcePaths, "go.mod") && slices.Contains(c.SourcePaths, "go.sum"))
+				case *instructions.RunCommand:
+					if !runs(c, "go", "mod", "download") {
+						continue
 					}
-					if !slices.ContainsFunc(in.flags, func(f string) bool {
-						return strings.Contains(f, "type=cache") && strings.Contains(f, "target=/go/pkg/mod")
-					}) {
-						t.Errorf("%s:%d: go mod download without a cache mount on /go/pkg/mod", where, in.line)
+					if copiedAll || !copiedMod {
+						t.Errorf("%s:%d: go mod download must follow COPY go.mod go.sum and precede COPY . ., so that only they invalidate it", where, line(c))
+					}
+					if !cacheMount(instructions.GetMounts(c), "/go/pkg/mod") {
+						t.Errorf("%s:%d: go mod download without a cache mount on /go/pkg/mod", where, line(c))
 					}
 					downloaded = true
 				}
@@ -387,7 +298,7 @@ func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins 
 			if repoName == "golang" {
 				built = true
 				if !downloaded {
-					t.Errorf("%s: stage %s has no go mod download layer", where, s.name)
+					t.Errorf("%s: stage %s has no go mod download layer", where, s.Name)
 				}
 			}
 		}
@@ -395,17 +306,17 @@ func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins 
 			t.Errorf("%s: no golang build stage", where)
 		}
 		for _, b := range img.builds {
-			if !slices.Contains(b.env, "CGO_ENABLED=0") {
+			if b.env["CGO_ENABLED"] != "0" {
 				t.Errorf("%s: go build %s without CGO_ENABLED=0: distroless static has no libc", where, b.pkg)
 			}
-			if !slices.Contains(b.flags, "-trimpath") {
+			if !b.trimpath {
 				t.Errorf("%s: go build %s without -trimpath", where, b.pkg)
 			}
-			if ld := flagValue(b.flags, "-ldflags"); !slices.Contains(strings.Fields(ld), "-s") || !slices.Contains(strings.Fields(ld), "-w") {
-				t.Errorf("%s: go build %s: -ldflags %q lacks -s -w", where, b.pkg, ld)
+			if ld := strings.Fields(b.ldflags); !slices.Contains(ld, "-s") || !slices.Contains(ld, "-w") {
+				t.Errorf("%s: go build %s: -ldflags %q lacks -s -w", where, b.pkg, b.ldflags)
 			}
 			for _, cache := range []string{"/go/pkg/mod", "/root/.cache/go-build"} {
-				if !slices.ContainsFunc(b.mounts, func(m string) bool { return strings.Contains(m, "type=cache") && strings.Contains(m, "target="+cache) }) {
+				if !cacheMount(b.mounts, cache) {
 					t.Errorf("%s: go build %s without a cache mount on %s", where, b.pkg, cache)
 				}
 			}
@@ -413,32 +324,27 @@ func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins 
 
 		// The final stage.
 		final := img.stages[len(img.stages)-1]
-		if !strings.HasPrefix(final.base, "gcr.io/distroless/static") && final.base != "scratch" {
-			t.Errorf("%s: the final stage is %s, not distroless static or scratch", where, final.base)
+		if !strings.HasPrefix(final.BaseName, "gcr.io/distroless/static") && final.BaseName != "scratch" {
+			t.Errorf("%s: the final stage is %s, not distroless static or scratch", where, final.BaseName)
 		}
 		user := ""
 		labels := map[string]string{}
-		for _, in := range final.instrs {
-			switch in.cmd {
-			case "USER":
-				user = in.args
-			case "LABEL":
-				words, err := shellWords(in.args)
-				if err != nil {
-					t.Errorf("%s:%d: %v", where, in.line, err)
+		for _, c := range final.Commands {
+			switch c := c.(type) {
+			case *instructions.UserCommand:
+				user = c.User
+			case *instructions.LabelCommand:
+				for _, kv := range c.Labels {
+					labels[kv.Key] = kv.Value
 				}
-				for _, w := range words {
-					k, v, _ := strings.Cut(w, "=")
-					labels[k] = v
-				}
-			case "RUN":
-				t.Errorf("%s:%d: RUN in the final stage: it has no shell", where, in.line)
+			case *instructions.RunCommand:
+				t.Errorf("%s:%d: RUN in the final stage: it has no shell", where, line(c))
 			}
 		}
 		uid, _, _ := strings.Cut(user, ":")
 		switch {
-		case uid == "" && !strings.HasSuffix(final.base, ":nonroot"):
-			t.Errorf("%s: no USER, and %s runs as root", where, final.base)
+		case uid == "" && !strings.HasSuffix(final.BaseName, ":nonroot"):
+			t.Errorf("%s: no USER, and %s runs as root", where, final.BaseName)
 		case uid == "0" || uid == "root":
 			t.Errorf("%s: USER %s", where, user)
 		case uid != "" && uid != "65532" && uid != "nonroot":
@@ -482,6 +388,22 @@ func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins 
 			t.Errorf("%s is built by no compose service", rel)
 		}
 	}
+}
+
+// goModVersion is the language version of go.mod's go line (1.26 of 1.26.0).
+func goModVersion(t *testing.T, root string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := modfile.ParseLax("go.mod", data, nil)
+	if err != nil || f.Go == nil {
+		t.Fatalf("go.mod: no go line (%v)", err)
+	}
+	major, rest, _ := strings.Cut(f.Go.Version, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	return major + "." + minor
 }
 
 // ---------------------------------------------------------------------------------------
@@ -545,11 +467,9 @@ func buildBinaries(t *testing.T, root string, images map[string]*image) map[stri
 			if bins[b.pkg] != nil {
 				continue
 			}
-			var env []string
-			for _, e := range b.env {
-				if !strings.Contains(e, "$") { // GOOS=$TARGETOS: this machine's
-					env = append(env, e)
-				}
+			var env []string // GOOS=$TARGETOS is not literal: this machine's
+			for _, k := range slices.Sorted(maps.Keys(b.env)) {
+				env = append(env, k+"="+b.env[k])
 			}
 			bin := &goBinary{name: path.Base(b.pkg), pkg: b.pkg}
 			bin.file = filepath.Join(dir, bin.name)
