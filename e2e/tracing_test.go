@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/events"
@@ -157,23 +158,21 @@ func TestOneTracePerAction(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Spans reach Jaeger's storage in batches: look until the whole trace is there.
+	// Spans reach Jaeger's storage in batches: look until the whole trace is there, every
+	// 250 ms (a query reads the whole trace).
 	var (
-		trace   jaegertest.Trace
-		missing = []string{"the trace"}
+		trace    jaegertest.Trace
+		missing  = []string{"the trace"}
+		queryErr error
 	)
-	for {
-		tr, err := jaeger.Trace(qctx, wantID)
-		if err == nil {
+	if wait.PollUntilContextCancel(qctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var tr jaegertest.Trace
+		if tr, queryErr = jaeger.Trace(ctx, wantID); queryErr == nil {
 			trace, missing = tr, checkTrace(tr, got)
-			if len(missing) == 0 {
-				break
-			}
 		}
-		if qctx.Err() != nil {
-			t.Fatalf("trace %s (last error: %v) lacks:\n  %s\nit holds:\n%s", wantID, err, strings.Join(missing, "\n  "), describe(trace))
-		}
-		time.Sleep(250 * time.Millisecond)
+		return queryErr == nil && len(missing) == 0, nil
+	}) != nil {
+		t.Fatalf("trace %s (last error: %v) lacks:\n  %s\nit holds:\n%s", wantID, queryErr, strings.Join(missing, "\n  "), describe(trace))
 	}
 	// Every span naming the action is in that one trace.
 	traces, err := jaeger.Traces(qctx, "executor", byAction)
