@@ -1,11 +1,10 @@
 package deploy_test
 
 import (
-	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/csv"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -18,9 +17,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/compose-spec/compose-go/v2/graph"
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/tree"
+	"github.com/compose-spec/compose-go/v2/types"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -32,87 +36,21 @@ import (
 	"github.com/flytekube/backend/services/auth"
 )
 
-// composeProject is the part of the compose specification docker-compose.yaml uses.
-// Fields are decoded strictly: a key the test does not know fails it, so that nothing
-// added to the file goes unchecked.
-type composeProject struct {
-	Name     string                     `json:"name"`
-	Services map[string]*composeService `json:"services"`
-	Networks map[string]*composeNetwork `json:"networks"`
-	Volumes  map[string]*struct{}       `json:"volumes"`
-}
-
-type composeService struct {
-	Profiles        []string                    `json:"profiles"`
-	Image           string                      `json:"image"`
-	Build           *composeBuild               `json:"build"`
-	Command         []string                    `json:"command"`
-	Environment     map[string]string           `json:"environment"`
-	Ports           []string                    `json:"ports"`
-	Volumes         []composeMount              `json:"volumes"`
-	Tmpfs           []string                    `json:"tmpfs"`
-	Networks        []string                    `json:"networks"`
-	Healthcheck     *composeHealthcheck         `json:"healthcheck"`
-	DependsOn       map[string]composeDependsOn `json:"depends_on"`
-	ReadOnly        bool                        `json:"read_only"`
-	CapDrop         []string                    `json:"cap_drop"`
-	SecurityOpt     []string                    `json:"security_opt"`
-	StopGracePeriod string                      `json:"stop_grace_period"`
-	User            string                      `json:"user"`
-}
-
-type composeBuild struct {
-	Context    string `json:"context"`
-	Dockerfile string `json:"dockerfile"`
-}
-
-type composeNetwork struct {
-	Name     string `json:"name"`
-	External bool   `json:"external"`
-}
-
-type composeHealthcheck struct {
-	Test     []string `json:"test"`
-	Interval string   `json:"interval"`
-	Timeout  string   `json:"timeout"`
-	Retries  int      `json:"retries"`
-	Disable  bool     `json:"disable"`
-}
-
-type composeDependsOn struct {
-	Condition string `json:"condition"`
-}
-
-// composeMount is a volume in either syntax: "source:target[:ro]" or the long form.
-type composeMount struct {
-	Type     string `json:"type"`
-	Source   string `json:"source"`
-	Target   string `json:"target"`
-	ReadOnly bool   `json:"read_only"`
-	Bind     *struct {
-		CreateHostPath *bool `json:"create_host_path"`
-	} `json:"bind"`
-}
-
-func (m *composeMount) UnmarshalJSON(data []byte) error {
-	var short string
-	if err := json.Unmarshal(data, &short); err == nil {
-		parts := strings.Split(short, ":")
-		if len(parts) < 2 || len(parts) > 3 {
-			return fmt.Errorf("volume %q: want source:target[:ro]", short)
-		}
-		m.Source, m.Target = parts[0], parts[1]
-		m.ReadOnly = len(parts) == 3 && parts[2] == "ro"
-		m.Type = "volume"
-		if strings.ContainsAny(m.Source[:1], "./~") {
-			m.Type = "bind"
-		}
-		return nil
-	}
-	type long composeMount
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	return dec.Decode((*long)(m))
+// composeKeys are the keys of docker-compose.yaml this test checks, in compose-go's
+// canonical form (short syntaxes in their long form): another key fails it, so that
+// nothing added to the file goes unchecked.
+var composeKeys = []tree.Path{
+	"name", "networks.*.name", "networks.*.external", "volumes.*",
+	"services.*.profiles", "services.*.image", "services.*.build.context", "services.*.build.dockerfile",
+	"services.*.command", "services.*.environment.*", "services.*.tmpfs", "services.*.networks.*",
+	"services.*.ports.[].host_ip", "services.*.ports.[].published", "services.*.ports.[].target",
+	"services.*.ports.[].protocol", "services.*.ports.[].mode",
+	"services.*.volumes.[].type", "services.*.volumes.[].source", "services.*.volumes.[].target",
+	"services.*.volumes.[].read_only", "services.*.volumes.[].bind.create_host_path", "services.*.volumes.[].volume",
+	"services.*.healthcheck.test", "services.*.healthcheck.interval", "services.*.healthcheck.timeout",
+	"services.*.healthcheck.retries", "services.*.healthcheck.disable",
+	"services.*.depends_on.*.condition", "services.*.depends_on.*.required",
+	"services.*.read_only", "services.*.cap_drop", "services.*.security_opt", "services.*.stop_grace_period", "services.*.user",
 }
 
 // upstreamImages are the images this repository does not build, by repository, with
@@ -213,14 +151,15 @@ func loadExecutorConfig(file string, resolve func(string) (string, error)) (*con
 // composeInfo is what the checks need to know of a service, worked out once.
 type composeInfo struct {
 	name    string
-	svc     *composeService
-	img     *image                  // nil for upstream images
-	bin     *goBinary               // nil for upstream images
-	args    map[string]string       // flag → value, given or default
-	listens map[int]string          // container port → listener name
-	mounts  map[string]composeMount // by target
-	config  string                  // host path of the --config file, if any
-	cfg     *configInfo             // what the --config file says, if any
+	svc     types.ServiceConfig
+	env     map[string]string                    // its environment
+	img     *image                               // nil for upstream images
+	bin     *goBinary                            // nil for upstream images
+	args    map[string]string                    // flag → value, given or default
+	listens map[int]string                       // container port → listener name
+	mounts  map[string]types.ServiceVolumeConfig // by target
+	config  string                               // host path of the --config file, if any
+	cfg     *configInfo                          // what the --config file says, if any
 	urls    []urlUse
 	broken  bool // its command or --config is wrong (reported): its ports are unknown
 	oneShot bool // run once to completion before the services that wait for it
@@ -242,9 +181,9 @@ func (info *composeInfo) hostPath(path string) (string, error) {
 	}
 	m, rest := info.mounts[best], strings.TrimPrefix(path, best)
 	switch {
-	case m.Type == "bind" && strings.HasPrefix(m.Source, "./"):
-		return filepath.Join(info.root, filepath.FromSlash(m.Source), filepath.FromSlash(rest)), nil
-	case m.Type == "volume" && info.vols[m.Source] != "":
+	case m.Type == types.VolumeTypeBind && inRepo(info.root, m.Source):
+		return filepath.Join(m.Source, filepath.FromSlash(rest)), nil
+	case m.Type == types.VolumeTypeVolume && info.vols[m.Source] != "":
 		return filepath.Join(info.vols[m.Source], filepath.FromSlash(rest)), nil
 	}
 	return "", fmt.Errorf("%s: nothing stands in here for %s (mounted from %s)", path, best, m.Source)
@@ -252,11 +191,11 @@ func (info *composeInfo) hostPath(path string) (string, error) {
 
 // oneShots are the services others wait for with service_completed_successfully: they
 // run once, to completion, before them.
-func oneShots(c *composeProject) map[string]bool {
+func oneShots(c *types.Project) map[string]bool {
 	out := map[string]bool{}
 	for _, svc := range c.Services {
 		for dep, d := range svc.DependsOn {
-			if d.Condition == "service_completed_successfully" {
+			if d.Condition == types.ServiceConditionCompletedSuccessfully {
 				out[dep] = true
 			}
 		}
@@ -278,11 +217,11 @@ func TestCompose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := loadCompose(t, filepath.Join(root, "docker-compose.yaml"))
+	c := loadCompose(t, root)
 	images := map[string]*image{} // by service
 	for _, name := range slices.Sorted(maps.Keys(c.Services)) {
 		if b := c.Services[name].Build; b != nil {
-			if b.Context != "." {
+			if b.Context != root {
 				t.Errorf("service %s builds from context %q: the Dockerfiles expect the repository root", name, b.Context)
 			}
 			images[name] = loadImage(t, root, b.Dockerfile)
@@ -312,73 +251,49 @@ func TestCompose(t *testing.T) {
 	t.Run("run", func(t *testing.T) { runCompose(t, root, c, infos, bins, vols) })
 }
 
-// loadCompose reads the compose file as compose would: YAML, then ${VAR:-default}
-// interpolation (with no variables set, so the defaults apply) of every string value.
-func loadCompose(t *testing.T, file string) *composeProject {
+// loadCompose reads docker-compose.yaml as docker compose does, with every profile on
+// and no variable set (so ${VAR:-default} takes its default): compose-go validates it
+// against the specification's schema, interpolates it, turns short syntaxes into long
+// ones and requires every network, volume and service a service names to be declared
+// and depends_on to have no cycle.
+func loadCompose(t *testing.T, root string) *types.Project {
 	t.Helper()
-	data, err := os.ReadFile(file)
+	details := types.ConfigDetails{
+		WorkingDir:  root,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(root, "docker-compose.yaml")}},
+		Environment: types.Mapping{},
+	}
+	c, err := loader.LoadWithContext(t.Context(), details, loader.WithProfiles([]string{"*"}),
+		loader.WithSupportedAttributes(composeKeys, func(found []loader.UnsupportedAttribute) {
+			for _, a := range found {
+				t.Errorf("docker-compose.yaml: %s: teach this test the key (composeKeys), or it goes unchecked", a.Path)
+			}
+		}))
 	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	var generic any
-	if err := json.Unmarshal(j, &generic); err != nil {
-		t.Fatal(err)
-	}
-	generic, err = interpolate(generic)
-	if err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	j, err = json.Marshal(generic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c composeProject
-	dec := json.NewDecoder(bytes.NewReader(j))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		t.Fatalf("%s: %v (teach this test the new field, or it goes unchecked)", file, err)
+		t.Fatalf("docker-compose.yaml: %v", err)
 	}
 	if len(c.Services) == 0 {
-		t.Fatalf("%s has no services", file)
+		t.Fatal("docker-compose.yaml has no services")
 	}
-	return &c
+	return c
 }
 
-var variable = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}|\$\$`)
+// inRepo reports whether a bind mount's source (absolute, as compose-go resolves it) is
+// a file of this repository rather than the user's.
+func inRepo(root, source string) bool {
+	rel, err := filepath.Rel(root, source)
+	return err == nil && filepath.IsLocal(rel)
+}
 
-func interpolate(v any) (any, error) {
-	switch v := v.(type) {
-	case string:
-		out := variable.ReplaceAllStringFunc(v, func(m string) string {
-			if m == "$$" {
-				return "\x00"
-			}
-			return variable.FindStringSubmatch(m)[2] // unset: the default, or ""
-		})
-		if strings.Contains(out, "$") {
-			return nil, fmt.Errorf("%q: only ${VAR}, ${VAR:-default} and $$ are understood here", v)
-		}
-		return strings.ReplaceAll(out, "\x00", "$"), nil
-	case map[string]any:
-		for k, e := range v {
-			var err error
-			if v[k], err = interpolate(e); err != nil {
-				return nil, err
-			}
-		}
-	case []any:
-		for i, e := range v {
-			var err error
-			if v[i], err = interpolate(e); err != nil {
-				return nil, err
-			}
+// environment is a service's environment, every variable set.
+func environment(svc types.ServiceConfig) map[string]string {
+	out := map[string]string{}
+	for k, v := range svc.Environment {
+		if v != nil {
+			out[k] = *v
 		}
 	}
-	return v, nil
+	return out
 }
 
 // ---------------------------------------------------------------------------------------
@@ -390,13 +305,13 @@ var addrDefault = regexp.MustCompile(`^[A-Za-z0-9.\-\[\]]*:\d+$`)
 // it calls. Errors here are about the file, not the services. The services that others
 // wait to complete are run here, in start order as compose runs them, so that the
 // files they make are there to check where the others name them.
-func composeInfos(t *testing.T, root string, c *composeProject, images map[string]*image, bins map[string]*goBinary, vols map[string]string) map[string]*composeInfo {
+func composeInfos(t *testing.T, root string, c *types.Project, images map[string]*image, bins map[string]*goBinary, vols map[string]string) map[string]*composeInfo {
 	t.Helper()
 	infos := map[string]*composeInfo{}
 	once := oneShots(c)
-	for _, name := range startOrder(c) {
+	for _, name := range startOrder(t, c) {
 		svc := c.Services[name]
-		info := &composeInfo{name: name, svc: svc, img: images[name], mounts: map[string]composeMount{}, oneShot: once[name], vols: vols, root: root}
+		info := &composeInfo{name: name, svc: svc, env: environment(svc), img: images[name], mounts: map[string]types.ServiceVolumeConfig{}, oneShot: once[name], vols: vols, root: root}
 		infos[name] = info
 		for _, m := range svc.Volumes {
 			if _, dup := info.mounts[m.Target]; dup {
@@ -410,7 +325,7 @@ func composeInfos(t *testing.T, root string, c *composeProject, images map[strin
 			if info.listens == nil {
 				t.Errorf("service %s: image %s is neither built here nor known to this test (upstreamImages)", name, svc.Image)
 			}
-			for k, v := range svc.Environment {
+			for k, v := range info.env {
 				if strings.Contains(v, "://") {
 					info.urls = append(info.urls, urlUse{where: "env " + k, raw: v})
 				}
@@ -439,10 +354,10 @@ func composeInfos(t *testing.T, root string, c *composeProject, images map[strin
 			switch {
 			case !ok:
 				t.Errorf("service %s: --config %s is not mounted", name, file)
-			case m.Type != "bind" || !strings.HasPrefix(m.Source, "./"):
+			case m.Type != types.VolumeTypeBind || !inRepo(root, m.Source):
 				t.Errorf("service %s: --config %s comes from %s, not a file of this repository", name, file, m.Source)
 			default:
-				info.config = filepath.Join(root, filepath.FromSlash(m.Source))
+				info.config = m.Source
 				if !m.ReadOnly {
 					t.Errorf("service %s: --config %s is mounted writable", name, file)
 				}
@@ -459,14 +374,14 @@ func composeInfos(t *testing.T, root string, c *composeProject, images map[strin
 			t.Errorf("service %s: %v", name, err)
 			info.broken = true
 		}
-		for k, v := range svc.Environment {
+		for k, v := range info.env {
 			if !strings.Contains(v, "://") {
 				continue
 			}
 			want := ""
 			switch k {
 			case "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
-				want = otlpListener(svc.Environment)
+				want = otlpListener(info.env)
 			}
 			info.urls = append(info.urls, urlUse{where: "env " + k, raw: v, want: want})
 		}
@@ -502,10 +417,8 @@ func cmpOr(vals ...string) string {
 	return ""
 }
 
-var portMapping = regexp.MustCompile(`^(\d+\.\d+\.\d+\.\d+):(\d+):(\d+)$`)
-
 // checkComposeServices checks each service against its image and binary.
-func checkComposeServices(t *testing.T, root string, c *composeProject, infos map[string]*composeInfo, healthcheck *goBinary) {
+func checkComposeServices(t *testing.T, root string, c *types.Project, infos map[string]*composeInfo, healthcheck *goBinary) {
 	kustomizeImages := map[string]string{}
 	for _, u := range render(t, filepath.Join("deploy", "kustomize", "base")) {
 		if u.GetKind() == "Deployment" {
@@ -524,24 +437,16 @@ func checkComposeServices(t *testing.T, root string, c *composeProject, infos ma
 		if _, tag, ok := strings.Cut(svc.Image, ":"); !ok || tag == "" || (info.img == nil && tag == "latest") {
 			t.Errorf("%s: image %q is not pinned to a tag", where, svc.Image)
 		}
-		for _, n := range svc.Networks {
-			if _, ok := c.Networks[n]; !ok && n != "default" {
-				t.Errorf("%s: network %s is not declared", where, n)
-			}
-		}
 		for target, m := range info.mounts {
 			switch {
-			case m.Type == "volume":
-				if _, ok := c.Volumes[m.Source]; !ok {
-					t.Errorf("%s: volume %s is not declared", where, m.Source)
-				}
-			case m.Type == "bind" && strings.HasPrefix(m.Source, "./"):
-				if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(m.Source))); err != nil {
+			case m.Type == types.VolumeTypeVolume: // declared, or compose-go would have refused the file
+			case m.Type == types.VolumeTypeBind && inRepo(root, m.Source):
+				if _, err := os.Stat(m.Source); err != nil {
 					t.Errorf("%s: mount %s: %v", where, target, err)
 				}
-			case m.Type == "bind":
+			case m.Type == types.VolumeTypeBind:
 				// The user's own file (a kubeconfig): it must exist, not be created empty.
-				if m.Bind == nil || m.Bind.CreateHostPath == nil || *m.Bind.CreateHostPath {
+				if m.Bind == nil || bool(m.Bind.CreateHostPath) {
 					t.Errorf("%s: mount %s of %s would create a directory when the file is missing: set bind.create_host_path: false", where, target, m.Source)
 				}
 			default:
@@ -552,23 +457,23 @@ func checkComposeServices(t *testing.T, root string, c *composeProject, infos ma
 			if info.broken {
 				break
 			}
-			m := portMapping.FindStringSubmatch(p)
-			if m == nil || m[1] != "127.0.0.1" {
-				t.Errorf("%s: port %q is not published on 127.0.0.1 only (want 127.0.0.1:HOST:CONTAINER)", where, p)
+			mapping := fmt.Sprintf("%s:%s:%d", p.HostIP, p.Published, p.Target)
+			if p.HostIP != "127.0.0.1" || p.Published == "" {
+				t.Errorf("%s: port %q is not published on 127.0.0.1 only (want 127.0.0.1:HOST:CONTAINER)", where, mapping)
 				continue
 			}
-			if other, dup := hostPorts[m[2]]; dup {
-				t.Errorf("%s: host port %s is %s's too", where, m[2], other)
+			if other, dup := hostPorts[p.Published]; dup {
+				t.Errorf("%s: host port %s is %s's too", where, p.Published, other)
 			}
-			hostPorts[m[2]] = name
-			if cp, _ := strconv.Atoi(m[3]); info.listens[cp] == "" {
-				t.Errorf("%s: port %q: nothing in the container listens on %d (it listens on %v)", where, p, cp, info.listens)
+			hostPorts[p.Published] = name
+			if info.listens[int(p.Target)] == "" {
+				t.Errorf("%s: port %q: nothing in the container listens on %d (it listens on %v)", where, mapping, p.Target, info.listens)
 			}
 		}
 		for _, u := range info.urls {
 			checkComposeURL(t, c, infos, info, u)
 		}
-		if hc := svc.Healthcheck; hc != nil && hc.Disable {
+		if hc := svc.HealthCheck; hc != nil && hc.Disable {
 			t.Errorf("%s: health check disabled", where)
 		}
 		if info.img == nil {
@@ -578,7 +483,7 @@ func checkComposeServices(t *testing.T, root string, c *composeProject, infos ma
 		// A service built here.
 		if info.oneShot {
 			// Not a service of the cluster: it makes what the services read, once.
-			if len(svc.Ports) > 0 || svc.Healthcheck != nil {
+			if len(svc.Ports) > 0 || svc.HealthCheck != nil {
 				t.Errorf("%s: runs once for others, so it publishes no port and has no health check", where)
 			}
 		} else if want := kustomizeImages[info.img.binary]; svc.Image != want {
@@ -587,8 +492,8 @@ func checkComposeServices(t *testing.T, root string, c *composeProject, infos ma
 		if info.bin == nil || info.bin.flags == nil {
 			continue
 		}
-		for _, k := range slices.Sorted(maps.Keys(svc.Environment)) {
-			v := svc.Environment[k]
+		for _, k := range slices.Sorted(maps.Keys(info.env)) {
+			v := info.env[k]
 			if !info.bin.reads(k) {
 				t.Errorf("%s: env %s: nothing %s is built from reads it", where, k, info.bin.pkg)
 			}
@@ -608,7 +513,7 @@ func checkComposeServices(t *testing.T, root string, c *composeProject, infos ma
 		if info.oneShot {
 			continue
 		}
-		hc := svc.Healthcheck
+		hc := svc.HealthCheck
 		if hc == nil {
 			t.Errorf("%s: no health check", where)
 			continue
@@ -642,10 +547,8 @@ func checkComposeServices(t *testing.T, root string, c *composeProject, infos ma
 		}
 		// Migrations run before the server listens; the kustomize startup probe gives
 		// them a minute.
-		interval, err1 := time.ParseDuration(hc.Interval)
-		_, err2 := time.ParseDuration(hc.Timeout)
-		if err1 != nil || err2 != nil || time.Duration(hc.Retries)*interval < time.Minute {
-			t.Errorf("%s: health check interval %q timeout %q retries %d: want valid durations and at least a minute before unhealthy", where, hc.Interval, hc.Timeout, hc.Retries)
+		if hc.Interval == nil || hc.Timeout == nil || hc.Retries == nil || time.Duration(*hc.Retries)*time.Duration(*hc.Interval) < time.Minute {
+			t.Errorf("%s: health check interval %v timeout %v retries %v: want all three and at least a minute before unhealthy", where, hc.Interval, hc.Timeout, hc.Retries)
 		}
 	}
 }
@@ -653,7 +556,7 @@ func checkComposeServices(t *testing.T, root string, c *composeProject, infos ma
 // checkComposeURL requires a URL to name a compose service the caller shares a network
 // with, on a port that service listens on (the listener u.want when set), and checks
 // Postgres URLs against the Postgres service's credentials.
-func checkComposeURL(t *testing.T, c *composeProject, infos map[string]*composeInfo, from *composeInfo, u urlUse) {
+func checkComposeURL(t *testing.T, c *types.Project, infos map[string]*composeInfo, from *composeInfo, u urlUse) {
 	t.Helper()
 	where := fmt.Sprintf("service %s %s", from.name, u.where)
 	parsed, err := url.Parse(u.raw)
@@ -666,7 +569,7 @@ func checkComposeURL(t *testing.T, c *composeProject, infos map[string]*composeI
 		t.Errorf("%s: %s: no service %s", where, u.raw, parsed.Hostname())
 		return
 	}
-	if !slices.ContainsFunc(networksOf(from.svc), func(n string) bool { return slices.Contains(networksOf(to.svc), n) }) {
+	if !slices.ContainsFunc(slices.Collect(maps.Keys(from.svc.Networks)), func(n string) bool { _, ok := to.svc.Networks[n]; return ok }) {
 		t.Errorf("%s: %s: %s and %s share no network", where, u.raw, from.name, to.name)
 	}
 	port := parsed.Port()
@@ -693,7 +596,7 @@ func checkComposeURL(t *testing.T, c *composeProject, infos map[string]*composeI
 		checkCallerCredentials(t, where, from, to, parsed.Hostname())
 	}
 	if want == "postgres" {
-		env := to.svc.Environment
+		env := to.env
 		pw, _ := parsed.User.Password()
 		if parsed.User.Username() != env["POSTGRES_USER"] || pw != env["POSTGRES_PASSWORD"] || strings.TrimPrefix(parsed.Path, "/") != env["POSTGRES_DB"] {
 			t.Errorf("%s: %s: %s has user %q, password %q, database %q", where, u.raw, to.name, env["POSTGRES_USER"], env["POSTGRES_PASSWORD"], env["POSTGRES_DB"])
@@ -701,52 +604,39 @@ func checkComposeURL(t *testing.T, c *composeProject, infos map[string]*composeI
 	}
 }
 
-func networksOf(svc *composeService) []string {
-	if len(svc.Networks) == 0 {
-		return []string{"default"}
-	}
-	return svc.Networks
-}
-
-// checkDependsOn requires the start order to exist (no cycle, no missing service, no
-// service left out by a profile) and every service to wait for what it calls: healthy
-// when that has a health check.
-func checkDependsOn(t *testing.T, c *composeProject, infos map[string]*composeInfo) {
+// checkDependsOn requires every service to wait for what it calls (healthy when that
+// has a health check) and for the one-shot services whose volumes it reads, and no
+// service to depend on one that only a profile it lacks starts. compose-go has already
+// refused a cycle or a missing service.
+func checkDependsOn(t *testing.T, c *types.Project, infos map[string]*composeInfo) {
 	for _, name := range slices.Sorted(maps.Keys(c.Services)) {
 		svc := c.Services[name]
-		for dep, d := range svc.DependsOn {
+		for _, dep := range slices.Sorted(maps.Keys(svc.DependsOn)) {
 			to := c.Services[dep]
-			if to == nil {
-				t.Errorf("service %s depends on %s, which is not a service", name, dep)
-				continue
-			}
 			for _, p := range to.Profiles {
 				if !slices.Contains(svc.Profiles, p) {
 					t.Errorf("service %s depends on %s, which only profile %s starts", name, dep, p)
 				}
 			}
-			switch d.Condition {
-			case "service_healthy":
-				if to.Healthcheck == nil || to.Healthcheck.Disable {
-					t.Errorf("service %s waits for %s to be healthy, which has no health check", name, dep)
-				}
-			case "service_started", "service_completed_successfully":
-			default:
-				t.Errorf("service %s depends on %s with condition %q", name, dep, d.Condition)
+			if d := svc.DependsOn[dep]; d.Condition == types.ServiceConditionHealthy && (to.HealthCheck == nil || to.HealthCheck.Disable) {
+				t.Errorf("service %s waits for %s to be healthy, which has no health check", name, dep)
 			}
 		}
 		for _, u := range infos[name].urls {
 			parsed, err := url.Parse(u.raw)
-			if err != nil || c.Services[parsed.Hostname()] == nil {
+			if err != nil {
 				continue // reported with the URLs
 			}
 			dep := parsed.Hostname()
-			d, ok := svc.DependsOn[dep]
-			want := "service_started"
-			if hc := c.Services[dep].Healthcheck; hc != nil && !hc.Disable {
-				want = "service_healthy"
+			to, ok := c.Services[dep]
+			if !ok {
+				continue // reported with the URLs
 			}
-			if !ok || d.Condition != want {
+			want := types.ServiceConditionStarted
+			if hc := to.HealthCheck; hc != nil && !hc.Disable {
+				want = types.ServiceConditionHealthy
+			}
+			if d, ok := svc.DependsOn[dep]; !ok || d.Condition != want {
 				t.Errorf("service %s calls %s (%s) but does not wait for it with condition %s", name, dep, u.where, want)
 			}
 		}
@@ -756,12 +646,12 @@ func checkDependsOn(t *testing.T, c *composeProject, infos map[string]*composeIn
 	for _, name := range slices.Sorted(maps.Keys(c.Services)) {
 		for _, m := range c.Services[name].Volumes {
 			for _, writer := range slices.Sorted(maps.Keys(once)) {
-				if writer == name || m.Type != "volume" || !slices.ContainsFunc(c.Services[writer].Volumes, func(w composeMount) bool {
+				if writer == name || m.Type != types.VolumeTypeVolume || !slices.ContainsFunc(c.Services[writer].Volumes, func(w types.ServiceVolumeConfig) bool {
 					return w.Source == m.Source && !w.ReadOnly
 				}) {
 					continue
 				}
-				if d, ok := c.Services[name].DependsOn[writer]; !ok || d.Condition != "service_completed_successfully" {
+				if d, ok := c.Services[name].DependsOn[writer]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
 					t.Errorf("service %s reads volume %s, which %s writes, without waiting for it to complete", name, m.Source, writer)
 				}
 				if !m.ReadOnly {
@@ -770,47 +660,22 @@ func checkDependsOn(t *testing.T, c *composeProject, infos map[string]*composeIn
 			}
 		}
 	}
-	// No cycle: a depth-first walk meets no service still on its path.
-	state := map[string]int{} // 1 on the path, 2 done
-	var visit func(name string, trail []string)
-	visit = func(name string, trail []string) {
-		switch state[name] {
-		case 1:
-			t.Errorf("depends_on cycle: %s", strings.Join(append(trail, name), " → "))
-			return
-		case 2:
-			return
-		}
-		state[name] = 1
-		for _, dep := range slices.Sorted(maps.Keys(c.Services[name].DependsOn)) {
-			if c.Services[dep] != nil {
-				visit(dep, append(trail, name))
-			}
-		}
-		state[name] = 2
-	}
-	for _, name := range slices.Sorted(maps.Keys(c.Services)) {
-		visit(name, nil)
-	}
 }
 
-// startOrder lists the services so that each comes after what it depends on.
-func startOrder(c *composeProject) []string {
+// startOrder lists the services so that each comes after what it depends on, as
+// compose starts them.
+func startOrder(t *testing.T, c *types.Project) []string {
+	t.Helper()
+	var mu sync.Mutex
 	var order []string
-	seen := map[string]bool{}
-	var visit func(string)
-	visit = func(name string) {
-		if seen[name] {
-			return
-		}
-		seen[name] = true
-		for _, dep := range slices.Sorted(maps.Keys(c.Services[name].DependsOn)) {
-			visit(dep)
-		}
+	err := graph.InDependencyOrder(t.Context(), c, func(_ context.Context, name string, _ types.ServiceConfig) error {
+		mu.Lock()
+		defer mu.Unlock()
 		order = append(order, name)
-	}
-	for _, name := range slices.Sorted(maps.Keys(c.Services)) {
-		visit(name)
+		return nil
+	}, graph.WithMaxConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return order
 }

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compose-spec/compose-go/v2/types"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -53,7 +54,7 @@ import (
 // --config file) and every URL to it (environment, config, health check) follows.
 // Then each service must stop cleanly on SIGTERM and have sent its traces, named by
 // OTEL_SERVICE_NAME, to where OTEL_EXPORTER_OTLP_ENDPOINT says.
-func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*composeInfo, bins map[string]*goBinary, vols map[string]string) {
+func runCompose(t *testing.T, root string, c *types.Project, infos map[string]*composeInfo, bins map[string]*goBinary, vols map[string]string) {
 	healthcheck := bins["./deploy/docker/healthcheck"]
 	if healthcheck == nil {
 		t.Fatal("no Dockerfile builds ./deploy/docker/healthcheck")
@@ -121,7 +122,7 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 			}
 		}
 	}()
-	for _, name := range startOrder(c) {
+	for _, name := range startOrder(t, c) {
 		info := infos[name]
 		if info.img == nil {
 			continue
@@ -139,8 +140,8 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 		files := map[string]string{} // container path → path here, for the user's files
 		for target, m := range info.mounts {
 			switch {
-			case m.Type == "bind" && strings.HasPrefix(m.Source, "./"), m.Type == "volume" && vols[m.Source] != "":
-			case m.Type == "bind" && svc.Environment["KUBECONFIG"] == target:
+			case m.Type == types.VolumeTypeBind && inRepo(root, m.Source), m.Type == types.VolumeTypeVolume && vols[m.Source] != "":
+			case m.Type == types.VolumeTypeBind && info.env["KUBECONFIG"] == target:
 				files[target] = envtestKubeconfig(t, dir)
 				applyCRDs(t, root)
 			default:
@@ -176,7 +177,7 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 			}
 		}
 		env := []string{"HOME=" + dir, "TMPDIR=" + dir}
-		for k, v := range svc.Environment {
+		for k, v := range info.env {
 			if strings.Contains(v, "://") {
 				var err error
 				if v, err = remap(v); err != nil {
@@ -199,8 +200,8 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 		t.Logf("%s: %s %s", where, filepath.Base(bin.file), strings.Join(args, " "))
 
 		// Its health check, as compose runs it, until it passes or compose would give up.
-		hc := svc.Healthcheck
-		interval, _ := time.ParseDuration(hc.Interval)
+		hc := svc.HealthCheck
+		interval := time.Duration(*hc.Interval)
 		hcFlags, rawTarget, err := healthcheckArgs(hc.Test, healthcheck)
 		if err != nil {
 			t.Fatal(err)
@@ -223,7 +224,7 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 			}
 		}
 		healthy := false
-		for range hc.Retries {
+		for range *hc.Retries {
 			out, err := exec.Command(healthcheck.file, hcArgs...).CombinedOutput()
 			if err == nil {
 				healthy = true
@@ -252,7 +253,7 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 		}
 		// Every published port answers: /metrics on metrics listeners, /healthz elsewhere.
 		for _, mapping := range svc.Ports {
-			p, _ := strconv.Atoi(portMapping.FindStringSubmatch(mapping)[3])
+			p := int(mapping.Target)
 			pathname := "/healthz"
 			if strings.Contains(strings.ToLower(info.listens[p]), "metrics") {
 				pathname = "/metrics"
@@ -262,7 +263,7 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 				check = []string{"-cacert=" + caFile, "https://" + addrs[name][p] + pathname}
 			}
 			if out, err := exec.Command(healthcheck.file, check...).CombinedOutput(); err != nil {
-				t.Errorf("%s: published port %s: GET %s: %s", where, mapping, pathname, bytes.TrimSpace(out))
+				t.Errorf("%s: published port %s:%d: GET %s: %s", where, mapping.Published, mapping.Target, pathname, bytes.TrimSpace(out))
 			}
 		}
 	}
@@ -271,8 +272,8 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 	for i := len(started) - 1; i >= 0; i-- {
 		r := started[i]
 		grace := 10 * time.Second
-		if d, err := time.ParseDuration(c.Services[r.name].StopGracePeriod); err == nil {
-			grace = d
+		if d := c.Services[r.name].StopGracePeriod; d != nil {
+			grace = time.Duration(*d)
 		}
 		_ = r.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -285,7 +286,7 @@ func runCompose(t *testing.T, root string, c *composeProject, infos map[string]*
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(infos)) {
-		env := infos[name].svc.Environment
+		env := infos[name].env
 		if infos[name].img == nil || cmpOr(env["OTEL_EXPORTER_OTLP_ENDPOINT"], env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) == "" {
 			continue
 		}
@@ -394,7 +395,7 @@ func runOneShot(t *testing.T, info *composeInfo) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, info.bin.file, args...)
 	cmd.Env = []string{"HOME=" + t.TempDir()}
-	for k, v := range info.svc.Environment {
+	for k, v := range info.env {
 		cmd.Env = append(cmd.Env, k+"="+info.here(v, nil))
 	}
 	out, err := cmd.CombinedOutput()
@@ -409,7 +410,7 @@ func volumeFiles(t *testing.T, info *composeInfo) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, m := range info.mounts {
-		if m.Type != "volume" || m.ReadOnly {
+		if m.Type != types.VolumeTypeVolume || m.ReadOnly {
 			continue
 		}
 		err := filepath.WalkDir(info.vols[m.Source], func(path string, d fs.DirEntry, err error) error {
