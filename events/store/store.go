@@ -14,8 +14,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -49,8 +49,6 @@ const NotifyChannel = "flyte_events_actions"
 // 63-character names and three separators, and 31 of them with their newlines stay under
 // Postgres's 8000-byte payload limit.
 const keysPerNotification = 31
-
-var keysPerNotificationSQL = strconv.Itoa(keysPerNotification)
 
 // ErrNotFound is returned when no event names the action.
 var ErrNotFound = errors.New("action not found")
@@ -133,62 +131,21 @@ type RecordResult struct {
 	Changed int
 }
 
-// upsertActionsSQL folds each action's winning event ($1-$11, one per action, sorted by
-// key) into the actions table and announces the actions whose state moved. A state is
-// replaced only by a greater one, in the order foldKey describes. The changed actions'
-// keys are joined into notifications of up to keysPerNotification keys; pg_notify is
-// volatile, so Postgres calls it even though no statement reads the notifications
-// column. The %s is a condition that lets a statement make the fold wait for its event
-// inserts: every path must lock events before actions, or two batches could deadlock.
-var upsertActionsSQL = `
-upserted AS (
-    INSERT INTO actions AS a (project, domain, run, action, attempt, phase, version, rank, occurred_at, created_at, event)
-    SELECT * FROM unnest(
-        $1::text[], $2::text[], $3::text[], $4::text[],
-        $5::integer[], $6::smallint[], $7::integer[], $8::smallint[],
-        $9::timestamptz[], $10::timestamptz[], $11::bytea[])
-    WHERE %s
-    ON CONFLICT (project, domain, run, action) DO UPDATE
-    SET attempt = EXCLUDED.attempt, phase = EXCLUDED.phase, version = EXCLUDED.version,
-        rank = EXCLUDED.rank, occurred_at = EXCLUDED.occurred_at, event = EXCLUDED.event,
-        created_at = LEAST(a.created_at, EXCLUDED.created_at)
-    WHERE (EXCLUDED.attempt, EXCLUDED.rank, EXCLUDED.version, EXCLUDED.occurred_at, EXCLUDED.phase)
-        > (a.attempt, a.rank, a.version, a.occurred_at, a.phase)
-    RETURNING project, domain, run, action
-),
-numbered AS (
-    SELECT project || '/' || domain || '/' || run || '/' || action AS key,
-           (row_number() OVER () - 1) / ` + keysPerNotificationSQL + ` AS chunk
-    FROM upserted
-),
-chunks AS (
-    SELECT string_agg(key, E'\n') AS payload, count(*) AS keys FROM numbered GROUP BY chunk
-),
-notified AS (
-    SELECT coalesce(sum(keys), 0)::bigint AS changed, count(pg_notify('` + NotifyChannel + `', payload)) AS notifications
-    FROM chunks
-)`
-
-// foldSQL runs after the events were copied in.
-var foldSQL = `WITH ` + fmt.Sprintf(upsertActionsSQL, "true") + `
-SELECT changed FROM notified`
-
-// insertAndFoldSQL is the path for batches holding events that are already stored: the
-// events ($12-$20) are inserted with ON CONFLICT DO NOTHING and the fold runs in the same
-// statement.
-var insertAndFoldSQL = `
-WITH inserted AS (
-    INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event)
-    SELECT * FROM unnest(
-        $12::text[], $13::text[], $14::text[], $15::text[],
-        $16::integer[], $17::smallint[], $18::integer[], $19::timestamptz[], $20::bytea[])
-    ON CONFLICT DO NOTHING
-    RETURNING 1
-),
-inserted_count AS (
-    SELECT count(*) AS n FROM inserted
-),` + fmt.Sprintf(upsertActionsSQL, "(SELECT n FROM inserted_count) >= 0") + `
-SELECT (SELECT n FROM inserted_count), changed FROM notified`
+// The store's statements, one file each in queries/, where they are explained.
+var (
+	//go:embed queries/record.sql
+	recordSQL string
+	//go:embed queries/get_action.sql
+	getActionSQL string
+	//go:embed queries/list_actions.sql
+	listActionsSQL string
+	//go:embed queries/list_action_events.sql
+	listActionEventsSQL string
+	//go:embed queries/actions_by_key.sql
+	actionsByKeySQL string
+	//go:embed queries/delete_finished.sql
+	deleteFinishedSQL string
+)
 
 var eventColumns = []string{"project", "domain", "run", "action", "attempt", "phase", "version", "occurred_at", "event"}
 
@@ -200,7 +157,7 @@ type row struct {
 	occurred time.Time
 }
 
-// foldKey orders the states of one action; it mirrors the tuple comparison in recordSQL.
+// foldKey orders the states of one action; it mirrors the tuple comparison in record.sql.
 type foldKey struct {
 	attempt  int32
 	rank     int16
@@ -232,8 +189,8 @@ func (k Key) compare(o Key) int {
 //
 // New events, the common case, are copied in with COPY, the fastest way into Postgres,
 // and folded in the same transaction. When the copy finds an event already stored (a
-// redelivery), the transaction is rolled back and the batch goes through
-// insertAndFoldSQL, which absorbs what is already there. The fold's winners are chosen
+// redelivery), the transaction is rolled back and the batch's events go through
+// record.sql's insert, which absorbs what is already there. The fold's winners are chosen
 // among all of the batch's events: a redelivered event was folded when it was first
 // recorded, so the conditional upsert finds it no greater than the stored state.
 func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (RecordResult, error) {
@@ -260,7 +217,8 @@ func (s *Store) copyAndFold(ctx context.Context, rows []row, winners *columns, c
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"action_events"}, eventColumns, copySource(rows)); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, foldSQL, winners.args(created)...).Scan(&changed)
+		var inserted int // none: the events were copied
+		return tx.QueryRow(ctx, recordSQL, recordArgs(winners, created, newColumns(0))).Scan(&inserted, &changed)
 	})
 	return changed, err
 }
@@ -270,10 +228,24 @@ func (s *Store) insertAndFold(ctx context.Context, rows []row, winners *columns,
 	for _, r := range rows {
 		ev.add(r)
 	}
-	args := append(winners.args(created),
-		ev.projects, ev.domains, ev.runs, ev.actions, ev.attempts, ev.phases, ev.versions, ev.occurred, ev.encoded)
-	err = s.pool.QueryRow(ctx, insertAndFoldSQL, args...).Scan(&recorded, &changed)
+	err = s.pool.QueryRow(ctx, recordSQL, recordArgs(winners, created, ev)).Scan(&recorded, &changed)
 	return recorded, changed, err
+}
+
+// recordArgs are record.sql's parameters: the winners, each action's earliest
+// occurrence, and the events to insert.
+func recordArgs(winners *columns, created []time.Time, events *columns) pgx.StrictNamedArgs {
+	return pgx.StrictNamedArgs{
+		"projects": winners.projects, "domains": winners.domains, "runs": winners.runs, "actions": winners.actions,
+		"attempts": winners.attempts, "phases": winners.phases, "versions": winners.versions, "ranks": winners.ranks,
+		"occurred_at": winners.occurred, "created_at": created, "events": winners.encoded,
+
+		"event_projects": events.projects, "event_domains": events.domains, "event_runs": events.runs,
+		"event_actions": events.actions, "event_attempts": events.attempts, "event_phases": events.phases,
+		"event_versions": events.versions, "event_occurred_at": events.occurred, "event_events": events.encoded,
+
+		"keys_per_notification": keysPerNotification, "channel": NotifyChannel,
+	}
 }
 
 func isUniqueViolation(err error) bool {
@@ -403,12 +375,6 @@ func newColumns(capacity int) *columns {
 	}
 }
 
-// args are the winners' columns in upsertActionsSQL's parameter order.
-func (c *columns) args(created []time.Time) []any {
-	return []any{c.projects, c.domains, c.runs, c.actions, c.attempts, c.phases, c.versions, c.ranks,
-		c.occurred, created, c.encoded}
-}
-
 func (c *columns) add(r row) {
 	c.projects = append(c.projects, r.key.Project)
 	c.domains = append(c.domains, r.key.Domain)
@@ -463,9 +429,9 @@ func (s *Store) GetAction(ctx context.Context, key Key) (*eventsv1.Action, error
 		state     []byte
 		createdAt time.Time
 	)
-	err := s.pool.QueryRow(ctx,
-		`SELECT event, created_at FROM actions WHERE project = $1 AND domain = $2 AND run = $3 AND action = $4`,
-		key.Project, key.Domain, key.Run, key.Action).Scan(&state, &createdAt)
+	err := s.pool.QueryRow(ctx, getActionSQL, pgx.StrictNamedArgs{
+		"project": key.Project, "domain": key.Domain, "run": key.Run, "action": key.Action,
+	}).Scan(&state, &createdAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -502,55 +468,30 @@ type Page struct {
 // length that frame it in a response.
 const ItemOverhead = 6
 
-var itemSizeSQL = "(octet_length(event) + " + strconv.Itoa(ItemOverhead) + ")"
-
 // fits says whether an item of size bytes joins a page that holds n items of total bytes.
 func (p Page) fits(n, total, size int) bool {
 	return n < p.Limit && (n == 0 || total+size <= p.MaxBytes)
 }
 
-// budgetedSQL wraps a query that selects event among its columns, ordered by order and
-// limited to Limit+1 rows, so that Postgres sends only the rows a page takes plus the one
-// that says another page exists (fits decides which): a page of large events then costs
-// the network and the service only what it returns. The first two rows always go, since
-// the first is taken whatever its size; after that, a row starting beyond the byte budget
-// ($budget) cannot be the first one left out.
-func budgetedSQL(inner, columns, order, budget string) string {
-	return `SELECT ` + columns + ` FROM (
-    SELECT ` + columns + `, sum(` + itemSizeSQL + `) OVER w - ` + itemSizeSQL + ` AS bytes_before, row_number() OVER w AS n
-    FROM (` + inner + `) limited
-    WINDOW w AS (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING)
-) page
-WHERE n <= 2 OR bytes_before <= ` + budget + `
-ORDER BY ` + order
-}
-
 // ListActions returns a page of actions matching f, newest first, after the cursor (0
 // starts at the newest), and whether more follow.
 func (s *Store) ListActions(ctx context.Context, f ActionFilter, after int64, page Page) ([]ListedAction, bool, error) {
-	// The query is built per filter combination so that each gets its own index plan;
-	// "($3 = '' OR run = $3)" would defeat the indexes.
-	var q strings.Builder
-	q.WriteString(`SELECT id, event, created_at FROM actions WHERE project = $1 AND domain = $2`)
-	args := []any{f.Project, f.Domain}
+	args := pgx.StrictNamedArgs{
+		"project": f.Project, "domain": f.Domain, "run": nil, "phase": nil, "before": int64(math.MaxInt64),
+		"limit": page.Limit + 1, "max_bytes": page.MaxBytes, "item_overhead": ItemOverhead,
+	}
 	if f.Run != "" {
-		args = append(args, f.Run)
-		fmt.Fprintf(&q, " AND run = $%d", len(args))
+		args["run"] = f.Run
 	}
 	if f.Phase != flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED {
-		args = append(args, int16(f.Phase))
-		fmt.Fprintf(&q, " AND phase = $%d", len(args))
+		args["phase"] = int16(f.Phase)
 	}
 	if after > 0 {
-		args = append(args, after)
-		fmt.Fprintf(&q, " AND id < $%d", len(args))
+		args["before"] = after
 	}
-	args = append(args, page.Limit+1)
-	fmt.Fprintf(&q, " ORDER BY id DESC LIMIT $%d", len(args))
-	args = append(args, page.MaxBytes)
-	query := budgetedSQL(q.String(), "id, event, created_at", "id DESC", fmt.Sprintf("$%d", len(args)))
-
-	rows, err := s.pool.Query(ctx, query, args...)
+	// Planned for each call, for its filters (list_actions.sql says why), in the same
+	// round trip.
+	rows, err := s.pool.Query(ctx, listActionsSQL, pgx.QueryExecModeCacheDescribe, args)
 	if err != nil {
 		return nil, false, fmt.Errorf("store: listing actions: %w", err)
 	}
@@ -595,20 +536,15 @@ type ListedEvent struct {
 	Event  *eventsv1.ActionEvent
 }
 
-var listEventsSQL = budgetedSQL(`
-SELECT attempt, occurred_at, phase, version, event FROM action_events
-WHERE project = $1 AND domain = $2 AND run = $3 AND action = $4
-  AND (attempt, occurred_at, phase, version) > ($5, $6, $7, $8)
-ORDER BY attempt, occurred_at, phase, version
-LIMIT $9`, "attempt, occurred_at, phase, version, event", "attempt, occurred_at, phase, version", "$10")
-
 // ListActionEvents returns a page of one action's events in order of attempt,
 // occurrence, phase and version, after the cursor (the zero cursor starts at the first),
 // and whether more follow.
 func (s *Store) ListActionEvents(ctx context.Context, key Key, after EventCursor, page Page) ([]ListedEvent, bool, error) {
-	rows, err := s.pool.Query(ctx, listEventsSQL,
-		key.Project, key.Domain, key.Run, key.Action,
-		int32(after.Attempt), after.OccurredAt, after.Phase, int32(after.Version), page.Limit+1, page.MaxBytes)
+	rows, err := s.pool.Query(ctx, listActionEventsSQL, pgx.StrictNamedArgs{
+		"project": key.Project, "domain": key.Domain, "run": key.Run, "action": key.Action,
+		"attempt": int32(after.Attempt), "occurred_at": after.OccurredAt, "phase": after.Phase, "version": int32(after.Version),
+		"limit": page.Limit + 1, "max_bytes": page.MaxBytes, "item_overhead": ItemOverhead,
+	})
 	if err != nil {
 		return nil, false, fmt.Errorf("store: listing events of %s: %w", key, err)
 	}
@@ -648,10 +584,8 @@ func (s *Store) ActionsByKey(ctx context.Context, keys []Key) ([]*eventsv1.Actio
 	for i, k := range keys {
 		projects[i], domains[i], runs[i], actions[i] = k.Project, k.Domain, k.Run, k.Action
 	}
-	rows, err := s.pool.Query(ctx, `
-SELECT a.event, a.created_at
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(project, domain, run, action)
-JOIN actions a USING (project, domain, run, action)`, projects, domains, runs, actions)
+	rows, err := s.pool.Query(ctx, actionsByKeySQL,
+		pgx.StrictNamedArgs{"projects": projects, "domains": domains, "runs": runs, "actions": actions})
 	if err != nil {
 		return nil, fmt.Errorf("store: reading %d actions: %w", n, err)
 	}
@@ -678,26 +612,8 @@ JOIN actions a USING (project, domain, run, action)`, projects, domains, runs, a
 // events, and returns how many actions went. Small batches keep each transaction short.
 func (s *Store) DeleteFinished(ctx context.Context, cutoff time.Time, limit int) (int, error) {
 	var n int
-	err := s.pool.QueryRow(ctx, `
-WITH doomed AS (
-    -- An action finishes after it is created, so every action finished before the cutoff
-    -- was created before it: the created_at index narrows the search.
-    SELECT project, domain, run, action FROM actions
-    WHERE created_at < $1 AND rank = 5 AND occurred_at < $1
-    ORDER BY created_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-),
-gone_events AS (
-    DELETE FROM action_events e USING doomed d
-    WHERE e.project = d.project AND e.domain = d.domain AND e.run = d.run AND e.action = d.action
-),
-gone AS (
-    DELETE FROM actions a USING doomed d
-    WHERE a.project = d.project AND a.domain = d.domain AND a.run = d.run AND a.action = d.action
-    RETURNING 1
-)
-SELECT count(*) FROM gone`, cutoff, limit).Scan(&n)
+	err := s.pool.QueryRow(ctx, deleteFinishedSQL,
+		pgx.StrictNamedArgs{"cutoff": cutoff, "terminal_rank": terminalRank, "limit": limit}).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("store: deleting finished actions: %w", err)
 	}
