@@ -12,6 +12,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -57,8 +58,12 @@ func (k Key) Proto() *cachev1.CacheKey {
 		CacheVersion: k.CacheVersion, Signature: k.Signature, InputsHash: k.InputsHash}
 }
 
-func (k Key) args() []any {
-	return []any{k.Project, k.Domain, k.TaskName, k.CacheVersion, k.Signature, k.InputsHash}
+// args names the key's parts for a statement, and the statement's other parameters.
+func (k Key) args(others pgx.StrictNamedArgs) pgx.StrictNamedArgs {
+	args := pgx.StrictNamedArgs{"project": k.Project, "domain": k.Domain, "task_name": k.TaskName,
+		"cache_version": k.CacheVersion, "signature": k.Signature, "inputs_hash": k.InputsHash}
+	maps.Copy(args, others)
+	return args
 }
 
 // String is for messages.
@@ -66,7 +71,25 @@ func (k Key) String() string {
 	return fmt.Sprintf("%s/%s/%s@%s (signature %s, inputs %s)", k.Project, k.Domain, k.TaskName, k.CacheVersion, k.Signature, k.InputsHash)
 }
 
-const keyMatch = `project = $1 AND domain = $2 AND task_name = $3 AND cache_version = $4 AND signature = $5 AND inputs_hash = $6`
+// The store's statements, one file each in queries/, where they are explained.
+var (
+	//go:embed queries/get.sql
+	getSQL string
+	//go:embed queries/put.sql
+	putSQL string
+	//go:embed queries/delete.sql
+	deleteSQL string
+	//go:embed queries/invalidate.sql
+	invalidateSQL string
+	//go:embed queries/reserve.sql
+	reserveSQL string
+	//go:embed queries/release_reservation.sql
+	releaseReservationSQL string
+	//go:embed queries/delete_expired_reservations.sql
+	deleteExpiredReservationsSQL string
+	//go:embed queries/delete_old_entries.sql
+	deleteOldEntriesSQL string
+)
 
 // Store reads and writes entries and reservations.
 type Store struct {
@@ -76,9 +99,8 @@ type Store struct {
 // New returns a store over a migrated database.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-const outputColumns = `output_uri, source_project, source_domain, source_run, source_action, source_attempt, created_at, updated_at`
-
-// scanOutput reads outputColumns, then any extra columns into extra.
+// scanOutput reads an entry's columns, in the order get.sql and put.sql select them, then
+// any extra columns into extra.
 func scanOutput(row pgx.Row, k Key, extra ...any) (*cachev1.CachedOutput, error) {
 	var (
 		out                 = &cachev1.CachedOutput{Key: k.Proto(), SourceAction: &flytecorev1.ActionIdentifier{}}
@@ -110,9 +132,7 @@ func (s *Store) Get(ctx context.Context, k Key, maxAge time.Duration) (*cachev1.
 	if err := k.check(); err != nil {
 		return nil, err
 	}
-	row := s.pool.QueryRow(ctx, `SELECT `+outputColumns+` FROM cached_outputs WHERE `+keyMatch+`
-  AND ($7::float8 IS NULL OR updated_at > now() - make_interval(secs => $7))`,
-		append(k.args(), maxAgeSeconds(maxAge))...)
+	row := s.pool.QueryRow(ctx, getSQL, k.args(pgx.StrictNamedArgs{"max_age_seconds": maxAgeSeconds(maxAge)}))
 	out, err := scanOutput(row, k)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
@@ -160,18 +180,12 @@ func (s *Store) Put(ctx context.Context, r PutRequest) (PutResult, error) {
 		return PutResult{}, err
 	}
 	src := r.Source
-	row := s.pool.QueryRow(ctx, `
-INSERT INTO cached_outputs AS c (project, domain, task_name, cache_version, signature, inputs_hash,
-    output_uri, source_project, source_domain, source_run, source_action, source_attempt, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, now(), now())
-ON CONFLICT (project, domain, task_name, cache_version, signature, inputs_hash) DO UPDATE
-SET output_uri = EXCLUDED.output_uri, source_project = EXCLUDED.source_project, source_domain = EXCLUDED.source_domain,
-    source_run = EXCLUDED.source_run, source_action = EXCLUDED.source_action, source_attempt = EXCLUDED.source_attempt,
-    updated_at = now()
-WHERE $13 OR ($14::float8 IS NOT NULL AND c.updated_at <= now() - make_interval(secs => $14))
-RETURNING `+outputColumns+`, xmax <> 0`,
-		append(r.Key.args(), r.OutputURI, src.GetProject(), src.GetDomain(), src.GetRun(), src.GetAction(),
-			int32(r.SourceAttempt), r.Overwrite, maxAgeSeconds(r.MaxAge))...)
+	row := s.pool.QueryRow(ctx, putSQL, r.Key.args(pgx.StrictNamedArgs{
+		"output_uri":     r.OutputURI,
+		"source_project": src.GetProject(), "source_domain": src.GetDomain(),
+		"source_run": src.GetRun(), "source_action": src.GetAction(), "source_attempt": int32(r.SourceAttempt),
+		"overwrite": r.Overwrite, "max_age_seconds": maxAgeSeconds(r.MaxAge),
+	}))
 	var replaced bool
 	out, err := scanOutput(row, r.Key, &replaced)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -188,7 +202,7 @@ func (s *Store) Delete(ctx context.Context, k Key) (bool, error) {
 	if err := k.check(); err != nil {
 		return false, err
 	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM cached_outputs WHERE `+keyMatch, k.args()...)
+	tag, err := s.pool.Exec(ctx, deleteSQL, k.args(nil))
 	if err != nil {
 		return false, fmt.Errorf("store: deleting %s: %w", k, err)
 	}
@@ -203,10 +217,8 @@ func (s *Store) Invalidate(ctx context.Context, project, domain, task, version s
 	if err != nil {
 		return 0, err
 	}
-	tag, err := s.pool.Exec(ctx, `
-DELETE FROM cached_outputs
-WHERE project = $1 AND domain = $2 AND task_name = $3 AND ($4 = '' OR cache_version = $4)`,
-		project, domain, task, version)
+	tag, err := s.pool.Exec(ctx, invalidateSQL,
+		pgx.StrictNamedArgs{"project": project, "domain": domain, "task_name": task, "cache_version": version})
 	if err != nil {
 		return 0, fmt.Errorf("store: invalidating %s/%s/%s: %w", project, domain, task, err)
 	}
@@ -253,35 +265,17 @@ func (s *Store) GetOrExtendReservation(ctx context.Context, k Key, c Claimant, h
 	if err := errors.Join(k.check(), c.check()); err != nil {
 		return Reservation{}, 0, err
 	}
-	// One conditional upsert decides; when it does not write, the reservation is read in
-	// the same statement. That read uses the statement's snapshot, which may predate a
-	// reservation the upsert saw being committed concurrently; then nothing comes back
-	// and the statement is simply run again with a fresh snapshot. A reservation stored
-	// without a holder (before holders were recorded) matches no claimant.
-	const q = `
-WITH claimed AS (
-    INSERT INTO reservations AS r (project, domain, task_name, cache_version, signature, inputs_hash,
-        owner_id, holder, heartbeat_interval, expires_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, make_interval(secs => $9), now() + make_interval(secs => $9 * $10))
-    ON CONFLICT (project, domain, task_name, cache_version, signature, inputs_hash) DO UPDATE
-    SET owner_id = EXCLUDED.owner_id, holder = EXCLUDED.holder,
-        previous_owner = r.owner_id, previous_holder = r.holder,
-        heartbeat_interval = EXCLUDED.heartbeat_interval, expires_at = EXCLUDED.expires_at
-    WHERE (r.owner_id = EXCLUDED.owner_id AND r.holder = EXCLUDED.holder) OR r.expires_at < now()
-    RETURNING heartbeat_interval, expires_at, xmax = 0 AS inserted,
-        coalesce(previous_owner = owner_id AND previous_holder = holder, false) AS extended
-)
-SELECT heartbeat_interval, expires_at, true, inserted, extended FROM claimed
-UNION ALL
-SELECT heartbeat_interval, expires_at, false, false, false FROM reservations
-WHERE ` + keyMatch + ` AND NOT EXISTS (SELECT 1 FROM claimed)`
-	args := append(k.args(), c.OwnerID, c.Identity, heartbeat.Seconds(), grace)
+	// reserve.sql reads the reservation it did not take with a snapshot that may predate
+	// it; then nothing comes back, and it is run again.
+	args := k.args(pgx.StrictNamedArgs{
+		"owner_id": c.OwnerID, "holder": c.Identity, "heartbeat_seconds": heartbeat.Seconds(), "grace": grace,
+	})
 	for range 5 {
 		var (
 			res                          Reservation
 			acquired, inserted, extended bool
 		)
-		err := s.pool.QueryRow(ctx, q, args...).Scan(&res.Heartbeat, &res.ExpiresAt, &acquired, &inserted, &extended)
+		err := s.pool.QueryRow(ctx, reserveSQL, args).Scan(&res.Heartbeat, &res.ExpiresAt, &acquired, &inserted, &extended)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
@@ -309,8 +303,7 @@ func (s *Store) ReleaseReservation(ctx context.Context, k Key, c Claimant) (bool
 	if err := errors.Join(k.check(), c.check()); err != nil {
 		return false, err
 	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM reservations WHERE `+keyMatch+` AND owner_id = $7 AND holder = $8`,
-		append(k.args(), c.OwnerID, c.Identity)...)
+	tag, err := s.pool.Exec(ctx, releaseReservationSQL, k.args(pgx.StrictNamedArgs{"owner_id": c.OwnerID, "holder": c.Identity}))
 	if err != nil {
 		return false, fmt.Errorf("store: releasing %s: %w", k, err)
 	}
@@ -319,9 +312,7 @@ func (s *Store) ReleaseReservation(ctx context.Context, k Key, c Claimant) (bool
 
 // DeleteExpiredReservations removes up to limit reservations that expired before now.
 func (s *Store) DeleteExpiredReservations(ctx context.Context, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `
-DELETE FROM reservations WHERE ctid IN (
-    SELECT ctid FROM reservations WHERE expires_at < now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`, limit)
+	tag, err := s.pool.Exec(ctx, deleteExpiredReservationsSQL, pgx.StrictNamedArgs{"limit": limit})
 	if err != nil {
 		return 0, fmt.Errorf("store: deleting expired reservations: %w", err)
 	}
@@ -330,9 +321,7 @@ DELETE FROM reservations WHERE ctid IN (
 
 // DeleteOldEntries removes up to limit entries last written before cutoff.
 func (s *Store) DeleteOldEntries(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `
-DELETE FROM cached_outputs WHERE ctid IN (
-    SELECT ctid FROM cached_outputs WHERE updated_at < $1 ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, limit)
+	tag, err := s.pool.Exec(ctx, deleteOldEntriesSQL, pgx.StrictNamedArgs{"cutoff": cutoff, "limit": limit})
 	if err != nil {
 		return 0, fmt.Errorf("store: deleting old entries: %w", err)
 	}
