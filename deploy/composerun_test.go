@@ -29,10 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	_ "github.com/flytekube/backend/gen/go/flyte/cache/v1"  // the descriptors of the RPCs runCompose calls
@@ -49,22 +46,77 @@ import (
 // compose's command, environment, mounted files, volumes (a directory each) and health
 // check, in depends_on order; Postgres from pgtest, an OTLP collector for Jaeger and
 // envtest's API server for the kind cluster stand in for the rest. A service run once
-// (the credentials) runs again, as every `up` does, and must keep what it made. All processes share this machine's network, so
-// each listener moves to a free port on 127.0.0.1 (appended flags, or the copy of a
-// --config file) and every URL to it (environment, config, health check) follows.
-// Then each service must stop cleanly on SIGTERM and have sent its traces, named by
-// OTEL_SERVICE_NAME, to where OTEL_EXPORTER_OTLP_ENDPOINT says.
+// (the credentials) runs again, as every `up` does, and must keep what it made. All
+// processes share this machine's network, so each listener moves to a free port on
+// 127.0.0.1 (appended flags, or the copy of a --config file) and every URL to it
+// (environment, config, health check) follows. Then each service must stop cleanly on
+// SIGTERM and have sent its traces, named by OTEL_SERVICE_NAME, to where
+// OTEL_EXPORTER_OTLP_ENDPOINT says.
 func runCompose(t *testing.T, root string, c *types.Project, infos map[string]*composeInfo, bins map[string]*goBinary, vols map[string]string) {
-	healthcheck := bins["./deploy/docker/healthcheck"]
-	if healthcheck == nil {
+	r := &composeRun{t: t, root: root, c: c, infos: infos, vols: vols, dir: t.TempDir(),
+		healthcheck: bins["./deploy/docker/healthcheck"], addrs: map[string]map[int]string{}, collector: newOTLPCollector(t)}
+	if r.healthcheck == nil {
 		t.Fatal("no Dockerfile builds ./deploy/docker/healthcheck")
 	}
-	dir := t.TempDir()
-	addrs := map[string]map[int]string{} // service → container port → address here
-	var dbURL string
-	collector := newOTLPCollector(t)
-	for _, name := range slices.Sorted(maps.Keys(infos)) {
+	defer r.kill()
+	r.standIns()
+	for _, name := range startOrder(t, c) {
 		info := infos[name]
+		switch {
+		case info.img == nil: // stood in for
+		case info.oneShot:
+			// Compose runs it again on every `up`: what it made must be kept.
+			before := volumeFiles(t, info)
+			runOneShot(t, info)
+			if after := volumeFiles(t, info); !maps.Equal(before, after) {
+				t.Errorf("service %s: run again, it changed its volumes' files (%d before, %d after): what it makes must be kept", name, len(before), len(after))
+			}
+		default:
+			p := r.start(info)
+			caFile := r.waitHealthy(info, p)
+			// A traced call: every unary flyte.* RPC with an empty request, which the
+			// server traces even when it rejects it; with tokens of each kind, and over
+			// TLS when the port serves it.
+			for port, listener := range info.listens {
+				if listener == rpcListener {
+					callUnaryRPCs(t, "service "+name, info, r.addrs[name][port], caFile, info.servesTLS(port))
+				}
+			}
+			r.checkPublished(info, caFile)
+		}
+	}
+	r.stop()
+	r.checkSpans()
+}
+
+// composeRun is what runCompose has started and where.
+type composeRun struct {
+	t           *testing.T
+	root        string
+	c           *types.Project
+	infos       map[string]*composeInfo
+	vols        map[string]string
+	dir         string
+	healthcheck *goBinary
+	addrs       map[string]map[int]string // service → container port → address here
+	dbURL       string
+	collector   *otlpCollector
+	started     []*process
+}
+
+// process is a service's binary running.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	out  *servicetest.SyncBuffer
+	done chan error
+}
+
+// standIns starts what stands in for the images this repository does not build.
+func (r *composeRun) standIns() {
+	t := r.t
+	for _, name := range slices.Sorted(maps.Keys(r.infos)) {
+		info := r.infos[name]
 		if info.img != nil {
 			continue
 		}
@@ -76,226 +128,211 @@ func runCompose(t *testing.T, root string, c *types.Project, infos map[string]*c
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = pg.Stop() })
-			dbURL = pg.NewDatabase(t) // one database for all, as in compose
-			u, _ := url.Parse(dbURL)
-			addrs[name] = map[int]string{5432: u.Host}
+			r.dbURL = pg.NewDatabase(t) // one database for all, as in compose
+			u, _ := url.Parse(r.dbURL)
+			r.addrs[name] = map[int]string{5432: u.Host}
 		case "jaegertracing/all-in-one":
-			addrs[name] = map[int]string{4318: collector.addr}
+			r.addrs[name] = map[int]string{4318: r.collector.addr}
 		default:
 			t.Fatalf("service %s: no stand-in for %s", name, info.svc.Image)
 		}
 	}
+}
 
-	// remap turns a URL to a compose service into one to its stand-in.
-	remap := func(raw string) (string, error) {
-		u, err := url.Parse(raw)
-		if err != nil || infos[u.Hostname()] == nil {
-			return raw, err
-		}
-		if u.Scheme == "postgres" || u.Scheme == "postgresql" {
-			return dbURL, nil
-		}
-		p, _ := strconv.Atoi(cmpOr(u.Port(), map[string]string{"http": "80", "https": "443"}[u.Scheme]))
-		a := addrs[u.Hostname()][p]
-		if a == "" {
-			return "", fmt.Errorf("%s: nothing stands in for %s:%d", raw, u.Hostname(), p)
-		}
-		u.Host = a
-		return u.String(), nil
+// remap turns a URL to a compose service into one to where it runs here.
+func (r *composeRun) remap(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || r.infos[u.Hostname()] == nil {
+		return raw, err
 	}
-
-	type running struct {
-		name string
-		cmd  *exec.Cmd
-		out  *servicetest.SyncBuffer
-		done chan error
+	if u.Scheme == "postgres" || u.Scheme == "postgresql" {
+		return r.dbURL, nil
 	}
-	var started []*running
-	defer func() {
-		for _, r := range started {
-			if r.cmd.ProcessState == nil {
-				_ = r.cmd.Process.Kill()
-				<-r.done
-			}
-			if t.Failed() {
-				t.Logf("service %s output:\n%s", r.name, r.out.String())
-			}
-		}
-	}()
-	for _, name := range startOrder(t, c) {
-		info := infos[name]
-		if info.img == nil {
-			continue
-		}
-		svc, bin := info.svc, info.bin
-		where := "service " + name
-		addrs[name] = map[int]string{}
-		for p := range info.listens {
-			addrs[name][p] = freeAddr(t)
-		}
+	p, _ := strconv.Atoi(cmpOr(u.Port(), map[string]string{"http": "80", "https": "443"}[u.Scheme]))
+	a := r.addrs[u.Hostname()][p]
+	if a == "" {
+		return "", fmt.Errorf("%s: nothing stands in for %s:%d", raw, u.Hostname(), p)
+	}
+	u.Host = a
+	return u.String(), nil
+}
 
-		// Mounted files and volumes: the repository's files and the volumes' stand-ins
-		// are used where they are (a --config file as a copy with the new addresses);
-		// the user's kubeconfig is envtest's.
-		files := map[string]string{} // container path → path here, for the user's files
-		for target, m := range info.mounts {
-			switch {
-			case m.Type == types.VolumeTypeBind && inRepo(root, m.Source), m.Type == types.VolumeTypeVolume && vols[m.Source] != "":
-			case m.Type == types.VolumeTypeBind && info.env["KUBECONFIG"] == target:
-				files[target] = envtestKubeconfig(t, dir)
-				applyCRDs(t, root)
-			default:
-				t.Fatalf("%s: nothing stands in for mount %s of %s", where, target, m.Source)
-			}
+// start starts a service with compose's command and environment, its listeners on free
+// ports, and its mounts where they are here: the repository's files and the volumes'
+// directories where they are (a --config file as a copy with the new addresses), the
+// user's kubeconfig envtest's.
+func (r *composeRun) start(info *composeInfo) *process {
+	t, name, svc := r.t, info.name, info.svc
+	where := "service " + name
+	r.addrs[name] = map[int]string{}
+	for p := range info.listens {
+		r.addrs[name][p] = freeAddr(t)
+	}
+	files := map[string]string{} // container path → path here, for the user's files
+	for target, m := range info.mounts {
+		switch {
+		case m.Type == types.VolumeTypeBind && inRepo(r.root, m.Source), m.Type == types.VolumeTypeVolume && r.vols[m.Source] != "":
+		case m.Type == types.VolumeTypeBind && info.env["KUBECONFIG"] == target:
+			files[target] = envtestKubeconfig(t, r.dir)
+			installCRDs(t, r.root)
+		default:
+			t.Fatalf("%s: nothing stands in for mount %s of %s", where, target, m.Source)
 		}
-		if info.oneShot {
-			// Compose runs it again on every `up`: what it made must be kept.
-			before := volumeFiles(t, info)
-			runOneShot(t, info)
-			if after := volumeFiles(t, info); !maps.Equal(before, after) {
-				t.Errorf("%s: run again, it changed its volumes' files (%d before, %d after): what it makes must be kept", where, len(before), len(after))
-			}
-			continue
+	}
+	args := slices.Concat(info.img.entrypoint[1:], svc.Command)
+	for i, a := range args {
+		args[i] = info.here(a, files)
+	}
+	for p, listener := range info.listens {
+		if _, ok := info.bin.flags[listener]; ok {
+			args = append(args, "--"+listener+"="+r.addrs[name][p])
 		}
-		args := slices.Concat(info.img.entrypoint[1:], svc.Command)
+	}
+	if info.config != "" {
+		copied := rewriteConfig(t, info, r.addrs[name], r.remap, filepath.Join(r.dir, name+"-config.yaml"))
 		for i, a := range args {
-			args[i] = info.here(a, files)
-		}
-		for p, listener := range info.listens {
-			if _, ok := bin.flags[listener]; ok {
-				args = append(args, "--"+listener+"="+addrs[name][p])
-			}
-		}
-		if info.config != "" {
-			copied := rewriteConfig(t, info, addrs[name], remap, filepath.Join(dir, name+"-config.yaml"))
-			for i, a := range args {
-				if a == info.config {
-					args[i] = copied
-				} else if flag, ok := strings.CutSuffix(a, "="+info.config); ok {
-					args[i] = flag + "=" + copied
-				}
-			}
-		}
-		env := []string{"HOME=" + dir, "TMPDIR=" + dir}
-		for k, v := range info.env {
-			if strings.Contains(v, "://") {
-				var err error
-				if v, err = remap(v); err != nil {
-					t.Fatalf("%s env %s: %v", where, k, err)
-				}
-			} else {
-				v = info.here(v, files)
-			}
-			env = append(env, k+"="+v)
-		}
-
-		r := &running{name: name, out: &servicetest.SyncBuffer{}, done: make(chan error, 1)}
-		r.cmd = exec.Command(bin.file, args...)
-		r.cmd.Env, r.cmd.Stdout, r.cmd.Stderr = env, r.out, r.out
-		if err := r.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		started = append(started, r)
-		go func() { r.done <- r.cmd.Wait() }()
-		t.Logf("%s: %s %s", where, filepath.Base(bin.file), strings.Join(args, " "))
-
-		// Its health check, as compose runs it, until it passes or compose would give up.
-		hc := svc.HealthCheck
-		interval := time.Duration(*hc.Interval)
-		hcFlags, rawTarget, err := healthcheckArgs(hc.Test, healthcheck)
-		if err != nil {
-			t.Fatal(err)
-		}
-		target, err := url.Parse(rawTarget)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, _ := strconv.Atoi(target.Port())
-		target.Host = addrs[name][p]
-		var hcArgs []string
-		for _, a := range hc.Test[2 : len(hc.Test)-1] {
-			hcArgs = append(hcArgs, info.here(a, files))
-		}
-		hcArgs = append(hcArgs, target.String())
-		caFile := "" // the CA of its TLS port, as its health check trusts it
-		if hcFlags["cacert"] != "" {
-			if caFile, err = info.hostPath(hcFlags["cacert"]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		healthy := false
-		for range *hc.Retries {
-			out, err := exec.Command(healthcheck.file, hcArgs...).CombinedOutput()
-			if err == nil {
-				healthy = true
-				break
-			}
-			select {
-			case err := <-r.done:
-				r.done <- err
-				t.Fatalf("%s exited before it was healthy: %v", where, err)
-			case <-time.After(interval):
-			}
-			if testing.Verbose() {
-				t.Logf("%s: health check: %s", where, bytes.TrimSpace(out))
-			}
-		}
-		if !healthy {
-			t.Fatalf("%s: health check %q never passed", where, hc.Test)
-		}
-		// A traced call: every unary flyte.* RPC with an empty request, which the server
-		// traces even when it rejects it; with tokens of each kind, and over TLS when
-		// the port serves it.
-		for p, listener := range info.listens {
-			if listener == rpcListener {
-				callUnaryRPCs(t, where, info, addrs[name][p], caFile, info.servesTLS(p))
-			}
-		}
-		// Every published port answers: /metrics on metrics listeners, /healthz elsewhere.
-		for _, mapping := range svc.Ports {
-			p := int(mapping.Target)
-			pathname := "/healthz"
-			if strings.Contains(strings.ToLower(info.listens[p]), "metrics") {
-				pathname = "/metrics"
-			}
-			check := []string{"http://" + addrs[name][p] + pathname}
-			if info.servesTLS(p) {
-				check = []string{"-cacert=" + caFile, "https://" + addrs[name][p] + pathname}
-			}
-			if out, err := exec.Command(healthcheck.file, check...).CombinedOutput(); err != nil {
-				t.Errorf("%s: published port %s:%d: GET %s: %s", where, mapping.Published, mapping.Target, pathname, bytes.TrimSpace(out))
+			if a == info.config {
+				args[i] = copied
+			} else if flag, ok := strings.CutSuffix(a, "="+info.config); ok {
+				args[i] = flag + "=" + copied
 			}
 		}
 	}
+	env := []string{"HOME=" + r.dir, "TMPDIR=" + r.dir}
+	for k, v := range info.env {
+		if strings.Contains(v, "://") {
+			var err error
+			if v, err = r.remap(v); err != nil {
+				t.Fatalf("%s env %s: %v", where, k, err)
+			}
+		} else {
+			v = info.here(v, files)
+		}
+		env = append(env, k+"="+v)
+	}
+	p := &process{name: name, out: &servicetest.SyncBuffer{}, done: make(chan error, 1)}
+	p.cmd = exec.Command(info.bin.file, args...)
+	p.cmd.Env, p.cmd.Stdout, p.cmd.Stderr = env, p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.started = append(r.started, p)
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Logf("%s: %s %s", where, filepath.Base(info.bin.file), strings.Join(args, " "))
+	return p
+}
 
-	// Stop in reverse order, as compose does, within each service's grace period.
-	for i := len(started) - 1; i >= 0; i-- {
-		r := started[i]
+// waitHealthy runs the service's health check as compose does, until it passes or
+// compose would give up, and returns the CA its TLS port is checked with ("" for none).
+func (r *composeRun) waitHealthy(info *composeInfo, p *process) (caFile string) {
+	t, where, hc := r.t, "service "+info.name, info.svc.HealthCheck
+	hcFlags, rawTarget, err := healthcheckArgs(hc.Test, r.healthcheck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse(rawTarget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(target.Port())
+	target.Host = r.addrs[info.name][port]
+	var args []string
+	for _, a := range hc.Test[2 : len(hc.Test)-1] {
+		args = append(args, info.here(a, nil))
+	}
+	args = append(args, target.String())
+	if hcFlags["cacert"] != "" {
+		if caFile, err = info.hostPath(hcFlags["cacert"]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range *hc.Retries {
+		out, err := exec.Command(r.healthcheck.file, args...).CombinedOutput()
+		if err == nil {
+			return caFile
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			t.Fatalf("%s exited before it was healthy: %v", where, err)
+		case <-time.After(time.Duration(*hc.Interval)):
+		}
+		if testing.Verbose() {
+			t.Logf("%s: health check: %s", where, bytes.TrimSpace(out))
+		}
+	}
+	t.Fatalf("%s: health check %q never passed", where, hc.Test)
+	return ""
+}
+
+// checkPublished requires every published port to answer: /metrics on metrics
+// listeners, /healthz elsewhere.
+func (r *composeRun) checkPublished(info *composeInfo, caFile string) {
+	for _, mapping := range info.svc.Ports {
+		p := int(mapping.Target)
+		pathname := "/healthz"
+		if strings.Contains(strings.ToLower(info.listens[p]), "metrics") {
+			pathname = "/metrics"
+		}
+		check := []string{"http://" + r.addrs[info.name][p] + pathname}
+		if info.servesTLS(p) {
+			check = []string{"-cacert=" + caFile, "https://" + r.addrs[info.name][p] + pathname}
+		}
+		if out, err := exec.Command(r.healthcheck.file, check...).CombinedOutput(); err != nil {
+			r.t.Errorf("service %s: published port %s:%d: GET %s: %s", info.name, mapping.Published, mapping.Target, pathname, bytes.TrimSpace(out))
+		}
+	}
+}
+
+// stop stops the services in reverse order, as compose does, each within its grace
+// period, and requires each to exit cleanly.
+func (r *composeRun) stop() {
+	for i := len(r.started) - 1; i >= 0; i-- {
+		p := r.started[i]
 		grace := 10 * time.Second
-		if d := c.Services[r.name].StopGracePeriod; d != nil {
+		if d := r.c.Services[p.name].StopGracePeriod; d != nil {
 			grace = time.Duration(*d)
 		}
-		_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case err := <-r.done:
+		case err := <-p.done:
+			p.done <- err
 			if err != nil {
-				t.Errorf("service %s did not stop cleanly on SIGTERM: %v", r.name, err)
+				r.t.Errorf("service %s did not stop cleanly on SIGTERM: %v", p.name, err)
 			}
 		case <-time.After(grace):
-			t.Errorf("service %s did not stop within %s of SIGTERM", r.name, grace)
+			r.t.Errorf("service %s did not stop within %s of SIGTERM", p.name, grace)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(infos)) {
-		env := infos[name].env
-		if infos[name].img == nil || cmpOr(env["OTEL_EXPORTER_OTLP_ENDPOINT"], env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) == "" {
+}
+
+// kill ends what is still running, and shows what the services said when the test failed.
+func (r *composeRun) kill() {
+	for _, p := range r.started {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if r.t.Failed() {
+			r.t.Logf("service %s output:\n%s", p.name, p.out.String())
+		}
+	}
+}
+
+// checkSpans requires every service that serves RPCs and exports traces to have sent
+// spans named by its OTEL_SERVICE_NAME.
+func (r *composeRun) checkSpans() {
+	for _, name := range slices.Sorted(maps.Keys(r.infos)) {
+		info := r.infos[name]
+		if info.img == nil || cmpOr(info.env["OTEL_EXPORTER_OTLP_ENDPOINT"], info.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) == "" {
 			continue
 		}
-		if !slices.Contains(slices.Collect(maps.Values(infos[name].listens)), rpcListener) {
+		if !slices.Contains(slices.Collect(maps.Values(info.listens)), rpcListener) {
 			continue // no RPC to trace
 		}
-		want := cmpOr(env["OTEL_SERVICE_NAME"], infos[name].bin.name)
-		if !collector.received(want) {
-			t.Errorf("service %s: no spans of service.name %q reached its OTLP endpoint (got %v)", name, want, collector.services())
+		want := cmpOr(info.env["OTEL_SERVICE_NAME"], info.bin.name)
+		if !r.collector.received(want) {
+			r.t.Errorf("service %s: no spans of service.name %q reached its OTLP endpoint (got %v)", name, want, r.collector.services())
 		}
 	}
 }
@@ -485,44 +522,32 @@ func rewriteConfig(t *testing.T, info *composeInfo, addrs map[int]string, remap 
 	return file
 }
 
-// envtestKubeconfig writes a kubeconfig for this package's API server.
+// envtestKubeconfig writes a kubeconfig of an administrator of this package's API
+// server.
 func envtestKubeconfig(t *testing.T, dir string) string {
 	t.Helper()
-	cfg := env.Config
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "envtest"}
-	kc.CurrentContext = "envtest"
+	kubeconfig, err := env.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
 	file := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, file); err != nil {
+	if err := os.WriteFile(file, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return file
 }
 
-// applyCRDs installs deploy/crd, as the README has users do before starting the executor.
-func applyCRDs(t *testing.T, root string) {
+// installCRDs installs deploy/crd, as the README has users do before starting the
+// executor, and waits for the API server to serve it.
+func installCRDs(t *testing.T, root string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	files, err := filepath.Glob(filepath.Join(root, "deploy", "crd", "*_*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in deploy/crd: %v", err)
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(data, &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("compose-test"), client.ForceOwnership); err != nil {
-			t.Fatalf("applying %s: %v", f, err)
-		}
-		waitEstablished(ctx, t, u.GetName())
+	_, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{
+		Paths:              []string{filepath.Join(root, "deploy", "crd")},
+		ErrorIfPathMissing: true,
+		MaxTime:            time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
