@@ -24,10 +24,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor/config"
@@ -52,40 +54,36 @@ var overlays = []struct {
 }
 
 func TestOverlays(t *testing.T) {
-	applyCertManagerCRDs(t)
+	installCertManagerCRDs(t)
 	for _, o := range overlays {
 		t.Run(o.name, func(t *testing.T) {
 			objs := render(t, filepath.Join("deploy", "kustomize", "overlays", o.name))
-			applyAll(t, objs)
+			rbac := applyAll(t, objs)
 			checkPods(t, objs, o.external)
 			checkServices(t, objs)
-			checkExecutor(t, objs)
-			checkServers(t, objs)
+			checkExecutor(t, objs, rbac)
+			checkServers(t, objs, rbac)
 			checkNetworkPolicies(t, objs)
 			checkIssuers(t, objs, o.external)
 		})
 	}
 }
 
-// applyCertManagerCRDs installs stand-ins for cert-manager's CRDs (testdata), which a
+// installCertManagerCRDs installs stand-ins for cert-manager's CRDs (testdata), which a
 // cluster running the overlays has.
-func applyCertManagerCRDs(t *testing.T) {
+func installCertManagerCRDs(t *testing.T) {
 	t.Helper()
 	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(root, "deploy", "testdata", "cert-manager-crds.yaml"))
+	_, err = envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{
+		Paths:              []string{filepath.Join(root, "deploy", "testdata", "cert-manager-crds.yaml")},
+		ErrorIfPathMissing: true,
+		MaxTime:            time.Minute,
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	for _, u := range decodeObjects(t, data) {
-		if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("deploy-test"), client.ForceOwnership); err != nil {
-			t.Fatalf("applying %s: %v", id(u), err)
-		}
-		waitEstablished(ctx, t, u.GetName())
 	}
 }
 
@@ -138,9 +136,10 @@ func decodeObjects(t *testing.T, data []byte) []*unstructured.Unstructured {
 // applyAll has the API server admit every object by server-side apply: decoded against
 // its schema (an unknown field fails), defaulted and validated. CRDs and namespaces are
 // applied for real, since namespaced and custom objects cannot even be dry-run without
-// them; everything else is a dry run, admitted but not stored, so nothing of one
-// overlay is left behind for the next.
-func applyAll(t *testing.T, objs []*unstructured.Unstructured) {
+// them, and so is RBAC, which the checks ask the API server about (rbacReviews) and
+// which is removed when the test ends; everything else is a dry run, admitted but not
+// stored, so nothing of one overlay is left behind for the next.
+func applyAll(t *testing.T, objs []*unstructured.Unstructured) *rbacReviews {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -151,18 +150,25 @@ func applyAll(t *testing.T, objs []*unstructured.Unstructured) {
 	first := func(u *unstructured.Unstructured) bool {
 		return u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "Namespace"
 	}
+	var crds []*apiextensionsv1.CustomResourceDefinition
 	for _, u := range objs {
-		if first(u) {
-			if err := apply(u); err != nil {
-				t.Fatalf("applying %s: %v", id(u), err)
-			}
+		if !first(u) {
+			continue
 		}
-	}
-	for _, u := range objs {
+		if err := apply(u); err != nil {
+			t.Fatalf("applying %s: %v", id(u), err)
+		}
 		if u.GetKind() == "CustomResourceDefinition" {
-			waitEstablished(ctx, t, u.GetName())
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			convert(t, u, crd)
+			crds = append(crds, crd)
 		}
 	}
+	if err := envtest.WaitForCRDs(env.Config, crds, envtest.CRDInstallOptions{MaxTime: time.Minute, PollInterval: 100 * time.Millisecond}); err != nil {
+		t.Fatalf("the overlay's CRDs: %v", err)
+	}
+	rbac := &rbacReviews{t: t}
+	t.Cleanup(rbac.remove)
 	for _, u := range objs {
 		// Without a namespace kubectl would put the object in whatever namespace the
 		// user's context names.
@@ -170,35 +176,21 @@ func applyAll(t *testing.T, objs []*unstructured.Unstructured) {
 			t.Errorf("%s has no namespace", id(u))
 			continue
 		}
-		if !first(u) {
+		switch {
+		case first(u):
+		case u.GetAPIVersion() == rbacv1.SchemeGroupVersion.String():
+			if err := apply(u); err != nil {
+				t.Errorf("applying %s: %v", id(u), err)
+				continue
+			}
+			rbac.applied = append(rbac.applied, u)
+		default:
 			if err := apply(u, client.DryRunAll); err != nil {
 				t.Errorf("dry-run applying %s: %v", id(u), err)
 			}
 		}
 	}
-}
-
-func waitEstablished(ctx context.Context, t *testing.T, name string) {
-	t.Helper()
-	for {
-		var crd apiextensionsv1.CustomResourceDefinition
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("apiextensions.k8s.io/v1")
-		u.SetKind("CustomResourceDefinition")
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, u); err == nil {
-			convert(t, u, &crd)
-			for _, c := range crd.Status.Conditions {
-				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-					return
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("CRD %s not established: %v", name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return rbac
 }
 
 // checkPods holds every pod template to the hardening the manifests promise, and
@@ -276,7 +268,7 @@ func checkPods(t *testing.T, objs []*unstructured.Unstructured, external []strin
 // port name to be a port of that template's containers.
 func checkServices(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	specs, labels := podSpecs(t, objs), podLabels(t, objs)
+	specs, templateLabels := podSpecs(t, objs), podLabels(t, objs)
 	for _, u := range objs {
 		if u.GetKind() != "Service" {
 			continue
@@ -284,8 +276,8 @@ func checkServices(t *testing.T, objs []*unstructured.Unstructured) {
 		var svc corev1.Service
 		convert(t, u, &svc)
 		var matched string
-		for name, l := range labels {
-			if len(svc.Spec.Selector) > 0 && selects(svc.Spec.Selector, l) {
+		for name, l := range templateLabels {
+			if len(svc.Spec.Selector) > 0 && labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(l)) {
 				matched = name
 			}
 		}
@@ -305,7 +297,7 @@ func checkServices(t *testing.T, objs []*unstructured.Unstructured) {
 // as the executor would, and checks the rest of the manifest agrees with it: probe and
 // metrics ports, the services' addresses, leader election for more than one replica,
 // and the permissions the executor needs.
-func checkExecutor(t *testing.T, objs []*unstructured.Unstructured) {
+func checkExecutor(t *testing.T, objs []*unstructured.Unstructured, rbac *rbacReviews) {
 	t.Helper()
 	var d appsv1.Deployment
 	convert(t, must(t, objs, "Deployment", "executor"), &d)
@@ -348,7 +340,7 @@ func checkExecutor(t *testing.T, objs []*unstructured.Unstructured) {
 	if err != nil {
 		t.Fatalf("the executor would not start with %s: %v", file, err)
 	}
-	checkExecutorCredentials(t, objs, d, c, tokenFile, caFile)
+	checkExecutorCredentials(t, objs, rbac, d, c, tokenFile, caFile)
 	if len(cfg.Storage.AllowedPrefixes) == 0 {
 		t.Error("executor config: no storage.allowedPrefixes: actions could reuse cached outputs only within a run, and file:// is refused")
 	}
@@ -379,25 +371,15 @@ func checkExecutor(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Errorf("%d executor replicas without leaderElect would reconcile the same actions at once", *d.Spec.Replicas)
 	}
 
-	// The permissions: the ClusterRole bound to the executor's service account allows
-	// creating pods, and the leader-election Role (in its namespace) allows leases.
-	var cr rbacv1.ClusterRole
-	convert(t, must(t, objs, "ClusterRole", "flyte-executor"), &cr)
-	if !allows(cr.Rules, "", "pods", "create") {
-		t.Error("ClusterRole flyte-executor does not allow creating pods")
+	// The permissions, as the API server grants them to its ServiceAccount: creating
+	// pods in any namespace (ClusterRole and ClusterRoleBinding flyte-executor), and
+	// leases in its own for leader election (Role and RoleBinding flyte-executor).
+	executor := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: spec.ServiceAccountName, Namespace: d.Namespace}
+	if !rbac.allowed(executor, "team-a", "", "pods", "create") {
+		t.Errorf("RBAC does not allow creating pods in any namespace to ServiceAccount %s/%s (ClusterRole and ClusterRoleBinding flyte-executor)", d.Namespace, executor.Name)
 	}
-	var role rbacv1.Role
-	convert(t, must(t, objs, "Role", "flyte-executor"), &role)
-	if role.Namespace != d.Namespace || !allows(role.Rules, "coordination.k8s.io", "leases", "update") {
-		t.Errorf("Role %s/flyte-executor does not allow leader election in %s", role.Namespace, d.Namespace)
-	}
-	for kind, ref := range map[string]string{"ClusterRoleBinding": "ClusterRole", "RoleBinding": "Role"} {
-		var b rbacv1.RoleBinding // a ClusterRoleBinding has the same fields
-		convert(t, must(t, objs, kind, "flyte-executor"), &b)
-		want := rbacv1.Subject{Kind: "ServiceAccount", Name: spec.ServiceAccountName, Namespace: d.Namespace}
-		if b.RoleRef.Kind != ref || b.RoleRef.Name != "flyte-executor" || !slices.Contains(b.Subjects, want) {
-			t.Errorf("%s flyte-executor binds %+v to %+v, want %s flyte-executor to %+v", kind, b.RoleRef, b.Subjects, ref, want)
-		}
+	if !rbac.allowed(executor, d.Namespace, "coordination.k8s.io", "leases", "update") {
+		t.Errorf("RBAC does not allow leader election in %s to ServiceAccount %s (Role and RoleBinding flyte-executor)", d.Namespace, executor.Name)
 	}
 }
 
@@ -579,21 +561,6 @@ func probePort(c corev1.Container, p *corev1.Probe) int32 {
 		return p.HTTPGet.Port.IntVal
 	}
 	return port(corev1.PodSpec{Containers: []corev1.Container{c}}, p.HTTPGet.Port.StrVal)
-}
-
-func allows(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
-	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
-		return slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb)
-	})
-}
-
-func selects(selector, labels map[string]string) bool {
-	for k, v := range selector {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func convert(t *testing.T, u *unstructured.Unstructured, into any) {

@@ -57,7 +57,7 @@ func serversOf(t *testing.T, objs []*unstructured.Unstructured) []server {
 				var svc corev1.Service
 				if su.GetKind() == "Service" {
 					convert(t, su, &svc)
-					if len(svc.Spec.Selector) > 0 && selects(svc.Spec.Selector, d.Spec.Template.Labels) {
+					if len(svc.Spec.Selector) > 0 && labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
 						s.svc = &svc
 					}
 				}
@@ -89,14 +89,14 @@ func containerFlags(image string, args []string) (map[string]string, error) {
 // its own ServiceAccount, allowed to review tokens), to serve TLS from a certificate
 // cert-manager issues for the name callers use, to be probed over HTTPS, and its Service
 // to say https.
-func checkServers(t *testing.T, objs []*unstructured.Unstructured) {
+func checkServers(t *testing.T, objs []*unstructured.Unstructured, rbac *rbacReviews) {
 	t.Helper()
 	for _, s := range serversOf(t, objs) {
 		where := "Deployment " + s.d.Name
 		spec := s.d.Spec.Template.Spec
 		switch mode := s.args["auth-mode"]; mode {
 		case string(auth.ModeKubernetes):
-			checkReviewer(t, objs, s)
+			checkReviewer(t, objs, rbac, s)
 		case string(auth.ModeTokenFile):
 			if s.args["auth-token-file"] == "" {
 				t.Errorf("%s: --auth-mode=token-file without --auth-token-file", where)
@@ -156,7 +156,7 @@ func checkServers(t *testing.T, objs []*unstructured.Unstructured) {
 
 // checkReviewer requires a server in kubernetes mode to run as its own ServiceAccount,
 // with its token mounted and allowed to create TokenReviews and SubjectAccessReviews.
-func checkReviewer(t *testing.T, objs []*unstructured.Unstructured, s server) {
+func checkReviewer(t *testing.T, objs []*unstructured.Unstructured, rbac *rbacReviews, s server) {
 	t.Helper()
 	where := "Deployment " + s.d.Name
 	spec := s.d.Spec.Template.Spec
@@ -173,27 +173,16 @@ func checkReviewer(t *testing.T, objs []*unstructured.Unstructured, s server) {
 			t.Errorf("%s: ServiceAccount %s does not mount its token", where, sa)
 		}
 	}
-	subject := rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: s.d.Namespace}
-	bound := false
-	for _, u := range objs {
-		if u.GetKind() != "ClusterRoleBinding" {
-			continue
-		}
-		var b rbacv1.ClusterRoleBinding
-		convert(t, u, &b)
-		if b.RoleRef.Kind == "ClusterRole" && b.RoleRef.Name == "system:auth-delegator" && slices.Contains(b.Subjects, subject) {
-			bound = true
-		}
-	}
-	if !bound {
-		t.Errorf("%s: ServiceAccount %s/%s is not bound to system:auth-delegator: TokenReview and SubjectAccessReview would be forbidden", where, s.d.Namespace, sa)
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: s.d.Namespace}
+	if !rbac.allowed(subject, "", "authentication.k8s.io", "tokenreviews", "create") || !rbac.allowed(subject, "", "authorization.k8s.io", "subjectaccessreviews", "create") {
+		t.Errorf("%s: ServiceAccount %s/%s may not create TokenReviews and SubjectAccessReviews: it is not bound to system:auth-delegator", where, s.d.Namespace, sa)
 	}
 }
 
 // checkExecutorCredentials requires the executor's serviceTokenFile to be a projected
 // token of its ServiceAccount for the servers' audience, and its serviceCAFile the CA of
 // the servers' certificates; and its ServiceAccount to be allowed what it calls.
-func checkExecutorCredentials(t *testing.T, objs []*unstructured.Unstructured, d appsv1.Deployment, c corev1.Container, tokenFile, caFile string) {
+func checkExecutorCredentials(t *testing.T, objs []*unstructured.Unstructured, rbac *rbacReviews, d appsv1.Deployment, c corev1.Container, tokenFile, caFile string) {
 	t.Helper()
 	spec := d.Spec.Template.Spec
 	audiences := map[string]bool{}
@@ -240,28 +229,13 @@ func checkExecutorCredentials(t *testing.T, objs []*unstructured.Unstructured, d
 		t.Errorf("executor: serviceCAFile is the CA of %s; the services' certificates come from %v", issuerOf(cert), issuers)
 	}
 
-	// What it calls, granted to its ServiceAccount.
-	subject := rbacv1.Subject{Kind: "ServiceAccount", Name: spec.ServiceAccountName, Namespace: d.Namespace}
-	var rules []rbacv1.PolicyRule
-	for _, u := range objs {
-		if u.GetKind() != "ClusterRoleBinding" {
-			continue
-		}
-		var b rbacv1.ClusterRoleBinding
-		convert(t, u, &b)
-		if slices.Contains(b.Subjects, subject) && b.RoleRef.Kind == "ClusterRole" {
-			if r := find(t, objs, "ClusterRole", b.RoleRef.Name, []string{"ClusterRole/" + b.RoleRef.Name}); r != nil {
-				var cr rbacv1.ClusterRole
-				convert(t, r, &cr)
-				rules = append(rules, cr.Rules...)
-			}
-		}
-	}
+	// What it calls, granted to its ServiceAccount in every project's namespace.
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: spec.ServiceAccountName, Namespace: d.Namespace}
 	for _, want := range [][3]string{
 		{"events.flyte.org", "events", "create"}, {"cache.flyte.org", "entries", "get"},
 		{"cache.flyte.org", "entries", "create"}, {"cache.flyte.org", "reservations", "update"},
 	} {
-		if !allows(rules, want[0], want[1], want[2]) {
+		if !rbac.allowed(subject, "team-a", want[0], want[1], want[2]) {
 			t.Errorf("executor: ServiceAccount %s may not %s %s.%s, which it calls", spec.ServiceAccountName, want[2], want[1], want[0])
 		}
 	}
