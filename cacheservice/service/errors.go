@@ -14,7 +14,8 @@ import (
 // storeError turns a store error into the error the caller sees, logging the details: a
 // refused value is the caller's to fix, a contended reservation is worth retrying, and
 // anything else is answered by postgres.RPCError, which keeps the database's own words
-// (its address and user, SQLSTATEs, table names) for the log.
+// (its address and user, SQLSTATEs, table names) for the log. An Internal answer is
+// logged where the call ends (services/server), under its trace.
 func (s *Service) storeError(ctx context.Context, rpc string, err error) error {
 	var fieldErr *store.FieldError
 	if errors.As(err, &fieldErr) {
@@ -27,7 +28,7 @@ func (s *Service) storeError(ctx context.Context, rpc string, err error) error {
 	level := slog.LevelWarn
 	switch answer.Code() {
 	case connect.CodeInternal:
-		level = slog.LevelError
+		return answer
 	case connect.CodeCanceled:
 		level = slog.LevelDebug // the caller went away; nothing is wrong here
 	}

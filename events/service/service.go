@@ -53,15 +53,17 @@ func New(st *store.Store, hub *watch.Hub, m *Metrics, log *slog.Logger, opts Opt
 }
 
 // storeError turns a store error into the answer: a refused event is the caller's to
-// fix; anything else is logged here, since the answer keeps the database's details out.
+// fix; anything else is answered by postgres.RPCError, which keeps the database's words
+// out. An Internal answer is logged where the call ends (services/server), under its
+// trace; the others the caller did not cause (an outage, a conflict) are logged here.
 func (s *Service) storeError(ctx context.Context, what string, err error) *connect.Error {
 	var refused *store.InvalidEventError
 	if errors.As(err, &refused) {
 		return connect.NewError(connect.CodeInvalidArgument, refused)
 	}
 	answer := postgres.RPCError(err)
-	if answer.Code() != connect.CodeCanceled {
-		s.log.ErrorContext(ctx, what, "code", answer.Code().String(), "error", err)
+	if code := answer.Code(); code != connect.CodeCanceled && code != connect.CodeInternal {
+		s.log.WarnContext(ctx, what, "code", code.String(), "error", err)
 	}
 	return answer
 }

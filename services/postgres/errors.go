@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"unicode/utf8"
@@ -52,13 +53,14 @@ func Code(err error) connect.Code {
 // message that says what happened in general terms. What the database said (its user,
 // host and port, SQLSTATE, constraint, table and column names, the values involved) must
 // not reach callers, so err stays only in the error chain (errors.Is and errors.As find
-// it), for the caller to log.
+// it), and in what slog logs for the answer's cause.
 func RPCError(err error) *connect.Error {
 	code := Code(err)
 	return connect.NewError(code, &hiddenError{message: publicMessage(code), cause: err})
 }
 
-// hiddenError shows message and hides cause, which Unwrap still reaches.
+// hiddenError shows message and hides cause, which Unwrap still reaches and a log line
+// shows.
 type hiddenError struct {
 	message string
 	cause   error
@@ -67,6 +69,9 @@ type hiddenError struct {
 func (e *hiddenError) Error() string { return e.message }
 
 func (e *hiddenError) Unwrap() error { return e.cause }
+
+// LogValue is what slog logs for the error: its cause.
+func (e *hiddenError) LogValue() slog.Value { return slog.StringValue(e.cause.Error()) }
 
 // publicMessage says what a code means for the caller.
 func publicMessage(code connect.Code) string {

@@ -188,14 +188,17 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		certs:      certs,
 		inFlight:   semaphore.NewWeighted(cfg.MaxInFlightBytes),
 		options: []connect.HandlerOption{
-			// Tracing first, so that rejected requests still show up as spans.
-			connect.WithInterceptors(append([]connect.Interceptor{otel, validate.NewInterceptor(), streamDrainer{draining}}, cfg.Interceptors...)...),
+			// Tracing first, so that rejected requests still show up as spans, and internal
+			// failures are logged with the trace in their context.
+			connect.WithInterceptors(append([]connect.Interceptor{
+				otel, internalFailures{log}, validate.NewInterceptor(), streamDrainer{draining},
+			}, cfg.Interceptors...)...),
 			connect.WithReadMaxBytes(cfg.MaxMessageBytes),
 			connect.WithCodec(protoCodec{}),
 			// Compressing a small response costs more CPU than the bytes it saves on the
 			// networks these services run on.
 			connect.WithCompressMinBytes(1024),
-			connect.WithRecover(recoverPanic(log)),
+			connect.WithRecover(recoverPanic),
 		},
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -309,13 +312,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	return nil
 }
 
-// recoverPanic turns a handler panic into an Internal error and a log line instead of a
-// dropped connection, since input must never crash a server.
-func recoverPanic(log *slog.Logger) func(context.Context, connect.Spec, http.Header, any) error {
-	return func(_ context.Context, spec connect.Spec, _ http.Header, p any) error {
-		log.Error("handler panicked", "procedure", spec.Procedure, "panic", p)
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("internal error in %s", spec.Procedure))
-	}
+// recoverPanic turns a handler panic into an Internal error instead of a dropped
+// connection, since input must never crash a server; internalFailures logs it and keeps
+// it from the caller.
+func recoverPanic(_ context.Context, _ connect.Spec, _ http.Header, p any) error {
+	return connect.NewError(connect.CodeInternal, fmt.Errorf("handler panicked: %v", p))
 }
 
 // streamDrainer ends server streams when the server drains; unary calls are left to

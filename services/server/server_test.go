@@ -57,6 +57,11 @@ func (s *testService) ListActions(context.Context, *connect.Request[eventsv1.Lis
 	panic("a handler bug")
 }
 
+// ListActionEvents fails with an error it does not classify, which says too much.
+func (s *testService) ListActionEvents(context.Context, *connect.Request[eventsv1.ListActionEventsRequest]) (*connect.Response[eventsv1.ListActionEventsResponse], error) {
+	return nil, errors.New(`table "secret_table" is gone`)
+}
+
 func (s *testService) WatchActions(ctx context.Context, req *connect.Request[eventsv1.WatchActionsRequest], stream *connect.ServerStream[eventsv1.WatchActionsResponse]) error {
 	for i := range 3 {
 		id := &flytecorev1.ActionIdentifier{Project: req.Msg.GetProject(), Domain: req.Msg.GetDomain(), Run: "r", Action: fmt.Sprintf("a%d", i)}
@@ -77,7 +82,12 @@ type running struct {
 
 func start(t *testing.T, svc *testService) *running {
 	t.Helper()
-	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, StreamDrainDelay: 200 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	return startLogging(t, svc, slog.New(slog.DiscardHandler))
+}
+
+func startLogging(t *testing.T, svc *testService, log *slog.Logger) *running {
+	t.Helper()
+	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, StreamDrainDelay: 200 * time.Millisecond}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,17 +251,60 @@ func TestRejectsInvalidRequests(t *testing.T) {
 	}
 }
 
-func TestHandlerPanicIsInternal(t *testing.T) {
-	r := start(t, &testService{})
-	client := eventsv1connect.NewEventsServiceClient(r.http, r.url)
-	_, err := client.ListActions(context.Background(), connect.NewRequest(&eventsv1.ListActionsRequest{Project: "demo", Domain: "development"}))
-	if connect.CodeOf(err) != connect.CodeInternal {
-		t.Fatalf("got %v; want Internal", err)
+// A handler that panics, or fails with an error it did not classify, is answered with
+// Internal and a generic message whose reference the log line has, with what went wrong.
+func TestUnexpectedFailuresAreInternalAndLogged(t *testing.T) {
+	tests := []struct {
+		name, detail string
+		call         func(eventsv1connect.EventsServiceClient) error
+	}{
+		{"panic", "a handler bug", func(c eventsv1connect.EventsServiceClient) error {
+			_, err := c.ListActions(context.Background(), connect.NewRequest(&eventsv1.ListActionsRequest{Project: "demo", Domain: "development"}))
+			return err
+		}},
+		{"unclassified error", "secret_table", func(c eventsv1connect.EventsServiceClient) error {
+			_, err := c.ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: validID()}))
+			return err
+		}},
+	}
+	var logs servicetest.SyncBuffer
+	r := startLogging(t, &testService{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	for protocol, option := range map[string]connect.ClientOption{"gRPC": connect.WithGRPC(), "Connect": connect.WithProtoJSON()} {
+		client := eventsv1connect.NewEventsServiceClient(r.http, r.url, option)
+		for _, tt := range tests {
+			t.Run(protocol+" "+tt.name, func(t *testing.T) {
+				err := tt.call(client)
+				var answer *connect.Error
+				if !errors.As(err, &answer) || answer.Code() != connect.CodeInternal {
+					t.Fatalf("got %v; want Internal", err)
+				}
+				if strings.Contains(answer.Message(), tt.detail) {
+					t.Errorf("the answer %q tells the caller %q", answer.Message(), tt.detail)
+				}
+				_, ref, ok := strings.Cut(answer.Message(), "under ref ")
+				if !ok || len(ref) != 32 {
+					t.Fatalf("the answer %q gives no reference", answer.Message())
+				}
+				if line := grepLine(logs.String(), "ref="+ref); !strings.Contains(line, tt.detail) || !strings.Contains(line, "level=ERROR") {
+					t.Errorf("the log line with ref %s does not say %q at level ERROR: %q", ref, tt.detail, line)
+				}
+			})
+		}
 	}
 	// The server is still up.
+	client := eventsv1connect.NewEventsServiceClient(r.http, r.url)
 	if _, err := client.GetAction(context.Background(), connect.NewRequest(&eventsv1.GetActionRequest{Id: validID()})); err != nil {
 		t.Fatalf("after panic: %v", err)
 	}
+}
+
+func grepLine(text, substr string) string {
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, substr) {
+			return line
+		}
+	}
+	return ""
 }
 
 func TestReflectionAndHealth(t *testing.T) {
