@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -29,8 +30,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor/config"
-	_ "github.com/flytekube/backend/gen/go/flyte/cache/v1"  // the descriptors of the RPCs runCompose calls
-	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/auth"
@@ -209,9 +208,10 @@ type urlUse struct{ where, raw, want string }
 
 // TestCompose checks docker-compose.yaml and the Dockerfiles it builds against the code,
 // since no Docker engine runs where the tests run: each binary is built as its Dockerfile
-// builds it and asked its flags, and the flags, environment, URLs, ports, mounts, health
-// checks and start order of compose are held to what the binaries read and serve. Then
-// it runs what compose would run, as plain processes (runCompose).
+// builds it, and compose's flags (parsed with the flag set each binary registers),
+// environment, URLs, ports, mounts, health checks and start order are held to what the
+// binaries read and serve. Then it runs what compose would run, as plain processes
+// (runCompose).
 func TestCompose(t *testing.T) {
 	root, err := repo.Root()
 	if err != nil {
@@ -296,9 +296,7 @@ func environment(svc types.ServiceConfig) map[string]string {
 	return out
 }
 
-// ---------------------------------------------------------------------------------------
-// Dockerfiles
-
+// addrDefault matches a flag default that is an address: such a flag names a listener.
 var addrDefault = regexp.MustCompile(`^[A-Za-z0-9.\-\[\]]*:\d+$`)
 
 // composeInfos works out, for every service, its flags, listeners, mounts and the URLs
@@ -401,20 +399,11 @@ func composeInfos(t *testing.T, root string, c *types.Project, images map[string
 // otlpListener is the Jaeger port OTLP traces go to with the protocol the environment
 // selects; services/telemetry's default protocol is http/protobuf.
 func otlpListener(env map[string]string) string {
-	protocol := cmpOr(env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"], env["OTEL_EXPORTER_OTLP_PROTOCOL"], "http/protobuf")
+	protocol := cmp.Or(env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"], env["OTEL_EXPORTER_OTLP_PROTOCOL"], "http/protobuf")
 	if protocol == "grpc" {
 		return "otlp-grpc"
 	}
 	return "otlp-http"
-}
-
-func cmpOr(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // checkComposeServices checks each service against its image and binary.
@@ -541,7 +530,7 @@ func checkComposeServices(t *testing.T, root string, c *types.Project, infos map
 			// The CA it trusts must be the one that signed the certificate served there.
 			ca, err1 := info.hostPath(hcFlags["cacert"])
 			cert, err2 := info.hostPath(info.args["tls-cert-file"])
-			if err := cmpOrErr(err1, err2, verifyCert(cert, ca, u.Hostname())); err != nil {
+			if err := errors.Join(err1, err2, verifyCert(cert, ca, u.Hostname())); err != nil {
 				t.Errorf("%s: health check -cacert=%s: %v", where, hcFlags["cacert"], err)
 			}
 		}
@@ -688,9 +677,6 @@ func portOf(addr string) (int, error) {
 	return strconv.Atoi(p)
 }
 
-// ---------------------------------------------------------------------------------------
-// Running it
-
 // servesTLS says whether the service speaks TLS on port: its RPC listener, given a
 // certificate.
 func (info *composeInfo) servesTLS(port int) bool {
@@ -720,7 +706,7 @@ func checkServiceSecurity(t *testing.T, info *composeInfo) {
 	}
 	cert, err1 := info.hostPath(info.args["tls-cert-file"])
 	key, err2 := info.hostPath(info.args["tls-key-file"])
-	if err := cmpOrErr(err1, err2); err != nil {
+	if err := errors.Join(err1, err2); err != nil {
 		t.Errorf("%s: %v", where, err)
 	} else if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
 		t.Errorf("%s: its certificate and key: %v", where, err)
@@ -739,7 +725,7 @@ func checkCallerCredentials(t *testing.T, where string, from, to *composeInfo, h
 	}
 	ca, err1 := from.hostPath(caPath)
 	cert, err2 := to.hostPath(to.args["tls-cert-file"])
-	if err := cmpOrErr(err1, err2, verifyCert(cert, ca, host)); err != nil {
+	if err := errors.Join(err1, err2, verifyCert(cert, ca, host)); err != nil {
 		t.Errorf("%s: serviceCAFile %s: %v", where, caPath, err)
 	}
 	file, err := from.hostPath(tokenPath)
@@ -837,13 +823,4 @@ func healthcheckArgs(test []string, healthcheck *goBinary) (map[string]string, s
 		return nil, "", fmt.Errorf("arguments %q: want one URL after the flags", p.args)
 	}
 	return p.values, p.args[0], nil
-}
-
-func cmpOrErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

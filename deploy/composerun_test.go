@@ -4,6 +4,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"fmt"
@@ -148,7 +149,7 @@ func (r *composeRun) remap(raw string) (string, error) {
 	if u.Scheme == "postgres" || u.Scheme == "postgresql" {
 		return r.dbURL, nil
 	}
-	p, _ := strconv.Atoi(cmpOr(u.Port(), map[string]string{"http": "80", "https": "443"}[u.Scheme]))
+	p, _ := strconv.Atoi(cmp.Or(u.Port(), map[string]string{"http": "80", "https": "443"}[u.Scheme]))
 	a := r.addrs[u.Hostname()][p]
 	if a == "" {
 		return "", fmt.Errorf("%s: nothing stands in for %s:%d", raw, u.Hostname(), p)
@@ -324,13 +325,13 @@ func (r *composeRun) kill() {
 func (r *composeRun) checkSpans() {
 	for _, name := range slices.Sorted(maps.Keys(r.infos)) {
 		info := r.infos[name]
-		if info.img == nil || cmpOr(info.env["OTEL_EXPORTER_OTLP_ENDPOINT"], info.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) == "" {
+		if info.img == nil || cmp.Or(info.env["OTEL_EXPORTER_OTLP_ENDPOINT"], info.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) == "" {
 			continue
 		}
 		if !slices.Contains(slices.Collect(maps.Values(info.listens)), rpcListener) {
 			continue // no RPC to trace
 		}
-		want := cmpOr(info.env["OTEL_SERVICE_NAME"], info.bin.name)
+		want := cmp.Or(info.env["OTEL_SERVICE_NAME"], info.bin.name)
 		if !r.collector.received(want) {
 			r.t.Errorf("service %s: no spans of service.name %q reached its OTLP endpoint (got %v)", name, want, r.collector.services())
 		}

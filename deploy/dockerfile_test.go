@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"go/version"
 	"io"
 	"maps"
 	"os"
@@ -401,15 +402,14 @@ func goModVersion(t *testing.T, root string) string {
 	if err != nil || f.Go == nil {
 		t.Fatalf("go.mod: no go line (%v)", err)
 	}
-	major, rest, _ := strings.Cut(f.Go.Version, ".")
-	minor, _, _ := strings.Cut(rest, ".")
-	return major + "." + minor
+	return strings.TrimPrefix(version.Lang("go"+f.Go.Version), "go")
 }
 
 // ---------------------------------------------------------------------------------------
 // The binaries
 
-// goBinary is a binary as a Dockerfile builds it, and what it says of itself.
+// goBinary is a binary as a Dockerfile builds it, what it is built from and the flags it
+// registers.
 type goBinary struct {
 	name   string // the last element of pkg
 	pkg    string

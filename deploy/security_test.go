@@ -5,6 +5,7 @@ package deploy_test
 // NetworkPolicies let only the executor (and namespaces labelled for viewers) reach them.
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"slices"
@@ -188,7 +189,7 @@ func checkExecutorCredentials(t *testing.T, objs []*unstructured.Unstructured, r
 	audiences := map[string]bool{}
 	var issuers []string
 	for _, s := range serversOf(t, objs) {
-		audiences[cmpOr(s.args["auth-audience"], auth.DefaultAudience)] = true
+		audiences[cmp.Or(s.args["auth-audience"], auth.DefaultAudience)] = true
 		if secret, _, ok := secretFile(s.d.Spec.Template.Spec, s.c, s.args["tls-cert-file"]); ok {
 			if cert := certificateOf(objs, secret); cert != nil {
 				issuers = append(issuers, issuerOf(cert))
@@ -244,7 +245,7 @@ func checkExecutorCredentials(t *testing.T, objs []*unstructured.Unstructured, r
 func issuerOf(cert *unstructured.Unstructured) string {
 	kind, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "kind")
 	name, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
-	return cmpOr(kind, "Issuer") + "/" + name
+	return cmp.Or(kind, "Issuer") + "/" + name
 }
 
 // checkIssuers requires every Certificate's issuer to be rendered or left to the operator.
