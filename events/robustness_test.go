@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/flytekube/backend/events"
@@ -21,11 +22,16 @@ import (
 
 func storeKey(e *eventsv1.ActionEvent) store.Key { return store.KeyOf(e.GetId()) }
 
+// countRows counts over a connection of its own, closed after: tests call it in loops.
 func countRows(t *testing.T, dbURL string) (events, actions int) {
 	t.Helper()
-	_, pool := openStore(t, dbURL)
 	ctx := context.Background()
-	if err := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM action_events), (SELECT count(*) FROM actions)").Scan(&events, &actions); err != nil {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM action_events), (SELECT count(*) FROM actions)").Scan(&events, &actions); err != nil {
 		t.Fatal(err)
 	}
 	return events, actions
