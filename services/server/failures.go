@@ -45,8 +45,9 @@ func (f internalFailures) WrapStreamingHandler(next connect.StreamingHandlerFunc
 // and returns the generic answer.
 func (f internalFailures) answer(ctx context.Context, spec connect.Spec, err error) error {
 	code := connect.CodeOf(err)
-	if code != connect.CodeInternal && code != connect.CodeUnknown {
-		return err
+	if code != connect.CodeInternal && code != connect.CodeUnknown ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err // connect answers the context's errors with their own codes
 	}
 	level := slog.LevelError
 	if errors.Is(ctx.Err(), context.Canceled) {

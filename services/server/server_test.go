@@ -35,6 +35,7 @@ import (
 type testService struct {
 	eventsv1connect.UnimplementedEventsServiceHandler
 	recordDelay time.Duration
+	recordErr   error // what Record fails with, after its delay
 }
 
 func (s *testService) Record(ctx context.Context, req *connect.Request[eventsv1.RecordRequest]) (*connect.Response[eventsv1.RecordResponse], error) {
@@ -42,6 +43,9 @@ func (s *testService) Record(ctx context.Context, req *connect.Request[eventsv1.
 	case <-time.After(s.recordDelay):
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+	if s.recordErr != nil {
+		return nil, s.recordErr
 	}
 	return connect.NewResponse(&eventsv1.RecordResponse{Recorded: uint32(len(req.Msg.GetEvents()))}), nil
 }
@@ -295,6 +299,28 @@ func TestUnexpectedFailuresAreInternalAndLogged(t *testing.T) {
 	client := eventsv1connect.NewEventsServiceClient(r.http, r.url)
 	if _, err := client.GetAction(context.Background(), connect.NewRequest(&eventsv1.GetActionRequest{Id: validID()})); err != nil {
 		t.Fatalf("after panic: %v", err)
+	}
+}
+
+// A handler that fails with a context's error is answered with that error's own code,
+// not as an internal failure.
+func TestContextErrorsKeepTheirCode(t *testing.T) {
+	tests := []struct {
+		err  error
+		want connect.Code
+	}{
+		{fmt.Errorf("reading: %w", context.DeadlineExceeded), connect.CodeDeadlineExceeded},
+		{fmt.Errorf("reading: %w", context.Canceled), connect.CodeCanceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want.String(), func(t *testing.T) {
+			r := start(t, &testService{recordErr: tt.err})
+			client := eventsv1connect.NewEventsServiceClient(r.http, r.url, connect.WithGRPC())
+			_, err := client.Record(context.Background(), connect.NewRequest(&eventsv1.RecordRequest{Events: []*eventsv1.ActionEvent{validEvent()}}))
+			if connect.CodeOf(err) != tt.want {
+				t.Fatalf("got %v; want %v", err, tt.want)
+			}
+		})
 	}
 }
 
