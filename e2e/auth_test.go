@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -29,6 +31,7 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/authbench"
+	"github.com/flytekube/backend/internal/metricstest"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
@@ -218,9 +221,18 @@ func checkDeniedWroteNothing(t *testing.T, s *services, executorToken, deniedPro
 		t.Errorf("a refused Record wrote an action: GetAction says %v", err)
 	}
 	for _, inst := range []*servicetest.Instance{s.events, s.cache} {
-		body := inst.Metrics(t)
-		for _, reason := range []string{`reason="unauthenticated"`, `reason="forbidden"`} {
-			if !strings.Contains(body, reason) {
+		samples, err := metricstest.Samples(inst.Gatherer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, reason := range []model.LabelValue{"unauthenticated", "forbidden"} {
+			var refused model.SampleValue
+			for _, s := range samples {
+				if s.Metric[model.MetricNameLabel] == "flyte_rpc_denied_total" && s.Metric["reason"] == reason {
+					refused += s.Value
+				}
+			}
+			if refused == 0 {
 				t.Errorf("/metrics of %s counts no %s refusal", inst.URL, reason)
 			}
 		}
@@ -391,23 +403,16 @@ func checkInventedPathsDoNotGrowTheMetric(t *testing.T, s *services) {
 			t.Fatalf("an invented path without a token: HTTP %d, want 401", resp.StatusCode)
 		}
 	}
-	body := s.events.Metrics(t)
-	if strings.Contains(body, "Invented") {
-		t.Fatal("/metrics has a series for an invented path")
+	samples, err := metricstest.Samples(s.events.Gatherer())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(body, `flyte_rpc_denied_total{procedure="other",reason="unauthenticated"} 3`) {
-		t.Fatalf("the refusals of invented paths are not counted under procedure=\"other\":\n%s", grepLines(body, "flyte_rpc_denied_total"))
-	}
-}
-
-func grepLines(text, substr string) string {
-	var out []string
-	for _, line := range strings.Split(text, "\n") {
-		if strings.Contains(line, substr) {
-			out = append(out, line)
+	for _, sample := range samples {
+		if strings.Contains(string(sample.Metric["procedure"]), "Invented") {
+			t.Fatalf("/metrics has a series for an invented path: %s", sample.Metric)
 		}
 	}
-	return strings.Join(out, "\n")
+	s.events.RequireMetrics(t, `flyte_rpc_denied_total{procedure="other",reason="unauthenticated"} 3`)
 }
 
 // checkDecisionsAreCached: once a caller has been reviewed, its calls cost the API server
@@ -441,17 +446,17 @@ func reviews(t *testing.T, cs kubernetes.Interface) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	samples, err := metricstest.Text(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := 0
-	for _, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `verb="POST"`) ||
-			!(strings.Contains(line, `resource="tokenreviews"`) || strings.Contains(line, `resource="subjectaccessreviews"`)) {
-			continue
+	for _, s := range samples {
+		m := s.Metric
+		if m[model.MetricNameLabel] == "apiserver_request_total" && m["verb"] == "POST" &&
+			(m["resource"] == "tokenreviews" || m["resource"] == "subjectaccessreviews") {
+			n += int(s.Value)
 		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("reading %q: %v", line, err)
-		}
-		n += int(v)
 	}
 	return n
 }

@@ -40,7 +40,7 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = watch.Process.Kill() }()
-	if !inst.WaitForMetric("flyte_events_watchers 1") {
+	if !inst.WaitForMetric(t, "flyte_events_watchers 1") {
 		t.Fatalf("the watch never opened; buf curl printed:\n%s", watchOut.String())
 	}
 

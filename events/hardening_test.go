@@ -522,7 +522,7 @@ func TestWatcherLimits(t *testing.T) {
 
 			// A place given back can be taken again.
 			closeFirst()
-			if !inst.WaitForMetric("flyte_events_watchers 2\n") {
+			if !inst.WaitForMetric(t, "flyte_events_watchers 2") {
 				t.Fatal("the closed watcher was never counted out")
 			}
 			again, _ := openWatch(t, inst, req)
@@ -567,7 +567,7 @@ func TestStalledWatchersAreDroppedWithTheirGoroutines(t *testing.T) {
 		_ = s.ResponseHeader() // established; never read from again
 		streams = append(streams, s)
 	}
-	if !inst.WaitForMetric(fmt.Sprintf("flyte_events_watchers %d\n", watchers)) {
+	if !inst.WaitForMetric(t, fmt.Sprintf("flyte_events_watchers %d", watchers)) {
 		t.Fatalf("%d watchers never opened", watchers)
 	}
 
@@ -592,7 +592,7 @@ func TestStalledWatchersAreDroppedWithTheirGoroutines(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("%d of %d stalled watchers' handlers still run after events", running, watchers)
 	})
-	inst.RequireMetrics(t, "flyte_events_watchers 0\n")
+	inst.RequireMetrics(t, "flyte_events_watchers 0")
 
 	cancel()
 	for _, s := range streams {

@@ -5,7 +5,6 @@ package servicetest
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -13,6 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/metricstest"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/app"
@@ -91,36 +95,24 @@ func Start(t testing.TB, run RunFunc) *Instance {
 	return inst
 }
 
-// Metrics returns the service's current /metrics text.
-func (i *Instance) Metrics(t testing.TB) string {
+// Gatherer scrapes the service's /metrics, for prometheus/testutil's Gather* functions.
+func (i *Instance) Gatherer() prometheus.Gatherer { return metricstest.Scrape(i.MetricsURL) }
+
+// RequireMetrics fails the test for each sample the service's /metrics lacks or has
+// with another value; a sample is a line of the text exposition format, such as
+// `flyte_cache_gets_total{result="hit"} 2`.
+func (i *Instance) RequireMetrics(t testing.TB, samples ...string) {
 	t.Helper()
-	resp, err := http.Get(i.MetricsURL)
-	if err != nil {
-		t.Fatalf("scraping %s: %v", i.MetricsURL, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("scraping %s: %v", i.MetricsURL, err)
-	}
-	return string(body)
+	metricstest.Require(t, i.Gatherer(), samples...)
 }
 
-// WaitForMetric reports whether the metrics show line within a minute.
-func (i *Instance) WaitForMetric(line string) bool {
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(i.MetricsURL)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			if strings.Contains(string(body), line) {
-				return true
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return false
+// WaitForMetric reports whether the service's /metrics has the sample (as in
+// RequireMetrics) within a minute.
+func (i *Instance) WaitForMetric(t testing.TB, sample string) bool {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), eventually.Interval, time.Minute, true,
+		func(context.Context) (bool, error) { return metricstest.Has(t, i.Gatherer(), sample), nil })
+	return err == nil
 }
 
 // BufCurl runs `buf curl` (pinned in tools/go.mod) against the service with the gRPC
@@ -154,17 +146,6 @@ func (i *Instance) BufCurlCommand(t testing.TB, ctx context.Context, args ...str
 		flags = append(flags, "-H", "Authorization: Bearer "+i.Token, "--reflect-header", "*")
 	}
 	return exec.CommandContext(ctx, "go", append(flags, args...)...)
-}
-
-// RequireMetrics fails the test for each line the service's /metrics lacks.
-func (i *Instance) RequireMetrics(t testing.TB, lines ...string) {
-	t.Helper()
-	body := i.Metrics(t)
-	for _, want := range lines {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
 }
 
 // SyncBuffer is a bytes.Buffer safe to read while a command or server writes to it.

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,12 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flytekube/backend/internal/metricstest"
 	"github.com/flytekube/backend/services/telemetry"
 )
 
@@ -150,17 +151,11 @@ func TestMetricsHandlerServesPrometheusAndOpenTelemetryMetrics(t *testing.T) {
 
 	srv := httptest.NewServer(tel.MetricsHandler())
 	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
+	scrape := metricstest.Scrape(srv.URL)
+	if n, err := testutil.GatherAndCount(scrape, "go_goroutines", "process_cpu_seconds_total"); err != nil || n != 2 {
+		t.Errorf("/metrics has %d series of go_goroutines and process_cpu_seconds_total (%v); want one each", n, err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(resp.Body)
-	for _, want := range []string{"go_goroutines", "process_cpu_seconds_total", "flyte_test_probes_total 3"} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
+	metricstest.Require(t, scrape, "flyte_test_probes_total 3")
 }
 
 // TestInjectedTracerProviderLeavesTheGlobalAlone runs Setup as an in-process test of
@@ -207,17 +202,7 @@ func TestWithRegistryAddsToAnExistingRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	counter.Add(context.Background(), 2)
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range families {
-		names = append(names, f.GetName())
-	}
-	for _, want := range []string{"go_goroutines", "flyte_test_registry_probes_total"} {
-		if !slices.Contains(names, want) {
-			t.Errorf("the registry lacks %s; has %v", want, names)
-		}
+	if n, err := testutil.GatherAndCount(reg, "go_goroutines", "flyte_test_registry_probes_total"); err != nil || n != 2 {
+		t.Errorf("the registry has %d series of go_goroutines and flyte_test_registry_probes_total (%v); want one each", n, err)
 	}
 }
