@@ -60,7 +60,7 @@ import (
 GO
   log "resolving dependencies"
   (cd "$work" && go mod tidy >&2)
-  log "building kubelet, kube-scheduler and kube-controller-manager v$version (about 10 minutes on 2 cores the first time)"
+  log "building kubelet, kube-scheduler and kube-controller-manager v$version (minutes the first time: README has the times measured)"
   minor=${version#1.}; minor=${minor%%.*}
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   mkdir -p "$work/out"
