@@ -1,15 +1,18 @@
 package sandbox
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -53,13 +56,21 @@ func loadExamples(dir string) ([]*example, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
-		for i, doc := range bytes.Split(raw, []byte("\n---")) {
-			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-				continue
+		docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+		for i := 1; ; i++ {
+			doc, err := docs.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("sandbox: %s, document %d: %w", f, i, err)
+			}
+			if asJSON, err := yaml.YAMLToJSON(doc); err == nil && string(asJSON) == "null" {
+				continue // only comments
 			}
 			var ta flytev1.TaskAction
-			if err := yaml.UnmarshalStrict(doc, &ta); err != nil {
-				return nil, fmt.Errorf("sandbox: %s, document %d: %w", f, i+1, err)
+			if err := yaml.UnmarshalStrict(doc, &ta); err != nil { // strict: a misspelt field is an error
+				return nil, fmt.Errorf("sandbox: %s, document %d: %w", f, i, err)
 			}
 			out = append(out, &example{file: filepath.Base(f), action: &ta})
 		}
@@ -80,16 +91,6 @@ func withoutPods(examples []*example) (kept []*example, left []string) {
 		kept = append(kept, e)
 	}
 	return kept, left
-}
-
-func stripComments(doc []byte) []byte {
-	var b bytes.Buffer
-	for _, line := range strings.Split(string(doc), "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
-			b.WriteString(line + "\n")
-		}
-	}
-	return b.Bytes()
 }
 
 // apply creates the examples that are not applied yet and whose predecessor (if any)
@@ -158,17 +159,26 @@ func (e *example) verdict() (done bool, problem string) {
 	return true, ""
 }
 
-// refresh reads the current state of the admitted examples.
-func refresh(ctx context.Context, c client.Client, examples []*example) error {
+// observe takes the state the API server reports of an admitted example. An object of
+// an earlier run, deleted as this one started, has another UID and is ignored.
+func observe(examples []*example, ta *flytev1.TaskAction) {
 	for _, e := range examples {
-		if !e.applied || e.rejected != nil {
-			continue
+		if e.applied && e.rejected == nil && e.action.UID == ta.UID {
+			e.action = ta
 		}
-		var ta flytev1.TaskAction
-		if err := c.Get(ctx, client.ObjectKeyFromObject(e.action), &ta); err != nil {
-			return fmt.Errorf("sandbox: reading %s: %w", e.action.Name, err)
-		}
-		e.action = &ta
 	}
-	return nil
+}
+
+// settled reports whether every example has ended, and how those that ended otherwise
+// than expected did.
+func settled(examples []*example) (bool, []string) {
+	all, problems := true, []string(nil)
+	for _, e := range examples {
+		done, problem := e.verdict()
+		all = all && done
+		if problem != "" {
+			problems = append(problems, e.action.Name+" "+problem)
+		}
+	}
+	return all, problems
 }

@@ -1,6 +1,11 @@
 package sandbox
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +36,51 @@ func TestVerdict(t *testing.T) {
 			done, problem := e.verdict()
 			if done != tt.wantDone || (problem != "") != tt.wantProblem {
 				t.Fatalf("done %v, problem %q; want done %v, a problem %v", done, problem, tt.wantDone, tt.wantProblem)
+			}
+		})
+	}
+}
+
+// TestLoadExamples: every document of every file is an example, in file order; a
+// document of comments only is none; a misspelt field is an error, not a silent default.
+func TestLoadExamples(t *testing.T) {
+	const action = "apiVersion: flyte.org/v1\nkind: TaskAction\nmetadata: {name: %s, namespace: demo}\nspec: {taskType: core-sleep}\n"
+	tests := []struct {
+		name    string
+		files   map[string]string
+		want    []string
+		wantErr string
+	}{
+		{"one per file, in file order", map[string]string{"b.yaml": fmt.Sprintf(action, "b"), "a.yaml": fmt.Sprintf(action, "a")}, []string{"a", "b"}, ""},
+		{"several in a file", map[string]string{"a.yaml": "# two\n" + fmt.Sprintf(action, "a1") + "---\n" + fmt.Sprintf(action, "a2")}, []string{"a1", "a2"}, ""},
+		{"comments only", map[string]string{"a.yaml": fmt.Sprintf(action, "a") + "--- # the end\n# nothing more\n"}, []string{"a"}, ""},
+		{"a misspelt field", map[string]string{"a.yaml": fmt.Sprintf(action, "a") + "---\n" + strings.Replace(fmt.Sprintf(action, "b"), "taskType", "taskTipe", 1)}, nil, "a.yaml, document 2"},
+		{"nothing", map[string]string{"a.yaml": "# nothing\n"}, nil, "no TaskActions"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, content := range tt.files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := loadExamples(dir)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v; want one naming %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range got {
+				names = append(names, e.action.Name)
+			}
+			if !slices.Equal(names, tt.want) {
+				t.Fatalf("examples %v; want %v", names, tt.want)
 			}
 		})
 	}

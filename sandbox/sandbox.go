@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,12 +24,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor"
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/internal/kubetest"
@@ -251,7 +258,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	c, err := client.New(restConfig, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(restConfig, client.Options{Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
@@ -449,51 +456,94 @@ func prepareExamples(ctx context.Context, c client.Client, root, dir string, exa
 	return nil
 }
 
-// watchExamples shows the examples' progress until ctx ends or, with UntilSettled,
-// until every example has ended.
-func watchExamples(ctx context.Context, c client.Client, examples []*example, o Options, out io.Writer) error {
+// watchExamples shows the examples' progress as the API server reports it, until ctx
+// ends or, with UntilSettled, until every example has ended.
+func watchExamples(ctx context.Context, c client.WithWatch, examples []*example, o Options, out io.Writer) error {
 	view := newProgress(out, o.Terminal)
-	deadline := time.Now().Add(o.Timeout)
-	for {
-		if err := refresh(ctx, c, examples); err != nil && ctx.Err() == nil {
-			return err
+	var mu sync.Mutex // examples and view, shared by the watch and the clock
+	show := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		view.show(examples, time.Now())
+	}
+	// step takes what changed, applies the examples now due, redraws, and says whether
+	// the watch is over.
+	var applyErr error
+	step := func(changed ...*flytev1.TaskAction) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ta := range changed {
+			observe(examples, ta)
 		}
-		if err := apply(ctx, c, examples); err != nil && ctx.Err() == nil {
-			return err
+		if applyErr = apply(ctx, c, examples); applyErr != nil {
+			return false, applyErr
 		}
 		view.show(examples, time.Now())
-		settled, problems := true, []string{}
-		for _, e := range examples {
-			done, problem := e.verdict()
-			settled = settled && done
-			if problem != "" {
-				problems = append(problems, e.action.Name+" "+problem)
-			}
-		}
-		if o.UntilSettled && settled {
-			if len(problems) > 0 {
-				return fmt.Errorf("sandbox: not as expected: %s", strings.Join(problems, "; "))
-			}
-			fmt.Fprintln(out, "every example ended as expected")
-			if o.Settled != nil {
-				return o.Settled(ctx, Endpoints{
-					EventsMetrics:   fmt.Sprintf("http://127.0.0.1:%d/metrics", o.EventsMetricsPort),
-					CacheMetrics:    fmt.Sprintf("http://127.0.0.1:%d/metrics", o.CacheMetricsPort),
-					ExecutorMetrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", o.ExecutorMetricsPort),
-					JaegerQuery:     fmt.Sprintf("http://127.0.0.1:%d", o.JaegerQueryPort),
-				})
-			}
-			return nil
-		}
-		if o.UntilSettled && time.Now().After(deadline) {
-			return fmt.Errorf("sandbox: the examples did not all end within %s", o.Timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(500 * time.Millisecond):
-		}
+		done, _ := settled(examples)
+		return o.UntilSettled && done, nil
 	}
+	var timeout time.Duration // none: until ctx ends
+	if o.UntilSettled {
+		timeout = o.Timeout
+	}
+	watchCtx, cancel := watchtools.ContextWithOptionalTimeout(ctx, timeout)
+	defer cancel()
+	if o.Terminal { // the AGE column moves on between changes
+		clockCtx, stopClock := context.WithCancel(watchCtx)
+		var clock sync.WaitGroup
+		clock.Go(func() { wait.UntilWithContext(clockCtx, func(context.Context) { show() }, time.Second) })
+		defer clock.Wait()
+		defer stopClock()
+	}
+
+	demo := client.InNamespace(demoNamespace)
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list := &flytev1.TaskActionList{}
+			return list, c.List(ctx, list, demo, &client.ListOptions{Raw: &opts})
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, &flytev1.TaskActionList{}, demo, &client.ListOptions{Raw: &opts})
+		},
+	}
+	_, err := watchtools.UntilWithSync(watchCtx, lw, &flytev1.TaskAction{},
+		func(store toolscache.Store) (bool, error) { // what exists once the watch begins
+			var all []*flytev1.TaskAction
+			for _, obj := range store.List() {
+				all = append(all, obj.(*flytev1.TaskAction))
+			}
+			return step(all...)
+		},
+		func(ev watch.Event) (bool, error) {
+			ta, ok := ev.Object.(*flytev1.TaskAction)
+			if !ok || ev.Type == watch.Deleted {
+				return false, nil
+			}
+			return step(ta)
+		})
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case watchCtx.Err() != nil:
+		return fmt.Errorf("sandbox: the examples did not all end within %s", o.Timeout)
+	case applyErr != nil:
+		return applyErr
+	case err != nil:
+		return fmt.Errorf("sandbox: watching the examples: %w", err)
+	}
+	if _, problems := settled(examples); len(problems) > 0 {
+		return fmt.Errorf("sandbox: not as expected: %s", strings.Join(problems, "; "))
+	}
+	fmt.Fprintln(out, "every example ended as expected")
+	if o.Settled == nil {
+		return nil
+	}
+	return o.Settled(ctx, Endpoints{
+		EventsMetrics:   fmt.Sprintf("http://127.0.0.1:%d/metrics", o.EventsMetricsPort),
+		CacheMetrics:    fmt.Sprintf("http://127.0.0.1:%d/metrics", o.CacheMetricsPort),
+		ExecutorMetrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", o.ExecutorMetricsPort),
+		JaegerQuery:     fmt.Sprintf("http://127.0.0.1:%d", o.JaegerQueryPort),
+	})
 }
 
 func installCRD(cfg *rest.Config, path string) error {
