@@ -218,7 +218,7 @@ func (s *Store) copyAndFold(ctx context.Context, rows []row, winners *columns, c
 			return err
 		}
 		var inserted int // none: the events were copied
-		return tx.QueryRow(ctx, recordSQL, recordArgs(winners, created, newColumns(0))).Scan(&inserted, &changed)
+		return tx.QueryRow(ctx, recordSQL, recordArgs(winners, created, newColumns(0))...).Scan(&inserted, &changed)
 	})
 	return changed, err
 }
@@ -228,23 +228,19 @@ func (s *Store) insertAndFold(ctx context.Context, rows []row, winners *columns,
 	for _, r := range rows {
 		ev.add(r)
 	}
-	err = s.pool.QueryRow(ctx, recordSQL, recordArgs(winners, created, ev)).Scan(&recorded, &changed)
+	err = s.pool.QueryRow(ctx, recordSQL, recordArgs(winners, created, ev)...).Scan(&recorded, &changed)
 	return recorded, changed, err
 }
 
 // recordArgs are record.sql's parameters: the winners, each action's earliest
 // occurrence, and the events to insert.
-func recordArgs(winners *columns, created []time.Time, events *columns) pgx.StrictNamedArgs {
-	return pgx.StrictNamedArgs{
-		"projects": winners.projects, "domains": winners.domains, "runs": winners.runs, "actions": winners.actions,
-		"attempts": winners.attempts, "phases": winners.phases, "versions": winners.versions, "ranks": winners.ranks,
-		"occurred_at": winners.occurred, "created_at": created, "events": winners.encoded,
-
-		"event_projects": events.projects, "event_domains": events.domains, "event_runs": events.runs,
-		"event_actions": events.actions, "event_attempts": events.attempts, "event_phases": events.phases,
-		"event_versions": events.versions, "event_occurred_at": events.occurred, "event_events": events.encoded,
-
-		"keys_per_notification": keysPerNotification, "channel": NotifyChannel,
+func recordArgs(winners *columns, created []time.Time, events *columns) []any {
+	return []any{
+		winners.projects, winners.domains, winners.runs, winners.actions, winners.attempts, winners.phases,
+		winners.versions, winners.ranks, winners.occurred, created, winners.encoded,
+		events.projects, events.domains, events.runs, events.actions, events.attempts, events.phases,
+		events.versions, events.occurred, events.encoded,
+		keysPerNotification, NotifyChannel,
 	}
 }
 
