@@ -3,30 +3,8 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"log/slog"
-	"os"
-
-	"github.com/go-logr/logr"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
 	"github.com/flytekube/backend/cacheservice"
-	"github.com/flytekube/backend/services/server"
+	"github.com/flytekube/backend/services/app"
 )
 
-func main() {
-	var cfg cacheservice.Config
-	cacheservice.Flags(flag.CommandLine, &cfg)
-	flag.Parse()
-
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	// The TLS certificate watcher logs through controller-runtime's logger.
-	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
-	ctx, stop := server.SignalContext(context.Background())
-	defer stop()
-	if err := cacheservice.Run(ctx, cfg, log, nil); err != nil {
-		log.Error("cacheservice stopped", "error", err)
-		os.Exit(1)
-	}
-}
+func main() { app.Main("cacheservice", cacheservice.Flags, cacheservice.Run) }

@@ -3,30 +3,8 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"log/slog"
-	"os"
-
-	"github.com/go-logr/logr"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
 	"github.com/flytekube/backend/events"
-	"github.com/flytekube/backend/services/server"
+	"github.com/flytekube/backend/services/app"
 )
 
-func main() {
-	var cfg events.Config
-	events.Flags(flag.CommandLine, &cfg)
-	flag.Parse()
-
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	// The TLS certificate watcher logs through controller-runtime's logger.
-	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
-	ctx, stop := server.SignalContext(context.Background())
-	defer stop()
-	if err := events.Run(ctx, cfg, log, nil); err != nil {
-		log.Error("events stopped", "error", err)
-		os.Exit(1)
-	}
-}
+func main() { app.Main("events", events.Flags, events.Run) }
