@@ -48,7 +48,7 @@ build: ## Build every package and binary.
 	$(GO) build ./...
 
 .PHONY: generate
-generate: proto-generate crd-generate ## Regenerate all generated code.
+generate: proto-generate crd-generate console-generate ## Regenerate all generated code.
 
 .PHONY: crd-generate
 crd-generate: ## Regenerate the TaskAction deepcopy code, CRD (deploy/crd) and RBAC.
@@ -67,10 +67,40 @@ $(PROTOVALIDATE_PROTO):
 	dir=$$(cd "$${TMPDIR:-/tmp}" && GOFLAGS= $(GO) mod download $$mod && GOFLAGS= $(GO) list -m -f '{{.Dir}}' $$mod); \
 	install -m 0644 "$$dir/proto/protovalidate/buf/validate/validate.proto" $@
 
+# The web console (console/): TypeScript messages generated from the protos, type-checked,
+# and bundled with the page into events/console/assets, which the events service embeds.
+# Both are committed, so building and running the service needs no npm; regenerating
+# them does (Debian's npm, installed when missing and root). esbuild's output depends
+# only on its pinned version and its input, so check-generate can compare it.
+CONSOLE_ASSETS := events/console/assets
+ESBUILD        := console/node_modules/.bin/esbuild
+ESBUILD_FLAGS  := --bundle --minify --legal-comments=none --charset=utf8 --log-level=warning
+
+.PHONY: console-generate
+console-generate: $(PROTOVALIDATE_PROTO) console/node_modules ## Regenerate the console's TypeScript clients and bundle (events/console/assets).
+	$(BUF) generate --template console/buf.gen.yaml
+	console/node_modules/.bin/tsc -p console
+	rm -rf $(CONSOLE_ASSETS) && mkdir -p $(CONSOLE_ASSETS)
+	$(ESBUILD) console/src/main.ts $(ESBUILD_FLAGS) --format=esm --target=es2022 --outfile=$(CONSOLE_ASSETS)/console.js
+	$(ESBUILD) console/static/console.css $(ESBUILD_FLAGS) --outfile=$(CONSOLE_ASSETS)/console.css
+	install -m 0644 console/static/index.html console/static/favicon.svg $(CONSOLE_ASSETS)/
+
+# npm ci installs exactly package-lock.json, without install scripts (esbuild's binary
+# comes as a package of its own and needs none).
+console/node_modules: console/package.json console/package-lock.json
+	@if ! command -v npm >/dev/null; then \
+		if [[ $$(id -u) == 0 ]]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; \
+		else echo "console: npm is missing (apt-get install npm)" >&2; exit 1; fi; \
+	fi
+	cd console && npm ci --ignore-scripts --no-audit --no-fund
+	@touch $@
+
+GENERATED := gen proto deploy executor/api console/src/gen $(CONSOLE_ASSETS)
+
 .PHONY: check-generate
 check-generate: generate ## Fail when generated code differs from what is committed.
-	@if [ -n "$$(git status --porcelain -- gen proto deploy executor/api)" ]; then \
-		git status --porcelain -- gen proto deploy executor/api; git diff --stat -- gen proto deploy executor/api; \
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
+		git status --porcelain -- $(GENERATED); git diff --stat -- $(GENERATED); \
 		echo "generated code is out of date: run 'make generate' and commit the result"; exit 1; \
 	fi
 
