@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/flytekube/backend/events/console"
 	"github.com/flytekube/backend/events/service"
 	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/events/watch"
@@ -48,6 +51,14 @@ type Config struct {
 	Server server.Config
 	// Auth says how callers are authenticated; required (mode none must be asked for).
 	Auth auth.Config
+	// ConsoleAddress, when set, serves the web console (events/console) there: a
+	// loopback address, since it speaks plain HTTP.
+	ConsoleAddress string
+	// ConsoleListener, when set, serves the console on it instead (tests).
+	ConsoleListener net.Listener
+	// JaegerQueryURL, when set, is Jaeger's query API, where the console finds an
+	// action's traces; JaegerUIURL, when set, a Jaeger UI it links them to.
+	JaegerQueryURL, JaegerUIURL string
 	// KubeClient, when set, is the API server client of auth mode kubernetes (tests).
 	KubeClient kubernetes.Interface
 	// TracerProvider, when set, receives the service's spans instead of the provider the
@@ -104,6 +115,11 @@ func (c Config) Validate() error {
 	case c.MaxResponseBytes < minResponseBytes:
 		return fmt.Errorf("max-response-bytes: must be at least %d, got %d", minResponseBytes, c.MaxResponseBytes)
 	}
+	if c.ConsoleAddress != "" {
+		if err := console.ValidateAddress(c.ConsoleAddress); err != nil {
+			return err
+		}
+	}
 	return c.Auth.WithDefaults().Validate()
 }
 
@@ -131,8 +147,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}, log.With("component", "watch"), metrics.Watch())
 		svc := service.New(st, hub, metrics, log, service.Options{MaxResponseBytes: cfg.MaxResponseBytes})
 		// The service's codec names the field of a string that is not UTF-8.
-		d.Server.Handle(eventsv1connect.NewEventsServiceHandler(svc, d.Server.HandlerOptions()...))
+		path, handler := eventsv1connect.NewEventsServiceHandler(svc, d.Server.HandlerOptions()...)
+		d.Server.Handle(path, handler)
 		loops := []app.Background{func(ctx context.Context) { _ = hub.Run(ctx) }}
+		serveConsole, err := startConsole(cfg, d.Server.Guard(handler), log)
+		if err != nil {
+			return nil, err
+		}
+		if serveConsole != nil {
+			loops = append(loops, serveConsole)
+		}
 		if cfg.RetentionTTL > 0 {
 			rlog := log.With("component", "retention")
 			loops = append(loops, func(ctx context.Context) {
@@ -141,6 +165,29 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}
 		return loops, nil
 	}, started)
+}
+
+// startConsole listens for the console, when one is asked for, and returns the loop
+// that serves it; it stops after the service has drained, whose streams it shares.
+func startConsole(cfg Config, api http.Handler, log *slog.Logger) (app.Background, error) {
+	lis := cfg.ConsoleListener
+	if lis == nil && cfg.ConsoleAddress == "" {
+		return nil, nil
+	}
+	h, err := console.Handler(console.Config{API: api, JaegerQueryURL: cfg.JaegerQueryURL, JaegerUIURL: cfg.JaegerUIURL, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	if lis == nil {
+		if lis, err = net.Listen("tcp", cfg.ConsoleAddress); err != nil {
+			return nil, fmt.Errorf("console listener: %w", err)
+		}
+	}
+	return func(ctx context.Context) {
+		if err := console.Serve(ctx, lis, h, log.With("component", "console")); err != nil {
+			log.Error("console stopped", "error", err)
+		}
+	}, nil
 }
 
 // deleteFinished deletes finished actions older than the TTL, a batch at a time.

@@ -21,5 +21,8 @@ func Flags(fs *flag.FlagSet, cfg *Config) {
 	fs.IntVar(&cfg.MaxWatchers, "max-watchers", defaults.MaxWatchers, "WatchActions streams this replica serves at once; more are refused with ResourceExhausted")
 	fs.IntVar(&cfg.MaxWatchersPerIdentity, "max-watchers-per-identity", defaults.MaxWatchersPerIdentity, "WatchActions streams one caller may hold on this replica")
 	fs.IntVar(&cfg.MaxResponseBytes, "max-response-bytes", defaults.MaxResponseBytes, "bytes a listing's page may hold; a page ends early, with a token for the next")
+	fs.StringVar(&cfg.ConsoleAddress, "console-address", "", "loopback address for the web console (plain HTTP, at /console/); empty disables it")
+	fs.StringVar(&cfg.JaegerQueryURL, "jaeger-query-url", "", "Jaeger's query API, where the console finds an action's traces; empty shows none")
+	fs.StringVar(&cfg.JaegerUIURL, "jaeger-ui-url", "", "a Jaeger UI the console links each trace to; empty links none")
 	app.SecurityFlags(fs, &cfg.Server, &cfg.Auth)
 }

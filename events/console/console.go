@@ -1,0 +1,231 @@
+// Package console serves the events service's web console on a listener of its own: the
+// page and its script (built from console/ by `make generate`, embedded here), the
+// service's read RPCs on the same origin, behind the service's own authentication, and
+// an action's traces looked up in Jaeger.
+//
+// The listener is plain HTTP and must be a loopback address (ValidateAddress): a bearer
+// token then never crosses a network in clear, and the console is reached from another
+// machine through kubectl port-forward or a TLS-terminating proxy beside the service.
+package console
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Prefix is where the console lives on its listener.
+const Prefix = "/console/"
+
+// apiPrefix is where the read RPCs are served, under Prefix; the script's Connect
+// transport uses it as its base URL.
+const apiPrefix = Prefix + "api"
+
+// ContentSecurityPolicy lets the page load only its own script and style sheet and talk
+// only to its own origin: no inline script or style, nothing from elsewhere, no framing.
+const ContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// Config says what the console serves.
+type Config struct {
+	// API is the events service's Connect handler (eventsv1connect), wrapped in the
+	// service's authentication and limits. Only its read procedures are routed to it.
+	API http.Handler
+	// JaegerQueryURL, when set, is Jaeger's query API (such as http://127.0.0.1:16686),
+	// where an action's traces are looked up.
+	JaegerQueryURL string
+	// JaegerUIURL, when set, is a Jaeger UI the page links each trace to.
+	JaegerUIURL string
+	// JaegerService is the service whose spans name actions: the executor's.
+	JaegerService string
+	// Log receives what goes wrong serving the console.
+	Log *slog.Logger
+}
+
+// readProcedures are what the console may call: it writes nothing, so Record is not
+// routed here, whatever the caller's token may do on the service's own port.
+var readProcedures = []string{
+	eventsv1connect.EventsServiceGetActionProcedure,
+	eventsv1connect.EventsServiceListActionsProcedure,
+	eventsv1connect.EventsServiceListActionEventsProcedure,
+	eventsv1connect.EventsServiceWatchActionsProcedure,
+}
+
+// Handler serves the console.
+func Handler(cfg Config) (http.Handler, error) {
+	if cfg.API == nil {
+		return nil, errors.New("console: API handler is required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	files, err := loadAssets()
+	if err != nil {
+		return nil, err
+	}
+	traces, err := newTraceLookup(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", http.RedirectHandler(Prefix, http.StatusFound))
+	mux.Handle("GET "+Prefix+"{$}", files["index.html"])
+	for name, h := range files {
+		if name != "index.html" {
+			mux.Handle("GET "+Prefix+name, h)
+		}
+	}
+	api := http.StripPrefix(apiPrefix, noStore(cfg.API))
+	for _, p := range readProcedures {
+		mux.Handle(apiPrefix+p, api)
+	}
+	mux.Handle("GET "+apiPrefix+"/traces", noStore(traces))
+	return onlyLoopbackHosts(securityHeaders(mux)), nil
+}
+
+// loadAssets serves each embedded file with its content type, a strong ETag and
+// no-cache, so a browser revalidates (cheaply, with 304) and never runs a stale script
+// against a newer service.
+func loadAssets() (map[string]http.Handler, error) {
+	sub, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	entries, err := fs.ReadDir(sub, ".")
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	files := map[string]http.Handler{}
+	for _, e := range entries {
+		name := e.Name()
+		body, err := fs.ReadFile(sub, name)
+		if err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+		sum := sha256.Sum256(body)
+		etag := `"` + hex.EncodeToString(sum[:12]) + `"`
+		files[name] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", "no-cache")
+			w.Header().Set("ETag", etag)
+			if ct := contentTypes[path.Ext(name)]; ct != "" {
+				w.Header().Set("Content-Type", ct)
+			}
+			http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(body))
+		})
+	}
+	if files["index.html"] == nil || files["console.js"] == nil {
+		return nil, errors.New("console: the embedded assets lack index.html or console.js: run make generate")
+	}
+	return files, nil
+}
+
+var contentTypes = map[string]string{
+	".html": "text/html; charset=utf-8",
+	".js":   "text/javascript; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+	".svg":  "image/svg+xml",
+}
+
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", ContentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// noStore keeps what a token read out of the browser's cache.
+func noStore(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// onlyLoopbackHosts refuses requests addressed to another host name, such as a page
+// elsewhere that rebinds its DNS name to 127.0.0.1 to read the console with the
+// browser's help.
+func onlyLoopbackHosts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isLoopbackHost(r.Host) {
+			http.Error(w, "the console answers only requests for a loopback address or localhost", http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func isLoopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// ValidateAddress accepts only loopback listen addresses (see the package comment).
+func ValidateAddress(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("console-address: %w", err)
+	}
+	if !isLoopbackHost(host) {
+		return fmt.Errorf("console-address: %q is not a loopback address: the console speaks plain HTTP, so it listens on 127.0.0.1 (or ::1, localhost) and is reached through kubectl port-forward or a TLS-terminating proxy", addr)
+	}
+	return nil
+}
+
+// Serve serves h on lis until ctx ends, then closes the listener after letting requests
+// in flight finish for a few seconds (the service's drain has already ended the
+// streams).
+func Serve(ctx context.Context, lis net.Listener, h http.Handler, log *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		// For HTTP/1.1 this bounds reading the whole request, not writing a stream.
+		ReadTimeout:    30 * time.Second,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:    func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	log.Info("serving the console", "url", "http://"+lis.Addr().String()+Prefix)
+	select {
+	case err := <-served:
+		return fmt.Errorf("console: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+	}
+	return nil
+}
