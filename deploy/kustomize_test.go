@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -30,6 +31,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor/config"
@@ -41,7 +43,11 @@ import (
 var env *kubetest.Env
 
 // No CRDs are preloaded: the one the overlays carry is applied like any other object.
-func TestMain(m *testing.M) { os.Exit(kubetest.Main(m, &env, kubetest.Options{})) }
+// envtest's CRD installer logs through controller-runtime, which has nothing to say here.
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(kubetest.Main(m, &env, kubetest.Options{}))
+}
 
 // overlays are checked one by one; external names the objects an overlay refers to but
 // leaves to the operator, as "Kind/name".
