@@ -1,14 +1,11 @@
 package cacheservice_test
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/auth"
 )
 
 // TestBufCurlCallsEveryRPC runs the buf curl commands of docs/cacheservice.md against a
@@ -16,15 +13,9 @@ import (
 func TestBufCurlCallsEveryRPC(t *testing.T) {
 	// As the cookbook shows it: TLS, and an executor's token (a viewer could not write).
 	pki, tokens := servicetest.NewPKI(t), servicetest.NewTokens(t)
-	inst := startInstance(t, pg.NewDatabase(t), func(c *cacheservice.Config) {
-		c.Server.TLSCertFile, c.Server.TLSKeyFile = pki.CertFile, pki.KeyFile
-		c.Auth = auth.Config{Mode: auth.ModeTokenFile, TokenFile: tokens.File}
-	})
+	inst := startInstance(t, pg.NewDatabase(t), func(c *cacheservice.Config) { c.Server, c.Auth = pki.ServerConfig(), tokens.AuthConfig() })
 	inst.UseTLS(pki, tokens.Executor)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	base := inst.URL + "/flyte.cache.v1.CacheService/"
-	bufCurl := func(args ...string) string { t.Helper(); return inst.BufCurl(t, ctx, args...) }
 	const key = `{"project":"demo","domain":"development","taskName":"demo.train","cacheVersion":"1","signature":"sig1","inputsHash":"inputs-a"}`
 	src := `{"project":"demo","domain":"development","run":"r1","action":"a0"}`
 
@@ -36,11 +27,11 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 		{"Delete", `{"key":` + key + `}`, `"deleted": true`},
 		{"Invalidate", `{"project":"demo","domain":"development","taskName":"demo.train"}`, `{`},
 	}
-	if out := bufCurl("--list-methods", inst.URL); !strings.Contains(out, "flyte.cache.v1.CacheService/GetOrExtendReservation") {
+	if out := inst.BufCurl(t, "--list-methods", inst.URL); !strings.Contains(out, "flyte.cache.v1.CacheService/GetOrExtendReservation") {
 		t.Fatalf("--list-methods:\n%s", out)
 	}
 	for _, s := range steps {
-		if out := bufCurl("-d", s.body, base+s.rpc); !strings.Contains(out, s.want) {
+		if out := inst.BufCurl(t, "-d", s.body, base+s.rpc); !strings.Contains(out, s.want) {
 			t.Fatalf("%s printed:\n%s\nwant it to contain %s", s.rpc, out, s.want)
 		}
 	}

@@ -2,7 +2,6 @@ package cacheservice_test
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"testing"
 
@@ -15,7 +14,6 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 )
 
@@ -31,12 +29,7 @@ type instance struct {
 func startInstance(t *testing.T, dbURL string, mutate ...func(*cacheservice.Config)) *instance {
 	t.Helper()
 	cfg := cacheservice.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: dbURL, Auth: auth.Config{Mode: auth.ModeNone}}
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	inst := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return cacheservice.Run(ctx, cfg, slog.New(slog.DiscardHandler), started)
-	})
+	inst := servicetest.Run(t, cacheservice.Run, cfg, mutate...)
 	return &instance{Instance: inst, client: cachev1connect.NewCacheServiceClient(inst.HTTP, inst.URL, connect.WithGRPC())}
 }
 

@@ -100,11 +100,7 @@ func TestInvalidRequestsAreRejectedAndWriteNothing(t *testing.T) {
 // TestSurvivesPostgresRestart stops Postgres under a running service: calls fail with
 // Unavailable meanwhile and succeed again once it is back, without restarting the service.
 func TestSurvivesPostgresRestart(t *testing.T) {
-	own, err := pgtest.Start() // its own cluster: the shared one must stay up for other tests
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = own.Stop() }) // after the database's own cleanup
+	own := pgtest.New(t) // its own cluster: the shared one must stay up for other tests
 	inst := startInstance(t, own.NewDatabase(t))
 	ctx := context.Background()
 	k := key("demo.train", "1", "inputs-a")

@@ -383,11 +383,7 @@ func TestOversizedRequestsAreRefused(t *testing.T) {
 // TestErrorsCarryNoDatabaseDetails: a failing database must not tell callers where it
 // is, who the service logs in as, or what it answered: that goes to the log.
 func TestErrorsCarryNoDatabaseDetails(t *testing.T) {
-	own, err := pgtest.Start() // its own cluster: the shared one must stay up for other tests
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = own.Stop() })
+	own := pgtest.New(t) // its own cluster: the shared one must stay up for other tests
 	db := own.NewDatabase(t)
 	u, err := url.Parse(db)
 	if err != nil {

@@ -1,7 +1,6 @@
 package events_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +8,6 @@ import (
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/auth"
 )
 
 // TestBufCurlCallsEveryRPC runs the buf curl commands of docs/events.md against a
@@ -17,24 +15,18 @@ import (
 func TestBufCurlCallsEveryRPC(t *testing.T) {
 	// As the cookbook shows it: TLS, and an executor's token (a viewer could not write).
 	pki, tokens := servicetest.NewPKI(t), servicetest.NewTokens(t)
-	inst := startInstance(t, pg.NewDatabase(t), func(c *events.Config) {
-		c.Server.TLSCertFile, c.Server.TLSKeyFile = pki.CertFile, pki.KeyFile
-		c.Auth = auth.Config{Mode: auth.ModeTokenFile, TokenFile: tokens.File}
-	})
+	inst := startInstance(t, pg.NewDatabase(t), func(c *events.Config) { c.Server, c.Auth = pki.ServerConfig(), tokens.AuthConfig() })
 	inst.UseTLS(pki, tokens.Executor)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	base := inst.URL + "/flyte.events.v1.EventsService/"
-	bufCurl := func(args ...string) string { t.Helper(); return inst.BufCurl(t, ctx, args...) }
 	const id = `{"project":"demo","domain":"development","run":"r1","action":"a0"}`
 
-	if out := bufCurl("--list-methods", inst.URL); !strings.Contains(out, "flyte.events.v1.EventsService/WatchActions") {
+	if out := inst.BufCurl(t, "--list-methods", inst.URL); !strings.Contains(out, "flyte.events.v1.EventsService/WatchActions") {
 		t.Fatalf("--list-methods:\n%s", out)
 	}
 
 	// Open a watch first and wait until the server counts it.
 	var watchOut servicetest.SyncBuffer
-	watch := inst.BufCurlCommand(t, ctx, "-d", `{"project":"demo","domain":"development","run":"r1"}`, base+"WatchActions")
+	watch := inst.BufCurlCommand(t, t.Context(), "-d", `{"project":"demo","domain":"development","run":"r1"}`, base+"WatchActions")
 	watch.Stdout, watch.Stderr = &watchOut, &watchOut
 	if err := watch.Start(); err != nil {
 		t.Fatal(err)
@@ -44,7 +36,7 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 		t.Fatalf("the watch never opened; buf curl printed:\n%s", watchOut.String())
 	}
 
-	out := bufCurl("-d", `{"events":[{"id":`+id+`,"attempt":1,"phase":"ACTION_PHASE_RUNNING","occurredAt":"2026-11-29T10:00:00Z","taskType":"container"}]}`, base+"Record")
+	out := inst.BufCurl(t, "-d", `{"events":[{"id":`+id+`,"attempt":1,"phase":"ACTION_PHASE_RUNNING","occurredAt":"2026-11-29T10:00:00Z","taskType":"container"}]}`, base+"Record")
 	if !strings.Contains(out, `"recorded": 1`) {
 		t.Fatalf("Record:\n%s", out)
 	}
@@ -53,7 +45,7 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 		"ListActions":      `{"project":"demo","domain":"development","pageSize":10}`,
 		"ListActionEvents": `{"id":` + id + `}`,
 	} {
-		if out := bufCurl("-d", body, base+rpc); !strings.Contains(out, "ACTION_PHASE_RUNNING") {
+		if out := inst.BufCurl(t, "-d", body, base+rpc); !strings.Contains(out, "ACTION_PHASE_RUNNING") {
 			t.Fatalf("%s:\n%s", rpc, out)
 		}
 	}

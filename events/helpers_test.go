@@ -19,7 +19,6 @@ import (
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/postgres"
 )
@@ -38,12 +37,7 @@ type instance struct {
 func startInstance(t *testing.T, dbURL string, mutate ...func(*events.Config)) *instance {
 	t.Helper()
 	cfg := events.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: dbURL, Auth: auth.Config{Mode: auth.ModeNone}}
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	inst := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return events.Run(ctx, cfg, slog.New(slog.DiscardHandler), started)
-	})
+	inst := servicetest.Run(t, events.Run, cfg, mutate...)
 	return &instance{Instance: inst, client: eventsv1connect.NewEventsServiceClient(inst.HTTP, inst.URL, connect.WithGRPC())}
 }
 

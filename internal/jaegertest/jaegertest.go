@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/internal/testserver"
 )
 
 // Jaeger is a running Jaeger.
@@ -35,16 +36,10 @@ type Jaeger struct {
 // when Jaeger cannot be built or started.
 func Start(t testing.TB) *Jaeger {
 	t.Helper()
-	j, err := StartServer()
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := testserver.Start(t, StartServer)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("jaegertest: end of %s:\n%s", j.LogPath(), j.logTail(40))
-		}
-		if err := j.Stop(); err != nil {
-			t.Error(err)
 		}
 	})
 	return j
@@ -52,19 +47,7 @@ func Start(t testing.TB) *Jaeger {
 
 // Main runs a test package's tests against one Jaeger started for them; call it from
 // TestMain and exit with its result.
-func Main(m *testing.M, j **Jaeger) int {
-	s, err := StartServer()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	*j = s
-	code := m.Run()
-	if err := s.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	return code
-}
+func Main(m *testing.M, j **Jaeger) int { return testserver.Main(m, j, StartServer) }
 
 // Binary builds Jaeger with hack/jaeger.sh when it is not cached yet and returns its path.
 func Binary() (string, error) {

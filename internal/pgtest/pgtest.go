@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/internal/testserver"
 )
 
 // Server is a running Postgres cluster.
@@ -96,18 +97,13 @@ func (s *Server) script(verb string) error {
 
 // Main runs a test package's tests against a cluster started for them; call it from
 // TestMain and exit with its result.
-func Main(m *testing.M, srv **Server) int {
-	s, err := Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	*srv = s
-	code := m.Run()
-	if err := s.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	return code
+func Main(m *testing.M, srv **Server) int { return testserver.Main(m, srv, Start) }
+
+// New starts a throwaway cluster for one test (one it may pause, or in a package without
+// Main) and stops it when the test ends.
+func New(t testing.TB) *Server {
+	t.Helper()
+	return testserver.Start(t, Start)
 }
 
 // NewDatabase creates an empty database for one test, drops it when the test ends, and

@@ -13,6 +13,7 @@ import (
 	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/services/server"
 )
 
 // PKI is a throwaway certificate authority and a serving certificate it signed for the
@@ -36,6 +37,11 @@ func NewPKI(t testing.TB) *PKI {
 		t.Fatal(err)
 	}
 	return &PKI{CAFile: creds.CAFile, CertFile: creds.CertFile, KeyFile: creds.KeyFile, dir: dir}
+}
+
+// ServerConfig is a server's configuration serving TLS with the PKI's certificate.
+func (p *PKI) ServerConfig() server.Config {
+	return server.Config{TLSCertFile: p.CertFile, TLSKeyFile: p.KeyFile}
 }
 
 // Reissue writes a new serving certificate that also covers host over CertFile and
@@ -78,6 +84,11 @@ func NewTokens(t testing.TB) Tokens {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// AuthConfig authenticates callers with the token file (auth mode token-file).
+func (tok Tokens) AuthConfig() auth.Config {
+	return auth.Config{Mode: auth.ModeTokenFile, TokenFile: tok.File}
 }
 
 func randomToken(t testing.TB) string {

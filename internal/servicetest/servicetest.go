@@ -5,6 +5,7 @@ package servicetest
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -57,6 +58,18 @@ func (i *Instance) UseTLS(p *PKI, token string) {
 
 // RunFunc starts a service; it must call started once serving and return when ctx ends.
 type RunFunc func(ctx context.Context, started func(app.Addrs)) error
+
+// Run runs a service as its binary does (run is cacheservice.Run or events.Run), on cfg
+// changed by each of mutate, logging nowhere, until the test ends (or Stop).
+func Run[C any](t testing.TB, run app.RunFunc[C], cfg C, mutate ...func(*C)) *Instance {
+	t.Helper()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	return Start(t, func(ctx context.Context, started func(app.Addrs)) error {
+		return run(ctx, cfg, slog.New(slog.DiscardHandler), started)
+	})
+}
 
 // Start runs a service until the test ends (or Stop).
 func Start(t testing.TB, run RunFunc) *Instance {
@@ -117,10 +130,12 @@ func (i *Instance) WaitForMetric(t testing.TB, sample string) bool {
 
 // BufCurl runs `buf curl` (pinned in tools/go.mod) against the service with the gRPC
 // protocol (over TLS with the instance's CA and token after UseTLS, else with HTTP/2
-// prior knowledge), failing the test when it fails. Reflection is the only schema it
-// gets.
-func (i *Instance) BufCurl(t testing.TB, ctx context.Context, args ...string) string {
+// prior knowledge), failing the test when it fails or takes more than five minutes (the
+// first run may build buf). Reflection is the only schema it gets.
+func (i *Instance) BufCurl(t testing.TB, args ...string) string {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
 	out, err := i.BufCurlCommand(t, ctx, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("buf curl %v: %v\n%s", args, err, out)
