@@ -60,6 +60,8 @@ type Options struct {
 	EventsPort, CachePort, ExecutorHealthPort, ExecutorMetricsPort, JaegerQueryPort, JaegerOTLPPort int
 	// EventsMetricsPort and CacheMetricsPort serve the services' /metrics.
 	EventsMetricsPort, CacheMetricsPort int
+	// ConsolePort serves the events service's web console.
+	ConsolePort int
 	// UntilSettled ends the sandbox once every example has ended, with an error if one
 	// did not end as expected; otherwise it runs until ctx ends (Ctrl-C).
 	UntilSettled bool
@@ -98,6 +100,7 @@ func (o Options) withDefaults() Options {
 	def(&o.JaegerOTLPPort, 4318)
 	def(&o.EventsMetricsPort, 9090)
 	def(&o.CacheMetricsPort, 9094)
+	def(&o.ConsolePort, 8092)
 	if o.Dir == "" {
 		o.Dir = filepath.Join(os.TempDir(), "flyte-sandbox")
 	}
@@ -205,18 +208,21 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	}
 
 	eventsAddr, cacheAddr := "127.0.0.1:"+strconv.Itoa(o.EventsPort), "127.0.0.1:"+strconv.Itoa(o.CachePort)
+	console := []string{"--console-address", "127.0.0.1:" + strconv.Itoa(o.ConsolePort),
+		"--jaeger-query-url", "http://127.0.0.1:" + strconv.Itoa(o.JaegerQueryPort)}
 	for _, svc := range []struct {
 		name, bin, addr string
 		metricsPort     int
+		extra           []string
 	}{
-		{"events", bins["events"], eventsAddr, o.EventsMetricsPort},
-		{"cacheservice", bins["cacheservice"], cacheAddr, o.CacheMetricsPort},
+		{"events", bins["events"], eventsAddr, o.EventsMetricsPort, console},
+		{"cacheservice", bins["cacheservice"], cacheAddr, o.CacheMetricsPort, nil},
 	} {
 		say("starting %s on %s", svc.name, svc.addr)
-		p, err := startProcess(svc.name, svc.bin, logs, append(otel(svc.name), "DATABASE_URL="+dbURL),
-			"--listen", svc.addr, "--metrics-listen", "127.0.0.1:"+strconv.Itoa(svc.metricsPort),
+		p, err := startProcess(svc.name, svc.bin, logs, append(otel(svc.name), "DATABASE_URL="+dbURL), append([]string{
+			"--listen", svc.addr, "--metrics-listen", "127.0.0.1:" + strconv.Itoa(svc.metricsPort),
 			"--tls-cert-file", creds.CertFile, "--tls-key-file", creds.KeyFile,
-			"--auth-mode", "token-file", "--auth-token-file", creds.TokensFile)
+			"--auth-mode", "token-file", "--auth-token-file", creds.TokensFile}, svc.extra...)...)
 		if err != nil {
 			return err
 		}
@@ -581,6 +587,8 @@ func whereToLook(o Options, kubeconfig, logs string, creds *devcreds.Credentials
 	q := strconv.Itoa(o.JaegerQueryPort)
 	lines := []string{
 		"Where to look (while the sandbox runs):",
+		// The fragment hands the page a viewer's token without sending it to a server.
+		fmt.Sprintf("  console: http://127.0.0.1:%d/console/?project=demo&domain=development#token=%s   (with a viewer's token, kept for the browser session)", o.ConsolePort, creds.ViewerToken),
 		"  kubectl --kubeconfig " + kubeconfig + " -n demo get taskactions",
 		"  kubectl --kubeconfig " + kubeconfig + " -n demo get taskaction flaky -o yaml   # the phase history of every attempt",
 		"  # TLS from the sandbox's CA, and a viewer's token (read only); executor.token beside it may write",
