@@ -133,8 +133,10 @@ type RecordResult struct {
 
 // The store's statements, one file each in queries/, where they are explained.
 var (
-	//go:embed queries/record.sql
-	recordSQL string
+	//go:embed queries/fold.sql
+	foldSQL string
+	//go:embed queries/insert_events.sql
+	insertEventsSQL string
 	//go:embed queries/get_action.sql
 	getActionSQL string
 	//go:embed queries/list_actions.sql
@@ -157,7 +159,7 @@ type row struct {
 	occurred time.Time
 }
 
-// foldKey orders the states of one action; it mirrors the tuple comparison in record.sql.
+// foldKey orders the states of one action; it mirrors the tuple comparison in fold.sql.
 type foldKey struct {
 	attempt  int32
 	rank     int16
@@ -188,11 +190,12 @@ func (k Key) compare(o Key) int {
 // name are dropped, in ev itself.
 //
 // New events, the common case, are copied in with COPY, the fastest way into Postgres,
-// and folded in the same transaction. When the copy finds an event already stored (a
-// redelivery), the transaction is rolled back and the batch's events go through
-// record.sql's insert, which absorbs what is already there. The fold's winners are chosen
-// among all of the batch's events: a redelivered event was folded when it was first
-// recorded, so the conditional upsert finds it no greater than the stored state.
+// and folded (fold.sql) in the same transaction. When the copy finds an event already
+// stored (a redelivery), the transaction is rolled back and another inserts the events
+// with insert_events.sql, which absorbs what is already there, then folds them. The
+// fold's winners are chosen among all of the batch's events: a redelivered event was
+// folded when it was first recorded, so the conditional upsert finds it no greater than
+// the stored state.
 func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (RecordResult, error) {
 	rows, err := prepare(events)
 	if err != nil {
@@ -217,8 +220,8 @@ func (s *Store) copyAndFold(ctx context.Context, rows []row, winners *columns, c
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"action_events"}, eventColumns, copySource(rows)); err != nil {
 			return err
 		}
-		var inserted int // none: the events were copied
-		return tx.QueryRow(ctx, recordSQL, recordArgs(winners, created, newColumns(0))...).Scan(&inserted, &changed)
+		changed, err = foldInto(ctx, tx, winners, created)
+		return err
 	})
 	return changed, err
 }
@@ -228,20 +231,27 @@ func (s *Store) insertAndFold(ctx context.Context, rows []row, winners *columns,
 	for _, r := range rows {
 		ev.add(r)
 	}
-	err = s.pool.QueryRow(ctx, recordSQL, recordArgs(winners, created, ev)...).Scan(&recorded, &changed)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, insertEventsSQL,
+			ev.projects, ev.domains, ev.runs, ev.actions, ev.attempts, ev.phases, ev.versions, ev.occurred, ev.encoded)
+		if err != nil {
+			return err
+		}
+		recorded = int(tag.RowsAffected())
+		changed, err = foldInto(ctx, tx, winners, created)
+		return err
+	})
 	return recorded, changed, err
 }
 
-// recordArgs are record.sql's parameters: the winners, each action's earliest
-// occurrence, and the events to insert.
-func recordArgs(winners *columns, created []time.Time, events *columns) []any {
-	return []any{
+// foldInto runs fold.sql for the winners and each action's earliest occurrence.
+func foldInto(ctx context.Context, tx pgx.Tx, winners *columns, created []time.Time) (changed int, err error) {
+	err = tx.QueryRow(ctx, foldSQL,
 		winners.projects, winners.domains, winners.runs, winners.actions, winners.attempts, winners.phases,
 		winners.versions, winners.ranks, winners.occurred, created, winners.encoded,
-		events.projects, events.domains, events.runs, events.actions, events.attempts, events.phases,
-		events.versions, events.occurred, events.encoded,
 		keysPerNotification, NotifyChannel,
-	}
+	).Scan(&changed)
+	return changed, err
 }
 
 func isUniqueViolation(err error) bool {
