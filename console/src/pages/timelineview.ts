@@ -29,14 +29,22 @@ export function timelineView(t: Timeline): SVGElement {
     const y = axisHeight + i * rowHeight;
     const g = s("g", { class: "attempt", "data-attempt": row.attempt });
     g.append(s("text", { class: "label", x: 4, y: y + barHeight - 5 }, `attempt ${row.attempt}`));
-    for (const bar of row.bars) g.append(barView(bar, scale, y, t.start));
+    // A phase of an instant still shows: the next bar starts after it.
+    let right = 0;
+    for (const bar of row.bars) {
+      const view = barView(bar, scale, y, t.start, right);
+      right = view.right;
+      g.append(view.el);
+    }
     svg.append(g);
   });
   return svg;
 }
 
-function barView(bar: Bar, scale: Scale, y: number, origin: number): SVGElement {
-  const { x, width: w } = scale.extent(bar.start, bar.end);
+function barView(bar: Bar, scale: Scale, y: number, origin: number, after: number): { el: SVGElement; right: number } {
+  const e = scale.extent(bar.start, bar.end);
+  const x = Math.min(Math.max(e.x, after), scale.width - scale.minWidth);
+  const w = Math.max(e.x + e.width - x, scale.minWidth);
   const name = phaseName(bar.phase);
   const label = phaseLabel(bar.phase) + kindLabels[bar.kind];
   const took = bar.end > bar.start ? ` for ${duration(bar.end - bar.start)}${bar.open ? " so far" : ""}` : "";
@@ -55,7 +63,7 @@ function barView(bar: Bar, scale: Scale, y: number, origin: number): SVGElement 
   if (w > 70) {
     g.append(s("text", { class: "in-bar", x: labelWidth + x + 4, y: y + barHeight - 6 }, bar.kind === "phase" ? phaseLabel(bar.phase) : bar.kind));
   }
-  return g;
+  return { el: g, right: x + w };
 }
 
 /** legend names the bars' colours and patterns. */
