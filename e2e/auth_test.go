@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -34,9 +33,7 @@ import (
 	"github.com/flytekube/backend/internal/metricstest"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
-	"github.com/flytekube/backend/services/server"
 )
 
 // services are both services running with TLS and one auth configuration.
@@ -49,16 +46,11 @@ type services struct {
 func startServices(t *testing.T, pg *pgtest.Server, authCfg auth.Config, client kubernetes.Interface) *services {
 	t.Helper()
 	pki := servicetest.NewPKI(t)
-	srv := server.Config{TLSCertFile: pki.CertFile, TLSKeyFile: pki.KeyFile}
-	log := slog.New(slog.DiscardHandler)
-	ev := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
-			Server: srv, Auth: authCfg, KubeClient: client}, log, started)
-	})
-	ca := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
-			Server: srv, Auth: authCfg, KubeClient: client}, log, started)
-	})
+	srv := pki.ServerConfig()
+	ev := servicetest.Run(t, events.Run, events.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
+		Server: srv, Auth: authCfg, KubeClient: client})
+	ca := servicetest.Run(t, cacheservice.Run, cacheservice.Config{Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
+		Server: srv, Auth: authCfg, KubeClient: client})
 	return &services{pki: pki, events: ev, cache: ca,
 		eventsURL: strings.Replace(ev.URL, "http://", "https://", 1), cacheURL: strings.Replace(ca.URL, "http://", "https://", 1)}
 }
@@ -239,23 +231,13 @@ func checkDeniedWroteNothing(t *testing.T, s *services, executorToken, deniedPro
 	}
 }
 
-func startPostgres(t *testing.T) *pgtest.Server {
-	t.Helper()
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	return pg
-}
-
 // TestTokenFileModeAuthorizesEveryRPC: executors may call everything, viewers only the
 // read RPCs, anyone else nothing, and no or a bad token is Unauthenticated, over Connect,
 // gRPC and gRPC-Web with TLS.
 func TestTokenFileModeAuthorizesEveryRPC(t *testing.T) {
-	pg := startPostgres(t)
+	pg := pgtest.New(t)
 	tokens := servicetest.NewTokens(t)
-	s := startServices(t, pg, auth.Config{Mode: auth.ModeTokenFile, TokenFile: tokens.File}, nil)
+	s := startServices(t, pg, tokens.AuthConfig(), nil)
 	s.events.RequireMetrics(t, `flyte_rpc_denied_total{procedure="/flyte.events.v1.EventsService/Record",reason="forbidden"} 0`)
 	checkInventedPathsDoNotGrowTheMetric(t, s)
 	checkCallers(t, s, "team-a", []caller{
@@ -274,7 +256,7 @@ func TestTokenFileModeAuthorizesEveryRPC(t *testing.T) {
 // may do everything, a viewer bound in one project's namespace may read that project
 // only, tokens for another audience or of a deleted ServiceAccount are refused.
 func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
-	pg := startPostgres(t)
+	pg := pgtest.New(t)
 	ctx := context.Background()
 	cs, err := kubernetes.NewForConfig(kube.Config)
 	if err != nil {
@@ -357,9 +339,9 @@ func applyShippedRoles(t *testing.T, cs kubernetes.Interface) {
 // while its body is still unsent, so an anonymous client cannot make the service hold
 // its bytes or wait for them.
 func TestUnauthenticatedCallsAreRefusedBeforeTheirBody(t *testing.T) {
-	pg := startPostgres(t)
+	pg := pgtest.New(t)
 	tokens := servicetest.NewTokens(t)
-	s := startServices(t, pg, auth.Config{Mode: auth.ModeTokenFile, TokenFile: tokens.File}, nil)
+	s := startServices(t, pg, tokens.AuthConfig(), nil)
 	body, never := io.Pipe() // nothing is ever written
 	defer func() { _ = never.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

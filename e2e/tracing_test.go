@@ -29,7 +29,6 @@ import (
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 )
 
@@ -70,25 +69,17 @@ func TestOneTracePerAction(t *testing.T) {
 		t.Setenv(k, "")
 	}
 	jaeger := jaegertest.Start(t)
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
+	pg := pgtest.New(t)
 	log := slog.New(slog.DiscardHandler)
 
 	providers := map[string]*sdktrace.TracerProvider{}
 	for _, s := range []string{"executor", "events", "cacheservice"} {
 		providers[s] = tracerProvider(t, jaeger, s)
 	}
-	eventsSvc := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
-			TracerProvider: providers["events"], Auth: auth.Config{Mode: auth.ModeNone}}, log, started)
-	})
-	cacheSvc := servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
-			TracerProvider: providers["cacheservice"], Auth: auth.Config{Mode: auth.ModeNone}}, log, started)
-	})
+	eventsSvc := servicetest.Run(t, events.Run, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
+		TracerProvider: providers["events"], Auth: auth.Config{Mode: auth.ModeNone}})
+	cacheSvc := servicetest.Run(t, cacheservice.Run, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
+		TracerProvider: providers["cacheservice"], Auth: auth.Config{Mode: auth.ModeNone}})
 
 	ns := kube.Namespace(t)
 	cfg := config.Default()

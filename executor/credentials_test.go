@@ -3,7 +3,6 @@ package executor_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,9 +29,7 @@ import (
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
-	"github.com/flytekube/backend/services/server"
 )
 
 // TestExecutorReachesServicesWithTLSAndToken runs both services as a cluster would:
@@ -97,21 +94,12 @@ func executorWithCredentials(t *testing.T, mode auth.Mode) {
 	}
 	pki := servicetest.NewPKI(t)
 	caFile := pki.CAFile
-	tls := server.Config{TLSCertFile: pki.CertFile, TLSKeyFile: pki.KeyFile}
+	tls := pki.ServerConfig()
 	tokens, kube, executorToken, viewerToken := credentials(t, mode)
 
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	log := slog.New(slog.DiscardHandler)
-	eventsURL := httpsURL(servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Server: tls, Auth: tokens, KubeClient: kube}, log, started)
-	}))
-	cacheURL := httpsURL(servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Server: tls, Auth: tokens, KubeClient: kube}, log, started)
-	}))
+	pg := pgtest.New(t)
+	eventsURL := httpsURL(servicetest.Run(t, events.Run, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Server: tls, Auth: tokens, KubeClient: kube}))
+	cacheURL := httpsURL(servicetest.Run(t, cacheservice.Run, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Server: tls, Auth: tokens, KubeClient: kube}))
 	executorWith := func(holder, token string) (namespace string) {
 		cfg := testConfig()
 		cfg.EventsServiceURL, cfg.CacheServiceURL = eventsURL, cacheURL

@@ -3,7 +3,6 @@ package executor_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,7 +19,6 @@ import (
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 )
 
@@ -29,16 +27,10 @@ import (
 // garbage collector may delete the action. While the events service is down, nothing is
 // collected; once it is back, everything is, and each event is stored exactly once.
 func TestCollectorWaitsForRedeliveryAfterARestart(t *testing.T) {
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
+	pg := pgtest.New(t)
 	db := pg.NewDatabase(t)
 	startEvents := func(listen string) *servicetest.Instance {
-		return servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-			return events.Run(ctx, events.Config{Listen: listen, DatabaseURL: db, Auth: auth.Config{Mode: auth.ModeNone}}, slog.New(slog.DiscardHandler), started)
-		})
+		return servicetest.Run(t, events.Run, events.Config{Listen: listen, DatabaseURL: db, Auth: auth.Config{Mode: auth.ModeNone}})
 	}
 	svc := startEvents("127.0.0.1:0")
 	eventsClient, err := eventsink.NewClient(svc.URL, rpcclient.Options{})

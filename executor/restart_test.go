@@ -3,7 +3,6 @@ package executor_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,7 +22,6 @@ import (
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 )
 
@@ -72,14 +70,8 @@ func workEntry() plugin.Entry {
 // startEventsService runs an events service on a throwaway Postgres until the test ends.
 func startEventsService(t *testing.T) *servicetest.Instance {
 	t.Helper()
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	return servicetest.Start(t, func(ctx context.Context, started func(app.Addrs)) error {
-		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Auth: auth.Config{Mode: auth.ModeNone}}, slog.New(slog.DiscardHandler), started)
-	})
+	pg := pgtest.New(t)
+	return servicetest.Run(t, events.Run, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Auth: auth.Config{Mode: auth.ModeNone}})
 }
 
 // TestRestartMidRunLosesNothingAndRunsNothingTwice stops the executor while actions
