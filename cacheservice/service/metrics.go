@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flytekube/backend/internal/instrument"
 )
 
 // Metrics are the cache service's Prometheus instruments.
@@ -19,45 +21,25 @@ type Metrics struct {
 // NewMetrics creates the instruments and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		gets: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_cache_gets_total",
-			Help: "Get calls by result: hit or miss.",
-		}, []string{"result"}),
-		puts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_cache_puts_total",
-			Help: "Put calls by result: stored (new entry), replaced (overwrite or expired entry) or conflict (AlreadyExists).",
-		}, []string{"result"}),
-		deleted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "flyte_cache_entries_deleted_total",
-			Help: "Entries removed by Delete and Invalidate.",
-		}),
-		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_cache_reservations_total",
-			Help: "GetOrExtendReservation calls by result: granted, extended, taken_over or refused.",
-		}, []string{"result"}),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_cache_reservation_releases_total",
-			Help: "ReleaseReservation calls by result: released, or ignored (not held by the caller).",
-		}, []string{"result"}),
-		cleaned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_cache_cleanup_deleted_total",
-			Help: "Rows removed by the background cleanup, by kind: reservation (expired) or entry (past the TTL).",
-		}, []string{"kind"}),
+		gets: instrument.CounterVec("flyte_cache_gets_total",
+			"Get calls by result: hit or miss.", "result", "hit", "miss"),
+		puts: instrument.CounterVec("flyte_cache_puts_total",
+			"Put calls by result: stored (new entry), replaced (overwrite or expired entry) or conflict (AlreadyExists).",
+			"result", "stored", "replaced", "conflict"),
+		deleted: instrument.Counter("flyte_cache_entries_deleted_total",
+			"Entries removed by Delete and Invalidate."),
+		reservations: instrument.CounterVec("flyte_cache_reservations_total",
+			"GetOrExtendReservation calls by result: granted, extended, taken_over or refused.",
+			"result", "granted", "extended", "taken_over", "refused"),
+		releases: instrument.CounterVec("flyte_cache_reservation_releases_total",
+			"ReleaseReservation calls by result: released, or ignored (not held by the caller).",
+			"result", "released", "ignored"),
+		cleaned: instrument.CounterVec("flyte_cache_cleanup_deleted_total",
+			"Rows removed by the background cleanup, by kind: reservation (expired) or entry (past the TTL).",
+			"kind", "reservation", "entry"),
 	}
-	// Every known label value starts at zero, so a series is there before its first call.
-	for vec, values := range map[*prometheus.CounterVec][]string{
-		m.gets: {"hit", "miss"}, m.puts: {"stored", "replaced", "conflict"},
-		m.reservations: {"granted", "extended", "taken_over", "refused"},
-		m.releases:     {"released", "ignored"}, m.cleaned: {"reservation", "entry"},
-	} {
-		for _, v := range values {
-			vec.WithLabelValues(v)
-		}
-	}
-	for _, c := range []prometheus.Collector{m.gets, m.puts, m.deleted, m.reservations, m.releases, m.cleaned} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("cache: registering metrics: %w", err)
-		}
+	if err := instrument.Register(reg, m.gets, m.puts, m.deleted, m.reservations, m.releases, m.cleaned); err != nil {
+		return nil, fmt.Errorf("cache: registering metrics: %w", err)
 	}
 	return m, nil
 }

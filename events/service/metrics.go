@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flytekube/backend/events/watch"
+	"github.com/flytekube/backend/internal/instrument"
 )
 
 // Metrics are the service's Prometheus instruments.
@@ -23,55 +24,23 @@ type Metrics struct {
 // NewMetrics creates the instruments and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		received: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "flyte_events_received_total",
-			Help: "Events received by Record, new or not.",
-		}),
-		recorded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "flyte_events_recorded_total",
-			Help: "Events stored for the first time.",
-		}),
-		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "flyte_events_duplicates_total",
-			Help: "Events absorbed because they were already stored.",
-		}),
-		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "flyte_events_record_batch_size",
-			Help:    "Events per Record call.",
-			Buckets: []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000},
-		}),
-		record: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "flyte_events_record_duration_seconds",
-			Help:    "Time to store a Record batch, by outcome.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"outcome"}),
-		watchers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "flyte_events_watchers",
-			Help: "WatchActions streams open on this replica.",
-		}),
-		watchEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_events_watchers_ended_total",
-			Help: "WatchActions streams ended by the server, by reason (overflow, resync, shutdown).",
-		}, []string{"reason"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_events_watchers_refused_total",
-			Help: "WatchActions streams refused with ResourceExhausted, by the limit they met (service, identity).",
-		}, []string{"limit"}),
+		received:   instrument.Counter("flyte_events_received_total", "Events received by Record, new or not."),
+		recorded:   instrument.Counter("flyte_events_recorded_total", "Events stored for the first time."),
+		duplicates: instrument.Counter("flyte_events_duplicates_total", "Events absorbed because they were already stored."),
+		batchSize: instrument.Histogram("flyte_events_record_batch_size", "Events per Record call.",
+			[]float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000}),
+		record: instrument.HistogramVec("flyte_events_record_duration_seconds", "Time to store a Record batch, by outcome.",
+			prometheus.ExponentialBuckets(0.0005, 2, 16), "outcome", "ok", "error"),
+		watchers: instrument.Gauge("flyte_events_watchers", "WatchActions streams open on this replica."),
+		watchEnded: instrument.CounterVec("flyte_events_watchers_ended_total",
+			"WatchActions streams ended by the server, by reason (overflow, resync, shutdown).",
+			"reason", "overflow", "resync", "shutdown"),
+		refused: instrument.CounterVec("flyte_events_watchers_refused_total",
+			"WatchActions streams refused with ResourceExhausted, by the limit they met (service, identity).",
+			"limit", "service", "identity"),
 	}
-	// Every known label value starts at zero, so a series is there before its first event.
-	for _, reason := range []string{"overflow", "resync", "shutdown"} {
-		m.watchEnded.WithLabelValues(reason)
-	}
-	for _, outcome := range []string{"ok", "error"} {
-		m.record.WithLabelValues(outcome)
-	}
-	for _, limit := range []string{"service", "identity"} {
-		m.refused.WithLabelValues(limit)
-	}
-	for _, c := range []prometheus.Collector{m.received, m.recorded, m.duplicates, m.batchSize, m.record, m.watchers, m.watchEnded, m.refused} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("events: registering metrics: %w", err)
-		}
+	if err := instrument.Register(reg, m.received, m.recorded, m.duplicates, m.batchSize, m.record, m.watchers, m.watchEnded, m.refused); err != nil {
+		return nil, fmt.Errorf("events: registering metrics: %w", err)
 	}
 	return m, nil
 }

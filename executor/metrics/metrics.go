@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/instrument"
 )
 
 // Retry kinds.
@@ -49,95 +50,53 @@ type Metrics struct {
 // New creates the instruments and registers them with reg, with the gauge of actions by
 // phase, which counts the actions in actions (the manager's informer cache) when scraped.
 func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
+	phases := make([]string, len(phaseNames))
+	for i, p := range phaseNames {
+		phases[i] = string(p)
+	}
 	m := &Metrics{
-		phaseChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_executor_phase_changes_total",
-			Help: "Phase changes the executor recorded, by the phase entered.",
-		}, []string{"phase"}),
-		reconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "flyte_executor_reconcile_duration_seconds",
-			Help:    "Time one reconcile of one TaskAction took, by result (success, requeue, error).",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"result"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_executor_retries_total",
-			Help: "Steps tried again, by kind: user (a new attempt on spec.retries), system (a new attempt, or the same step again, on maxSystemFailures), transient (the same step after an API or service error, on no budget).",
-		}, []string{"kind"}),
-		backoff: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "flyte_executor_backoff_seconds",
-			Help:    "Waits scheduled before an action goes on, by kind: user and system (between attempts), resources (a quota or the cache reservation of an identical action).",
-			Buckets: []float64{.1, .5, 1, 2, 5, 10, 30, 60, 120, 300},
-		}, []string{"kind"}),
-		cacheLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_executor_cache_lookups_total",
-			Help: "Cache lookups before an action runs, by result: hit, miss, wait (an identical action holds the reservation), skipped (the cache could not be consulted).",
-		}, []string{"result"}),
-		cacheOutputsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_executor_cache_outputs_refused_total",
-			Help: "Cache hits treated as misses because their outputs lay where the action may not read, by reason: outside (the allowed storage prefixes), other_project (another project's or domain's part), symlink (a symbolic link leading out). Any is a sign of a forged cache entry.",
-		}, []string{"reason"}),
-		cachePuts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyte_executor_cache_puts_total",
-			Help: "Outputs offered to the cache after a success, by the cache status that resulted.",
-		}, []string{"status"}),
-		outbox: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "flyte_executor_events_outbox_actions",
-			Help: "Actions with phase changes not yet delivered to the events service.",
-		}),
-		delivered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "flyte_executor_events_delivered_total",
-			Help: "Action events the events service acknowledged.",
-		}),
-		deliveryFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "flyte_executor_events_delivery_failures_total",
-			Help: "Record calls that failed and will be retried.",
-		}),
-		deliveryLag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "flyte_executor_events_delivery_lag_seconds",
-			Help:    "Time from a phase change to the events service acknowledging its event.",
-			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
-		}),
-		gcDeleted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "flyte_executor_gc_deleted_total",
-			Help: "Finished actions the garbage collector deleted.",
-		}),
-		gcUndelivered: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "flyte_executor_gc_kept_undelivered_actions",
-			Help: "Finished actions old enough to collect that the last collection kept, their history not yet delivered to the events service.",
-		}),
-		gcWalk: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "flyte_executor_gc_walk_seconds",
-			Help:    "Time one collection took to walk the cached actions.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5},
-		}),
-	}
-	// Every known label value starts at zero, so a series is there before its first event.
-	for _, p := range phaseNames {
-		m.phaseChanges.WithLabelValues(string(p))
-	}
-	for _, r := range []string{"success", "requeue", "error"} {
-		m.reconcileDuration.WithLabelValues(r)
-	}
-	for _, k := range []string{RetryUser, RetrySystem, RetryTransient} {
-		m.retries.WithLabelValues(k)
-	}
-	for _, k := range []string{RetryUser, RetrySystem, WaitResources} {
-		m.backoff.WithLabelValues(k)
-	}
-	for _, r := range []string{"hit", "miss", "wait", "skipped"} {
-		m.cacheLookups.WithLabelValues(r)
-	}
-	for _, r := range []string{"outside", "other_project", "symlink"} { // datastore.Reason*
-		m.cacheOutputsRefused.WithLabelValues(r)
+		phaseChanges: instrument.CounterVec("flyte_executor_phase_changes_total",
+			"Phase changes the executor recorded, by the phase entered.", "phase", phases...),
+		reconcileDuration: instrument.HistogramVec("flyte_executor_reconcile_duration_seconds",
+			"Time one reconcile of one TaskAction took, by result (success, requeue, error).",
+			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "result", "success", "requeue", "error"),
+		retries: instrument.CounterVec("flyte_executor_retries_total",
+			"Steps tried again, by kind: user (a new attempt on spec.retries), system (a new attempt, or the same step again, on maxSystemFailures), transient (the same step after an API or service error, on no budget).",
+			"kind", RetryUser, RetrySystem, RetryTransient),
+		backoff: instrument.HistogramVec("flyte_executor_backoff_seconds",
+			"Waits scheduled before an action goes on, by kind: user and system (between attempts), resources (a quota or the cache reservation of an identical action).",
+			[]float64{.1, .5, 1, 2, 5, 10, 30, 60, 120, 300}, "kind", RetryUser, RetrySystem, WaitResources),
+		cacheLookups: instrument.CounterVec("flyte_executor_cache_lookups_total",
+			"Cache lookups before an action runs, by result: hit, miss, wait (an identical action holds the reservation), skipped (the cache could not be consulted).",
+			"result", "hit", "miss", "wait", "skipped"),
+		cacheOutputsRefused: instrument.CounterVec("flyte_executor_cache_outputs_refused_total",
+			"Cache hits treated as misses because their outputs lay where the action may not read, by reason: outside (the allowed storage prefixes), other_project (another project's or domain's part), symlink (a symbolic link leading out). Any is a sign of a forged cache entry.",
+			"reason", "outside", "other_project", "symlink"), // datastore.Reason*
+		cachePuts: instrument.CounterVec("flyte_executor_cache_puts_total",
+			"Outputs offered to the cache after a success, by the cache status that resulted.", "status"),
+		outbox: instrument.Gauge("flyte_executor_events_outbox_actions",
+			"Actions with phase changes not yet delivered to the events service."),
+		delivered: instrument.Counter("flyte_executor_events_delivered_total",
+			"Action events the events service acknowledged."),
+		deliveryFailures: instrument.Counter("flyte_executor_events_delivery_failures_total",
+			"Record calls that failed and will be retried."),
+		deliveryLag: instrument.Histogram("flyte_executor_events_delivery_lag_seconds",
+			"Time from a phase change to the events service acknowledging its event.",
+			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}),
+		gcDeleted: instrument.Counter("flyte_executor_gc_deleted_total",
+			"Finished actions the garbage collector deleted."),
+		gcUndelivered: instrument.Gauge("flyte_executor_gc_kept_undelivered_actions",
+			"Finished actions old enough to collect that the last collection kept, their history not yet delivered to the events service."),
+		gcWalk: instrument.Histogram("flyte_executor_gc_walk_seconds",
+			"Time one collection took to walk the cached actions.",
+			[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5}),
 	}
 	byPhase := &actionsByPhase{reader: actions, desc: prometheus.NewDesc("flyte_executor_actions",
 		"TaskActions in the executor's informer cache, by phase (finished ones until they are deleted).", []string{"phase"}, nil)}
-	for _, c := range []prometheus.Collector{m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
+	if err := instrument.Register(reg, m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
 		m.cacheOutputsRefused, m.cachePuts, m.outbox, m.delivered, m.deliveryFailures, m.deliveryLag,
-		m.gcDeleted, m.gcUndelivered, m.gcWalk, byPhase} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering the executor's metrics: %w", err)
-		}
+		m.gcDeleted, m.gcUndelivered, m.gcWalk, byPhase); err != nil {
+		return nil, fmt.Errorf("registering the executor's metrics: %w", err)
 	}
 	return m, nil
 }
