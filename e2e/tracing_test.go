@@ -27,24 +27,13 @@ import (
 	"github.com/flytekube/backend/internal/jaegertest"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
 )
 
 var kube *kubetest.Env
 
-func TestMain(m *testing.M) {
-	crds, err := repo.Path("deploy", "crd")
-	if err != nil {
-		panic(err)
-	}
-	scheme, err := executor.Scheme()
-	if err != nil {
-		panic(err)
-	}
-	os.Exit(kubetest.Main(m, &kube, kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme}))
-}
+func TestMain(m *testing.M) { os.Exit(kubetest.Main(m, &kube, kubetest.Options{TaskActions: true})) }
 
 // tracerProvider exports one service's spans to Jaeger under its own service name: the
 // three services share this process, so none of them may use the global provider.

@@ -28,17 +28,7 @@ import (
 
 var env *kubetest.Env
 
-func TestMain(m *testing.M) {
-	crds, err := repo.Path("deploy", "crd")
-	if err != nil {
-		panic(err)
-	}
-	scheme, err := executor.Scheme()
-	if err != nil {
-		panic(err)
-	}
-	os.Exit(kubetest.Main(m, &env, kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme}))
-}
+func TestMain(m *testing.M) { os.Exit(kubetest.Main(m, &env, kubetest.Options{TaskActions: true})) }
 
 func testConfig() config.Config {
 	cfg := config.Default()

@@ -35,7 +35,6 @@ import (
 	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 )
@@ -148,16 +147,8 @@ func namespace(ctx context.Context, c client.Client, name string) error {
 // Run performs every measurement and writes a Markdown report to w.
 func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	log := slog.New(slog.DiscardHandler)
-	crds, err := repo.Path("deploy", "crd")
-	if err != nil {
-		return err
-	}
-	scheme, err := executor.Scheme()
-	if err != nil {
-		return err
-	}
 	fmt.Fprintln(progress, "starting the control plane, Postgres and the services")
-	env, err := kubetest.Start(kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme})
+	env, err := kubetest.Start(kubetest.Options{TaskActions: true})
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -22,7 +20,6 @@ import (
 
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/events"
-	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cache"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/eventsink"
@@ -35,7 +32,6 @@ import (
 	"github.com/flytekube/backend/internal/backoff"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
@@ -52,22 +48,12 @@ var (
 const maxSystemFailures = 2
 
 func TestMain(m *testing.M) {
-	crds, err := repo.Path("deploy", "crd")
-	if err != nil {
-		panic(err)
-	}
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, flytev1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			panic(err)
-		}
-	}
 	dir, err := os.MkdirTemp("", "flyte-data")
 	if err != nil {
 		panic(err)
 	}
 	dataDir = dir
-	code := kubetest.Main(m, &env, kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme}, startServices, startManager)
+	code := kubetest.Main(m, &env, kubetest.Options{TaskActions: true}, startServices, startManager)
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -8,10 +8,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,15 +26,35 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/internal/repo"
 )
 
 // Options shape the control plane.
 type Options struct {
+	// TaskActions serves the project's TaskActions: the CRDs of deploy/crd are loaded
+	// too, and a nil Scheme means client-go's built-in types and flyte.org/v1.
+	TaskActions bool
 	// CRDDirectoryPaths are loaded before tests start.
 	CRDDirectoryPaths []string
 	// Scheme knows every type the tests use; client-go's built-in types when nil.
 	Scheme *runtime.Scheme
+}
+
+// withTaskActions is o with what TaskActions asks for.
+func (o Options) withTaskActions() (Options, error) {
+	crds, err := repo.Path("deploy", "crd")
+	if err != nil {
+		return o, err
+	}
+	o.CRDDirectoryPaths = append(slices.Clone(o.CRDDirectoryPaths), crds)
+	if o.Scheme == nil {
+		o.Scheme = runtime.NewScheme()
+		if err := errors.Join(clientgoscheme.AddToScheme(o.Scheme), flytev1.AddToScheme(o.Scheme)); err != nil {
+			return o, fmt.Errorf("kubetest: scheme: %w", err)
+		}
+	}
+	return o, nil
 }
 
 // Env is a running control plane.
@@ -49,6 +71,12 @@ type Env struct {
 
 // Start starts kube-apiserver and etcd.
 func Start(opts Options) (*Env, error) {
+	if opts.TaskActions {
+		var err error
+		if opts, err = opts.withTaskActions(); err != nil {
+			return nil, err
+		}
+	}
 	assets, err := Assets()
 	if err != nil {
 		return nil, err

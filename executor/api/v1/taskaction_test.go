@@ -23,17 +23,13 @@ import (
 var env *kubetest.Env
 
 func TestMain(m *testing.M) {
-	crds, err := repo.Path("deploy", "crd")
-	if err != nil {
-		panic(err)
-	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, flytev1.AddToScheme, apiextensionsv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			panic(err)
 		}
 	}
-	os.Exit(kubetest.Main(m, &env, kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme}))
+	os.Exit(kubetest.Main(m, &env, kubetest.Options{TaskActions: true, Scheme: scheme}))
 }
 
 func sample(t *testing.T, namespace string) *flytev1.TaskAction {
