@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +121,51 @@ type bufCall struct {
 
 // runPrinted runs, from the repository root, the bufcurl commands the sandbox printed,
 // with the alias it printed, and again with an alias that sends no token.
+// checkConsole opens the console's printed URL as a browser would: the page, then the
+// listing its script asks for, with the token the URL's fragment hands it.
+func checkConsole(ctx context.Context, t *testing.T, printed string) {
+	t.Helper()
+	m := regexp.MustCompile(`console: (http://\S+)#token=(\S+)`).FindStringSubmatch(printed)
+	if m == nil {
+		t.Error("the sandbox printed no console URL with a token")
+		return
+	}
+	page, token := m[1], m[2]
+	get := func(method, url, body string, header ...string) string {
+		req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("%s %s: %v", method, url, err)
+			return ""
+		}
+		defer func() { _ = resp.Body.Close() }()
+		raw, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s %s: %s: %s", method, url, resp.Status, raw)
+		}
+		return string(raw)
+	}
+	if html := get("GET", page, ""); !strings.Contains(html, "console.js") {
+		t.Errorf("the console's page: %s", html)
+	}
+	api := strings.SplitN(page, "/console/", 2)[0] + "/console/api/flyte.events.v1.EventsService/ListActions"
+	listed := get("POST", api, `{"project":"demo","domain":"development"}`, "Content-Type", "application/json", "Authorization", "Bearer "+token)
+	type action struct {
+		ID struct{ Run string } `json:"id"`
+	}
+	var list struct{ Actions []action }
+	_ = json.Unmarshal([]byte(listed), &list)
+	if !slices.ContainsFunc(list.Actions, func(a action) bool { return a.ID.Run == "flaky" }) {
+		t.Errorf("the console's listing lacks the flaky example: %s", listed)
+	}
+}
+
 func runPrinted(ctx context.Context, t *testing.T, printed string) []bufCall {
 	t.Helper()
 	root, err := repo.Root()
@@ -172,11 +219,13 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 		Dir: t.TempDir(), Kubeconfig: kubeconfig, UntilSettled: true, Timeout: 2 * time.Minute, CredentialsDir: credentials,
 		EventsPort: freePort(t), CachePort: freePort(t), ExecutorHealthPort: freePort(t), ExecutorMetricsPort: freePort(t),
 		JaegerQueryPort: freePort(t), JaegerOTLPPort: freePort(t), EventsMetricsPort: freePort(t), CacheMetricsPort: freePort(t),
+		ConsolePort: freePort(t),
 		Settled: func(ctx context.Context, e sandbox.Endpoints) error {
 			for name, url := range map[string]string{"executor": e.ExecutorMetrics, "events": e.EventsMetrics, "cacheservice": e.CacheMetrics} {
 				scraped[name] = scrape(t, url)
 			}
 			calls = runPrinted(ctx, t, out.String())
+			checkConsole(ctx, t, out.String())
 			return nil
 		},
 	}
@@ -194,7 +243,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 	}
 	// Everything it started has stopped: nothing answers on its ports any more.
 	for _, port := range []int{o.EventsPort, o.CachePort, o.ExecutorHealthPort, o.ExecutorMetricsPort, o.JaegerQueryPort,
-		o.JaegerOTLPPort, o.EventsMetricsPort, o.CacheMetricsPort} {
+		o.JaegerOTLPPort, o.EventsMetricsPort, o.CacheMetricsPort, o.ConsolePort} {
 		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
 			_ = c.Close()
 			t.Errorf("port %d still answers after the sandbox stopped", port)
