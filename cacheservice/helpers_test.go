@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/flytekube/backend/cacheservice"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
@@ -53,17 +52,16 @@ func put(ctx context.Context, c cachev1connect.CacheServiceClient, k *cachev1.Ca
 	return resp.Msg.GetOutput(), nil
 }
 
-func countRows(t *testing.T, dbURL, table string) int {
+// countRows counts the entries and the reservations stored.
+func countRows(t *testing.T, dbURL string) (entries, reservations int) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
+	pgtest.QueryRow(t, dbURL, "SELECT (SELECT count(*) FROM cached_outputs), (SELECT count(*) FROM reservations)", &entries, &reservations)
+	return entries, reservations
+}
+
+func requireNothingStored(t *testing.T, dbURL string) {
+	t.Helper()
+	if n, r := countRows(t, dbURL); n != 0 || r != 0 {
+		t.Fatalf("refused calls wrote %d entries and %d reservations", n, r)
 	}
-	defer func() { _ = conn.Close(ctx) }()
-	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -14,6 +14,7 @@ import (
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/servicetest"
 )
 
 func TestInvalidRequestsAreRejectedAndWriteNothing(t *testing.T) {
@@ -85,16 +86,9 @@ func TestInvalidRequestsAreRejectedAndWriteNothing(t *testing.T) {
 		}, "task_name"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.call()
-			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.wantField+":") {
-				t.Fatalf("got %v; want InvalidArgument naming %s", err, tt.wantField)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { servicetest.RequireInvalidArgument(t, tt.call(), tt.wantField) })
 	}
-	if n, r := countRows(t, db, "cached_outputs"), countRows(t, db, "reservations"); n != 0 || r != 0 {
-		t.Fatalf("invalid requests wrote %d entries and %d reservations", n, r)
-	}
+	requireNothingStored(t, db)
 }
 
 // TestSurvivesPostgresRestart stops Postgres under a running service: calls fail with
@@ -166,7 +160,7 @@ func TestCleanupRemovesExpiredReservationsAndOldEntries(t *testing.T) {
 	}
 	var entries, reservations int
 	eventually.True(t, 30*time.Second, func() bool {
-		entries, reservations = countRows(t, db, "cached_outputs"), countRows(t, db, "reservations")
+		entries, reservations = countRows(t, db)
 		return entries == 0 && reservations == 0
 	}, func() string {
 		return fmt.Sprintf("cleanup left %d entries and %d reservations", entries, reservations)

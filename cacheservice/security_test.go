@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -287,9 +286,7 @@ func TestBadTextIsInvalidArgumentNamingTheField(t *testing.T) {
 			}
 		})
 	}
-	if n, r := countRows(t, db, "cached_outputs"), countRows(t, db, "reservations"); n != 0 || r != 0 {
-		t.Fatalf("bad text wrote %d entries and %d reservations", n, r)
-	}
+	requireNothingStored(t, db)
 }
 
 // TestStoredValuesAreBounded: every value stored has a bound in the contract, checked
@@ -323,16 +320,9 @@ func TestStoredValuesAreBounded(t *testing.T) {
 		}, "source_attempt"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.call()
-			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.wantField+":") {
-				t.Fatalf("got %v; want InvalidArgument naming %s", err, tt.wantField)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { servicetest.RequireInvalidArgument(t, tt.call(), tt.wantField) })
 	}
-	if n, r := countRows(t, db, "cached_outputs"), countRows(t, db, "reservations"); n != 0 || r != 0 {
-		t.Fatalf("out-of-bounds values wrote %d entries and %d reservations", n, r)
-	}
+	requireNothingStored(t, db)
 }
 
 // withUnknownField returns k carrying n bytes of a field the contract does not have.
@@ -414,15 +404,7 @@ func TestErrorsCarryNoDatabaseDetails(t *testing.T) {
 		}
 	}
 
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = conn.Exec(ctx, "ALTER TABLE cached_outputs RENAME TO cached_outputs_gone")
-	_ = conn.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Exec(t, db, "ALTER TABLE cached_outputs RENAME TO cached_outputs_gone")
 	requireClean("Get with its table gone", get(), connect.CodeInternal)
 
 	if err := own.Pause(); err != nil {

@@ -12,11 +12,11 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/flytekube/backend/events"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
@@ -42,15 +42,7 @@ func TestInternalFailuresKeepTheirDetailsInTheLog(t *testing.T) {
 	grpcClient := eventsv1connect.NewEventsServiceClient(inst.HTTP, inst.URL, connect.WithGRPC())
 	record(t, grpcClient, e)
 
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = conn.Exec(ctx, "ALTER TABLE actions RENAME TO actions_gone; ALTER TABLE action_events RENAME TO action_events_gone")
-	_ = conn.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Exec(t, db, "ALTER TABLE actions RENAME TO actions_gone; ALTER TABLE action_events RENAME TO action_events_gone")
 
 	// What the database would say, and where it is and who the service is to it (over a
 	// socket, the host is a directory).

@@ -44,13 +44,27 @@ var (
 // (the CRD's maximum) and 100 system failures (the most its configuration allows).
 const maxAttempt = 1 + 10 + 100
 
-// requireInvalid fails unless err is InvalidArgument naming field.
-func requireInvalid(t *testing.T, err error, field string) {
-	t.Helper()
-	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), field+":") {
-		t.Fatalf("got %v; want InvalidArgument naming %s", err, field)
+// refusal is a change to a valid event that Record must refuse, naming field.
+type refusal struct {
+	name   string
+	mutate func(*eventsv1.ActionEvent)
+	field  string
+}
+
+// requireRefused records each refusal's change of an event made by valid, alone, and
+// requires InvalidArgument naming its field.
+func requireRefused(t *testing.T, c eventsv1connect.EventsServiceClient, valid func() *eventsv1.ActionEvent, refusals []refusal) {
+	for _, r := range refusals {
+		t.Run(r.name, func(t *testing.T) {
+			e := valid()
+			r.mutate(e)
+			servicetest.RequireInvalidArgument(t, recordOne(c, e), r.field)
+		})
 	}
 }
+
+// running1 is a valid event: the first attempt of an action, running.
+func running1() *eventsv1.ActionEvent { return event(actionID("r1", "a0"), 1, running, 0, 1) }
 
 func requireNothingStored(t *testing.T, db string) {
 	t.Helper()
@@ -79,11 +93,7 @@ func TestOutOfRangeTimestampsAreRefused(t *testing.T) {
 			e.ClusterEvents = []*eventsv1.ClusterEvent{{OccurredAt: at, Object: "Pod/p", Type: "Normal", Reason: "Started"}}
 		}
 	}
-	tests := []struct {
-		name   string
-		mutate func(*eventsv1.ActionEvent)
-		field  string
-	}{
+	tests := []refusal{
 		{"occurred_at 1e15 seconds", func(e *eventsv1.ActionEvent) { e.OccurredAt = ts(1e15, 0) }, "events[0].occurred_at"},
 		{"occurred_at 2^62 seconds", func(e *eventsv1.ActionEvent) { e.OccurredAt = ts(1<<62, 0) }, "events[0].occurred_at"},
 		{"occurred_at at the epoch", func(e *eventsv1.ActionEvent) { e.OccurredAt = ts(0, 0) }, "events[0].occurred_at"},
@@ -99,13 +109,7 @@ func TestOutOfRangeTimestampsAreRefused(t *testing.T) {
 		{"cluster event in year 1", clusterEventAt(timestamppb.New(time.Time{})), "events[0].cluster_events[0].occurred_at"},
 		{"cluster event with a second of nanos", clusterEventAt(ts(inRange, 1e9)), "events[0].cluster_events[0].occurred_at"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := event(actionID("r1", "a0"), 1, running, 0, 1)
-			tt.mutate(e)
-			requireInvalid(t, recordOne(inst.client, e), tt.field)
-		})
-	}
+	requireRefused(t, inst.client, running1, tests)
 	requireNothingStored(t, db)
 }
 
@@ -211,23 +215,13 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, id.GetProject(), id.GetDomain(), i
 func TestForgedAttemptsAndOverflowingVersionsAreRefused(t *testing.T) {
 	db := pg.NewDatabase(t)
 	inst := startInstance(t, db)
-	tests := []struct {
-		name   string
-		mutate func(*eventsv1.ActionEvent)
-		field  string
-	}{
+	tests := []refusal{
 		{"one attempt more than the executor makes", func(e *eventsv1.ActionEvent) { e.Attempt = maxAttempt + 1 }, "events[0].attempt"},
 		{"attempt 10000", func(e *eventsv1.ActionEvent) { e.Attempt = 10000 }, "events[0].attempt"},
 		{"version 2^31", func(e *eventsv1.ActionEvent) { e.Version = 1 << 31 }, "events[0].version"},
 		{"version 2^32-1", func(e *eventsv1.ActionEvent) { e.Version = math.MaxUint32 }, "events[0].version"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := event(actionID("r1", "a0"), 1, running, 0, 1)
-			tt.mutate(e)
-			requireInvalid(t, recordOne(inst.client, e), tt.field)
-		})
-	}
+	requireRefused(t, inst.client, running1, tests)
 	requireNothingStored(t, db)
 
 	t.Run("the largest of each is stored and wins", func(t *testing.T) {
@@ -312,11 +306,7 @@ func TestBadTextIsRefused(t *testing.T) {
 		return e
 	}
 	const nul = "a\x00b"
-	tests := []struct {
-		name   string
-		mutate func(*eventsv1.ActionEvent)
-		field  string
-	}{
+	tests := []refusal{
 		{"NUL in reason", func(e *eventsv1.ActionEvent) { e.Reason = nul }, "events[0].reason"},
 		{"NUL in message", func(e *eventsv1.ActionEvent) { e.Message = nul }, "events[0].message"},
 		{"NUL in cluster", func(e *eventsv1.ActionEvent) { e.Cluster = nul }, "events[0].cluster"},
@@ -337,13 +327,7 @@ func TestBadTextIsRefused(t *testing.T) {
 			e.LogLinks[0].Uri = "https://logs.example.com/" + strings.Repeat("x", 2049-len("https://logs.example.com/"))
 		}, "events[0].log_links[0].uri"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := full()
-			tt.mutate(e)
-			requireInvalid(t, recordOne(inst.client, e), tt.field)
-		})
-	}
+	requireRefused(t, inst.client, full, tests)
 	t.Run("invalid UTF-8 sent as binary protobuf", func(t *testing.T) {
 		e := full()
 		e.Reason = "PLACEHOLDER"
@@ -609,11 +593,7 @@ func TestStalledWatchersAreDroppedWithTheirGoroutines(t *testing.T) {
 func TestStoreRefusesWhatItCannotHold(t *testing.T) {
 	db := pg.NewDatabase(t)
 	st, _ := openStore(t, db)
-	tests := []struct {
-		name   string
-		mutate func(*eventsv1.ActionEvent)
-		field  string
-	}{
+	tests := []refusal{
 		{"attempt 0", func(e *eventsv1.ActionEvent) { e.Attempt = 0 }, "events[1].attempt"},
 		{"attempt beyond the executor's", func(e *eventsv1.ActionEvent) { e.Attempt = maxAttempt + 1 }, "events[1].attempt"},
 		{"version 2^31", func(e *eventsv1.ActionEvent) { e.Version = 1 << 31 }, "events[1].version"},

@@ -3,14 +3,12 @@ package events_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -19,22 +17,16 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/servicetest"
 )
 
 func storeKey(e *eventsv1.ActionEvent) store.Key { return store.KeyOf(e.GetId()) }
 
-// countRows counts over a connection of its own, closed after: tests call it in loops.
+// countRows counts the events and the actions stored.
 func countRows(t *testing.T, dbURL string) (events, actions int) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	if err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM action_events), (SELECT count(*) FROM actions)").Scan(&events, &actions); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.QueryRow(t, dbURL, "SELECT (SELECT count(*) FROM action_events), (SELECT count(*) FROM actions)", &events, &actions)
 	return events, actions
 }
 
@@ -120,16 +112,9 @@ func TestInvalidRequestsAreRejectedAndWriteNothing(t *testing.T) {
 		}, "run"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.call()
-			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.wantField+":") {
-				t.Fatalf("got %v; want InvalidArgument naming %s", err, tt.wantField)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { servicetest.RequireInvalidArgument(t, tt.call(), tt.wantField) })
 	}
-	if evs, acts := countRows(t, db); evs != 0 || acts != 0 {
-		t.Fatalf("invalid requests wrote %d events and %d actions", evs, acts)
-	}
+	requireNothingStored(t, db)
 }
 
 // TestRestartLosesNoAcknowledgedEvent restarts the service under a writer: every batch

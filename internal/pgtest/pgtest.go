@@ -145,3 +145,36 @@ func (s *Server) NewDatabase(t testing.TB) string {
 	u.Path = "/" + name
 	return u.String()
 }
+
+// Exec runs sql on the database at dbURL over a connection of its own, failing the test
+// when it fails.
+func Exec(t testing.TB, dbURL, sql string) {
+	t.Helper()
+	withConn(t, dbURL, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, sql)
+		return err
+	})
+}
+
+// QueryRow runs query on the database at dbURL over a connection of its own, closed
+// after (tests call it in loops), and scans its one row into dest.
+func QueryRow(t testing.TB, dbURL, query string, dest ...any) {
+	t.Helper()
+	withConn(t, dbURL, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, query).Scan(dest...)
+	})
+}
+
+func withConn(t testing.TB, dbURL string, f func(context.Context, *pgx.Conn) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: connecting: %v", err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if err := f(ctx, conn); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+}

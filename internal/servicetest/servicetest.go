@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -179,4 +180,13 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// RequireInvalidArgument fails the test unless err is InvalidArgument naming field the
+// way protovalidate names one ("events[0].attempt: ...").
+func RequireInvalidArgument(t testing.TB, err error, field string) {
+	t.Helper()
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), field+":") {
+		t.Fatalf("got %v; want InvalidArgument naming %s", err, field)
+	}
 }
