@@ -6,6 +6,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -69,36 +70,16 @@ type Config struct {
 
 // WithDefaults returns the config with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.ReadHeaderTimeout == 0 {
-		c.ReadHeaderTimeout = 10 * time.Second
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = 2 * time.Minute
-	}
-	if c.MaxHeaderBytes == 0 {
-		c.MaxHeaderBytes = 64 << 10
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = 8 << 20
-	}
-	if c.MaxConcurrentStreams == 0 {
-		c.MaxConcurrentStreams = 100
-	}
-	if c.BodyReadTimeout == 0 {
-		c.BodyReadTimeout = 30 * time.Second
-	}
-	if c.WriteStallTimeout == 0 {
-		c.WriteStallTimeout = 30 * time.Second
-	}
-	if c.MaxInFlightBytes == 0 {
-		c.MaxInFlightBytes = 64 << 20
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 20 * time.Second
-	}
-	if c.StreamDrainDelay == 0 {
-		c.StreamDrainDelay = time.Second
-	}
+	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, 10*time.Second)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, 2*time.Minute)
+	c.MaxHeaderBytes = cmp.Or(c.MaxHeaderBytes, 64<<10)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, 8<<20)
+	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, 100)
+	c.BodyReadTimeout = cmp.Or(c.BodyReadTimeout, 30*time.Second)
+	c.WriteStallTimeout = cmp.Or(c.WriteStallTimeout, 30*time.Second)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, 64<<20)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 20*time.Second)
+	c.StreamDrainDelay = cmp.Or(c.StreamDrainDelay, time.Second)
 	return c
 }
 
