@@ -32,33 +32,32 @@ type tracedPlugin struct {
 }
 
 func (p tracedPlugin) Handle(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
-	ctx, span := p.tracer.Start(ctx, "plugin.Handle")
+	ctx, span := p.start(ctx, "plugin.Handle")
 	tr, err := p.Plugin.Handle(ctx, tCtx)
 	if span.IsRecording() {
-		span.SetAttributes(tracing.Plugin.String(p.GetID()), pluginPhase.String(tr.Info.Phase.String()))
+		span.SetAttributes(pluginPhase.String(tr.Info.Phase.String()))
 	}
 	end(span, err)
 	return tr, err
 }
 
 func (p tracedPlugin) Abort(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
-	ctx, span := p.tracer.Start(ctx, "plugin.Abort")
+	ctx, span := p.start(ctx, "plugin.Abort")
 	err := p.Plugin.Abort(ctx, tCtx)
-	if span.IsRecording() {
-		span.SetAttributes(tracing.Plugin.String(p.GetID()))
-	}
 	end(span, err)
 	return err
 }
 
 func (p tracedPlugin) Finalize(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
-	ctx, span := p.tracer.Start(ctx, "plugin.Finalize")
+	ctx, span := p.start(ctx, "plugin.Finalize")
 	err := p.Plugin.Finalize(ctx, tCtx)
-	if span.IsRecording() {
-		span.SetAttributes(tracing.Plugin.String(p.GetID()))
-	}
 	end(span, err)
 	return err
+}
+
+// start begins the span of one call of the plugin, naming the plugin.
+func (p tracedPlugin) start(ctx context.Context, name string) (context.Context, trace.Span) {
+	return p.tracer.Start(ctx, name, trace.WithAttributes(tracing.Plugin.String(p.GetID())))
 }
 
 // end ends a span, marking it failed when err is not nil.
