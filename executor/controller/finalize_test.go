@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,15 +165,12 @@ func historyWithErrors(ta *flytev1.TaskAction) string {
 	return strings.Join(parts, " ")
 }
 
-var eventPhases = map[flytev1.Phase]flytecorev1.ActionPhase{
-	flytev1.PhaseQueued:              flytecorev1.ActionPhase_ACTION_PHASE_QUEUED,
-	flytev1.PhaseWaitingForResources: flytecorev1.ActionPhase_ACTION_PHASE_WAITING_FOR_RESOURCES,
-	flytev1.PhaseInitializing:        flytecorev1.ActionPhase_ACTION_PHASE_INITIALIZING,
-	flytev1.PhaseRunning:             flytecorev1.ActionPhase_ACTION_PHASE_RUNNING,
-	flytev1.PhaseSucceeded:           flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED,
-	flytev1.PhaseFailed:              flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
-	flytev1.PhaseAborted:             flytecorev1.ActionPhase_ACTION_PHASE_ABORTED,
-	flytev1.PhaseTimedOut:            flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT,
+// eventPhase is the events service's name of a phase, derived from its name rather than
+// copied from the publisher's table so that a wrong entry there shows: "WaitingForResources"
+// is ACTION_PHASE_WAITING_FOR_RESOURCES, and a phase with no such value is UNSPECIFIED.
+func eventPhase(p flytev1.Phase) flytecorev1.ActionPhase {
+	words := regexp.MustCompile(`([a-z])([A-Z])`).ReplaceAllString(string(p), "${1}_${2}")
+	return flytecorev1.ActionPhase(flytecorev1.ActionPhase_value["ACTION_PHASE_"+strings.ToUpper(words)])
 }
 
 // eventsMatchHistory checks that the events service holds one event per history entry
@@ -188,7 +186,7 @@ func eventsMatchHistory(t *testing.T, evs []*eventsv1.ActionEvent, ta *flytev1.T
 		if h.Error != nil {
 			wantCode = h.Error.Code
 		}
-		if e.GetPhase() != eventPhases[h.Phase] || e.GetAttempt() != uint32(h.Attempt) || e.GetVersion() != uint32(h.Version) ||
+		if e.GetPhase() != eventPhase(h.Phase) || e.GetAttempt() != uint32(h.Attempt) || e.GetVersion() != uint32(h.Version) ||
 			e.GetReason() != h.Reason || e.GetError().GetCode() != wantCode {
 			t.Fatalf("event %d = %v; history entry %+v", i, e, h)
 		}
