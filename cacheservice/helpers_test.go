@@ -52,6 +52,22 @@ func put(ctx context.Context, c cachev1connect.CacheServiceClient, k *cachev1.Ca
 	return resp.Msg.GetOutput(), nil
 }
 
+// refusal is a call the service must refuse with InvalidArgument, its message naming
+// want.
+type refusal struct {
+	name string
+	call func() error
+	want string
+}
+
+// requireRefused makes each refusal's call in a subtest of its own; want is a field, as
+// protovalidate names it.
+func requireRefused(t *testing.T, refusals []refusal) {
+	for _, r := range refusals {
+		t.Run(r.name, func(t *testing.T) { servicetest.RequireInvalidArgument(t, r.call(), r.want) })
+	}
+}
+
 // countRows counts the entries and the reservations stored.
 func countRows(t *testing.T, dbURL string) (entries, reservations int) {
 	t.Helper()

@@ -14,7 +14,6 @@ import (
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/servicetest"
 )
 
 func TestInvalidRequestsAreRejectedAndWriteNothing(t *testing.T) {
@@ -33,11 +32,7 @@ func TestInvalidRequestsAreRejectedAndWriteNothing(t *testing.T) {
 		}))
 		return err
 	}
-	tests := []struct {
-		name      string
-		call      func() error
-		wantField string
-	}{
+	tests := []refusal{
 		{"Get without a key", func() error { _, err := c.Get(ctx, connect.NewRequest(&cachev1.GetRequest{})); return err }, "key"},
 		{"empty task name", func() error {
 			_, err := c.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: withKey(func(k *cachev1.CacheKey) { k.TaskName = "" })}))
@@ -85,9 +80,7 @@ func TestInvalidRequestsAreRejectedAndWriteNothing(t *testing.T) {
 			return err
 		}, "task_name"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { servicetest.RequireInvalidArgument(t, tt.call(), tt.wantField) })
-	}
+	requireRefused(t, tests)
 	requireNothingStored(t, db)
 }
 

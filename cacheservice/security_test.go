@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -155,43 +153,6 @@ func TestTinyHeartbeatsAreGrantedTheMinimum(t *testing.T) {
 	}
 }
 
-// rawCall posts a Connect unary request with a body built by hand (binary protobuf, or
-// JSON when the body starts with "{"), as a client that does not check its strings
-// would, and returns the error it got.
-func rawCall(t *testing.T, inst *instance, procedure string, body []byte) *connect.Error {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, inst.URL+procedure, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/proto")
-	if bytes.HasPrefix(body, []byte("{")) {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := inst.HTTP.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	msg, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode == http.StatusOK {
-		return nil
-	}
-	// Connect's unary error body is JSON with a code and a message; the whole body is
-	// checked below, which is all a client would see.
-	code := connect.CodeUnknown
-	for c := connect.CodeCanceled; c <= connect.CodeUnauthenticated; c++ {
-		if bytes.Contains(msg, []byte(`"code":"`+c.String()+`"`)) {
-			code = c
-		}
-	}
-	return connect.NewError(code, &rawError{string(msg)})
-}
-
-type rawError struct{ body string }
-
-func (e *rawError) Error() string { return e.body }
-
 // withInvalidUTF8 marshals m, whose placeholder string stands where the bad text goes,
 // and puts bytes that are not UTF-8 in its place: Go's protobuf refuses to send those,
 // other clients do not.
@@ -222,11 +183,7 @@ func TestBadTextIsInvalidArgumentNamingTheField(t *testing.T) {
 		return k
 	}
 	const svc = "/flyte.cache.v1.CacheService/"
-	tests := []struct {
-		name      string
-		call      func() error
-		wantField string
-	}{
+	tests := []refusal{
 		{"NUL in a reservation's owner_id", func() error {
 			_, err := reserve(ctx, c, key("demo.train", "1", "x"), "owner\x00a", time.Second)
 			return err
@@ -240,46 +197,46 @@ func TestBadTextIsInvalidArgumentNamingTheField(t *testing.T) {
 			return err
 		}, "output_uri:"},
 		{"invalid UTF-8 in a reservation's owner_id", func() error {
-			return rawCall(t, inst, svc+"GetOrExtendReservation", withInvalidUTF8(t, &cachev1.GetOrExtendReservationRequest{
+			return inst.PostUnary(t, svc+"GetOrExtendReservation", withInvalidUTF8(t, &cachev1.GetOrExtendReservationRequest{
 				Key: key("demo.train", "1", "x"), OwnerId: bad, HeartbeatInterval: durationpb.New(time.Second)}, bad))
 		}, "owner_id: not valid UTF-8"},
 		{"invalid UTF-8 in a release's owner_id", func() error {
-			return rawCall(t, inst, svc+"ReleaseReservation", withInvalidUTF8(t, &cachev1.ReleaseReservationRequest{
+			return inst.PostUnary(t, svc+"ReleaseReservation", withInvalidUTF8(t, &cachev1.ReleaseReservationRequest{
 				Key: key("demo.train", "1", "x"), OwnerId: bad}, bad))
 		}, "owner_id: not valid UTF-8"},
 		{"invalid UTF-8 in output_uri", func() error {
-			return rawCall(t, inst, svc+"Put", withInvalidUTF8(t, &cachev1.PutRequest{
+			return inst.PostUnary(t, svc+"Put", withInvalidUTF8(t, &cachev1.PutRequest{
 				Key: key("demo.train", "1", "x"), OutputUri: "s3://b/" + bad, SourceAction: source("a0"), SourceAttempt: 1}, bad))
 		}, "output_uri: not valid UTF-8"},
 		{"invalid UTF-8 in the source action", func() error {
 			src := source("a0")
 			src.Run = bad
-			return rawCall(t, inst, svc+"Put", withInvalidUTF8(t, &cachev1.PutRequest{
+			return inst.PostUnary(t, svc+"Put", withInvalidUTF8(t, &cachev1.PutRequest{
 				Key: key("demo.train", "1", "x"), OutputUri: "s3://b/o", SourceAction: src, SourceAttempt: 1}, bad))
 		}, "source_action.run: not valid UTF-8"},
 		// JSON's decoder names the position of bad text rather than its field.
 		{"invalid UTF-8 in JSON", func() error {
-			return rawCall(t, inst, svc+"ReleaseReservation", []byte(`{"key":{"project":"demo","domain":"development",`+
+			return inst.PostUnary(t, svc+"ReleaseReservation", []byte(`{"key":{"project":"demo","domain":"development",`+
 				`"taskName":"demo.train","cacheVersion":"1","signature":"s","inputsHash":"i"},"ownerId":"o`+"\xff"+`"}`))
 		}, "(line 1:136): invalid UTF-8"},
 		{"invalid UTF-8 in a key's task_name", func() error {
-			return rawCall(t, inst, svc+"Get", withInvalidUTF8(t, &cachev1.GetRequest{
+			return inst.PostUnary(t, svc+"Get", withInvalidUTF8(t, &cachev1.GetRequest{
 				Key: badKey(func(k *cachev1.CacheKey) { k.TaskName = bad })}, bad))
 		}, "key.task_name: not valid UTF-8"},
 		{"invalid UTF-8 in a key's project", func() error {
-			return rawCall(t, inst, svc+"Delete", withInvalidUTF8(t, &cachev1.DeleteRequest{
+			return inst.PostUnary(t, svc+"Delete", withInvalidUTF8(t, &cachev1.DeleteRequest{
 				Key: badKey(func(k *cachev1.CacheKey) { k.Project = bad })}, bad))
 		}, "key.project: not valid UTF-8"},
 		{"invalid UTF-8 in Invalidate's cache_version", func() error {
-			return rawCall(t, inst, svc+"Invalidate", withInvalidUTF8(t, &cachev1.InvalidateRequest{
+			return inst.PostUnary(t, svc+"Invalidate", withInvalidUTF8(t, &cachev1.InvalidateRequest{
 				Project: "demo", Domain: "development", TaskName: "demo.train", CacheVersion: bad}, bad))
 		}, "cache_version: not valid UTF-8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call()
-			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.wantField) {
-				t.Fatalf("got %v; want InvalidArgument naming %s", err, tt.wantField)
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v; want InvalidArgument naming %s", err, tt.want)
 			}
 			if strings.Contains(err.Error(), "SQLSTATE") {
 				t.Fatalf("the error carries the database's answer: %v", err)
@@ -297,11 +254,7 @@ func TestStoredValuesAreBounded(t *testing.T) {
 	inst := startInstance(t, db)
 	c := inst.client
 	ctx := context.Background()
-	tests := []struct {
-		name      string
-		call      func() error
-		wantField string
-	}{
+	tests := []refusal{
 		{"output_uri over 2048 characters", func() error {
 			_, err := put(ctx, c, key("demo.train", "1", "x"), "s3://b/"+strings.Repeat("o", 2048))
 			return err
@@ -319,9 +272,7 @@ func TestStoredValuesAreBounded(t *testing.T) {
 			return err
 		}, "source_attempt"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { servicetest.RequireInvalidArgument(t, tt.call(), tt.wantField) })
-	}
+	requireRefused(t, tests)
 	requireNothingStored(t, db)
 }
 

@@ -5,10 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -337,40 +335,9 @@ func TestBadTextIsRefused(t *testing.T) {
 		}
 		// proto.Marshal refuses invalid UTF-8, so it goes in after encoding.
 		body = bytes.Replace(body, []byte("PLACEHOLDER"), []byte("\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8\xf7\xf6\xf5"), 1)
-		code, message := postConnectUnary(t, inst, "/flyte.events.v1.EventsService/Record", body)
-		if code != "invalid_argument" || !strings.Contains(message, "events[0].reason:") {
-			t.Fatalf("got %s: %s; want invalid_argument naming events[0].reason", code, message)
-		}
+		servicetest.RequireInvalidArgument(t, inst.PostUnary(t, "/flyte.events.v1.EventsService/Record", body), "events[0].reason")
 	})
 	requireNothingStored(t, db)
-}
-
-// postConnectUnary calls a unary procedure with the Connect protocol and a binary
-// protobuf body, returning the error's code and message ("" when it succeeded).
-func postConnectUnary(t *testing.T, inst *instance, procedure string, body []byte) (code, message string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, inst.URL+procedure, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/proto")
-	resp, err := inst.HTTP.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	answer, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode == http.StatusOK {
-		return "", ""
-	}
-	var wire struct{ Code, Message string }
-	if err := json.Unmarshal(answer, &wire); err != nil {
-		t.Fatalf("status %d with an answer that is not a Connect error: %q", resp.StatusCode, answer)
-	}
-	return wire.Code, wire.Message
 }
 
 // maximalEvent fills every field of an event to the contract's bounds.

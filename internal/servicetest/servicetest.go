@@ -5,6 +5,9 @@ package servicetest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"os/exec"
@@ -189,4 +192,34 @@ func RequireInvalidArgument(t testing.TB, err error, field string) {
 	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), field+":") {
 		t.Fatalf("got %v; want InvalidArgument naming %s", err, field)
 	}
+}
+
+// PostUnary posts a Connect unary request with a body built by hand (binary protobuf, or
+// JSON when it starts with "{"), as a client that does not check what it sends would,
+// and returns what the service answered: nil for a success, else an error with the
+// answer's Connect code and, as its message, the whole answer, all a client would see.
+func (i *Instance) PostUnary(t testing.TB, procedure string, body []byte) error {
+	t.Helper()
+	contentType := "application/proto"
+	if bytes.HasPrefix(body, []byte("{")) {
+		contentType = "application/json"
+	}
+	resp, err := i.HTTP.Post(i.URL+procedure, contentType, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	var wire struct{ Code string }
+	var code connect.Code
+	if json.Unmarshal(answer, &wire) != nil || code.UnmarshalText([]byte(wire.Code)) != nil {
+		t.Fatalf("status %d with an answer that is not a Connect error: %q", resp.StatusCode, answer)
+	}
+	return connect.NewError(code, errors.New(string(answer)))
 }
