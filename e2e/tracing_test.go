@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/events"
@@ -76,27 +76,13 @@ func TestOneTracePerAction(t *testing.T) {
 	cfg.GC.Interval = metav1.Duration{}
 	cfg.EventsServiceURL, cfg.CacheServiceURL = eventsSvc.URL, cacheSvc.URL
 	cfg.Storage.AllowedPrefixes = []string{"file://" + filepath.Dir(t.TempDir())} // the test's temporary directories
-	ctx, cancel := context.WithCancel(context.Background())
 	delivered := make(chan *flytev1.TaskAction, 1)
-	mgr, err := executor.Setup(ctx, cfg, kube.Config, log, executor.Hooks{
-		Namespaces: []string{ns}, SeveralInProcess: true, TracerProvider: providers["executor"],
-		Delivered: func(ta *flytev1.TaskAction) { delivered <- ta },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var stopOnce sync.Once
-	stop := func() {
-		stopOnce.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("executor: %v", err)
-			}
+	_, stop := kubetest.RunManager(t, func(ctx context.Context) (manager.Manager, error) {
+		return executor.Setup(ctx, cfg, kube.Config, log, executor.Hooks{
+			Namespaces: []string{ns}, SeveralInProcess: true, TracerProvider: providers["executor"],
+			Delivered: func(ta *flytev1.TaskAction) { delivered <- ta },
 		})
-	}
-	t.Cleanup(stop)
+	})
 
 	dir := t.TempDir()
 	inputs := filepath.Join(dir, "inputs.json")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,32 +69,18 @@ func start(t *testing.T, cfg config.Config, namespace string, o runOptions) (con
 	if restConfig == nil {
 		restConfig = env.Config
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := executor.Setup(ctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
-		Namespaces:       []string{namespace},
-		SeveralInProcess: true,
-		Observe: func(ctrl.Request) {
-			if o.count != nil {
-				o.count.Add(1)
-			}
-		},
-		Plugins: o.plugins,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("manager: %v", err)
-			}
+	mgr, stop := kubetest.RunManager(t, func(ctx context.Context) (manager.Manager, error) {
+		return executor.Setup(ctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
+			Namespaces:       []string{namespace},
+			SeveralInProcess: true,
+			Observe: func(ctrl.Request) {
+				if o.count != nil {
+					o.count.Add(1)
+				}
+			},
+			Plugins: o.plugins,
 		})
-	}
-	t.Cleanup(stop)
+	})
 	return stop, mgr
 }
 

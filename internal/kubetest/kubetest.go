@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/internal/repo"
@@ -208,4 +210,30 @@ func (e *Env) Kubeconfig() ([]byte, error) {
 		return nil, fmt.Errorf("kubetest: writing a kubeconfig: %w", err)
 	}
 	return kubeconfig, nil
+}
+
+// RunManager builds a manager with setup, given the context it will run under, and runs
+// it until the test ends; stop ends it sooner and waits for it, and is safe to call
+// twice. A manager that stops with an error fails the test.
+func RunManager(t testing.TB, setup func(context.Context) (manager.Manager, error)) (mgr manager.Manager, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := setup(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return mgr, stop
 }
