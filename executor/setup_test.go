@@ -14,7 +14,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -99,16 +98,8 @@ func TestHandWrittenYAMLRunsToSucceeded(t *testing.T) {
 	var count atomic.Int64
 	run(t, testConfig(), ns, &count)
 
-	path, err := repo.Path("deploy", "samples", "taskaction-sleep.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ta flytev1.TaskAction
-	if err := yaml.UnmarshalStrict(raw, &ta); err != nil {
+	if err := repo.ReadYAML(&ta, "deploy", "samples", "taskaction-sleep.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	ta.Namespace = ns

@@ -3,8 +3,11 @@ package repo
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+
+	"sigs.k8s.io/yaml"
 )
 
 // Root returns the repository root: the nearest directory above the working directory
@@ -33,4 +36,26 @@ func Path(elems ...string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(append([]string{root}, elems...)...), nil
+}
+
+// ReadFile reads the file at elems joined onto the repository root.
+func ReadFile(elems ...string) ([]byte, error) {
+	path, err := Path(elems...)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(path)
+}
+
+// ReadYAML decodes the YAML file at elems joined onto the repository root into v,
+// refusing a field v does not have.
+func ReadYAML(v any, elems ...string) error {
+	raw, err := ReadFile(elems...)
+	if err != nil {
+		return err
+	}
+	if err := yaml.UnmarshalStrict(raw, v); err != nil {
+		return fmt.Errorf("repo: %s: %w", filepath.Join(elems...), err)
+	}
+	return nil
 }

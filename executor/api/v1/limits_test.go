@@ -1,11 +1,9 @@
 package v1_test
 
 import (
-	"os"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/internal/repo"
@@ -14,16 +12,8 @@ import (
 // TestLimitsMatchTheCRD: the constants the executor cuts status text to are the limits
 // the generated CRD enforces, so a change to one side cannot leave the other behind.
 func TestLimitsMatchTheCRD(t *testing.T) {
-	path, err := repo.Path("deploy", "crd", "flyte.org_taskactions.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.Unmarshal(raw, &crd); err != nil {
+	if err := repo.ReadYAML(&crd, "deploy", "crd", "flyte.org_taskactions.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	status := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"]

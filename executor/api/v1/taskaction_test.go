@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/internal/kubetest"
@@ -34,16 +33,8 @@ func TestMain(m *testing.M) {
 
 func sample(t *testing.T, namespace string) *flytev1.TaskAction {
 	t.Helper()
-	path, err := repo.Path("deploy", "samples", "taskaction-sleep.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ta flytev1.TaskAction
-	if err := yaml.UnmarshalStrict(raw, &ta); err != nil {
+	if err := repo.ReadYAML(&ta, "deploy", "samples", "taskaction-sleep.yaml"); err != nil {
 		t.Fatalf("the sample does not decode: %v", err)
 	}
 	ta.Namespace = namespace
