@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net/http"
 
 	"connectrpc.com/connect"
 
@@ -15,39 +13,25 @@ import (
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	"github.com/flytekube/backend/internal/authbench"
 	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 )
 
 // startFor runs one cache service with authCfg and returns one client per bench client,
 // each on its own connection, sending token when not empty.
-func startFor(ctx context.Context, o Options, authCfg auth.Config, cluster *authbench.Cluster, token string) ([]cachev1connect.CacheServiceClient, func(), error) {
-	ctx, cancel := context.WithCancel(ctx)
-	started := make(chan app.Addrs, 1)
-	done := make(chan error, 1)
+func startFor(ctx context.Context, o Options, authCfg auth.Config, cluster *authbench.Cluster, token string) ([]cachev1connect.CacheServiceClient, func() error, error) {
 	cfg := cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL, Auth: authCfg}
 	if cluster != nil {
 		cfg.KubeClient = cluster.Client
 	}
-	go func() {
-		done <- cacheservice.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
-	}()
-	select {
-	case err := <-done:
-		cancel()
+	url, stop, err := benchutil.StartService(ctx, cacheservice.Run, cfg)
+	if err != nil {
 		return nil, nil, err
-	case a := <-started:
-		clients := make([]cachev1connect.CacheServiceClient, o.Clients)
-		for i := range clients {
-			var h *http.Client = servicetest.H2CClient()
-			if token != "" {
-				h = servicetest.WithToken(token)
-			}
-			clients[i] = cachev1connect.NewCacheServiceClient(h, "http://"+a.RPC.String())
-		}
-		return clients, func() { cancel(); <-done }, nil
 	}
+	var clients []cachev1connect.CacheServiceClient
+	for _, h := range benchutil.Clients(o.Clients, token) {
+		clients = append(clients, cachev1connect.NewCacheServiceClient(h, url))
+	}
+	return clients, stop, nil
 }
 
 // AuthResult sets cache Get hits with auth mode kubernetes (decisions cached) beside the
@@ -71,12 +55,12 @@ func CompareAuth(ctx context.Context, o Options, progress io.Writer) (AuthResult
 	if err != nil {
 		return AuthResult{}, err
 	}
-	defer stopNone()
+	defer func() { _ = stopNone() }()
 	kube, stopKube, err := startFor(ctx, o, auth.Config{Mode: auth.ModeKubernetes}, cluster, cluster.Token)
 	if err != nil {
 		return AuthResult{}, err
 	}
-	defer stopKube()
+	defer func() { _ = stopKube() }()
 
 	get := func(clients []cachev1connect.CacheServiceClient) (benchutil.Result, error) {
 		return benchutil.RunFor(ctx, o.Clients, o.Duration, func(ctx context.Context, client, _ int) error {

@@ -24,8 +24,6 @@ import (
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/postgres"
 )
@@ -111,28 +109,17 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		return err
 	}
 
-	svcCtx, stopService := context.WithCancel(ctx)
-	started := make(chan app.Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- cacheservice.Run(svcCtx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL, Auth: auth.Config{Mode: auth.ModeNone}},
-			slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
-	}()
-	var addrs app.Addrs
-	select {
-	case err := <-done:
-		stopService()
+	url, stopService, err := benchutil.StartService(ctx, cacheservice.Run, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL, Auth: auth.Config{Mode: auth.ModeNone}})
+	if err != nil {
 		return err
-	case addrs = <-started:
 	}
-	defer func() { stopService(); <-done }()
-	url := "http://" + addrs.RPC.String()
-	clients := make([]cachev1connect.CacheServiceClient, max(o.Clients, o.ReservationClients))
+	defer func() { _ = stopService() }()
+	httpClients := benchutil.Clients(max(o.Clients, o.ReservationClients), "")
+	clients := make([]cachev1connect.CacheServiceClient, len(httpClients))
 	hops := make([]*connect.Client[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse], len(clients))
-	for i := range clients { // one connection per client, like separate executors
-		h2c := servicetest.H2CClient()
-		clients[i] = cachev1connect.NewCacheServiceClient(h2c, url)
-		hops[i] = connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](h2c, url+"/grpc.health.v1.Health/Check")
+	for i, h := range httpClients {
+		clients[i] = cachev1connect.NewCacheServiceClient(h, url)
+		hops[i] = connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](h, url+"/grpc.health.v1.Health/Check")
 	}
 
 	st := store.New(pool)
@@ -228,7 +215,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	fmt.Fprintf(w, "| %.0f | %s | %s | %d | %d |\n", float64(res.Ops)/res.Elapsed.Seconds(),
 		round(res.Percentile(0.5)), round(res.Percentile(0.99)), acquired.Load(), refused.Load())
 	if o.CompareAuth {
-		stopService()
+		_ = stopService()
 		r, err := CompareAuth(ctx, o, progress)
 		if err != nil {
 			return fmt.Errorf("auth comparison: %w", err)

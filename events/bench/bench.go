@@ -29,8 +29,6 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/postgres"
 )
@@ -198,29 +196,16 @@ func startService(ctx context.Context, o Options) (*service, error) {
 // startServiceWith runs the service with authCfg (kube reaching the API server of mode
 // kubernetes); its clients send token when it is not empty.
 func startServiceWith(ctx context.Context, o Options, authCfg auth.Config, kube kubernetes.Interface, token string) (*service, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	started := make(chan app.Addrs, 1)
-	done := make(chan error, 1)
 	cfg := events.Config{Listen: "127.0.0.1:0", DatabaseURL: o.DatabaseURL, Auth: authCfg, KubeClient: kube}
-	go func() {
-		done <- events.Run(ctx, cfg, slog.New(slog.DiscardHandler), func(a app.Addrs) { started <- a })
-	}()
-	select {
-	case err := <-done:
-		cancel()
+	url, stop, err := benchutil.StartService(ctx, events.Run, cfg)
+	if err != nil {
 		return nil, err
-	case a := <-started:
-		s := &service{stop: func() error { cancel(); return <-done }}
-		// One connection per client, like separate executors.
-		for range o.Clients {
-			h := servicetest.H2CClient()
-			if token != "" {
-				h = servicetest.WithToken(token)
-			}
-			s.clients = append(s.clients, eventsv1connect.NewEventsServiceClient(h, "http://"+a.RPC.String()))
-		}
-		return s, nil
 	}
+	s := &service{stop: stop}
+	for _, h := range benchutil.Clients(o.Clients, token) {
+		s.clients = append(s.clients, eventsv1connect.NewEventsServiceClient(h, url))
+	}
+	return s, nil
 }
 
 // Ingest measures each batch size.

@@ -34,8 +34,6 @@ import (
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 )
 
@@ -114,12 +112,12 @@ var cpuGroups = []string{"API server", "etcd", "Postgres", benchutil.SelfGroup}
 // cpuMeter reads the CPU time of the control plane's processes (children of this one),
 // of the Postgres cluster whose postmaster is postgres, and of this process: the
 // executor, the services and the load.
-func cpuMeter(postgres int) benchutil.CPUMeter {
+func cpuMeter(postgres func(benchutil.Proc) bool) benchutil.CPUMeter {
 	self := os.Getpid()
 	return benchutil.CPUMeter{Groups: map[string]func(benchutil.Proc) bool{
 		"API server": func(p benchutil.Proc) bool { return p.PPID == self && p.Comm == "kube-apiserver" },
 		"etcd":       func(p benchutil.Proc) bool { return p.PPID == self && p.Comm == "etcd" },
-		"Postgres":   func(p benchutil.Proc) bool { return p.PID == postgres || p.PPID == postgres },
+		"Postgres":   postgres,
 	}}
 }
 
@@ -146,37 +144,28 @@ func namespace(ctx context.Context, c client.Client, name string) error {
 
 // Run performs every measurement and writes a Markdown report to w.
 func Run(ctx context.Context, o Options, w, progress io.Writer) error {
-	log := slog.New(slog.DiscardHandler)
 	fmt.Fprintln(progress, "starting the control plane, Postgres and the services")
 	env, err := kubetest.Start(kubetest.Options{TaskActions: true})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = env.Stop() }()
-	pg, err := pgtest.Start()
+	pg, err := benchutil.StartPostgres()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = pg.Stop() }()
-	pgPID, err := pg.PID()
+	meter := cpuMeter(pg.Procs)
+	eventsURL, stopEvents, err := benchutil.StartService(ctx, events.Run, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL, Auth: auth.Config{Mode: auth.ModeNone}})
 	if err != nil {
 		return err
 	}
-	meter := cpuMeter(pgPID)
-	eventsURL, stopEvents, err := serve(ctx, func(ctx context.Context, started func(app.Addrs)) error {
-		return events.Run(ctx, events.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL, Auth: auth.Config{Mode: auth.ModeNone}}, log, started)
-	})
+	defer func() { _ = stopEvents() }()
+	cacheURL, stopCache, err := benchutil.StartService(ctx, cacheservice.Run, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL, Auth: auth.Config{Mode: auth.ModeNone}})
 	if err != nil {
 		return err
 	}
-	defer stopEvents()
-	cacheURL, stopCache, err := serve(ctx, func(ctx context.Context, started func(app.Addrs)) error {
-		return cacheservice.Run(ctx, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.URL, Auth: auth.Config{Mode: auth.ModeNone}}, log, started)
-	})
-	if err != nil {
-		return err
-	}
-	defer stopCache()
+	defer func() { _ = stopCache() }()
 	dataDir, err := os.MkdirTemp("", "executor-bench")
 	if err != nil {
 		return err
@@ -357,20 +346,6 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		m.write(w, o)
 	}
 	return nil
-}
-
-func serve(ctx context.Context, run func(context.Context, func(app.Addrs)) error) (string, func(), error) {
-	ctx, cancel := context.WithCancel(ctx)
-	started := make(chan app.Addrs, 1)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(a app.Addrs) { started <- a }) }()
-	select {
-	case a := <-started:
-		return "http://" + a.RPC.String(), func() { cancel(); <-done }, nil
-	case err := <-done:
-		cancel()
-		return "", nil, err
-	}
 }
 
 // create makes o.Actions actions from o.Creators clients and reports when each call

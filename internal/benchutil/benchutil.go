@@ -13,8 +13,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"gonum.org/v1/gonum/stat"
-
-	"github.com/flytekube/backend/internal/pgtest"
 )
 
 // Result is what a run measured.
@@ -133,14 +131,10 @@ func WithDatabase(url string, f func(url string, postgres func(Proc) bool) error
 	if url != "" {
 		return f(url, nil)
 	}
-	pg, err := pgtest.Start()
+	pg, err := StartPostgres()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = pg.Stop() }()
-	pid, err := pg.PID()
-	if err != nil {
-		return err
-	}
-	return f(pg.URL, func(p Proc) bool { return p.PID == pid || p.PPID == pid })
+	return f(pg.URL, pg.Procs)
 }
