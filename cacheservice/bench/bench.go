@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -25,7 +24,6 @@ import (
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/services/auth"
-	"github.com/flytekube/backend/services/postgres"
 )
 
 // Options size the run.
@@ -96,14 +94,11 @@ func (g GetResult) SerialBound() float64 {
 
 // Run performs every measurement and writes a Markdown report to w.
 func Run(ctx context.Context, o Options, w, progress io.Writer) error {
-	pool, err := postgres.Open(ctx, o.DatabaseURL)
+	pool, err := benchutil.OpenMigrated(ctx, o.DatabaseURL, store.Migrations())
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if _, err := postgres.Migrate(ctx, pool, store.Migrations(), slog.New(slog.DiscardHandler)); err != nil {
-		return err
-	}
 	fmt.Fprintf(progress, "loading %d entries\n", o.Entries)
 	if err := load(ctx, pool, o.Entries); err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -30,7 +29,6 @@ import (
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/services/auth"
-	"github.com/flytekube/backend/services/postgres"
 )
 
 // Options size the run.
@@ -382,14 +380,11 @@ func Queries(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service, p
 
 // Run performs every measurement and writes a Markdown report to w.
 func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error {
-	pool, err := postgres.Open(ctx, o.DatabaseURL)
+	pool, err := benchutil.OpenMigrated(ctx, o.DatabaseURL, store.Migrations())
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if _, err := postgres.Migrate(ctx, pool, store.Migrations(), slog.New(slog.DiscardHandler)); err != nil {
-		return err
-	}
 	svc, err := startService(ctx, o)
 	if err != nil {
 		return err

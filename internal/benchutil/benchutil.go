@@ -4,6 +4,7 @@ package benchutil
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -105,13 +106,16 @@ func StartCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-// Main runs a bench command's body under an optional CPU profile (written to cpuProfile
-// when not empty) and exits with a message naming the command when it fails.
-func Main(name, cpuProfile string, body func() error) {
+// Main is a bench command's main: it parses the command line, with a --cpuprofile flag
+// beside the command's own, runs body under the CPU profile asked for, and exits with a
+// message naming the command when body fails.
+func Main(name string, body func() error) {
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (everything in this process) to this file")
+	flag.Parse()
 	stop := func() {}
-	if cpuProfile != "" {
+	if *cpuProfile != "" {
 		var err error
-		if stop, err = StartCPUProfile(cpuProfile); err != nil {
+		if stop, err = StartCPUProfile(*cpuProfile); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 			os.Exit(1)
 		}

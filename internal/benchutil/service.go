@@ -6,9 +6,12 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/services/postgres"
 )
 
 // StartService runs a service in this process as its binary does (run is
@@ -66,4 +69,18 @@ func StartPostgres() (*Postgres, error) {
 		return nil, err
 	}
 	return &Postgres{Server: pg, Procs: func(p Proc) bool { return p.PID == pid || p.PPID == pid }}, nil
+}
+
+// OpenMigrated opens a pool on the database at url and applies m, as the service does at
+// start, for a bench to load and read its tables directly.
+func OpenMigrated(ctx context.Context, url string, m postgres.Migrations) (*pgxpool.Pool, error) {
+	pool, err := postgres.Open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := postgres.Migrate(ctx, pool, m, slog.New(slog.DiscardHandler)); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }

@@ -23,9 +23,7 @@ func main() {
 	flag.IntVar(&o.ReservationClients, "reservation-clients", 64, "concurrent GetOrExtendReservation clients")
 	flag.IntVar(&o.ReservationKeys, "reservation-keys", 100, "keys they contend for")
 	flag.BoolVar(&o.CompareAuth, "compare-auth", true, "also measure Get hits with auth mode kubernetes (an API server built by hack/envtest.sh) beside auth mode none")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (client and service) to this file")
-	flag.Parse()
-	benchutil.Main("cache-bench", *cpuProfile, func() error {
+	benchutil.Main("cache-bench", func() error {
 		return benchutil.WithDatabase(o.DatabaseURL, func(url string, _ func(benchutil.Proc) bool) error {
 			o.DatabaseURL = url
 			return bench.Run(context.Background(), o, os.Stdout, os.Stderr)

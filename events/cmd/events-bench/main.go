@@ -16,27 +16,26 @@ import (
 )
 
 func main() {
-	o := bench.Options{}
-	var sizes string
+	o := bench.Options{BatchSizes: []int{100, 500}}
 	flag.StringVar(&o.DatabaseURL, "database-url", "", "Postgres to use (its tables are truncated); default: a throwaway cluster")
 	flag.IntVar(&o.Clients, "clients", 8, "concurrent clients")
 	flag.IntVar(&o.IngestEvents, "ingest-events", 200_000, "events per ingest run")
-	flag.StringVar(&sizes, "batches", "100,500", "Record batch sizes")
+	flag.Func("batches", "Record batch sizes, comma-separated (default 100,500)", func(v string) error {
+		o.BatchSizes = nil
+		for _, s := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 || n > 1000 {
+				return fmt.Errorf("%q is not a batch size from 1 to 1000", s)
+			}
+			o.BatchSizes = append(o.BatchSizes, n)
+		}
+		return nil
+	})
 	flag.IntVar(&o.Rounds, "rounds", 3, "ingest rounds per batch size (median reported)")
 	flag.IntVar(&o.StoredEvents, "stored-events", 1_000_000, "store size for query latencies")
 	flag.IntVar(&o.Queries, "queries", 5000, "calls per query latency")
 	flag.BoolVar(&o.CompareAuth, "compare-auth", true, "also measure Record with auth mode kubernetes (an API server built by hack/envtest.sh) beside auth mode none")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (client and service) to this file")
-	flag.Parse()
-	for _, s := range strings.Split(sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 1000 {
-			fmt.Fprintf(os.Stderr, "events-bench: --batches: %q is not a batch size from 1 to 1000\n", s)
-			os.Exit(2)
-		}
-		o.BatchSizes = append(o.BatchSizes, n)
-	}
-	benchutil.Main("events-bench", *cpuProfile, func() error {
+	benchutil.Main("events-bench", func() error {
 		return benchutil.WithDatabase(o.DatabaseURL, func(url string, postgres func(benchutil.Proc) bool) error {
 			o.DatabaseURL, o.Postgres = url, postgres
 			return bench.Run(context.Background(), o, os.Stdout, os.Stderr)

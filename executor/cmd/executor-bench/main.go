@@ -25,9 +25,7 @@ func main() {
 	flag.IntVar(&o.RealNodeActions, "realnode-actions", 100, "container actions in the real-node part")
 	flag.StringVar(&o.Only, "only", "", "run one part only: noop, container, gc, memory, or realnode (a real node, as root; not part of a full run)")
 	flag.StringVar(&o.APIServerProfile, "apiserver-cpuprofile", "", "write a CPU profile of the API server, taken over 10 s of the first executor scenario, to this file")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the executor, the services and the load) to this file")
-	flag.Parse()
-	benchutil.Main("executor-bench", *cpuProfile, func() error {
+	benchutil.Main("executor-bench", func() error {
 		return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
 	})
 }
