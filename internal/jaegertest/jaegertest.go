@@ -51,18 +51,11 @@ func Main(m *testing.M, j **Jaeger) int { return testserver.Main(m, j, StartServ
 
 // Binary builds Jaeger with hack/jaeger.sh when it is not cached yet and returns its path.
 func Binary() (string, error) {
-	script, err := repo.Path("hack", "jaeger.sh")
+	bin, err := repo.Build("jaeger.sh", "build")
 	if err != nil {
-		return "", fmt.Errorf("jaegertest: finding hack/jaeger.sh: %w", err)
+		return "", fmt.Errorf("jaegertest: build failed (the first build compiles Jaeger from the Go module proxy, which must be reachable): %w", err)
 	}
-	cmd := exec.Command(script, "build")
-	cmd.Stderr = os.Stderr // a first build takes minutes; show its progress
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("jaegertest: %s build failed (the first build compiles Jaeger from the Go module proxy, which must be reachable): %w", script, err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1], nil
+	return bin, nil
 }
 
 // StartServer starts Jaeger in a new temporary directory; Stop stops it and removes the

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -149,18 +148,11 @@ func Assets() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, nil
 	}
-	script, err := repo.Path("hack", "envtest.sh")
+	dir, err := repo.Build("envtest.sh")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("kubetest: %w", err)
 	}
-	cmd := exec.Command(script)
-	cmd.Stderr = os.Stderr // a first build takes minutes; show its progress
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("kubetest: %s: %w", script, err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1], nil
+	return dir, nil
 }
 
 var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)

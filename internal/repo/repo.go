@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 )
@@ -58,4 +60,22 @@ func ReadYAML(v any, elems ...string) error {
 		return fmt.Errorf("repo: %s: %w", filepath.Join(elems...), err)
 	}
 	return nil
+}
+
+// Build runs one of the repository's build scripts (hack/envtest.sh, hack/jaeger.sh
+// build), its progress on stderr (a first build takes minutes), and returns the last line
+// it printed: where what it built is.
+func Build(script string, args ...string) (string, error) {
+	path, err := Path("hack", script)
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
 }
