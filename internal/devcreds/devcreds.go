@@ -174,21 +174,12 @@ func tokenFile(executor, viewer string) ([]byte, error) {
 }
 
 func newCA(now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("devcreds: CA key: %w", err)
-	}
-	serial, err := newSerial()
+	key, tmpl, err := newKey("CA", "flyte-backend development CA", now, caLifetime)
 	if err != nil {
 		return nil, nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{Organization: []string{"flyte-backend development"}, CommonName: "flyte-backend development CA"},
-		NotBefore:    now.Add(-time.Hour), NotAfter: now.Add(caLifetime),
-		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
+	tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.MaxPathLenZero = true, true, true
+	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("devcreds: CA certificate: %w", err)
@@ -201,21 +192,12 @@ func newCA(now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 }
 
 func issue(ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, now time.Time) ([]byte, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("devcreds: serving key: %w", err)
-	}
-	serial, err := newSerial()
+	key, tmpl, err := newKey("serving", "flyte-backend services", now, certLifetime)
 	if err != nil {
 		return nil, nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{Organization: []string{"flyte-backend development"}, CommonName: "flyte-backend services"},
-		NotBefore:    now.Add(-time.Hour), NotAfter: now.Add(certLifetime),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
@@ -292,12 +274,23 @@ func keyToPEM(key *ecdsa.PrivateKey) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
-func newSerial() (*big.Int, error) {
+// newKey makes a key, and the template of a certificate of it named commonName, valid
+// from an hour before now (for clocks a little behind) for lifetime; what names the key
+// in errors.
+func newKey(what, commonName string, now time.Time, lifetime time.Duration) (*ecdsa.PrivateKey, *x509.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("devcreds: %s key: %w", what, err)
+	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
-		return nil, fmt.Errorf("devcreds: serial number: %w", err)
+		return nil, nil, fmt.Errorf("devcreds: serial number: %w", err)
 	}
-	return serial, nil
+	return key, &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{Organization: []string{"flyte-backend development"}, CommonName: commonName},
+		NotBefore:    now.Add(-time.Hour), NotAfter: now.Add(lifetime),
+	}, nil
 }
 
 // newToken is 32 random bytes in hex: a static token is only as strong as it is long.
