@@ -24,10 +24,20 @@ import (
 // realNodeResult is container actions on a real node beside the same pods made by a
 // plain client.
 type realNodeResult struct {
-	actions                    int
-	pods, executor             float64 // per second
-	podLatency, actionLatency  []time.Duration
-	podsSeconds, actionSeconds float64
+	actions        int
+	pods, executor realRun
+}
+
+// realRun is how one kind of object fared, from the first create until the last was
+// done.
+type realRun struct {
+	perSecond float64
+	latency   []time.Duration // each one's, from its creation until it was seen done
+}
+
+// percentile is the latency below which a fraction p of the objects were done.
+func (r realRun) percentile(p float64) time.Duration {
+	return benchutil.Percentile(r.latency, p).Round(time.Millisecond)
 }
 
 // runRealNode starts a real node (hack/node.sh) and runs, one after the other, o.RealNodeActions
@@ -64,8 +74,7 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 	if err := namespace(ctx, node.Client, ns); err != nil {
 		return res, err
 	}
-	started := time.Now()
-	created, finished, err := createAndWait(ctx, wc, ns, o, &corev1.PodList{}, func(i int) client.Object {
+	res.pods, err = createAndWait(ctx, wc, ns, o, &corev1.PodList{}, func(i int) client.Object {
 		pod := benchPod(ns, fmt.Sprintf("p%05d-1", i), nil)
 		pod.Spec.Containers[0].Image = image
 		return pod
@@ -76,9 +85,6 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 	if err != nil {
 		return res, fmt.Errorf("real node, pods: %w", err)
 	}
-	res.podsSeconds = time.Since(started).Seconds()
-	res.pods = float64(o.RealNodeActions) / res.podsSeconds
-	res.podLatency = latencies(created, finished)
 
 	fmt.Fprintln(progress, "real node: container actions by the executor")
 	ns = fmt.Sprintf("real-actions-%d", time.Now().UnixNano()%1e6)
@@ -102,8 +108,7 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 	if !mgr.GetCache().WaitForCacheSync(mctx) {
 		return res, fmt.Errorf("real node: the executor's cache did not sync")
 	}
-	started = time.Now()
-	created, finished, err = createAndWait(ctx, wc, ns, o, &flytev1.TaskActionList{}, func(i int) client.Object {
+	res.executor, err = createAndWait(ctx, wc, ns, o, &flytev1.TaskActionList{}, func(i int) client.Object {
 		ta := action(ns, fmt.Sprintf("p%05d", i), "container")
 		ta.Spec.Container = &flytev1.ContainerSpec{Image: image, Command: []string{"sh", "-c", "true"}}
 		return ta
@@ -114,16 +119,29 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 	if err != nil {
 		return res, fmt.Errorf("real node, actions: %w", err)
 	}
-	res.actionSeconds = time.Since(started).Seconds()
-	res.executor = float64(o.RealNodeActions) / res.actionSeconds
-	res.actionLatency = latencies(created, finished)
 	return res, nil
 }
 
 // createAndWait creates o.RealNodeActions objects made by newObject from o.Creators clients
-// and waits, through a watch on list's kind in ns, until each is done; it returns when
-// each was created and when it was seen done. A failed object fails the run.
+// and waits, through a watch on list's kind in ns, until each is done. A failed object
+// fails the run.
 func createAndWait(ctx context.Context, wc client.WithWatch, ns string, o Options, list client.ObjectList,
+	newObject func(int) client.Object, done func(client.Object) bool) (realRun, error) {
+	started := time.Now()
+	created, finished, err := watchUntilDone(ctx, wc, ns, o, list, newObject, done)
+	if err != nil {
+		return realRun{}, err
+	}
+	r := realRun{perSecond: float64(o.RealNodeActions) / time.Since(started).Seconds()}
+	for name, t := range finished {
+		r.latency = append(r.latency, t.Sub(created[name]))
+	}
+	return r, nil
+}
+
+// watchUntilDone is createAndWait's creating and watching: it returns when each object
+// was created and when it was seen done.
+func watchUntilDone(ctx context.Context, wc client.WithWatch, ns string, o Options, list client.ObjectList,
 	newObject func(int) client.Object, done func(client.Object) bool) (_, finished map[string]time.Time, err error) {
 	w, err := wc.Watch(ctx, list, client.InNamespace(ns))
 	if err != nil {
@@ -172,21 +190,12 @@ func createAndWait(ctx context.Context, wc client.WithWatch, ns string, o Option
 	return created, finished, first
 }
 
-func latencies(created, finished map[string]time.Time) []time.Duration {
-	var out []time.Duration
-	for name, t := range finished {
-		out = append(out, t.Sub(created[name]))
-	}
-	return out
-}
-
 func (r realNodeResult) write(w io.Writer) {
 	fmt.Fprintf(w, "### Container actions on a real node: %d\n\n", r.actions)
 	fmt.Fprintln(w, "| run | per second | executor / plain client | creation to Succeeded: p50 | p99 |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: |")
-	fmt.Fprintf(w, "| pods by a plain client | %.1f | | %s | %s |\n", r.pods,
-		benchutil.Percentile(r.podLatency, 0.5).Round(time.Millisecond), benchutil.Percentile(r.podLatency, 0.99).Round(time.Millisecond))
-	fmt.Fprintf(w, "| container actions by the executor | %.1f | %.0f%% | %s | %s |\n", r.executor, 100*r.executor/r.pods,
-		benchutil.Percentile(r.actionLatency, 0.5).Round(time.Millisecond), benchutil.Percentile(r.actionLatency, 0.99).Round(time.Millisecond))
+	fmt.Fprintf(w, "| pods by a plain client | %.1f | | %s | %s |\n", r.pods.perSecond, r.pods.percentile(0.5), r.pods.percentile(0.99))
+	fmt.Fprintf(w, "| container actions by the executor | %.1f | %.0f%% | %s | %s |\n", r.executor.perSecond,
+		100*r.executor.perSecond/r.pods.perSecond, r.executor.percentile(0.5), r.executor.percentile(0.99))
 	fmt.Fprintln(w)
 }
