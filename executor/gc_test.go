@@ -43,18 +43,13 @@ func TestCollectorWaitsForRedeliveryAfterARestart(t *testing.T) {
 	cfg.EventsServiceURL = svc.URL
 	var count atomic.Int64
 	stopFirst := run(t, cfg, ns, &count)
-	var actions []*flytev1.TaskAction
-	for i := range 5 {
-		ta := &flytev1.TaskAction{
+	actions := createActions(t, 5, func(i int) *flytev1.TaskAction {
+		return &flytev1.TaskAction{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("done-%d", i), Namespace: ns},
 			Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "collected", ActionName: fmt.Sprintf("done-%d", i),
 				TaskName: "demo.sleep", TaskType: "core-sleep", RunOutputBase: "mem://out/collected", Config: map[string]string{"duration": "0s"}},
 		}
-		if err := env.Client.Create(context.Background(), ta); err != nil {
-			t.Fatal(err)
-		}
-		actions = append(actions, ta)
-	}
+	})
 	history := map[string]int{}
 	for _, ta := range actions {
 		history[ta.Name] = len(waitDelivered(t, eventsClient, ta).Status.PhaseHistory)

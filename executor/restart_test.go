@@ -87,18 +87,13 @@ func TestRestartMidRunLosesNothingAndRunsNothingTwice(t *testing.T) {
 	stopFirst := runWith(t, cfg, ns, &count, workEntry())
 
 	const n = 5
-	var actions []*flytev1.TaskAction
-	for i := range n {
-		ta := &flytev1.TaskAction{
+	actions := createActions(t, n, func(i int) *flytev1.TaskAction {
+		return &flytev1.TaskAction{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("work-%d", i), Namespace: ns},
 			Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "restart", ActionName: fmt.Sprintf("work-%d", i),
 				TaskName: "demo.work", TaskType: "test-work", RunOutputBase: "mem://out/restart", Config: map[string]string{"workFor": "2s"}},
 		}
-		if err := env.Client.Create(context.Background(), ta); err != nil {
-			t.Fatal(err)
-		}
-		actions = append(actions, ta)
-	}
+	})
 	for _, ta := range actions {
 		waitPhase(t, client.ObjectKeyFromObject(ta), flytev1.PhaseRunning)
 	}

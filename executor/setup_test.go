@@ -83,6 +83,19 @@ func start(t *testing.T, cfg config.Config, namespace string, o runOptions) (con
 	return stop, mgr
 }
 
+// createActions creates n actions, the ith made by newAction(i).
+func createActions(t *testing.T, n int, newAction func(i int) *flytev1.TaskAction) []*flytev1.TaskAction {
+	t.Helper()
+	actions := make([]*flytev1.TaskAction, n)
+	for i := range actions {
+		actions[i] = newAction(i)
+		if err := env.Client.Create(context.Background(), actions[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return actions
+}
+
 func waitSucceeded(t *testing.T, key client.ObjectKey) *flytev1.TaskAction {
 	t.Helper()
 	var ta flytev1.TaskAction
