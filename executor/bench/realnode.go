@@ -74,14 +74,11 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 	if err := namespace(ctx, node.Client, ns); err != nil {
 		return res, err
 	}
-	res.pods, err = createAndWait(ctx, wc, ns, o, &corev1.PodList{}, func(i int) client.Object {
+	res.pods, err = createAndWait(ctx, wc, ns, o, &corev1.PodList{}, func(i int) *corev1.Pod {
 		pod := benchPod(ns, fmt.Sprintf("p%05d-1", i), nil)
 		pod.Spec.Containers[0].Image = image
 		return pod
-	}, func(obj client.Object) bool {
-		p, ok := obj.(*corev1.Pod)
-		return ok && p.Status.Phase == corev1.PodSucceeded
-	})
+	}, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
 	if err != nil {
 		return res, fmt.Errorf("real node, pods: %w", err)
 	}
@@ -108,14 +105,11 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 	if !mgr.GetCache().WaitForCacheSync(mctx) {
 		return res, fmt.Errorf("real node: the executor's cache did not sync")
 	}
-	res.executor, err = createAndWait(ctx, wc, ns, o, &flytev1.TaskActionList{}, func(i int) client.Object {
+	res.executor, err = createAndWait(ctx, wc, ns, o, &flytev1.TaskActionList{}, func(i int) *flytev1.TaskAction {
 		ta := action(ns, fmt.Sprintf("p%05d", i), "container")
 		ta.Spec.Container = &flytev1.ContainerSpec{Image: image, Command: []string{"sh", "-c", "true"}}
 		return ta
-	}, func(obj client.Object) bool {
-		ta, ok := obj.(*flytev1.TaskAction)
-		return ok && ta.Status.Phase == flytev1.PhaseSucceeded
-	})
+	}, func(ta *flytev1.TaskAction) bool { return ta.Status.Phase == flytev1.PhaseSucceeded })
 	if err != nil {
 		return res, fmt.Errorf("real node, actions: %w", err)
 	}
@@ -125,8 +119,8 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 // createAndWait creates o.RealNodeActions objects made by newObject from o.Creators clients
 // and waits, through a watch on list's kind in ns, until each is done. A failed object
 // fails the run.
-func createAndWait(ctx context.Context, wc client.WithWatch, ns string, o Options, list client.ObjectList,
-	newObject func(int) client.Object, done func(client.Object) bool) (realRun, error) {
+func createAndWait[T client.Object](ctx context.Context, wc client.WithWatch, ns string, o Options, list client.ObjectList,
+	newObject func(int) T, done func(T) bool) (realRun, error) {
 	started := time.Now()
 	created, finished, err := watchUntilDone(ctx, wc, ns, o, list, newObject, done)
 	if err != nil {
@@ -141,8 +135,8 @@ func createAndWait(ctx context.Context, wc client.WithWatch, ns string, o Option
 
 // watchUntilDone is createAndWait's creating and watching: it returns when each object
 // was created and when it was seen done.
-func watchUntilDone(ctx context.Context, wc client.WithWatch, ns string, o Options, list client.ObjectList,
-	newObject func(int) client.Object, done func(client.Object) bool) (_, finished map[string]time.Time, err error) {
+func watchUntilDone[T client.Object](ctx context.Context, wc client.WithWatch, ns string, o Options, list client.ObjectList,
+	newObject func(int) T, done func(T) bool) (_, finished map[string]time.Time, err error) {
 	w, err := wc.Watch(ctx, list, client.InNamespace(ns))
 	if err != nil {
 		return nil, nil, err
@@ -176,7 +170,7 @@ func watchUntilDone(ctx context.Context, wc client.WithWatch, ns string, o Optio
 			if ev.Type == watch.Error {
 				return nil, nil, fmt.Errorf("watching: %v", ev.Object)
 			}
-			if obj, isObj := ev.Object.(client.Object); isObj && ev.Type != watch.Deleted && done(obj) {
+			if obj, isT := ev.Object.(T); isT && ev.Type != watch.Deleted && done(obj) {
 				if _, seen := finished[obj.GetName()]; !seen {
 					finished[obj.GetName()] = time.Now()
 				}
