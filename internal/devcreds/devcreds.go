@@ -94,6 +94,19 @@ func Ensure(dir string, hosts ...string) (*Credentials, error) {
 		c.Generated = append(c.Generated, name)
 		return nil
 	}
+	// writePair writes a key and its certificate, the key first: a certificate without
+	// its key would be thrown away next time, and the services re-read both when the
+	// certificate changes.
+	writePair := func(keyName, certName string, key *ecdsa.PrivateKey, der []byte) error {
+		keyPEM, err := keyToPEM(key)
+		if err != nil {
+			return err
+		}
+		if err := write(keyName, keyPEM); err != nil {
+			return err
+		}
+		return write(certName, certToPEM(der))
+	}
 	now := time.Now()
 
 	ca, caKey, err := loadPair(c.CAFile, filepath.Join(dir, CAKeyFile))
@@ -101,15 +114,7 @@ func Ensure(dir string, hosts ...string) (*Credentials, error) {
 		if ca, caKey, err = newCA(now); err != nil {
 			return nil, err
 		}
-		keyPEM, err := keyToPEM(caKey)
-		if err != nil {
-			return nil, err
-		}
-		// The key first: a CA certificate without its key would be thrown away next time.
-		if err := write(CAKeyFile, keyPEM); err != nil {
-			return nil, err
-		}
-		if err := write(CAFile, certToPEM(ca.Raw)); err != nil {
+		if err := writePair(CAKeyFile, CAFile, caKey, ca.Raw); err != nil {
 			return nil, err
 		}
 	}
@@ -120,15 +125,7 @@ func Ensure(dir string, hosts ...string) (*Credentials, error) {
 		if err != nil {
 			return nil, err
 		}
-		keyPEM, err := keyToPEM(key)
-		if err != nil {
-			return nil, err
-		}
-		// The key first: the services re-read both when the certificate changes.
-		if err := write(KeyFile, keyPEM); err != nil {
-			return nil, err
-		}
-		if err := write(CertFile, certToPEM(der)); err != nil {
+		if err := writePair(KeyFile, CertFile, key, der); err != nil {
 			return nil, err
 		}
 	}
