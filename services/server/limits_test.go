@@ -30,21 +30,7 @@ import (
 // startWith serves svc with cfg's limits on a loopback port.
 func startWith(t *testing.T, cfg server.Config, svc eventsv1connect.EventsServiceHandler) string {
 	t.Helper()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.ShutdownTimeout, cfg.StreamDrainDelay = 5*time.Second, 100*time.Millisecond
-	srv, err := server.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Handle(eventsv1connect.NewEventsServiceHandler(svc, srv.HandlerOptions()...))
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-served
-	})
-	return "http://" + srv.Addr().String()
+	return serve(t, cfg, svc, slog.New(slog.DiscardHandler)).url
 }
 
 // grpcRecord starts a gRPC Record call whose body is body: a client in full control of

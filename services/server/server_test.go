@@ -86,12 +86,16 @@ type running struct {
 
 func start(t *testing.T, svc *testService) *running {
 	t.Helper()
-	return startLogging(t, svc, slog.New(slog.DiscardHandler))
+	return serve(t, server.Config{}, svc, slog.New(slog.DiscardHandler))
 }
 
-func startLogging(t *testing.T, svc *testService, log *slog.Logger) *running {
+// serve serves svc with cfg's limits and TLS files on a loopback port until the test
+// ends, logging to log.
+func serve(t *testing.T, cfg server.Config, svc eventsv1connect.EventsServiceHandler, log *slog.Logger) *running {
 	t.Helper()
-	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, StreamDrainDelay: 200 * time.Millisecond}, log)
+	cfg.Addr = "127.0.0.1:0"
+	cfg.ShutdownTimeout, cfg.StreamDrainDelay = 5*time.Second, 200*time.Millisecond
+	srv, err := server.New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +276,7 @@ func TestUnexpectedFailuresAreInternalAndLogged(t *testing.T) {
 		}},
 	}
 	var logs servicetest.SyncBuffer
-	r := startLogging(t, &testService{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	r := serve(t, server.Config{}, &testService{}, slog.New(slog.NewTextHandler(&logs, nil)))
 	for protocol, option := range map[string]connect.ClientOption{"gRPC": connect.WithGRPC(), "Connect": connect.WithProtoJSON()} {
 		client := eventsv1connect.NewEventsServiceClient(r.http, r.url, option)
 		for _, tt := range tests {

@@ -15,7 +15,6 @@ import (
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/server"
 )
 
 // servedCertificate opens a new connection and returns the host names of the certificate
@@ -37,7 +36,7 @@ func servedCertificate(t *testing.T, pki *servicetest.PKI, url string) ([]string
 // HTTP/2 negotiated by ALPN; cleartext is refused.
 func TestTLSCertificateRotatesWithoutRestart(t *testing.T) {
 	pki := servicetest.NewPKI(t)
-	url := strings.Replace(startWith(t, server.Config{TLSCertFile: pki.CertFile, TLSKeyFile: pki.KeyFile}, &testService{}), "http://", "https://", 1)
+	url := strings.Replace(startWith(t, pki.ServerConfig(), &testService{}), "http://", "https://", 1)
 
 	names, proto := servedCertificate(t, pki, url)
 	if slices.Contains(names, "rotated.example") || proto != 2 {
