@@ -41,6 +41,16 @@ func sample(t *testing.T, namespace string) *flytev1.TaskAction {
 	return &ta
 }
 
+// createSample creates the sample in a namespace of the test's own.
+func createSample(t *testing.T) *flytev1.TaskAction {
+	t.Helper()
+	ta := sample(t, env.Namespace(t))
+	if err := env.Client.Create(ctx(t), ta); err != nil {
+		t.Fatalf("creating the sample: %v", err)
+	}
+	return ta
+}
+
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -48,11 +58,7 @@ func ctx(t *testing.T) context.Context {
 }
 
 func TestHandWrittenSampleIsAdmitted(t *testing.T) {
-	ns := env.Namespace(t)
-	ta := sample(t, ns)
-	if err := env.Client.Create(ctx(t), ta); err != nil {
-		t.Fatalf("creating the sample: %v", err)
-	}
+	ta := createSample(t)
 	var got flytev1.TaskAction
 	if err := env.Client.Get(ctx(t), client.ObjectKeyFromObject(ta), &got); err != nil {
 		t.Fatal(err)
@@ -100,11 +106,7 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 }
 
 func TestSpecIsImmutable(t *testing.T) {
-	ns := env.Namespace(t)
-	ta := sample(t, ns)
-	if err := env.Client.Create(ctx(t), ta); err != nil {
-		t.Fatal(err)
-	}
+	ta := createSample(t)
 	changed := ta.DeepCopy()
 	changed.Spec.Retries = 3
 	if err := env.Client.Update(ctx(t), changed); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec is immutable") {
@@ -119,11 +121,7 @@ func TestSpecIsImmutable(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
-	ns := env.Namespace(t)
-	ta := sample(t, ns)
-	if err := env.Client.Create(ctx(t), ta); err != nil {
-		t.Fatal(err)
-	}
+	ta := createSample(t)
 	now := metav1.Now()
 	micro := metav1.NewMicroTime(now.Time)
 	ta.Status = flytev1.TaskActionStatus{
