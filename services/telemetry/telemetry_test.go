@@ -50,6 +50,27 @@ func clearOTELEnv(t *testing.T) {
 	}
 }
 
+// setup runs telemetry.Setup for one test and shuts it down when the test ends.
+func setup(t *testing.T, service string, opts ...telemetry.Option) *telemetry.Telemetry {
+	t.Helper()
+	tel, err := telemetry.Setup(context.Background(), service, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	return tel
+}
+
+// addProbes adds n to an OpenTelemetry counter named name.
+func addProbes(t *testing.T, name string, n int64) {
+	t.Helper()
+	counter, err := otel.Meter("test").Int64Counter(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.Add(context.Background(), n)
+}
+
 func TestExportsOverOTLPWhenEndpointSet(t *testing.T) {
 	clearOTELEnv(t)
 	receiver := &otlpReceiver{}
@@ -138,16 +159,8 @@ func TestSetupChoices(t *testing.T) {
 
 func TestMetricsHandlerServesPrometheusAndOpenTelemetryMetrics(t *testing.T) {
 	clearOTELEnv(t)
-	tel, err := telemetry.Setup(context.Background(), "events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tel.Shutdown(context.Background()) }()
-	counter, err := otel.Meter("test").Int64Counter("flyte_test_probes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter.Add(context.Background(), 3)
+	tel := setup(t, "events")
+	addProbes(t, "flyte_test_probes", 3)
 
 	srv := httptest.NewServer(tel.MetricsHandler())
 	defer srv.Close()
@@ -167,11 +180,7 @@ func TestInjectedTracerProviderLeavesTheGlobalAlone(t *testing.T) {
 	before := otel.GetTracerProvider()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	tel, err := telemetry.Setup(context.Background(), "events", telemetry.WithTracerProvider(tp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tel.Shutdown(context.Background()) }()
+	tel := setup(t, "events", telemetry.WithTracerProvider(tp))
 	if tel.TracerProvider != tp || tel.Exporting {
 		t.Fatalf("TracerProvider %v, Exporting %v; want the injected provider, not exporting by itself", tel.TracerProvider, tel.Exporting)
 	}
@@ -192,16 +201,8 @@ func TestWithRegistryAddsToAnExistingRegistry(t *testing.T) {
 	clearOTELEnv(t)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tel, err := telemetry.Setup(context.Background(), "executor", telemetry.WithRegistry(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tel.Shutdown(context.Background()) }()
-	counter, err := otel.Meter("test").Int64Counter("flyte_test_registry_probes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter.Add(context.Background(), 2)
+	setup(t, "executor", telemetry.WithRegistry(reg))
+	addProbes(t, "flyte_test_registry_probes", 2)
 	if n, err := testutil.GatherAndCount(reg, "go_goroutines", "flyte_test_registry_probes_total"); err != nil || n != 2 {
 		t.Errorf("the registry has %d series of go_goroutines and flyte_test_registry_probes_total (%v); want one each", n, err)
 	}
