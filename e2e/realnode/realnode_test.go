@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,12 +20,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/nodetest"
 	"github.com/flytekube/backend/internal/repo"
 )
@@ -50,10 +51,11 @@ func TestMain(m *testing.M) {
 // runExecutor runs an executor restricted to ns until the test ends.
 func runExecutor(t *testing.T, ns string, configure ...func(*config.Config)) {
 	t.Helper()
-	t.Cleanup(startExecutor(t, ns, configure...))
+	startExecutor(t, ns, configure...)
 }
 
-// startExecutor starts an executor restricted to ns and returns how to stop it.
+// startExecutor starts an executor restricted to ns and returns how to stop it (it also
+// stops when the test ends).
 func startExecutor(t *testing.T, ns string, configure ...func(*config.Config)) (stop func()) {
 	t.Helper()
 	cfg := config.Default()
@@ -65,23 +67,10 @@ func startExecutor(t *testing.T, ns string, configure ...func(*config.Config)) (
 	cfg.GC.Interval = metav1.Duration{}
 	cfg.LeaderElect = false
 	cfg.RetryBackoff.Base, cfg.RetryBackoff.Cap = metav1.Duration{Duration: 200 * time.Millisecond}, metav1.Duration{Duration: time.Second}
-	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := executor.Setup(ctx, cfg, node.Config, slog.New(slog.DiscardHandler), executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("executor: %v", err)
-			}
-		})
-	}
+	_, stop = kubetest.RunManager(t, func(ctx context.Context) (manager.Manager, error) {
+		return executor.Setup(ctx, cfg, node.Config, slog.New(slog.DiscardHandler), executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+	})
+	return stop
 }
 
 func containerAction(ns, name string, retries int32, command string) *flytev1.TaskAction {
