@@ -19,7 +19,7 @@ help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: envtest node jaeger tools ## Run every test against a real API server, a real node and a real Postgres.
+test: envtest node jaeger tools browser ## Run every test against a real API server, a real node and a real Postgres.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: run
@@ -34,6 +34,12 @@ envtest: ## Build kube-apiserver and etcd for envtest (once; cached outside the 
 node: ## Build the real node's kubelet, scheduler and controller manager, and install containerd (as root; once).
 	@if [[ $$(id -u) == 0 ]]; then hack/node.sh build >/dev/null && hack/node.sh install >/dev/null; \
 	else echo "node: not root, so the real-node tests will be skipped"; fi
+
+.PHONY: browser
+browser: ## Install Debian's Chromium for the console's browser tests (as root; once).
+	@if command -v chromium >/dev/null; then :; \
+	elif [[ $$(id -u) == 0 ]]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "browser: chromium is missing and we are not root, so the browser tests will fail"; fi
 
 .PHONY: jaeger
 jaeger: ## Build Jaeger, which the tracing tests run (once; cached outside the clone).

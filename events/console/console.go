@@ -5,7 +5,7 @@
 //
 // The listener is plain HTTP and must be a loopback address (ValidateAddress): a bearer
 // token then never crosses a network in clear, and the console is reached from another
-// machine through kubectl port-forward or a TLS-terminating proxy beside the service.
+// machine through a TLS-terminating proxy beside the service.
 package console
 
 import (
@@ -195,7 +195,7 @@ func ValidateAddress(addr string) error {
 		return fmt.Errorf("console-address: %w", err)
 	}
 	if !isLoopbackHost(host) {
-		return fmt.Errorf("console-address: %q is not a loopback address: the console speaks plain HTTP, so it listens on 127.0.0.1 (or ::1, localhost) and is reached through kubectl port-forward or a TLS-terminating proxy", addr)
+		return fmt.Errorf("console-address: %q is not a loopback address: the console speaks plain HTTP, so it listens on 127.0.0.1 (or ::1, localhost) and is reached through a TLS-terminating proxy beside it", addr)
 	}
 	return nil
 }
