@@ -107,7 +107,7 @@ func (t *traceLookup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	id := &flytecorev1.ActionIdentifier{Project: q.Get("project"), Domain: q.Get("domain"), Run: q.Get("run"), Action: q.Get("action")}
 	if t.query == nil {
-		writeError(w, connect.CodeNotFound, "traces are not shown: the events service has no --jaeger-query-url")
+		writeError(w, r, connect.NewError(connect.CodeNotFound, errors.New("traces are not shown: the events service has no --jaeger-query-url")))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), jaegerTimeout)
@@ -118,12 +118,12 @@ func (t *traceLookup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := t.api.GetAction(ctx, req)
 	if err != nil {
-		writeError(w, connect.CodeOf(err), connectMessage(err))
+		writeError(w, r, err)
 		return
 	}
 	traces, err := t.search(ctx, id, resp.Msg.GetAction())
 	if err != nil {
-		writeError(w, connect.CodeUnavailable, err.Error())
+		writeError(w, r, connect.NewError(connect.CodeUnavailable, err))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -279,40 +279,13 @@ func (jt jaegerTrace) spans() []span {
 	return out
 }
 
-// writeError answers in the shape of a Connect error, with its HTTP status.
-func writeError(w http.ResponseWriter, code connect.Code, message string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(httpStatus(code))
-	_ = json.NewEncoder(w).Encode(map[string]string{"code": code.String(), "message": message})
+// writeError answers as a Connect unary error (JSON code and message, the code's HTTP
+// status), written by connect's own error writer.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	_ = errorWriter.Write(w, r, err)
 }
 
-func httpStatus(code connect.Code) int {
-	switch code {
-	case connect.CodeInvalidArgument:
-		return http.StatusBadRequest
-	case connect.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case connect.CodePermissionDenied:
-		return http.StatusForbidden
-	case connect.CodeNotFound:
-		return http.StatusNotFound
-	case connect.CodeResourceExhausted:
-		return http.StatusTooManyRequests
-	case connect.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case connect.CodeDeadlineExceeded:
-		return http.StatusGatewayTimeout
-	default:
-		return http.StatusInternalServerError
-	}
-}
-
-func connectMessage(err error) string {
-	if ce := new(connect.Error); errors.As(err, &ce) {
-		return ce.Message()
-	}
-	return err.Error()
-}
+var errorWriter = connect.NewErrorWriter()
 
 // inProcess hands a client's request to a handler in this process, as if it had come
 // over the network, and returns what the handler wrote.
