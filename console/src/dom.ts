@@ -30,11 +30,26 @@ const svgNS = "http://www.w3.org/2000/svg";
 /** s makes an SVG element; numbers are written as they are. */
 export function s(tag: string, attrs: Record<string, string | number | undefined> = {}, ...children: Child[]): SVGElement {
   const el = document.createElementNS(svgNS, tag) as SVGElement;
+  setAttrs(el, attrs);
+  append(el, children);
+  return el;
+}
+
+/** setAttrs sets the attributes that are not undefined; numbers are written as s writes them. */
+export function setAttrs(el: Element, attrs: Record<string, string | number | undefined>): void {
   for (const [k, v] of Object.entries(attrs)) {
     if (v !== undefined) el.setAttribute(k, typeof v === "number" ? String(Math.round(v * 100) / 100) : v);
   }
-  append(el, children);
-  return el;
+}
+
+/** setText shows text in el, changing its one text node in place when it has one. */
+export function setText(el: Element, text: string): void {
+  const only = el.firstChild;
+  if (only && only === el.lastChild && only.nodeType === Node.TEXT_NODE) {
+    if ((only as Text).data !== text) (only as Text).data = text;
+  } else {
+    el.textContent = text;
+  }
 }
 
 /** safeHref returns uri when it is an http(s) address, else undefined. */

@@ -113,6 +113,11 @@ export function build(points: readonly Point[], now: number): Timeline {
   return { start, end, attempts };
 }
 
+/** isOpen reports whether the timeline has a bar that ends now: the action is not done. */
+export function isOpen(t: Timeline): boolean {
+  return t.attempts.some((a) => a.bars.some((b) => b.open));
+}
+
 function kindOf(p: Point): BarKind {
   if (p.phase === QUEUED && p.reason === RETRYING && p.attempt > 1) return "backoff";
   if (p.reason === WAITING_FOR_CACHE) return "cache-wait";
@@ -148,6 +153,28 @@ export class Scale {
   ticks(count: number): number[] {
     return Array.from({ length: count + 1 }, (_, i) => this.start + ((this.end - this.start) * i) / count);
   }
+}
+
+/** Where a bar is drawn: its x and width on a scale. */
+export interface Extent {
+  x: number;
+  width: number;
+}
+
+/**
+ * place lays one attempt's bars out on a scale: each where its times put it, at least
+ * minWidth wide and within the drawing, and none before the end of the bar before it, so
+ * a phase of an instant still shows and the next bar starts after it.
+ */
+export function place(bars: readonly Bar[], scale: Scale): Extent[] {
+  let right = 0;
+  return bars.map((bar) => {
+    const e = scale.extent(bar.start, bar.end);
+    const x = Math.min(Math.max(e.x, right), scale.width - scale.minWidth);
+    const width = Math.max(e.x + e.width - x, scale.minWidth);
+    right = x + width;
+    return { x, width };
+  });
 }
 
 /** duration says how long ms milliseconds are, to a person. */

@@ -1,15 +1,17 @@
 // One action: its state, its error, its timeline, its attempts' errors and logs, its
-// cluster events, every event, and its trace; live.
+// cluster events, every event, and its trace; live, and while it runs its timeline and
+// durations move on between events.
 
 import type { Action, ActionEvent } from "../gen/flyte/events/v1/events_pb";
 import type { ExecutionError } from "../gen/flyte/core/v1/error_pb";
 import { actionTraces, events, failure, isAbort } from "../api";
 import { externalLink, h, replace, type Child } from "../dom";
-import { cacheLabel, elapsed, errorKind, ms, phaseLabel, phaseName, when } from "../format";
+import { cacheLabel, errorKind, ms, phaseLabel, phaseName, when } from "../format";
 import { LiveActions } from "../live";
-import { build, isTerminal, RETRYING } from "../timeline";
+import { build, isOpen, isTerminal, RETRYING, type Point } from "../timeline";
+import { Clock, elapsedView } from "./clock";
 import { frame, phaseBadge, type Frame } from "./frame";
-import { legend, timelineView } from "./timelineview";
+import { legend, timelineView, type TimelineView } from "./timelineview";
 import { traceView } from "./trace";
 
 interface Id {
@@ -25,6 +27,15 @@ export function actionPage(root: HTMLElement, id: Id): void {
   const traceBox = h("section", { id: "trace" }, h("h2", {}, "Trace"), h("p", { class: "empty" }, "looking for the action's trace"));
   replace(f.main, top, traceBox);
 
+  // The timeline drawn last and its events, which the clock moves on while it is open.
+  let drawn: Drawn | undefined;
+  const clock = new Clock(top, (now) => {
+    if (!drawn) return false;
+    const t = build(drawn.points, now);
+    if (!isOpen(t)) return false;
+    drawn.timeline.retime(t);
+    return true;
+  });
   let loading = false;
   let again = false;
   const load = async () => {
@@ -37,7 +48,10 @@ export function actionPage(root: HTMLElement, id: Id): void {
       do {
         again = false;
         const [action, evs] = await Promise.all([getAction(id), listEvents(id)]);
-        replace(top, ...view(id, action, evs));
+        const v = view(id, action, evs);
+        replace(top, ...v.children);
+        drawn = v.drawn;
+        clock.drawn();
       } while (again);
     } catch (err) {
       if (!isAbort(err)) f.fail(failure(err));
@@ -76,14 +90,18 @@ async function listEvents(id: Id): Promise<ActionEvent[]> {
   return out;
 }
 
-function view(id: Id, a: Action | undefined, evs: ActionEvent[]): Child[] {
-  if (!a) return [h("p", { class: "empty" }, "No events recorded for this action.")];
+interface Drawn {
+  timeline: TimelineView;
+  points: Point[];
+}
+
+function view(id: Id, a: Action | undefined, evs: ActionEvent[]): { children: Child[]; drawn?: Drawn } {
+  if (!a) return { children: [h("p", { class: "empty" }, "No events recorded for this action.")] };
   const now = Date.now();
   const done = isTerminal(a.phase);
-  const timeline = build(
-    evs.map((e) => ({ attempt: e.attempt, phase: e.phase, version: e.version, at: ms(e.occurredAt), reason: e.reason })),
-    now,
-  );
+  const points = evs.map((e) => ({ attempt: e.attempt, phase: e.phase, version: e.version, at: ms(e.occurredAt), reason: e.reason }));
+  const timeline = timelineView(build(points, now));
+  const created = ms(a.createdAt);
   const facts: [string, Node | string][] = [
     ["phase", phaseBadge(phaseName(a.phase), phaseLabel(a.phase))],
     ["attempts", String(a.attempt)],
@@ -91,20 +109,21 @@ function view(id: Id, a: Action | undefined, evs: ActionEvent[]): Child[] {
     ["cluster", a.cluster],
     ["cache", cacheLabel(a.cacheStatus)],
     ["started", when(a.createdAt)],
-    [done ? "took" : "running for", elapsed(ms(a.createdAt), done ? ms(a.updatedAt) : undefined, now)],
+    [done ? "took" : "running for", Number.isFinite(created) ? elapsedView(created, done ? ms(a.updatedAt) : undefined, now) : ""],
     ["reason", a.reason],
     ["message", a.message],
     ["outputs", a.outputsUri],
   ];
-  return [
+  const children = [
     h("h1", {}, `Action ${id.action}`),
     h("dl", { class: "facts" }, ...facts.filter(([, v]) => v !== "").flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-fact": k }, v)])),
     a.error && (a.error.code || a.error.message) ? errorBox(a.error, done ? "The action failed" : "The last attempt failed") : null,
-    h("section", {}, h("h2", {}, "Timeline"), timelineView(timeline), legend()),
+    h("section", {}, h("h2", {}, "Timeline"), timeline.el, legend()),
     h("section", { id: "attempts" }, h("h2", {}, "Attempts"), attemptsView(evs, now)),
     clusterEventsView(evs),
     eventsView(evs),
   ];
+  return { children, drawn: { timeline, points } };
 }
 
 function errorBox(e: ExecutionError, title: string): HTMLElement {
@@ -136,7 +155,8 @@ function attemptsView(evs: ActionEvent[], now: number): HTMLElement {
       "li",
       { "data-attempt": String(n) },
       h("strong", {}, `attempt ${n}`),
-      ` — ${ended ? (isTerminal(last.phase) ? phaseLabel(last.phase) : "retried") : phaseLabel(last.phase)} after ${elapsed(start, end, now)}`,
+      ` — ${ended ? (isTerminal(last.phase) ? phaseLabel(last.phase) : "retried") : phaseLabel(last.phase)} after `,
+      elapsedView(start, end, now),
       err && (err.code || err.message)
         ? h("span", { class: "attempt-error" }, ": ", h("span", { class: "error-kind" }, errorKind(err)), " ", h("code", {}, err.code), " ", err.message)
         : null,

@@ -1,16 +1,17 @@
-// Redrawing a page at most once a frame however many updates arrive, and every few
-// seconds besides, so that the durations of what runs move on.
+// Redrawing a page at most once a frame however many updates arrive; between draws the
+// page's clock moves on the durations of what runs.
 
-export function redrawer(draw: () => void): () => void {
+import type { Clock } from "./clock";
+
+export function redrawer(draw: () => void, clock: Clock): () => void {
   let pending = false;
-  const schedule = () => {
+  return () => {
     if (pending) return;
     pending = true;
     requestAnimationFrame(() => {
       pending = false;
       draw();
+      clock.drawn();
     });
   };
-  setInterval(schedule, 5000);
-  return schedule;
 }

@@ -1,11 +1,13 @@
-// One run: its actions with their phase, attempts, duration, cache status and error; live.
+// One run: its actions with their phase, attempts, duration, cache status and error; live,
+// and the durations of the actions that run move on between events.
 
 import type { Action } from "../gen/flyte/events/v1/events_pb";
 import { ActionPhase } from "../gen/flyte/core/v1/phase_pb";
 import { h, link, replace } from "../dom";
-import { cacheLabel, elapsed, errorKind, ms, phaseByName, phaseLabel, phaseName, phases, when } from "../format";
+import { cacheLabel, errorKind, ms, phaseByName, phaseLabel, phaseName, phases, when } from "../format";
 import { LiveActions } from "../live";
 import { isTerminal } from "../timeline";
+import { Clock, elapsedView } from "./clock";
 import { frame, phaseBadge } from "./frame";
 import { redrawer } from "./redraw";
 
@@ -46,7 +48,7 @@ export function runPage(root: HTMLElement, project: string, domain: string, run:
           )
         : h("p", { class: "empty" }, all.length ? "No action of this run is in this phase." : "No actions recorded for this run yet."),
     );
-  });
+  }, new Clock(f.main));
   live = new LiveActions({ project, domain, run }, { changed: draw, status: f.status, failed: f.fail });
   draw();
   void live.run();
@@ -62,7 +64,7 @@ function actionRow(a: Action, project: string, domain: string, run: string, now:
     h("td", {}, phaseBadge(phaseName(a.phase), phaseLabel(a.phase))),
     h("td", { class: "num" }, a.attempt),
     h("td", {}, when(a.createdAt)),
-    h("td", { class: "num" }, elapsed(ms(a.createdAt), done ? ms(a.updatedAt) : undefined, now)),
+    h("td", { class: "num" }, elapsedView(ms(a.createdAt), done ? ms(a.updatedAt) : undefined, now)),
     h("td", {}, cacheLabel(a.cacheStatus)),
     h("td", {}, a.taskType),
     h("td", { class: "why" }, ...why(a)),

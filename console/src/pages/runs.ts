@@ -1,12 +1,13 @@
 // The runs of a project and domain, newest first, with how many of each run's actions are
-// in each phase; live.
+// in each phase; live, and the durations of the runs that run move on between events.
 
 import type { Action } from "../gen/flyte/events/v1/events_pb";
 import { ActionPhase } from "../gen/flyte/core/v1/phase_pb";
 import { h, link, replace } from "../dom";
-import { elapsed, ms, phaseByName, phases, when } from "../format";
+import { ms, phaseByName, phases, when } from "../format";
 import { LiveActions } from "../live";
 import { isTerminal } from "../timeline";
+import { Clock, elapsedView } from "./clock";
 import { frame, phaseBadge } from "./frame";
 import { redrawer } from "./redraw";
 
@@ -62,7 +63,7 @@ export function runsPage(root: HTMLElement, project: string, domain: string, pha
         h("td", {}, when(r.created)),
         h("td", { class: "counts" }, ...phaseCounts(r.counts)),
         h("td", { class: "num" }, r.actions.length),
-        h("td", { class: "num" }, elapsed(r.created, done ? r.updated : undefined, now)),
+        h("td", { class: "num" }, elapsedView(r.created, done ? r.updated : undefined, now)),
         h("td", {}, when(r.updated)),
       );
     });
@@ -80,7 +81,7 @@ export function runsPage(root: HTMLElement, project: string, domain: string, pha
         : h("p", { class: "empty" }, live.actions.size ? "No run has an action in this phase." : "No runs yet: they appear here as the executor reports them."),
       live.truncated ? h("p", { class: "note" }, "Only the newest actions are listed; older runs may be missing.") : null,
     );
-  });
+  }, new Clock(f.main));
   live = new LiveActions({ project, domain }, { changed: draw, status: f.status, failed: f.fail });
   draw();
   void live.run();
