@@ -61,8 +61,15 @@ var upstreamImages = map[string]map[int]string{
 }
 
 // rpcListener is the flag naming the RPC address of the services; URLs to them over
-// http must reach it.
-const rpcListener = "listen"
+// http must reach it. consoleListener names the events service's console.
+const (
+	rpcListener     = "listen"
+	consoleListener = "console-listen"
+)
+
+// urlFlags are the flags whose value is a URL the service calls, with the listener of
+// the service it must reach.
+var urlFlags = map[string]string{"jaeger-query-url": "ui"}
 
 // configInfo is what a binary's --config file says: what it listens on, the URLs it
 // calls and the files it reads.
@@ -383,6 +390,11 @@ func composeInfos(t *testing.T, root string, c *types.Project, images map[string
 			}
 			info.urls = append(info.urls, urlUse{where: "env " + k, raw: v, want: want})
 		}
+		for flag, want := range urlFlags {
+			if v := info.args[flag]; v != "" {
+				info.urls = append(info.urls, urlUse{where: "--" + flag, raw: v, want: want})
+			}
+		}
 		if info.cfg != nil {
 			for k, v := range info.cfg.urls {
 				info.urls = append(info.urls, urlUse{where: "--config " + k, raw: v, want: rpcListener})
@@ -677,10 +689,19 @@ func portOf(addr string) (int, error) {
 	return strconv.Atoi(p)
 }
 
-// servesTLS says whether the service speaks TLS on port: its RPC listener, given a
-// certificate.
+// servesTLS says whether the service speaks TLS on port: its RPC listener given a
+// certificate, and its console too unless told to speak plain HTTP.
 func (info *composeInfo) servesTLS(port int) bool {
-	return info.listens[port] == rpcListener && info.args["tls-cert-file"] != ""
+	if info.args["tls-cert-file"] == "" {
+		return false
+	}
+	switch info.listens[port] {
+	case rpcListener:
+		return true
+	case consoleListener:
+		return info.args["console-plaintext"] != "true"
+	}
+	return false
 }
 
 // checkServiceSecurity holds a service that authenticates its callers to what a cluster

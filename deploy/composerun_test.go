@@ -267,13 +267,16 @@ func (r *composeRun) waitHealthy(info *composeInfo, p *process) (caFile string) 
 }
 
 // checkPublished requires every published port to answer: /metrics on metrics
-// listeners, /healthz elsewhere.
+// listeners, the page on the console's, /healthz elsewhere.
 func (r *composeRun) checkPublished(info *composeInfo, caFile string) {
 	for _, mapping := range info.svc.Ports {
 		p := int(mapping.Target)
 		pathname := "/healthz"
-		if strings.Contains(strings.ToLower(info.listens[p]), "metrics") {
+		switch listener := info.listens[p]; {
+		case strings.Contains(strings.ToLower(listener), "metrics"):
 			pathname = "/metrics"
+		case listener == consoleListener:
+			pathname = "/console/"
 		}
 		check := []string{"http://" + r.addrs[info.name][p] + pathname}
 		if info.servesTLS(p) {

@@ -428,7 +428,7 @@ type goBinary struct {
 func (b *goBinary) listeners(args map[string]string, cfg *configInfo) (map[int]string, error) {
 	out := map[int]string{}
 	for name, def := range b.flags {
-		if !addrDefault.MatchString(def) {
+		if !addrDefault.MatchString(def) && name != rpcListener && !strings.HasSuffix(name, "-listen") {
 			continue
 		}
 		v, ok := args[name]

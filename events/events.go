@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,9 +52,14 @@ type Config struct {
 	Server server.Config
 	// Auth says how callers are authenticated; required (mode none must be asked for).
 	Auth auth.Config
-	// ConsoleAddress, when set, serves the web console (events/console) there: a
-	// loopback address, since it speaks plain HTTP.
-	ConsoleAddress string
+	// ConsoleListen, when set, serves the web console (events/console) there: over TLS
+	// with the service's certificate when Server has one, else plain HTTP on a loopback
+	// address only.
+	ConsoleListen string
+	// ConsolePlaintext serves the console in plain HTTP even though the service has a
+	// certificate (a loopback address only): for a browser on the same machine, which
+	// would not trust a private CA.
+	ConsolePlaintext bool
 	// ConsoleListener, when set, serves the console on it instead (tests).
 	ConsoleListener net.Listener
 	// JaegerQueryURL, when set, is Jaeger's query API, where the console finds an
@@ -115,13 +121,16 @@ func (c Config) Validate() error {
 	case c.MaxResponseBytes < minResponseBytes:
 		return fmt.Errorf("max-response-bytes: must be at least %d, got %d", minResponseBytes, c.MaxResponseBytes)
 	}
-	if c.ConsoleAddress != "" {
-		if err := console.ValidateAddress(c.ConsoleAddress); err != nil {
+	if c.ConsoleListen != "" {
+		if err := console.ValidateAddress(c.ConsoleListen, c.consoleTLS()); err != nil {
 			return err
 		}
 	}
 	return c.Auth.WithDefaults().Validate()
 }
+
+// consoleTLS says whether the console speaks TLS.
+func (c Config) consoleTLS() bool { return c.Server.TLSCertFile != "" && !c.ConsolePlaintext }
 
 // Run migrates the database, then serves until ctx ends and shuts down gracefully:
 // calls in flight finish, so every acknowledged event is committed. started, when not
@@ -150,7 +159,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		path, handler := eventsv1connect.NewEventsServiceHandler(svc, d.Server.HandlerOptions()...)
 		d.Server.Handle(path, handler)
 		loops := []app.Background{func(ctx context.Context) { _ = hub.Run(ctx) }}
-		serveConsole, err := startConsole(cfg, d.Server.Guard(handler), log)
+		serveConsole, err := startConsole(cfg, d.Server.Guard(handler), d.Server.TLSConfig(), log)
 		if err != nil {
 			return nil, err
 		}
@@ -169,22 +178,28 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 
 // startConsole listens for the console, when one is asked for, and returns the loop
 // that serves it; it stops after the service has drained, whose streams it shares.
-func startConsole(cfg Config, api http.Handler, log *slog.Logger) (app.Background, error) {
+func startConsole(cfg Config, api http.Handler, tlsConfig *tls.Config, log *slog.Logger) (app.Background, error) {
 	lis := cfg.ConsoleListener
-	if lis == nil && cfg.ConsoleAddress == "" {
+	if lis == nil && cfg.ConsoleListen == "" {
 		return nil, nil
 	}
-	h, err := console.Handler(console.Config{API: api, JaegerQueryURL: cfg.JaegerQueryURL, JaegerUIURL: cfg.JaegerUIURL, Log: log})
+	if cfg.ConsolePlaintext {
+		tlsConfig = nil
+	}
+	h, err := console.Handler(console.Config{
+		API: api, JaegerQueryURL: cfg.JaegerQueryURL, JaegerUIURL: cfg.JaegerUIURL,
+		TLS: tlsConfig != nil, Log: log,
+	})
 	if err != nil {
 		return nil, err
 	}
 	if lis == nil {
-		if lis, err = net.Listen("tcp", cfg.ConsoleAddress); err != nil {
+		if lis, err = net.Listen("tcp", cfg.ConsoleListen); err != nil {
 			return nil, fmt.Errorf("console listener: %w", err)
 		}
 	}
 	return func(ctx context.Context) {
-		if err := console.Serve(ctx, lis, h, log.With("component", "console")); err != nil {
+		if err := console.Serve(ctx, lis, h, tlsConfig, log.With("component", "console")); err != nil {
 			log.Error("console stopped", "error", err)
 		}
 	}, nil

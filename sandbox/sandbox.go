@@ -208,7 +208,8 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	}
 
 	eventsAddr, cacheAddr := "127.0.0.1:"+strconv.Itoa(o.EventsPort), "127.0.0.1:"+strconv.Itoa(o.CachePort)
-	console := []string{"--console-address", "127.0.0.1:" + strconv.Itoa(o.ConsolePort),
+	// Plain HTTP on the loopback, for the user's browser, which does not trust our CA.
+	console := []string{"--console-listen", "127.0.0.1:" + strconv.Itoa(o.ConsolePort), "--console-plaintext",
 		"--jaeger-query-url", "http://127.0.0.1:" + strconv.Itoa(o.JaegerQueryPort)}
 	for _, svc := range []struct {
 		name, bin, addr string

@@ -3,15 +3,19 @@
 // service's read RPCs on the same origin, behind the service's own authentication, and
 // an action's traces looked up in Jaeger.
 //
-// The listener is plain HTTP and must be a loopback address (ValidateAddress): a bearer
-// token then never crosses a network in clear, and the console is reached from another
-// machine through a TLS-terminating proxy beside the service.
+// The listener speaks TLS with the service's own certificate when the service has one.
+// Without one it speaks plain HTTP, and then only on a loopback address
+// (ValidateAddress) and only to requests addressed to one: a bearer token never
+// crosses a network in clear, and a page elsewhere cannot reach it by rebinding its
+// DNS name to 127.0.0.1 (over TLS the certificate's names stop that).
 package console
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"embed"
 	"encoding/hex"
 	"errors"
@@ -21,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +59,9 @@ type Config struct {
 	JaegerUIURL string
 	// JaegerService is the service whose spans name actions: the executor's.
 	JaegerService string
+	// TLS says the listener speaks TLS (Serve's tlsConfig is not nil), so requests need
+	// not be addressed to a loopback address.
+	TLS bool
 	// Log receives what goes wrong serving the console.
 	Log *slog.Logger
 }
@@ -96,12 +104,17 @@ func Handler(cfg Config) (http.Handler, error) {
 		mux.Handle(apiPrefix+p, api)
 	}
 	mux.Handle("GET "+apiPrefix+"/traces", noStore(traces))
-	return onlyLoopbackHosts(securityHeaders(mux)), nil
+	h := securityHeaders(mux)
+	if !cfg.TLS {
+		h = onlyLoopbackHosts(h)
+	}
+	return h, nil
 }
 
 // loadAssets serves each embedded file with its content type, a strong ETag and
 // no-cache, so a browser revalidates (cheaply, with 304) and never runs a stale script
-// against a newer service.
+// against a newer service. Each is compressed once, here, and sent compressed to a
+// browser that accepts gzip (the script shrinks to about a third).
 func loadAssets() (map[string]http.Handler, error) {
 	sub, err := fs.Sub(assets, "assets")
 	if err != nil {
@@ -118,21 +131,97 @@ func loadAssets() (map[string]http.Handler, error) {
 		if err != nil {
 			return nil, fmt.Errorf("console: %w", err)
 		}
-		sum := sha256.Sum256(body)
-		etag := `"` + hex.EncodeToString(sum[:12]) + `"`
+		plain := newRepresentation(body, "")
+		gzipped, err := gzipRepresentation(body)
+		if err != nil {
+			return nil, fmt.Errorf("console: compressing %s: %w", name, err)
+		}
+		contentType := contentTypes[path.Ext(name)]
 		files[name] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Cache-Control", "no-cache")
-			w.Header().Set("ETag", etag)
-			if ct := contentTypes[path.Ext(name)]; ct != "" {
-				w.Header().Set("Content-Type", ct)
+			h := w.Header()
+			h.Set("Cache-Control", "no-cache")
+			h.Set("Vary", "Accept-Encoding")
+			if contentType != "" {
+				h.Set("Content-Type", contentType)
 			}
-			http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(body))
+			rep := plain
+			if gzipped != nil && acceptsGzip(r.Header.Values("Accept-Encoding")) {
+				rep = *gzipped
+				h.Set("Content-Encoding", "gzip")
+			}
+			h.Set("ETag", rep.etag)
+			http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(rep.body))
 		})
 	}
 	if files["index.html"] == nil || files["console.js"] == nil {
 		return nil, errors.New("console: the embedded assets lack index.html or console.js: run make generate")
 	}
 	return files, nil
+}
+
+// representation is one encoding of a file, with its own ETag: a cache must not answer
+// a request for one encoding with the other.
+type representation struct {
+	body []byte
+	etag string
+}
+
+func newRepresentation(body []byte, suffix string) representation {
+	sum := sha256.Sum256(body)
+	return representation{body: body, etag: `"` + hex.EncodeToString(sum[:12]) + suffix + `"`}
+}
+
+// gzipRepresentation compresses body, or returns nil when that saves nothing.
+func gzipRepresentation(body []byte) (*representation, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(body); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if buf.Len() >= len(body) {
+		return nil, nil
+	}
+	rep := newRepresentation(buf.Bytes(), "-gzip")
+	return &rep, nil
+}
+
+// acceptsGzip reads Accept-Encoding headers (RFC 9110, section 12.5.3): gzip is
+// accepted when named, or matched by "*", with a weight above zero.
+func acceptsGzip(headers []string) bool {
+	accepted, wildcard := -1, -1 // -1: not mentioned; 0: refused; 1: accepted
+	for _, header := range headers {
+		for _, item := range strings.Split(header, ",") {
+			coding, params, _ := strings.Cut(item, ";")
+			coding = strings.ToLower(strings.TrimSpace(coding))
+			if coding != "gzip" && coding != "x-gzip" && coding != "*" {
+				continue
+			}
+			weight := 1
+			for _, p := range strings.Split(params, ";") {
+				k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+				if ok && strings.EqualFold(strings.TrimSpace(k), "q") {
+					if q, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil || q <= 0 {
+						weight = 0
+					}
+				}
+			}
+			if coding == "*" {
+				wildcard = weight
+			} else {
+				accepted = weight
+			}
+		}
+	}
+	if accepted >= 0 {
+		return accepted == 1
+	}
+	return wildcard == 1
 }
 
 var contentTypes = map[string]string{
@@ -188,22 +277,23 @@ func isLoopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// ValidateAddress accepts only loopback listen addresses (see the package comment).
-func ValidateAddress(addr string) error {
+// ValidateAddress checks the console's listen address: any address when it speaks
+// TLS, a loopback one when it does not (see the package comment).
+func ValidateAddress(addr string, encrypted bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("console-address: %w", err)
+		return fmt.Errorf("console-listen: %w", err)
 	}
-	if !isLoopbackHost(host) {
-		return fmt.Errorf("console-address: %q is not a loopback address: the console speaks plain HTTP, so it listens on 127.0.0.1 (or ::1, localhost) and is reached through a TLS-terminating proxy beside it", addr)
+	if !encrypted && !isLoopbackHost(host) {
+		return fmt.Errorf("console-listen: %q is not a loopback address: without a TLS certificate (tls-cert-file) the console speaks plain HTTP, so it listens on 127.0.0.1 (or ::1, localhost)", addr)
 	}
 	return nil
 }
 
-// Serve serves h on lis until ctx ends, then closes the listener after letting requests
-// in flight finish for a few seconds (the service's drain has already ended the
-// streams).
-func Serve(ctx context.Context, lis net.Listener, h http.Handler, log *slog.Logger) error {
+// Serve serves h on lis, over TLS when tlsConfig is not nil, until ctx ends, then
+// closes the listener after letting requests in flight finish for a few seconds (the
+// service's drain has already ended the streams).
+func Serve(ctx context.Context, lis net.Listener, h http.Handler, tlsConfig *tls.Config, log *slog.Logger) error {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -213,10 +303,17 @@ func Serve(ctx context.Context, lis net.Listener, h http.Handler, log *slog.Logg
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:    func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		TLSConfig:      tlsConfig,
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	log.Info("serving the console", "url", "http://"+lis.Addr().String()+Prefix)
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+		go func() { served <- srv.ServeTLS(lis, "", "") }()
+	} else {
+		go func() { served <- srv.Serve(lis) }()
+	}
+	log.Info("serving the console", "url", scheme+"://"+lis.Addr().String()+Prefix)
 	select {
 	case err := <-served:
 		return fmt.Errorf("console: %w", err)

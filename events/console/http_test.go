@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,6 +12,9 @@ import (
 
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/events/console"
+	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/services/server"
 )
 
 // What the console's listener answers, read without a browser.
@@ -113,6 +118,148 @@ func TestTraceLookupIsAuthorizedAsReadingTheAction(t *testing.T) {
 			}
 			if resp.StatusCode != c.status || body.Code != c.code {
 				t.Errorf("got %d %s (%s), want %d %s", resp.StatusCode, body.Code, body.Message, c.status, c.code)
+			}
+		})
+	}
+}
+
+// The script and page go compressed to a browser that takes gzip, each encoding with
+// its own ETag, and both revalidate to 304.
+func TestAssetsAreSentCompressedToWhoAcceptsIt(t *testing.T) {
+	s := startService(t)
+	script := s.console + "console.js"
+	get := func(acceptEncoding, ifNoneMatch string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequest("GET", script, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Set by hand, the transport hands the body over as it came.
+		req.Header.Set("Accept-Encoding", acceptEncoding)
+		if ifNoneMatch != "" {
+			req.Header.Set("If-None-Match", ifNoneMatch)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, body
+	}
+	plain, plainBody := get("identity", "")
+	zipped, zippedBody := get("gzip, deflate, br", "")
+	if plain.Header.Get("Content-Encoding") != "" || zipped.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("Content-Encoding %q without gzip, %q with it", plain.Header.Get("Content-Encoding"), zipped.Header.Get("Content-Encoding"))
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(zippedBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unzipped, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(unzipped, plainBody) {
+		t.Fatalf("the compressed script is not the script (%d bytes unzipped, %d plain)", len(unzipped), len(plainBody))
+	}
+	if 2*len(zippedBody) > len(plainBody) {
+		t.Errorf("compressed to %d of %d bytes: less than half saved", len(zippedBody), len(plainBody))
+	}
+	for _, resp := range []*http.Response{plain, zipped} {
+		if resp.Header.Get("Vary") != "Accept-Encoding" {
+			t.Errorf("Vary %q, want Accept-Encoding", resp.Header.Get("Vary"))
+		}
+	}
+	if plain.Header.Get("ETag") == zipped.Header.Get("ETag") {
+		t.Errorf("both encodings have ETag %s", plain.Header.Get("ETag"))
+	}
+	if resp, _ := get("gzip", zipped.Header.Get("ETag")); resp.StatusCode != http.StatusNotModified {
+		t.Errorf("revalidating the compressed script: %s", resp.Status)
+	}
+	if resp, _ := get("identity", plain.Header.Get("ETag")); resp.StatusCode != http.StatusNotModified {
+		t.Errorf("revalidating the plain script: %s", resp.Status)
+	}
+	if resp, _ := get("identity", zipped.Header.Get("ETag")); resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" {
+		t.Errorf("the compressed script's ETag, without gzip: %s, Content-Encoding %q", resp.Status, resp.Header.Get("Content-Encoding"))
+	}
+}
+
+// With the service's certificate the console speaks TLS (HTTP/2), anywhere: the
+// certificate, not the Host header, keeps other sites out.
+func TestConsoleSpeaksTLSWithTheServiceCertificate(t *testing.T) {
+	pki := servicetest.NewPKI(t)
+	s := startService(t, func(c *events.Config) {
+		drain := c.Server.StreamDrainDelay
+		c.Server = pki.ServerConfig()
+		c.Server.StreamDrainDelay = drain
+	})
+	page := "https://" + strings.TrimPrefix(s.console, "http://")
+	req, err := http.NewRequest("GET", page, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "events:8092" // as compose's other containers name it
+	resp, err := pki.Client("").Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+		t.Errorf("over TLS: %s %s, want 200 over HTTP/2", resp.Proto, resp.Status)
+	}
+	api := page + "api/flyte.events.v1.EventsService/ListActions"
+	listed, err := pki.Client(s.tokens.Viewer).Post(api, "application/json", strings.NewReader(`{"project":"demo","domain":"development"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = listed.Body.Close()
+	if listed.StatusCode != http.StatusOK {
+		t.Errorf("a read RPC over TLS: %s", listed.Status)
+	}
+	cleartext, err := http.Get(s.console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = cleartext.Body.Close()
+	if cleartext.StatusCode != http.StatusBadRequest {
+		t.Errorf("cleartext to the TLS console: %s, want 400", cleartext.Status)
+	}
+}
+
+// Plain HTTP only on the loopback; TLS anywhere.
+func TestConsoleAddressIsCheckedAgainstItsProtocol(t *testing.T) {
+	tlsFiles := server.Config{TLSCertFile: "tls.crt", TLSKeyFile: "tls.key"}
+	for _, c := range []struct {
+		name      string
+		listen    string
+		server    server.Config
+		plaintext bool
+		ok        bool
+	}{
+		{"plain on the loopback", "127.0.0.1:8092", server.Config{}, false, true},
+		{"plain on localhost", "localhost:8092", server.Config{}, false, true},
+		{"plain on every address", ":8092", server.Config{}, false, false},
+		{"plain on another address", "10.0.0.1:8092", server.Config{}, false, false},
+		{"TLS on every address", ":8092", tlsFiles, false, true},
+		{"asked for plain despite a certificate, on every address", ":8092", tlsFiles, true, false},
+		{"asked for plain despite a certificate, on the loopback", "127.0.0.1:8092", tlsFiles, true, true},
+		{"no port", "127.0.0.1", server.Config{}, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := events.Config{
+				DatabaseURL: "postgres://x", ConsoleListen: c.listen, ConsolePlaintext: c.plaintext, Server: c.server,
+				Auth: auth.Config{Mode: auth.ModeNone},
+			}.WithDefaults()
+			err := cfg.Validate()
+			if (err == nil) != c.ok {
+				t.Errorf("Validate: %v, want ok %v", err, c.ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), "console-listen") {
+				t.Errorf("the error does not name the flag: %v", err)
 			}
 		})
 	}

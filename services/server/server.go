@@ -188,6 +188,19 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// TLSConfig is how the server speaks TLS, for another listener of the same service to
+// serve the same certificate (rotated with it while Serve runs); nil without TLS.
+func (s *Server) TLSConfig() *tls.Config {
+	if s.certs == nil {
+		return nil
+	}
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: s.certs.GetCertificate,
+		NextProtos:     []string{"h2", "http/1.1"},
+	}
+}
+
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.listener.Addr() }
 
@@ -256,11 +269,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
 		defer stopWatching()
 		go func() { _ = s.certs.Start(watchCtx) }()
-		srv.TLSConfig = &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			GetCertificate: s.certs.GetCertificate,
-			NextProtos:     []string{"h2", "http/1.1"},
-		}
+		srv.TLSConfig = s.TLSConfig()
 		go func() { served <- srv.ServeTLS(s.listener, "", "") }()
 	} else {
 		go func() { served <- srv.Serve(s.listener) }()
