@@ -148,10 +148,28 @@ func checkServers(t *testing.T, objs []*unstructured.Unstructured, rbac *rbacRev
 			continue
 		}
 		for _, p := range s.svc.Spec.Ports {
-			if p.TargetPort.StrVal == "rpc" && (p.AppProtocol == nil || *p.AppProtocol != "https") {
+			if (p.TargetPort.StrVal == "rpc" || p.TargetPort.StrVal == "console") && (p.AppProtocol == nil || *p.AppProtocol != "https") {
 				t.Errorf("Service %s port %s: appProtocol %v, want https", s.svc.Name, p.Name, deref(p.AppProtocol))
 			}
 		}
+		checkConsole(t, s)
+	}
+}
+
+// checkConsole requires a server's web console, when it serves one, to be its port
+// named console and to speak TLS (docs/console.md).
+func checkConsole(t *testing.T, s server) {
+	t.Helper()
+	listen := s.args["console-listen"]
+	if listen == "" {
+		return
+	}
+	where := "Deployment " + s.d.Name
+	if p, err := portOf(listen); err != nil || int32(p) != port(s.d.Spec.Template.Spec, "console") {
+		t.Errorf("%s: --console-listen=%s, but its port named console is %d", where, listen, port(s.d.Spec.Template.Spec, "console"))
+	}
+	if s.args["console-plaintext"] == "true" {
+		t.Errorf("%s: --console-plaintext: tokens typed into the console would cross the network in the clear", where)
 	}
 }
 
@@ -343,6 +361,7 @@ func checkNetworkPolicies(t *testing.T, objs []*unstructured.Unstructured) {
 	viewer := peer{"team-a", ns("team-a", map[string]string{"flyte.org/viewer-access": "true"}), map[string]string{"app": "cli"}}
 	stranger := peer{"team-b", ns("team-b", nil), map[string]string{"app": "cli"}}
 	monitoring := peer{"monitoring", ns("monitoring", map[string]string{"flyte.org/metrics-access": "true"}), map[string]string{"app": "prometheus"}}
+	ingress := peer{"ingress-nginx", ns("ingress-nginx", map[string]string{"flyte.org/console-access": "true"}), map[string]string{"app": "controller"}}
 
 	type want struct {
 		from    peer
@@ -374,6 +393,12 @@ func checkNetworkPolicies(t *testing.T, objs []*unstructured.Unstructured) {
 			{monitoring, "a namespace labelled for monitoring", true}, {executor, "the executor", false},
 			{viewer, "a namespace labelled for viewers", false}, {stranger, "an unlabelled namespace", false},
 		})
+		if s.args["console-listen"] != "" {
+			check(s.d, "console", []want{
+				{ingress, "a namespace labelled for the console's ingress", true}, {viewer, "a namespace labelled for viewers", false},
+				{stranger, "an unlabelled namespace", false}, {sameNamespace, "another pod of " + home, false},
+			})
+		}
 	}
 	check(exec, "metrics", []want{
 		{monitoring, "a namespace labelled for monitoring", true}, {viewer, "a namespace labelled for viewers", false},
