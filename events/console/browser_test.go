@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/flytekube/backend/internal/chromium"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/repo"
@@ -45,46 +45,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// chromiumFlags keep the browser on the loopback: no background requests, component
-// updates, sync, DNS prefetching or proxy, and every host name but 127.0.0.1 resolves
-// to nothing.
-func chromiumFlags() []chromedp.ExecAllocatorOption {
-	return append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-domain-reliability", true),
-		chromedp.Flag("dns-prefetch-disable", true),
-		chromedp.Flag("no-pings", true),
-		chromedp.Flag("no-proxy-server", true),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
-		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,OptimizationHints,MediaRouter,AutofillServerCommunication,CertificateTransparencyComponentUpdater"),
-		chromedp.Flag("lang", "en-GB"),
-		chromedp.Env("TZ=UTC", "LANG=en_GB.UTF-8"),
-		chromedp.WindowSize(1280, 900),
-	)
-}
-
+// startBrowser starts the package's browser (internal/chromium), or says in noBrowser
+// why there is none.
 func startBrowser() (stop func()) {
-	path, err := exec.LookPath("chromium")
+	ctx, stop, err := chromium.Start()
 	if err != nil {
-		noBrowser = "chromium is not installed (Debian's chromium package; make test installs it as root)"
-		return func() {}
-	}
-	opts := append(chromiumFlags(), chromedp.ExecPath(path))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox) // Chromium's sandbox refuses to run as root
-	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(alloc)
-	if err := chromedp.Do(ctx); err != nil {
-		noBrowser = fmt.Sprintf("starting %s: %v", path, err)
-		cancel()
-		cancelAlloc()
+		noBrowser = err.Error()
 		return func() {}
 	}
 	browser = ctx
-	return func() { cancel(); cancelAlloc() }
+	return stop
 }
 
 // tab is a new tab of the package's browser, closed when the test ends. It fails the
