@@ -62,7 +62,10 @@ func TestGarbageCollectorDeletesOnlyOldDeliveredFinishedActions(t *testing.T) {
 		}
 		undelivered[s.name] = s.undelivered
 	}
-	gc := &controller.GarbageCollector{Reader: env.Client, Writer: env.Client, Interval: time.Hour, MaxTTL: time.Hour,
+	// Only this test's namespace: other tests' actions (or this one's, run again with
+	// -count) would be counted too.
+	own := client.NewNamespacedClient(env.Client, ns)
+	gc := &controller.GarbageCollector{Reader: own, Writer: own, Interval: time.Hour, MaxTTL: time.Hour,
 		Delivered: func(ta *flytev1.TaskAction) bool { return !undelivered[ta.Name] },
 		Clock:     clocktesting.NewFakePassiveClock(now), Log: slog.New(slog.DiscardHandler)}
 	c, err := gc.Collect(ctx)

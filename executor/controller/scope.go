@@ -105,9 +105,8 @@ func (s *scope) reconcileDelete(ctx context.Context) error {
 			return err
 		}
 	}
-	if s.r.Events != nil && !s.r.Events.Delivered(ta) {
-		s.r.Events.Enqueue(ta) // the sink wakes us when it is delivered
-		return nil
+	if s.r.Events != nil && !s.r.Events.ReleaseWhenDelivered(ta) {
+		return nil // the sink wakes us when it is delivered
 	}
 	return s.removeFinalizer(ctx)
 }

@@ -70,6 +70,9 @@ type EventSink interface {
 	Enqueue(ta *flytev1.TaskAction)
 	// Delivered reports whether all of ta's history was delivered.
 	Delivered(ta *flytev1.TaskAction) bool
+	// ReleaseWhenDelivered reports whether all of a deleted action's history was
+	// delivered; if not, it hands ta over and Source wakes the reconciler once it is.
+	ReleaseWhenDelivered(ta *flytev1.TaskAction) bool
 	// Forget is told that an action is gone.
 	Forget(types.NamespacedName)
 	// Source wakes the reconciler when a deleted action's history has been delivered.

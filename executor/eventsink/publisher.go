@@ -93,6 +93,9 @@ type state struct {
 	known     bool
 	// gone: the action was deleted; the state goes once pending is delivered.
 	gone bool
+	// wake, when set, is the deleted action to wake the reconciler for once pending is
+	// delivered (ReleaseWhenDelivered).
+	wake *flytev1.TaskAction
 }
 
 // mark identifies a history entry.
@@ -164,20 +167,55 @@ func (p *Publisher) Enqueue(ta *flytev1.TaskAction) {
 		return
 	}
 	p.mu.Lock()
+	added := p.enqueueLocked(p.stateOf(ta), ta, end)
+	p.mu.Unlock()
+	if added {
+		p.queued(ta.UID)
+	}
+}
+
+// ReleaseWhenDelivered reports whether all of a deleted action's history has been
+// delivered, so that its finalizer may come off. If not, it hands ta over and the
+// reconciler is woken (Source) once it is. The check and the request to be woken are
+// one step: a delivery finishing in between cannot slip past, whichever snapshot it
+// delivered.
+func (p *Publisher) ReleaseWhenDelivered(ta *flytev1.TaskAction) bool {
+	end, ok := last(ta)
+	if !ok {
+		return true
+	}
+	p.mu.Lock()
 	st := p.stateOf(ta)
 	if st.known && !st.delivered.less(end) {
 		p.mu.Unlock()
-		return
+		return true
+	}
+	st.wake = ta.DeepCopy()
+	added := p.enqueueLocked(st, ta, end)
+	p.mu.Unlock()
+	if added {
+		p.queued(ta.UID)
+	}
+	return false
+}
+
+// enqueueLocked makes ta the state's pending snapshot unless what is delivered or
+// waiting already reaches end, and reports whether it did. The caller holds p.mu.
+func (p *Publisher) enqueueLocked(st *state, ta *flytev1.TaskAction, end mark) bool {
+	if st.known && !st.delivered.less(end) {
+		return false
 	}
 	if st.pending != nil {
 		if have, _ := last(st.pending); !have.less(end) {
-			p.mu.Unlock()
-			return
+			return false
 		}
 	}
 	st.pending = ta.DeepCopy()
-	p.mu.Unlock()
-	p.queue.Add(ta.UID)
+	return true
+}
+
+func (p *Publisher) queued(uid types.UID) {
+	p.queue.Add(uid)
 	p.metrics.Outbox(p.queue.Len())
 }
 
@@ -374,22 +412,24 @@ func (p *Publisher) acknowledged(ctx context.Context, w pending) bool {
 		return true
 	}
 	st.pending = nil
+	wake := st.wake
+	st.wake = nil
 	if st.gone {
 		delete(p.states, w.uid)
 	}
 	p.mu.Unlock()
 	ta := w.action
-	if !ta.Status.Phase.IsTerminal() {
-		return false
-	}
-	if p.onDelivered != nil {
+	if ta.Status.Phase.IsTerminal() && p.onDelivered != nil {
 		p.onDelivered(ta)
 	}
-	if !ta.DeletionTimestamp.IsZero() {
+	if wake == nil && ta.Status.Phase.IsTerminal() && !ta.DeletionTimestamp.IsZero() {
+		wake = ta
+	}
+	if wake != nil {
 		// The reconciler's source drains the channel continuously, so waiting here is
 		// brief, and nothing is dropped: no periodic resync would find it soon.
 		select {
-		case p.deleted <- event.TypedGenericEvent[*flytev1.TaskAction]{Object: ta}:
+		case p.deleted <- event.TypedGenericEvent[*flytev1.TaskAction]{Object: wake}:
 		case <-ctx.Done():
 		}
 	}
