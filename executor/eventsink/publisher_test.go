@@ -111,4 +111,3 @@ func TestADeletedActionIsWokenOnceItsHistoryIsDelivered(t *testing.T) {
 		})
 	}
 }
-
