@@ -15,6 +15,7 @@ import (
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/events/watch"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/internal/eventually"
 )
 
 // openWatch starts a watch and waits until the server has established it.
@@ -218,4 +219,39 @@ func (h *reconnectWaits) get() []time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.waits)
+}
+
+// Every notification nudges each Nudges channel, whatever action it names and whether
+// or not anyone watches it; nudges coalesce rather than block the hub.
+func TestHubNudgesOnEveryNotification(t *testing.T) {
+	st, pool := openStore(t, pg.NewDatabase(t))
+	hub := watch.NewHub(pool, st, watch.Config{}, slog.New(slog.DiscardHandler), watch.Metrics{})
+	nudges := hub.Nudges()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = hub.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// Subscribing waits until the hub listens; the subscription is for another project.
+	subCtx, subCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer subCancel()
+	if _, err := hub.Subscribe(subCtx, watch.Filter{Project: "other", Domain: "development"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := st.Record(ctx, []*eventsv1.ActionEvent{event(actionID("nudged", fmt.Sprintf("a%d", i)), 1, queued, 0, i)}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-nudges:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("record %d: no nudge", i)
+		}
+	}
+	// Nobody reads: the hub keeps going, and one nudge waits.
+	for i := range 5 {
+		if _, err := st.Record(ctx, []*eventsv1.ActionEvent{event(actionID("unread", fmt.Sprintf("a%d", i)), 1, queued, 0, i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually.True(t, 10*time.Second, func() bool { return len(nudges) == 1 }, func() string { return "no nudge waiting after unread notifications" })
 }

@@ -119,6 +119,7 @@ type Hub struct {
 	listening  chan struct{}  // closed while a LISTEN is established; replaced on loss
 	pending    map[store.Key]struct{}
 	wake       chan struct{}
+	nudges     []chan struct{} // Nudges' channels
 }
 
 // NewHub creates a hub sized by cfg.
@@ -132,6 +133,17 @@ func NewHub(pool *pgxpool.Pool, st *store.Store, cfg Config, log *slog.Logger, m
 		pending:    make(map[store.Key]struct{}),
 		wake:       make(chan struct{}, 1),
 	}
+}
+
+// Nudges returns a channel that receives (without blocking the hub, coalesced) after
+// each notification of recorded events, whichever actions they name: the CloudEvents
+// relay wakes on it rather than polling alone.
+func (h *Hub) Nudges() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	h.nudges = append(h.nudges, ch)
+	h.mu.Unlock()
+	return ch
 }
 
 // Subscribe opens a subscription for identity once the hub is listening, so that nothing
@@ -293,6 +305,12 @@ func (h *Hub) listen(ctx context.Context) (listened bool, _ error) {
 			continue
 		}
 		h.mu.Lock()
+		for _, ch := range h.nudges {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
 		wanted := false
 		for _, key := range keys {
 			for s := range h.subs {
