@@ -189,39 +189,20 @@ func owner(ta *flytev1.TaskAction) string { return ta.Namespace + "/" + ta.Name 
 // write the cache chooses where a hit's outputs are read from, so outputs where the
 // action may not read (the executor's own files, another project's data) make the hit a
 // miss, logged and counted. For a serializable action it then takes the reservation,
-// heartbeating it until Release, or reports whom to wait for.
+// heartbeating it until Release, or reports whom to wait for; having taken it, it looks
+// again, and a hit then gives the reservation back.
 func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) Decision {
 	key, err := c.key(ctx, ta)
 	if err != nil {
 		c.log.Warn("cache key unavailable; running without the cache", "action", ta.Name, "error", err)
 		return Decision{Status: flytev1.CacheSkipped}
 	}
-	got, err := c.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: key}))
-	switch {
-	case err == nil:
-		from := got.Msg.GetOutput().GetOutputUri()
-		cerr := copyOutputs(ctx, plugin.DataStoreFor(c.store, ta), from, outputsURI)
-		if cerr == nil {
-			c.forgetKey(ta) // done with the cache
-			if from == "" {
-				return Decision{Hit: true} // remembered as succeeded, with no outputs
-			}
-			return Decision{Hit: true, OutputsURI: outputsURI}
-		}
-		var refused *datastore.NotAllowedError
-		if errors.As(cerr, &refused) {
-			c.Metrics.CacheOutputsRefused(refused.Reason)
-			c.log.Warn("cached outputs lie where the action may not read; treating the hit as a miss",
-				"action", ta.Name, "outputs", from, "reason", refused.Reason, "error", cerr)
-		} else {
-			c.log.Warn("cached outputs unreadable; treating as a miss", "action", ta.Name, "error", cerr)
-		}
-	case connect.CodeOf(err) != connect.CodeNotFound:
-		c.log.Warn("cache service unavailable; treating as a miss", "action", ta.Name, "error", err)
-		return Decision{Status: flytev1.CacheSkipped}
-	}
-	if !ta.Spec.Cache.Serializable {
-		return Decision{Status: flytev1.CacheMiss}
+	switch d := c.get(ctx, ta, key, outputsURI); {
+	case d.Hit:
+		c.forgetKey(ta) // done with the cache
+		return d
+	case d.Status == flytev1.CacheSkipped || !ta.Spec.Cache.Serializable:
+		return d
 	}
 	res, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
 		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat),
@@ -234,7 +215,42 @@ func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI s
 	if !res.Msg.GetAcquired() {
 		return Decision{Wait: granted, Holder: key.GetTaskName() + "@" + key.GetCacheVersion(), Status: flytev1.CacheMiss}
 	}
+	// An identical action may have stored its outputs and released the reservation
+	// between the Get above and this grant: look again, or the work runs twice.
+	if d := c.get(ctx, ta, key, outputsURI); d.Hit {
+		c.Release(ctx, ta)
+		return d
+	}
 	c.keepAlive(ta, key, granted)
+	return Decision{Status: flytev1.CacheMiss}
+}
+
+// get looks key up and, on a hit, copies the outputs as Lookup says. It returns the hit,
+// or Status Skipped when the service could not be asked, or Status Miss.
+func (c *Cache) get(ctx context.Context, ta *flytev1.TaskAction, key *cachev1.CacheKey, outputsURI string) Decision {
+	got, err := c.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: key}))
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		return Decision{Status: flytev1.CacheMiss}
+	case err != nil:
+		c.log.Warn("cache service unavailable; treating as a miss", "action", ta.Name, "error", err)
+		return Decision{Status: flytev1.CacheSkipped}
+	}
+	from := got.Msg.GetOutput().GetOutputUri()
+	cerr := copyOutputs(ctx, plugin.DataStoreFor(c.store, ta), from, outputsURI)
+	var refused *datastore.NotAllowedError
+	switch {
+	case cerr == nil && from == "":
+		return Decision{Hit: true} // remembered as succeeded, with no outputs
+	case cerr == nil:
+		return Decision{Hit: true, OutputsURI: outputsURI}
+	case errors.As(cerr, &refused):
+		c.Metrics.CacheOutputsRefused(refused.Reason)
+		c.log.Warn("cached outputs lie where the action may not read; treating the hit as a miss",
+			"action", ta.Name, "outputs", from, "reason", refused.Reason, "error", cerr)
+	default:
+		c.log.Warn("cached outputs unreadable; treating as a miss", "action", ta.Name, "error", cerr)
+	}
 	return Decision{Status: flytev1.CacheMiss}
 }
 
