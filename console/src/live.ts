@@ -40,6 +40,21 @@ function newer(a: Action, b: Action): boolean {
   return false;
 }
 
+/**
+ * open holds the streams of this page. A page left for another may stay in the browser's
+ * back-forward cache with its streams open; over HTTP/1.1 (the console's plain HTTP on
+ * the loopback) six such pages would hold every connection the browser allows the
+ * origin, and the next page would wait for one forever. So the streams end when the page
+ * is hidden, and a page shown again from that cache starts over.
+ */
+const open = new Set<LiveActions>();
+addEventListener("pagehide", () => {
+  for (const l of open) l.close();
+});
+addEventListener("pageshow", (e) => {
+  if ((e as PageTransitionEvent).persisted) location.reload();
+});
+
 export class LiveActions {
   readonly actions = new Map<string, Action>();
   /** truncated is set when the listing stopped at maxListed actions. */
@@ -49,9 +64,12 @@ export class LiveActions {
   constructor(
     private readonly scope: Scope,
     private readonly listener: Listener,
-  ) {}
+  ) {
+    open.add(this);
+  }
 
   close(): void {
+    open.delete(this);
     this.stop.abort();
   }
 
