@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
+	"github.com/flytekube/backend/internal/chromium"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/nodetest"
 	"github.com/flytekube/backend/internal/ports"
@@ -121,8 +124,9 @@ type bufCall struct {
 
 // runPrinted runs, from the repository root, the bufcurl commands the sandbox printed,
 // with the alias it printed, and again with an alias that sends no token.
-// checkConsole opens the console's printed URL as a browser would: the page, then the
-// listing its script asks for, with the token the URL's fragment hands it.
+// checkConsole opens the console's printed URL in a real browser, as a newcomer would:
+// the runs page must list every run the events service holds for the examples, and
+// each action's page must draw its timeline.
 func checkConsole(ctx context.Context, t *testing.T, printed string) {
 	t.Helper()
 	m := regexp.MustCompile(`console: (http://\S+)#token=(\S+)`).FindStringSubmatch(printed)
@@ -131,39 +135,86 @@ func checkConsole(ctx context.Context, t *testing.T, printed string) {
 		return
 	}
 	page, token := m[1], m[2]
-	get := func(method, url, body string, header ...string) string {
-		req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Errorf("%s %s: %v", method, url, err)
-			return ""
-		}
-		defer func() { _ = resp.Body.Close() }()
-		raw, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s %s: %s: %s", method, url, resp.Status, raw)
-		}
-		return string(raw)
+	actions := listActions(ctx, t, page, token)
+	if len(actions) == 0 {
+		return
 	}
-	if html := get("GET", page, ""); !strings.Contains(html, "console.js") {
-		t.Errorf("the console's page: %s", html)
+	browser, stop, err := chromium.Start()
+	if err != nil {
+		t.Errorf("the console's browser check: %v (make test installs chromium)", err)
+		return
 	}
+	defer stop()
+	tab, cancel := chromedp.NewContext(browser)
+	defer cancel()
+	tab, cancelTimeout := context.WithTimeout(tab, 2*time.Minute)
+	defer cancelTimeout()
+	check := func(what, url, done string) bool {
+		t.Helper()
+		err := chromedp.Do(tab, chromedp.Navigate(url), chromedp.Poll[chromedp.Void](done, chromedp.WithPollingTimeout(30*time.Second)))
+		if err != nil {
+			body, _ := chromedp.Run(tab, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 2000) : ""`))
+			t.Errorf("the console's %s (%s): %v; it shows:\n%s", what, url, err, body)
+			return false
+		}
+		return true
+	}
+	runs := map[string]bool{}
+	for _, a := range actions {
+		runs[a.run] = true
+	}
+	// The printed URL hands the token over; the page keeps it for the session.
+	want := make([]string, 0, len(runs))
+	for run := range runs {
+		want = append(want, fmt.Sprintf("document.querySelector('#runs tr[data-run=%q]') !== null", run))
+	}
+	if !check("runs page", page+"#token="+token, strings.Join(want, " && ")) {
+		return
+	}
+	base, _, _ := strings.Cut(page, "?")
+	for _, a := range actions {
+		url := fmt.Sprintf("%s?project=%s&domain=%s&run=%s&action=%s", base, a.project, a.domain, a.run, a.action)
+		check("action page of "+a.run+"/"+a.action, url, `document.querySelectorAll("#timeline g.bar").length > 0`)
+	}
+}
+
+// consoleAction names an action the console lists.
+type consoleAction struct{ project, domain, run, action string }
+
+// listActions asks the console's API, as its script does, for the examples' actions.
+func listActions(ctx context.Context, t *testing.T, page, token string) []consoleAction {
+	t.Helper()
 	api := strings.SplitN(page, "/console/", 2)[0] + "/console/api/flyte.events.v1.EventsService/ListActions"
-	listed := get("POST", api, `{"project":"demo","domain":"development"}`, "Content-Type", "application/json", "Authorization", "Bearer "+token)
-	type action struct {
-		ID struct{ Run string } `json:"id"`
+	req, err := http.NewRequestWithContext(ctx, "POST", api, strings.NewReader(`{"project":"demo","domain":"development"}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	var list struct{ Actions []action }
-	_ = json.Unmarshal([]byte(listed), &list)
-	if !slices.ContainsFunc(list.Actions, func(a action) bool { return a.ID.Run == "flaky" }) {
-		t.Errorf("the console's listing lacks the flaky example: %s", listed)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Errorf("the console's listing: %v", err)
+		return nil
 	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, _ := io.ReadAll(resp.Body)
+	var list struct {
+		Actions []struct {
+			ID struct{ Project, Domain, Run, Action string } `json:"id"`
+		}
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &list) != nil {
+		t.Errorf("the console's listing: %s: %s", resp.Status, raw)
+		return nil
+	}
+	var out []consoleAction
+	for _, a := range list.Actions {
+		out = append(out, consoleAction{a.ID.Project, a.ID.Domain, a.ID.Run, a.ID.Action})
+	}
+	if !slices.ContainsFunc(out, func(a consoleAction) bool { return a.run == "flaky" }) {
+		t.Errorf("the console's listing lacks the flaky example: %s", raw)
+	}
+	return out
 }
 
 func runPrinted(ctx context.Context, t *testing.T, printed string) []bufCall {
