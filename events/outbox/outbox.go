@@ -1,0 +1,272 @@
+// Package outbox is the storage side of CloudEvents egress: a transactional outbox in
+// the events database.
+//
+// A trigger on action_events (migration 00002_outbox.sql) queues every newly stored
+// event in event_outbox, in the transaction that records it, while at least one sink is
+// registered; a redelivered duplicate is never queued. Each sink has its own cursor:
+// Read returns the entries after it, Advance moves it, and Trim deletes what every sink
+// has passed, so a slow sink holds up neither another sink nor Record. Entries a sink
+// refuses for good become dead letters, which can be listed and replayed. One relay at a
+// time works the outbox; TryLead elects it.
+package outbox
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flytekube/backend/events/store"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/services/postgres"
+)
+
+// The outbox's statements, one file each in queries/, where they are explained.
+var (
+	//go:embed queries/register_sinks.sql
+	registerSinksSQL string
+	//go:embed queries/read.sql
+	readSQL string
+	//go:embed queries/advance.sql
+	advanceSQL string
+	//go:embed queries/trim.sql
+	trimSQL string
+	//go:embed queries/lag.sql
+	lagSQL string
+)
+
+// ErrUnknownSink is returned for a sink that is not registered.
+var ErrUnknownSink = errors.New("outbox: unknown sink")
+
+// Outbox reads and keeps the outbox of a migrated events database.
+type Outbox struct {
+	pool *pgxpool.Pool
+}
+
+// New returns the outbox of the database pool reaches (migrated with store.Migrations).
+func New(pool *pgxpool.Pool) *Outbox { return &Outbox{pool: pool} }
+
+// Position is an entry's place in the outbox: its transaction's id, then its position
+// within the transaction. Entries are read, and cursors move, in this order.
+type Position struct {
+	Tx  uint64
+	Pos int64
+}
+
+// Compare returns -1, 0 or +1 as p is before, at or after o.
+func (p Position) Compare(o Position) int {
+	switch {
+	case p.Tx < o.Tx || p.Tx == o.Tx && p.Pos < o.Pos:
+		return -1
+	case p == o:
+		return 0
+	}
+	return 1
+}
+
+func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Tx, p.Pos) }
+
+// Entry is one queued event.
+type Entry struct {
+	Position Position
+	// Key, Attempt, Phase and Version identify the event, as its columns say.
+	Key        store.Key
+	Attempt    uint32
+	Phase      flytecorev1.ActionPhase
+	Version    uint32
+	OccurredAt time.Time
+	// RecordedAt is when the transaction that recorded the event began.
+	RecordedAt time.Time
+	// Event is the event itself; nil when its stored bytes do not decode (DecodeErr says
+	// why), which a relay should treat as a refusal, so the entry becomes a dead letter
+	// instead of stopping its sink.
+	Event     *eventsv1.ActionEvent
+	DecodeErr error
+	// encoded is the event as stored, kept for a dead letter.
+	encoded []byte
+}
+
+// finish fills the fields scanned into temporaries and decodes the event.
+func (e *Entry) finish(key store.Key, attempt, version int32, phase int16) {
+	e.Key, e.Attempt, e.Version, e.Phase = key, uint32(attempt), uint32(version), flytecorev1.ActionPhase(phase)
+	var ev eventsv1.ActionEvent
+	// As the store reads events: unknown fields of rows stored before they were dropped on
+	// the way in are not passed on.
+	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(e.encoded, &ev); err != nil {
+		e.DecodeErr = fmt.Errorf("outbox: decoding the event at %s: %w", e.Position, err)
+		return
+	}
+	e.Event = &ev
+}
+
+// SinkChanges says what RegisterSinks changed.
+type SinkChanges struct {
+	// Added are the sinks registered now, at the current end of the outbox.
+	Added []string
+	// Removed are the sinks whose cursors were deleted, being no longer configured.
+	Removed []string
+}
+
+// RegisterSinks makes names the registered sinks: a new name gets a cursor at the current
+// end of the outbox (it gets the events recorded from then on), a registered name keeps
+// its cursor, and the cursor of a name not given is deleted, so that a removed sink no
+// longer holds trimming back. Its dead letters stay. No names unregisters every sink,
+// and from then on nothing is queued.
+func (o *Outbox) RegisterSinks(ctx context.Context, names []string) (SinkChanges, error) {
+	for _, n := range names {
+		if n == "" {
+			return SinkChanges{}, errors.New("outbox: a sink's name is empty")
+		}
+		if p := postgres.TextProblem(n); p != "" {
+			return SinkChanges{}, fmt.Errorf("outbox: sink name %q is %s", n, p)
+		}
+	}
+	if names == nil {
+		names = []string{} // NULL would make "<> ALL" unknown and remove nothing
+	}
+	rows, err := o.pool.Query(ctx, registerSinksSQL, pgx.StrictNamedArgs{"names": names})
+	if err != nil {
+		return SinkChanges{}, fmt.Errorf("outbox: registering sinks: %w", err)
+	}
+	var (
+		changes SinkChanges
+		added   bool
+		name    string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&added, &name}, func() error {
+		if added {
+			changes.Added = append(changes.Added, name)
+		} else {
+			changes.Removed = append(changes.Removed, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return SinkChanges{}, fmt.Errorf("outbox: registering sinks: %w", err)
+	}
+	return changes, nil
+}
+
+// Read returns up to limit entries after sink's cursor, in position order, of
+// transactions that have ended (queries/read.sql says why), or ErrUnknownSink.
+func (o *Outbox) Read(ctx context.Context, sink string, limit int) ([]Entry, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("outbox: reading %d entries: the limit must be positive", limit)
+	}
+	rows, err := o.pool.Query(ctx, readSQL, pgx.StrictNamedArgs{"sink": sink, "limit": limit})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: reading for sink %q: %w", sink, err)
+	}
+	var (
+		out              []Entry
+		sinkFound        bool
+		tx               *uint64
+		pos              *int64
+		key              [4]*string
+		attempt, version *int32
+		phase            *int16
+		occurred, rec    *time.Time
+		encoded          []byte
+	)
+	// The sink's row comes back with NULL columns when nothing is pending.
+	_, err = pgx.ForEachRow(rows, []any{&tx, &pos, &key[0], &key[1], &key[2], &key[3], &attempt, &phase, &version,
+		&occurred, &rec, &encoded}, func() error {
+		sinkFound = true
+		if tx == nil {
+			return nil
+		}
+		e := Entry{Position: Position{*tx, *pos}, OccurredAt: *occurred, RecordedAt: *rec, encoded: encoded}
+		e.finish(store.Key{Project: *key[0], Domain: *key[1], Run: *key[2], Action: *key[3]}, *attempt, *version, *phase)
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: reading for sink %q: %w", sink, err)
+	}
+	if !sinkFound {
+		return nil, fmt.Errorf("%w %q", ErrUnknownSink, sink)
+	}
+	return out, nil
+}
+
+// Advance moves sink's cursor to to, the position of the last entry the sink has
+// handled. It never moves a cursor backwards: an older position leaves it where it is.
+func (o *Outbox) Advance(ctx context.Context, sink string, to Position) error {
+	tag, err := o.pool.Exec(ctx, advanceSQL, pgx.StrictNamedArgs{"sink": sink, "tx": to.Tx, "position": to.Pos})
+	if err != nil {
+		return fmt.Errorf("outbox: advancing sink %q to %s: %w", sink, to, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w %q", ErrUnknownSink, sink)
+	}
+	return nil
+}
+
+// Trim deletes the entries every registered sink has passed (every entry when no sink is
+// registered), batch entries to a statement and a transaction, until none is left, and
+// returns how many went.
+func (o *Outbox) Trim(ctx context.Context, batch int) (int, error) {
+	if batch < 1 {
+		return 0, fmt.Errorf("outbox: trimming in batches of %d: the batch must be positive", batch)
+	}
+	total := 0
+	for {
+		tag, err := o.pool.Exec(ctx, trimSQL, pgx.StrictNamedArgs{"batch": batch})
+		if err != nil {
+			return total, fmt.Errorf("outbox: trimming: %w", err)
+		}
+		total += int(tag.RowsAffected())
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// LagCountCap bounds the count Lag returns: past it, a sink is far behind and counting
+// further would cost each call a walk over the whole backlog.
+const LagCountCap = 100_000
+
+// Lag says how far sink is behind: the entries after its cursor, counted up to
+// LagCountCap, and the earliest time one of them was recorded, among the LagCountCap
+// first (zero when none is pending). Entries of committed transactions that Read holds
+// back because an older transaction is still open count too.
+func (o *Outbox) Lag(ctx context.Context, sink string) (events int64, oldest time.Time, err error) {
+	var min *time.Time
+	err = o.pool.QueryRow(ctx, lagSQL, pgx.StrictNamedArgs{"sink": sink, "cap": LagCountCap}).Scan(&events, &min)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, time.Time{}, fmt.Errorf("%w %q", ErrUnknownSink, sink)
+	}
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("outbox: measuring the lag of sink %q: %w", sink, err)
+	}
+	if min != nil {
+		oldest = *min
+	}
+	return events, oldest, nil
+}
+
+// MaxDetailBytes bounds a dead letter's detail.
+const MaxDetailBytes = 2 << 10
+
+// boundDetail makes s fit a dead letter: valid UTF-8 without NUL bytes (text holds
+// neither), at most MaxDetailBytes, cut at a character boundary.
+func boundDetail(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) <= MaxDetailBytes {
+		return s
+	}
+	cut := MaxDetailBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
