@@ -1,0 +1,333 @@
+package cloudevents
+
+import (
+	"context"
+	"encoding/pem"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/cloudevents/sdk-go/v2/types"
+)
+
+// receiver is a CloudEvents HTTP receiver: it decodes each request with the SDK and
+// answers with the status its script gives the event's id (200 by default).
+type receiver struct {
+	t      testing.TB
+	mu     sync.Mutex
+	got    []event.Event
+	reqs   []*http.Request // headers and URL only
+	status map[string]int  // by event id
+	body   map[string]string
+	delay  time.Duration
+	conns  atomic.Int32
+}
+
+func newReceiver(t testing.TB) *receiver {
+	return &receiver{t: t, status: map[string]int{}, body: map[string]string{}}
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ev, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
+	if err != nil {
+		rc.t.Errorf("the receiver cannot decode the request: %v", err)
+		http.Error(w, err.Error(), http.StatusUnsupportedMediaType)
+		return
+	}
+	if err := ev.Validate(); err != nil {
+		rc.t.Errorf("the receiver got an invalid event: %v", err)
+	}
+	rc.mu.Lock()
+	rc.got = append(rc.got, *ev)
+	rc.reqs = append(rc.reqs, &http.Request{Header: r.Header.Clone(), URL: r.URL, Proto: r.Proto})
+	status, body, delay := rc.status[ev.ID()], rc.body[ev.ID()], rc.delay
+	rc.mu.Unlock()
+	time.Sleep(delay)
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if status >= 300 && status < 400 {
+		w.Header().Set("Location", "/elsewhere?sig=s3cret")
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
+}
+
+func (rc *receiver) events() []event.Event {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return slices.Clone(rc.got)
+}
+
+func (rc *receiver) requests() []*http.Request {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return slices.Clone(rc.reqs)
+}
+
+// serve starts rc over plain HTTP/1.1, or over TLS with HTTP/2, and returns the sink
+// URL's start (with cafile= for TLS, so the sink trusts the test server's certificate).
+func serve(t testing.TB, rc *receiver, h2 bool) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(rc)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			rc.conns.Add(1)
+		}
+	}
+	if !h2 {
+		srv.Start()
+		t.Cleanup(srv.Close)
+		return srv.URL + "/hook?"
+	}
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return srv.URL + "/hook?cafile=" + ca + "&"
+}
+
+func openSink(t testing.TB, raw string) Sink {
+	t.Helper()
+	s, err := mustParse(t, raw).Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestHTTPDelivers(t *testing.T) {
+	for _, proto := range []struct {
+		name  string
+		h2    bool
+		major int
+	}{{"HTTP/1.1", false, 1}, {"HTTP/2", true, 2}} {
+		for _, mode := range []Mode{Binary, Structured} {
+			t.Run(proto.name+" "+string(mode), func(t *testing.T) {
+				rc := newReceiver(t)
+				sink := openSink(t, serve(t, rc, proto.h2)+"mode="+string(mode)+"&code=kept")
+				events := cloudEvents(t, 20, 3)
+				results, err := sink.Publish(context.Background(), events)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := slices.Repeat([]Outcome{Delivered}, len(events)); !slices.Equal(outcomes(results), want) {
+					t.Fatalf("outcomes %v, want all delivered", results)
+				}
+				got := rc.events()
+				if !slices.Equal(ids(got), ids(events)) {
+					t.Fatalf("the receiver got %v, want %v in order", ids(got), ids(events))
+				}
+				for i, e := range got {
+					want := events[i]
+					if e.Type() != want.Type() || e.Source() != want.Source() || e.Subject() != want.Subject() ||
+						!e.Time().Equal(want.Time()) || string(e.Data()) != string(want.Data()) ||
+						attempt(t, e) != 1 || e.Extensions()[ExtPartitionKey] != want.Extensions()[ExtPartitionKey] {
+						t.Errorf("received %v\nsent %v", e, want)
+					}
+				}
+				for _, r := range rc.requests() {
+					if r.Proto != "HTTP/"+map[int]string{1: "1.1", 2: "2.0"}[proto.major] {
+						t.Errorf("request over %s, want %s", r.Proto, proto.name)
+					}
+					ct := r.Header.Get("Content-Type")
+					switch mode {
+					case Binary:
+						if ct != event.ApplicationJSON || r.Header.Get("Ce-Id") == "" || r.Header.Get("Ce-Flyteproject") != "flytesnacks" {
+							t.Errorf("binary mode: Content-Type %q, headers %v", ct, r.Header)
+						}
+					case Structured:
+						if ct != event.ApplicationCloudEventsJSON || r.Header.Get("Ce-Id") != "" {
+							t.Errorf("structured mode: Content-Type %q, headers %v", ct, r.Header)
+						}
+					}
+					if q := r.URL.Query(); q.Get("code") != "kept" || q.Has("mode") || q.Has("cafile") {
+						t.Errorf("the receiver was called with query %q: want its own parameters only", r.URL.RawQuery)
+					}
+				}
+				if n := rc.conns.Load(); n != 1 {
+					t.Errorf("%d connections for %d events, want one kept alive", n, len(events))
+				}
+			})
+		}
+	}
+}
+
+// attempt reads the flyteattempt extension, which comes back from binary mode's headers
+// as a string and from JSON as a number.
+func attempt(t testing.TB, e event.Event) int32 {
+	t.Helper()
+	n, err := types.ToInteger(e.Extensions()[ExtAttempt])
+	if err != nil {
+		t.Errorf("flyteattempt: %v", err)
+	}
+	return n
+}
+
+func TestHTTPOutcomes(t *testing.T) {
+	events := cloudEvents(t, 5, 5)
+	third := events[2].ID()
+	tests := []struct {
+		name     string
+		status   int
+		body     string
+		want     []Outcome
+		received int    // requests the receiver got
+		detail   string // the third result's detail starts with it
+	}{
+		{"503 stops the batch", 503, "busy", []Outcome{Delivered, Delivered, Retry}, 3, "HTTP 503: busy"},
+		{"429 stops the batch", 429, "", []Outcome{Delivered, Delivered, Retry}, 3, "HTTP 429: "},
+		{"408 stops the batch", 408, "", []Outcome{Delivered, Delivered, Retry}, 3, "HTTP 408: "},
+		{"a redirect is not followed", 307, "", []Outcome{Delivered, Delivered, Retry}, 3, "HTTP 307: redirects are not followed (Location: /elsewhere?sig=REDACTED)"},
+		{"400 rejects one event", 400, "bad thing", []Outcome{Delivered, Delivered, Reject, Delivered, Delivered}, 5, "HTTP 400: bad thing"},
+		{"404 rejects one event", 404, "", []Outcome{Delivered, Delivered, Reject, Delivered, Delivered}, 5, "HTTP 404: "},
+		{"a long body is cut", 422, strings.Repeat("é", 10000), []Outcome{Delivered, Delivered, Reject, Delivered, Delivered}, 5, "HTTP 422: " + strings.Repeat("é", 256)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := newReceiver(t)
+			rc.status[third], rc.body[third] = tc.status, tc.body
+			sink := openSink(t, serve(t, rc, false))
+			results, err := sink.Publish(context.Background(), events)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(outcomes(results), tc.want) {
+				t.Fatalf("outcomes %v, want %v", results, tc.want)
+			}
+			if got := len(rc.events()); got != tc.received {
+				t.Errorf("the receiver got %d events, want %d", got, tc.received)
+			}
+			if d := results[2].Detail; !strings.HasPrefix(d, tc.detail) || len(d) > len("HTTP 422: ")+detailBody {
+				t.Errorf("detail %q, want it to start with %q and hold at most %d bytes of body", d, tc.detail, detailBody)
+			}
+			for i, r := range results {
+				if r.Outcome == Delivered && r.Detail != "" {
+					t.Errorf("result %d: delivered with detail %q", i, r.Detail)
+				}
+			}
+		})
+	}
+}
+
+func TestHTTPRetriesTransportFailures(t *testing.T) {
+	events := cloudEvents(t, 3, 3)
+
+	t.Run("timeout", func(t *testing.T) {
+		rc := newReceiver(t)
+		rc.delay = 300 * time.Millisecond
+		sink := openSink(t, serve(t, rc, false)+"timeout=50ms")
+		results, err := sink.Publish(context.Background(), events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(outcomes(results), []Outcome{Retry}) || !strings.Contains(results[0].Detail, "no response within 50ms") {
+			t.Errorf("results %v, want one Retry for a timeout", results)
+		}
+	})
+
+	t.Run("connection refused", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		sink := openSink(t, "http://"+addr+"/hook?sig=s3cret")
+		results, err := sink.Publish(context.Background(), events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(outcomes(results), []Outcome{Retry}) || !strings.Contains(results[0].Detail, "refused") || strings.Contains(results[0].Detail, "s3cret") {
+			t.Errorf("results %v, want one Retry naming the refusal without the query", results)
+		}
+	})
+
+	t.Run("the caller's context ends", func(t *testing.T) {
+		rc := newReceiver(t)
+		rc.delay = 200 * time.Millisecond
+		sink := openSink(t, serve(t, rc, false))
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		results, err := sink.Publish(ctx, events)
+		if err == nil || !slices.Equal(outcomes(results), []Outcome{Delivered}) {
+			t.Errorf("results %v, error %v: want the first delivered, then the context's error", results, err)
+		}
+	})
+}
+
+func TestHTTPBearerToken(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc := newReceiver(t)
+	events := cloudEvents(t, 2, 2)
+	rc.status[events[1].ID()] = http.StatusForbidden
+	sink := openSink(t, serve(t, rc, true)+"tokenfile="+tokenFile)
+	publish := func() []Result {
+		results, err := sink.Publish(context.Background(), events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return results
+	}
+	results := publish()
+	// The token is rotated: the next batch carries the new one.
+	if err := os.WriteFile(tokenFile, []byte("second"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	publish()
+	var auth []string
+	for _, r := range rc.requests() {
+		auth = append(auth, r.Header.Get("Authorization"))
+	}
+	if want := []string{"Bearer first", "Bearer first", "Bearer second", "Bearer second"}; !slices.Equal(auth, want) {
+		t.Errorf("Authorization headers %q, want %q", auth, want)
+	}
+	for _, r := range results {
+		if strings.Contains(r.Detail, "first") {
+			t.Errorf("detail %q shows the token", r.Detail)
+		}
+	}
+	// A token file gone missing is a Retry, not a reason to drop events.
+	if err := os.Remove(tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	if results := publish(); !slices.Equal(outcomes(results), []Outcome{Retry}) || !strings.Contains(results[0].Detail, "tokenfile") {
+		t.Errorf("results %v without a token file, want one Retry naming it", results)
+	}
+}
+
+func TestBoundDetail(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"ok", "ok"},
+		{"nul\x00byte", "nul\uFFFDbyte"},
+		{"bad\xffutf8", "bad\uFFFDutf8"},
+		{strings.Repeat("x", 5000), strings.Repeat("x", MaxDetail-len("…")) + "…"},
+		// A cut inside a 3-byte character backs off to the character's start.
+		{strings.Repeat("日", 1000), strings.Repeat("日", (MaxDetail-len("…"))/3) + "…"},
+	}
+	for _, tc := range tests {
+		out := boundDetail(tc.in)
+		if out != tc.want || len(out) > MaxDetail || !utf8.ValidString(out) {
+			t.Errorf("boundDetail(%.20q...) = %.40q... (%d bytes), want %.40q...", tc.in, out, len(out), tc.want)
+		}
+	}
+}
