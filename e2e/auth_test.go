@@ -62,6 +62,9 @@ type rpc struct {
 	call func(ctx context.Context, s *services, httpClient *http.Client, opts []connect.ClientOption, project string) error
 }
 
+// clusterWide says the RPC is the CloudEvents egress's, granted cluster-wide only.
+func (r rpc) clusterWide() bool { return strings.HasPrefix(r.name, "egress.") }
+
 func evClient(s *services, c *http.Client, opts []connect.ClientOption) eventsv1connect.EventsServiceClient {
 	return eventsv1connect.NewEventsServiceClient(c, s.eventsURL, opts...)
 }
@@ -150,6 +153,40 @@ var rpcs = []rpc{
 		_, err := cacheClient(s, c, o).ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: authCacheKey(p), OwnerId: "owner"}))
 		return err
 	}},
+	// The CloudEvents egress is cluster-wide: the project does not matter.
+	{name: "egress.ListSinks", read: true, call: func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, _ string) error {
+		_, err := egressClient(s, c, o).ListSinks(ctx, connect.NewRequest(&eventsv1.ListSinksRequest{}))
+		return err
+	}},
+	{name: "egress.ListDeadLetters", read: true, call: func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, _ string) error {
+		_, err := egressClient(s, c, o).ListDeadLetters(ctx, connect.NewRequest(&eventsv1.ListDeadLettersRequest{}))
+		return err
+	}},
+	{name: "egress.ReplayDeadLetters", call: func(ctx context.Context, s *services, c *http.Client, o []connect.ClientOption, _ string) error {
+		_, err := egressClient(s, c, o).ReplayDeadLetters(ctx, connect.NewRequest(&eventsv1.ReplayDeadLettersRequest{Sink: "nowhere", All: true}))
+		return err
+	}},
+}
+
+func egressClient(s *services, c *http.Client, opts []connect.ClientOption) eventsv1connect.EgressServiceClient {
+	return eventsv1connect.NewEgressServiceClient(c, s.eventsURL, opts...)
+}
+
+// projectWide: allowed but for the cluster-wide egress RPCs, which the executor's
+// ClusterRole does not grant.
+func projectWide(r rpc) connect.Code {
+	if r.clusterWide() {
+		return connect.CodePermissionDenied
+	}
+	return 0
+}
+
+// egressOnly: the egress RPCs and nothing else, as flyte-services-egress-operator grants.
+func egressOnly(r rpc) connect.Code {
+	if r.clusterWide() {
+		return 0
+	}
+	return connect.CodePermissionDenied
 }
 
 var protocols = []struct {
@@ -172,6 +209,14 @@ type caller struct {
 func unauthenticated(rpc) connect.Code { return connect.CodeUnauthenticated }
 func forbidden(rpc) connect.Code       { return connect.CodePermissionDenied }
 func allowed(rpc) connect.Code         { return 0 }
+// projectReadOnly: readOnly within a project; the egress needs a ClusterRoleBinding.
+func projectReadOnly(r rpc) connect.Code {
+	if r.clusterWide() {
+		return connect.CodePermissionDenied
+	}
+	return readOnly(r)
+}
+
 func readOnly(r rpc) connect.Code {
 	if r.read {
 		return 0
@@ -275,14 +320,16 @@ func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
 		}
 		return tr.Status.Token
 	}
-	for _, sa := range []string{"executor", "viewer", "other", "gone"} {
+	for _, sa := range []string{"executor", "viewer", "other", "gone", "egress-operator"} {
 		if _, err := cs.CoreV1().ServiceAccounts(home).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	bind(t, cs, "", "flyte-services-executor", home, "executor")
 	bind(t, cs, teamA, "flyte-services-viewer", home, "viewer")
+	bind(t, cs, "", "flyte-services-egress-operator", home, "egress-operator")
 	executor, viewer, other := token("executor", "flyte"), token("viewer", "flyte"), token("other", "flyte")
+	operator := token("egress-operator", "flyte")
 	wrongAudience := token("executor", "someone-else")
 	revoked := token("gone", "flyte")
 	if err := cs.CoreV1().ServiceAccounts(home).Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
@@ -295,13 +342,14 @@ func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
 		{"bad-token", "not-a-token", unauthenticated},
 		{"wrong-audience", wrongAudience, unauthenticated},
 		{"revoked", revoked, unauthenticated},
-		{"executor", executor, allowed},
-		{"viewer", viewer, readOnly},
+		{"executor", executor, projectWide},
+		{"viewer", viewer, projectReadOnly},
 		{"other", other, forbidden},
+		{"egress-operator", operator, egressOnly},
 	})
 	checkDecisionsAreCached(t, cs, s, executor, teamA)
 	// The viewer's RoleBinding is in team A's namespace only.
-	checkCallers(t, s, teamB, []caller{{"viewer", viewer, forbidden}, {"executor", executor, allowed}})
+	checkCallers(t, s, teamB, []caller{{"viewer", viewer, forbidden}, {"executor", executor, projectWide}})
 	checkDeniedWroteNothing(t, s, executor, "no-such-project")
 }
 
@@ -330,8 +378,8 @@ func applyShippedRoles(t *testing.T, cs kubernetes.Interface) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(names, []string{"flyte-services-executor", "flyte-services-viewer"}) {
-		t.Fatalf("roles.yaml holds ClusterRoles %v, want the executor's and the viewer's", names)
+	if !slices.Equal(names, []string{"flyte-services-executor", "flyte-services-viewer", "flyte-services-egress-operator"}) {
+		t.Fatalf("roles.yaml holds ClusterRoles %v, want the executor's, the viewer's and the egress operator's", names)
 	}
 }
 

@@ -31,6 +31,11 @@ func Rules() auth.Rules {
 		eventsv1connect.EventsServiceWatchActionsProcedure: read(auth.VerbWatch, func(m any) string {
 			return m.(*eventsv1.WatchActionsRequest).GetProject()
 		}),
+		// The CloudEvents egress is the cluster's, not a project's: its dead letters hold
+		// events of every project.
+		eventsv1connect.EgressServiceListSinksProcedure:         {Group: APIGroup, Resource: "sinks", Verb: auth.VerbList},
+		eventsv1connect.EgressServiceListDeadLettersProcedure:   {Group: APIGroup, Resource: "deadletters", Verb: auth.VerbList},
+		eventsv1connect.EgressServiceReplayDeadLettersProcedure: {Group: APIGroup, Resource: "deadletters", Verb: auth.VerbUpdate},
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/flytekube/backend/events/console"
+	"github.com/flytekube/backend/events/outbox"
+	"github.com/flytekube/backend/events/relay"
 	"github.com/flytekube/backend/events/service"
 	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/events/watch"
@@ -65,6 +67,9 @@ type Config struct {
 	// JaegerQueryURL, when set, is Jaeger's query API, where the console finds an
 	// action's traces; JaegerUIURL, when set, a Jaeger UI it links them to.
 	JaegerQueryURL, JaegerUIURL string
+	// CloudEvents says where every recorded event is published as a CloudEvent (its
+	// Sinks, from --cloudevents-sink), and how (events/relay).
+	CloudEvents relay.Config
 	// KubeClient, when set, is the API server client of auth mode kubernetes (tests).
 	KubeClient kubernetes.Interface
 	// TracerProvider, when set, receives the service's spans instead of the provider the
@@ -121,6 +126,13 @@ func (c Config) Validate() error {
 	case c.MaxResponseBytes < minResponseBytes:
 		return fmt.Errorf("max-response-bytes: must be at least %d, got %d", minResponseBytes, c.MaxResponseBytes)
 	}
+	names := map[string]bool{}
+	for _, sink := range c.CloudEvents.Sinks {
+		if names[sink.Name()] {
+			return fmt.Errorf("cloudevents-sink: two sinks are named %q: give one a name= of its own", sink.Name())
+		}
+		names[sink.Name()] = true
+	}
 	if c.ConsoleListen != "" {
 		if err := console.ValidateAddress(c.ConsoleListen, c.consoleTLS()); err != nil {
 			return err
@@ -158,7 +170,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		// The service's codec names the field of a string that is not UTF-8.
 		path, handler := eventsv1connect.NewEventsServiceHandler(svc, d.Server.HandlerOptions()...)
 		d.Server.Handle(path, handler)
-		loops := []app.Background{func(ctx context.Context) { _ = hub.Run(ctx) }}
+		ob := outbox.New(d.Pool)
+		d.Server.Handle(eventsv1connect.NewEgressServiceHandler(service.NewEgress(ob, cfg.CloudEvents.Sinks, log), d.Server.HandlerOptions()...))
+		names := make([]string, len(cfg.CloudEvents.Sinks))
+		for i, sink := range cfg.CloudEvents.Sinks {
+			names[i] = sink.Name()
+		}
+		relayMetrics, err := relay.NewMetrics(d.Registry, names)
+		if err != nil {
+			return nil, err
+		}
+		// It runs even without sinks: its leader unregisters the sinks of an earlier
+		// configuration, so that nothing is queued for them any more.
+		egress := relay.New(ob, cfg.CloudEvents, hub.Nudges(), relayMetrics, log.With("component", "relay"))
+		loops := []app.Background{func(ctx context.Context) { _ = hub.Run(ctx) }, egress.Run}
 		serveConsole, err := startConsole(cfg, d.Server.Guard(handler), d.Server.TLSConfig(), log)
 		if err != nil {
 			return nil, err

@@ -2,8 +2,10 @@ package events
 
 import (
 	"flag"
+	"fmt"
 	"os"
 
+	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/services/app"
 )
 
@@ -25,5 +27,14 @@ func Flags(fs *flag.FlagSet, cfg *Config) {
 	fs.BoolVar(&cfg.ConsolePlaintext, "console-plaintext", false, "serve the console in plain HTTP on its loopback address even when the service has a TLS certificate, for a browser on the same machine")
 	fs.StringVar(&cfg.JaegerQueryURL, "jaeger-query-url", "", "Jaeger's query API, where the console finds an action's traces; empty shows none")
 	fs.StringVar(&cfg.JaegerUIURL, "jaeger-ui-url", "", "a Jaeger UI the console links each trace to; empty links none")
+	fs.Func("cloudevents-sink", "publish every recorded event as a CloudEvent to this sink (repeatable): http(s)://, nats:// or kafka:// URL with options and filters as query parameters (docs/events.md)", func(raw string) error {
+		sink, err := cloudevents.Parse(raw)
+		if err != nil {
+			return fmt.Errorf("cloudevents-sink: %w", err)
+		}
+		cfg.CloudEvents.Sinks = append(cfg.CloudEvents.Sinks, sink)
+		return nil
+	})
+	fs.StringVar(&cfg.CloudEvents.Cluster, "cloudevents-cluster", "default", "this cluster's name in each CloudEvent's source (flyte://CLUSTER/PROJECT/DOMAIN)")
 	app.SecurityFlags(fs, &cfg.Server, &cfg.Auth)
 }
