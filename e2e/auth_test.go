@@ -209,6 +209,7 @@ type caller struct {
 func unauthenticated(rpc) connect.Code { return connect.CodeUnauthenticated }
 func forbidden(rpc) connect.Code       { return connect.CodePermissionDenied }
 func allowed(rpc) connect.Code         { return 0 }
+
 // projectReadOnly: readOnly within a project; the egress needs a ClusterRoleBinding.
 func projectReadOnly(r rpc) connect.Code {
 	if r.clusterWide() {

@@ -100,7 +100,7 @@ type receiver struct {
 
 // received is one CloudEvent as a consumer reads it.
 type received struct {
-	id, run, action string
+	id, run, action  string
 	attempt, version int32
 }
 

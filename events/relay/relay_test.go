@@ -74,7 +74,9 @@ func TestASinkDownForAWhileLosesNothing(t *testing.T) {
 	}
 	want := actions * len(lifecycle)
 	eventually.True(t, 30*time.Second, func() bool { return len(up.got()) == want },
-		func() string { return fmt.Sprintf("the working sink accepted %d of %d during the other's outage", len(up.got()), want) })
+		func() string {
+			return fmt.Sprintf("the working sink accepted %d of %d during the other's outage", len(up.got()), want)
+		})
 	eventually.True(t, 30*time.Second, func() bool { return r.counter(t, "flyte_events_cloudevents_retries_total", "down") >= 3 },
 		func() string { return "the sink that is down was not retried" })
 	if n := len(down.got()); n != 0 {
@@ -82,7 +84,9 @@ func TestASinkDownForAWhileLosesNothing(t *testing.T) {
 	}
 	unavailable.Store(false)
 	eventually.True(t, 30*time.Second, func() bool { return len(down.got()) >= want },
-		func() string { return fmt.Sprintf("after the outage the sink accepted %d of %d", len(down.got()), want) })
+		func() string {
+			return fmt.Sprintf("after the outage the sink accepted %d of %d", len(down.got()), want)
+		})
 	inOrderOnce(t, down.got(), want)
 	inOrderOnce(t, up.got(), want)
 }
@@ -193,6 +197,8 @@ func TestOneReplicaRelaysAndAnotherTakesOver(t *testing.T) {
 		func() string { return "the standby never took over" })
 	d.record(t, actionEvents("failover", "after")...)
 	eventually.True(t, 30*time.Second, func() bool { return len(rc.got()) == 2*len(lifecycle) },
-		func() string { return fmt.Sprintf("after the take-over %d of %d accepted", len(rc.got()), 2*len(lifecycle)) })
+		func() string {
+			return fmt.Sprintf("after the take-over %d of %d accepted", len(rc.got()), 2*len(lifecycle))
+		})
 	inOrderOnce(t, rc.got(), 2*len(lifecycle))
 }
