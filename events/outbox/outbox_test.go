@@ -84,6 +84,58 @@ func TestEntriesCarryTheEvent(t *testing.T) {
 	}
 }
 
+// The trigger numbers a statement's rows in the order they were inserted, which is
+// Record's order: by action, then as the action's events fold. A batch given shuffled,
+// through the copy and through the redelivery insert, comes out in that order.
+func TestBatchQueuesInFoldOrder(t *testing.T) {
+	e := newEnv(t)
+	e.register(t, "http")
+	retry := event("r1", "a0", 0)
+	retry.Attempt = 2 // a second attempt's first event follows the first attempt's last
+	var want []string
+	var batch []*eventsv1.ActionEvent
+	for _, action := range []string{"a0", "a1"} {
+		for i := range lifecycle {
+			ev := event("r1", action, i)
+			batch = append(batch, ev)
+			want = append(want, eventName(ev))
+		}
+	}
+	want = slices.Insert(want, len(lifecycle), eventName(retry))
+	batch = append(batch, retry)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, path := range []string{"copy", "insert"} {
+		if path == "insert" {
+			// A redelivery of the first half with the second half new: the insert path.
+			e.record(t, batch[:len(batch)/2]...)
+			e.drain(t, "http")
+		}
+		shuffled := slices.Clone(batch)
+		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		e.record(t, shuffled...)
+		got := names(e.drain(t, "http"))
+		if path == "copy" {
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: read %q; want fold order %q", path, got, want)
+			}
+			if _, err := e.pool.Exec(context.Background(), "TRUNCATE action_events, actions"); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		var rest []string
+		for _, n := range want {
+			if !slices.ContainsFunc(batch[:len(batch)/2], func(ev *eventsv1.ActionEvent) bool { return eventName(ev) == n }) {
+				rest = append(rest, n)
+			}
+		}
+		if !slices.Equal(got, rest) {
+			t.Fatalf("%s: read %q; want the new events in fold order %q", path, got, rest)
+		}
+	}
+}
+
 // Sixteen writers record their own actions' events, each Record after the previous one
 // returned, as the executor sends them, while a reader drains the outbox: every event
 // comes out exactly once, and each action's in the order recorded.
