@@ -40,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer, sinks []string) (*Metrics, error) {
 			"Time from the start of the transaction that recorded an event to its sink's acknowledgement, by sink.",
 			prometheus.ExponentialBuckets(0.005, 2, 14), "sink", sinks...),
 		pending: gaugeVec("flyte_events_cloudevents_pending",
-			"Events queued for a CloudEvents sink and not yet handed to it (counted up to 10,000), by sink.", sinks),
+			"Events queued for a CloudEvents sink and not yet handed to it (counted up to 100,000), by sink.", sinks),
 		oldest: gaugeVec("flyte_events_cloudevents_oldest_pending_age_seconds",
 			"Age of the oldest event queued for a CloudEvents sink and not yet handed to it, by sink; 0 when none is.", sinks),
 		trimmedTotal: instrument.Counter("flyte_events_cloudevents_outbox_trimmed_total",

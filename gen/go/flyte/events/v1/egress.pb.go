@@ -115,8 +115,8 @@ type Sink struct {
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// target is where it publishes, without credentials or options.
 	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
-	// pending counts queued events the sink has not been handed yet, up to 10,000 (more
-	// is reported as 10,000).
+	// pending counts queued events the sink has not been handed yet, up to 100,000 (more
+	// is reported as 100,000).
 	Pending uint64 `protobuf:"varint,4,opt,name=pending,proto3" json:"pending,omitempty"`
 	// oldest_pending is when the oldest of them was recorded; unset when none is.
 	OldestPending *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=oldest_pending,json=oldestPending,proto3" json:"oldest_pending,omitempty"`
