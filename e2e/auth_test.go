@@ -321,7 +321,7 @@ func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
 		}
 		return tr.Status.Token
 	}
-	for _, sa := range []string{"executor", "viewer", "other", "gone", "egress-operator"} {
+	for _, sa := range []string{"executor", "viewer", "other", "gone", "egress-operator", "cache-check"} {
 		if _, err := cs.CoreV1().ServiceAccounts(home).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -329,6 +329,7 @@ func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
 	bind(t, cs, "", "flyte-services-executor", home, "executor")
 	bind(t, cs, teamA, "flyte-services-viewer", home, "viewer")
 	bind(t, cs, "", "flyte-services-egress-operator", home, "egress-operator")
+	bind(t, cs, "", "flyte-services-executor", home, "cache-check")
 	executor, viewer, other := token("executor", "flyte"), token("viewer", "flyte"), token("other", "flyte")
 	operator := token("egress-operator", "flyte")
 	wrongAudience := token("executor", "someone-else")
@@ -348,7 +349,9 @@ func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
 		{"other", other, forbidden},
 		{"egress-operator", operator, egressOnly},
 	})
-	checkDecisionsAreCached(t, cs, s, executor, teamA)
+	// A token and identity reviewed for the first time by the check: one reviewed a few
+	// seconds before would expire from the caches during it.
+	checkDecisionsAreCached(t, cs, s, token("cache-check", "flyte"), teamA)
 	// The viewer's RoleBinding is in team A's namespace only.
 	checkCallers(t, s, teamB, []caller{{"viewer", viewer, forbidden}, {"executor", executor, projectWide}})
 	checkDeniedWroteNothing(t, s, executor, "no-such-project")
