@@ -45,6 +45,9 @@ type Options struct {
 	BatchSizes []int
 	// CompareAuth also measures Record with auth mode kubernetes beside auth mode none.
 	CompareAuth bool
+	// CompareOutbox also measures Record with the outbox's trigger, without and with a
+	// sink registered, beside Record without the trigger.
+	CompareOutbox bool
 	// Rounds repeats each ingest measurement, alternating baseline and service; the
 	// median is reported.
 	Rounds int
@@ -421,6 +424,14 @@ func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error 
 				micros(r.RecordCPU[benchutil.SelfGroup]), micros(r.RecordCPU[postgresGroup]),
 				100*float64(ceiling)/float64(record), micros(r.ValidateCPU), 100*float64(ceiling)/float64(record-r.ValidateCPU))
 		}
+	}
+
+	if o.CompareOutbox {
+		r, err := CompareOutbox(ctx, o, pool, svc, progress)
+		if err != nil {
+			return fmt.Errorf("outbox comparison: %w", err)
+		}
+		WriteOutbox(w, o, r)
 	}
 
 	if o.CompareAuth {

@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/flytekube/backend/events/store"
 )
 
 var (
@@ -59,11 +57,15 @@ func (o *Outbox) DeadLetter(ctx context.Context, sink string, e Entry, detail st
 			return fmt.Errorf("outbox: encoding the dead letter at %s: %w", e.Position, err)
 		}
 	}
+	var occurred *time.Time
+	if !e.OccurredAt.IsZero() {
+		occurred = &e.OccurredAt
+	}
 	_, err := o.pool.Exec(ctx, deadLetterSQL, pgx.StrictNamedArgs{
-		"sink": sink, "tx": e.Position.Tx, "position": e.Position.Pos,
+		"sink": sink, "tx": e.Position.Tx, "position": e.Position.Pos, "ordinal": e.Position.Ordinal,
 		"project": e.Key.Project, "domain": e.Key.Domain, "run": e.Key.Run, "action": e.Key.Action,
 		"attempt": int32(e.Attempt), "phase": int16(e.Phase), "version": int32(e.Version),
-		"occurred_at": e.OccurredAt, "recorded_at": e.RecordedAt, "event": encoded,
+		"occurred_at": occurred, "recorded_at": e.RecordedAt, "event": encoded,
 		"detail": boundDetail(detail),
 	})
 	if err != nil {
@@ -181,20 +183,16 @@ func (o *Outbox) queryDeadLetters(ctx context.Context, sql string, args pgx.Stri
 		return nil, err
 	}
 	var (
-		out              []DeadLetter
-		d                DeadLetter
-		key              store.Key
-		attempt, version int32
-		phase            int16
-		attempts         int32
-		replay           *time.Time
+		out      []DeadLetter
+		d        DeadLetter
+		attempts int32
+		replay   *time.Time
 	)
-	_, err = pgx.ForEachRow(rows, []any{&d.ID, &d.Sink, &d.Entry.Position.Tx, &d.Entry.Position.Pos,
-		&key.Project, &key.Domain, &key.Run, &key.Action, &attempt, &phase, &version,
-		&d.Entry.OccurredAt, &d.Entry.RecordedAt, &d.Entry.encoded, &d.Detail, &d.FailedAt, &attempts, &replay,
+	_, err = pgx.ForEachRow(rows, []any{&d.ID, &d.Sink, &d.Entry.Position.Tx, &d.Entry.Position.Pos, &d.Entry.Position.Ordinal,
+		&d.Entry.RecordedAt, &d.Entry.encoded, &d.Detail, &d.FailedAt, &attempts, &replay,
 	}, func() error {
 		letter := d
-		letter.Entry.finish(key, attempt, version, phase)
+		letter.Entry.decode()
 		letter.Attempts = int(attempts)
 		if replay != nil {
 			letter.ReplayRequestedAt = *replay

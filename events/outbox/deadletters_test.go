@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/flytekube/backend/events/outbox"
+	"github.com/flytekube/backend/internal/pgtest"
 )
 
 // deadLetters queues n events, reads them for sink and keeps them all as its dead
@@ -190,5 +191,30 @@ func TestReplay(t *testing.T) {
 	}
 	if rs, _ := e.box.ReadReplays(ctx, "kafka", 10); len(rs) != 0 {
 		t.Errorf("kafka's letters were requested by http's replay: %q", letterNames(rs))
+	}
+}
+
+// An event whose stored bytes do not decode comes out with DecodeErr, so the relay can
+// dead-letter it rather than stop its sink; the letter keeps the bytes.
+func TestUndecodableEventBecomesADeadLetter(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.register(t, "http")
+	pgtest.Exec(t, e.url, `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event)
+		VALUES ('demo', 'development', 'r1', 'a0', 1, 1, 0, now(), '\xff'::bytea)`)
+	entries := e.read(t, "http", 10)
+	if len(entries) != 1 || entries[0].DecodeErr == nil || entries[0].Event != nil {
+		t.Fatalf("read %+v; want one entry with a decoding error", entries)
+	}
+	if err := e.box.DeadLetter(ctx, "http", entries[0], entries[0].DecodeErr.Error()); err != nil {
+		t.Fatal(err)
+	}
+	letters, _ := e.list(t, outbox.DeadLetterFilter{Sink: "http"})
+	if len(letters) != 1 || letters[0].Entry.DecodeErr == nil || letters[0].Entry.Position != entries[0].Position {
+		t.Fatalf("letters %+v; want the undecodable entry", letters)
+	}
+	var stored []byte
+	if err := e.pool.QueryRow(ctx, "SELECT event FROM cloudevent_dead_letters").Scan(&stored); err != nil || string(stored) != "\xff" {
+		t.Fatalf("the letter keeps %x (%v); want the stored bytes ff", stored, err)
 	}
 }

@@ -102,10 +102,11 @@ func (e *env) drain(t *testing.T, sink string) []outbox.Entry {
 	}
 }
 
+// queued counts the events in the outbox.
 func (e *env) queued(t *testing.T) int {
 	t.Helper()
 	var n int
-	if err := e.pool.QueryRow(context.Background(), "SELECT count(*) FROM event_outbox").Scan(&n); err != nil {
+	if err := e.pool.QueryRow(context.Background(), "SELECT coalesce(sum(count), 0) FROM event_outbox").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -3,7 +3,9 @@
 //
 // A trigger on action_events (migration 00002_outbox.sql) queues every newly stored
 // event in event_outbox, in the transaction that records it, while at least one sink is
-// registered; a redelivered duplicate is never queued. Each sink has its own cursor:
+// registered; a redelivered duplicate is never queued. A Record's events share one row,
+// so the outbox costs Record little; an entry is one event of a row. Each sink has its
+// own cursor:
 // Read returns the entries after it, Advance moves it, and Trim deletes what every sink
 // has passed, so a slow sink holds up neither another sink nor Record. Entries a sink
 // refuses for good become dead letters, which can be listed and replayed. One relay at a
@@ -11,6 +13,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -54,30 +57,27 @@ type Outbox struct {
 // New returns the outbox of the database pool reaches (migrated with store.Migrations).
 func New(pool *pgxpool.Pool) *Outbox { return &Outbox{pool: pool} }
 
-// Position is an entry's place in the outbox: its transaction's id, then its position
-// within the transaction. Entries are read, and cursors move, in this order.
+// Position is an event's place in the outbox: its row's transaction id and position
+// (one row per statement that recorded events), then its ordinal among the row's
+// events, from 1. Events are read, and cursors move, in this order.
 type Position struct {
-	Tx  uint64
-	Pos int64
+	Tx      uint64
+	Pos     int64
+	Ordinal int32
 }
 
 // Compare returns -1, 0 or +1 as p is before, at or after o.
 func (p Position) Compare(o Position) int {
-	switch {
-	case p.Tx < o.Tx || p.Tx == o.Tx && p.Pos < o.Pos:
-		return -1
-	case p == o:
-		return 0
-	}
-	return 1
+	return cmp.Or(cmp.Compare(p.Tx, o.Tx), cmp.Compare(p.Pos, o.Pos), cmp.Compare(p.Ordinal, o.Ordinal))
 }
 
-func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Tx, p.Pos) }
+func (p Position) String() string { return fmt.Sprintf("%d/%d/%d", p.Tx, p.Pos, p.Ordinal) }
 
 // Entry is one queued event.
 type Entry struct {
 	Position Position
-	// Key, Attempt, Phase and Version identify the event, as its columns say.
+	// Key, Attempt, Phase, Version and OccurredAt are the event's, read from it (zero
+	// when it does not decode).
 	Key        store.Key
 	Attempt    uint32
 	Phase      flytecorev1.ActionPhase
@@ -94,9 +94,8 @@ type Entry struct {
 	encoded []byte
 }
 
-// finish fills the fields scanned into temporaries and decodes the event.
-func (e *Entry) finish(key store.Key, attempt, version int32, phase int16) {
-	e.Key, e.Attempt, e.Version, e.Phase = key, uint32(attempt), uint32(version), flytecorev1.ActionPhase(phase)
+// decode reads the stored event and the fields that come from it.
+func (e *Entry) decode() {
 	var ev eventsv1.ActionEvent
 	// As the store reads events: unknown fields of rows stored before they were dropped on
 	// the way in are not passed on.
@@ -105,6 +104,11 @@ func (e *Entry) finish(key store.Key, attempt, version int32, phase int16) {
 		return
 	}
 	e.Event = &ev
+	e.Key = store.KeyOf(ev.GetId())
+	e.Attempt, e.Phase, e.Version = ev.GetAttempt(), ev.GetPhase(), ev.GetVersion()
+	if ev.GetOccurredAt() != nil {
+		e.OccurredAt = ev.GetOccurredAt().AsTime()
+	}
 }
 
 // SinkChanges says what RegisterSinks changed.
@@ -166,25 +170,22 @@ func (o *Outbox) Read(ctx context.Context, sink string, limit int) ([]Entry, err
 		return nil, fmt.Errorf("outbox: reading for sink %q: %w", sink, err)
 	}
 	var (
-		out              []Entry
-		sinkFound        bool
-		tx               *uint64
-		pos              *int64
-		key              [4]*string
-		attempt, version *int32
-		phase            *int16
-		occurred, rec    *time.Time
-		encoded          []byte
+		out       []Entry
+		sinkFound bool
+		tx        *uint64
+		pos       *int64
+		ordinal   *int32
+		recorded  *time.Time
+		encoded   []byte
 	)
 	// The sink's row comes back with NULL columns when nothing is pending.
-	_, err = pgx.ForEachRow(rows, []any{&tx, &pos, &key[0], &key[1], &key[2], &key[3], &attempt, &phase, &version,
-		&occurred, &rec, &encoded}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&tx, &pos, &ordinal, &recorded, &encoded}, func() error {
 		sinkFound = true
 		if tx == nil {
 			return nil
 		}
-		e := Entry{Position: Position{*tx, *pos}, OccurredAt: *occurred, RecordedAt: *rec, encoded: encoded}
-		e.finish(store.Key{Project: *key[0], Domain: *key[1], Run: *key[2], Action: *key[3]}, *attempt, *version, *phase)
+		e := Entry{Position: Position{*tx, *pos, *ordinal}, RecordedAt: *recorded, encoded: encoded}
+		e.decode()
 		out = append(out, e)
 		return nil
 	})
@@ -200,7 +201,7 @@ func (o *Outbox) Read(ctx context.Context, sink string, limit int) ([]Entry, err
 // Advance moves sink's cursor to to, the position of the last entry the sink has
 // handled. It never moves a cursor backwards: an older position leaves it where it is.
 func (o *Outbox) Advance(ctx context.Context, sink string, to Position) error {
-	tag, err := o.pool.Exec(ctx, advanceSQL, pgx.StrictNamedArgs{"sink": sink, "tx": to.Tx, "position": to.Pos})
+	tag, err := o.pool.Exec(ctx, advanceSQL, pgx.StrictNamedArgs{"sink": sink, "tx": to.Tx, "position": to.Pos, "ordinal": to.Ordinal})
 	if err != nil {
 		return fmt.Errorf("outbox: advancing sink %q to %s: %w", sink, to, err)
 	}
@@ -210,9 +211,9 @@ func (o *Outbox) Advance(ctx context.Context, sink string, to Position) error {
 	return nil
 }
 
-// Trim deletes the entries every registered sink has passed (every entry when no sink is
-// registered), batch entries to a statement and a transaction, until none is left, and
-// returns how many went.
+// Trim deletes the outbox rows whose events every registered sink has passed (every row
+// when no sink is registered), batch rows to a statement and a transaction, until none
+// is left, and returns how many rows went.
 func (o *Outbox) Trim(ctx context.Context, batch int) (int, error) {
 	if batch < 1 {
 		return 0, fmt.Errorf("outbox: trimming in batches of %d: the batch must be positive", batch)
@@ -230,17 +231,19 @@ func (o *Outbox) Trim(ctx context.Context, batch int) (int, error) {
 	}
 }
 
-// LagCountCap bounds the count Lag returns: past it, a sink is far behind and counting
-// further would cost each call a walk over the whole backlog.
-const LagCountCap = 100_000
+// LagRowsCap bounds the outbox rows Lag reads: past it, a sink is far behind, and
+// counting further would cost each call a walk over the whole backlog.
+const LagRowsCap = 10_000
 
-// Lag says how far sink is behind: the entries after its cursor, counted up to
-// LagCountCap, and the earliest time one of them was recorded, among the LagCountCap
-// first (zero when none is pending). Entries of committed transactions that Read holds
-// back because an older transaction is still open count too.
+// Lag says how far sink is behind: the events after its cursor, counted in the
+// LagRowsCap first rows (one per Record that queued events, so the count is exact up to
+// at least that many events), and the earliest time one of those rows was recorded
+// (zero when nothing is pending). Events of committed transactions that Read holds back
+// because an older transaction is still open count too. It reads the rows' counts, not
+// their events: 10 ms for 5,400 rows on the benchmark machine.
 func (o *Outbox) Lag(ctx context.Context, sink string) (events int64, oldest time.Time, err error) {
 	var min *time.Time
-	err = o.pool.QueryRow(ctx, lagSQL, pgx.StrictNamedArgs{"sink": sink, "cap": LagCountCap}).Scan(&events, &min)
+	err = o.pool.QueryRow(ctx, lagSQL, pgx.StrictNamedArgs{"sink": sink, "cap": LagRowsCap}).Scan(&events, &min)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, time.Time{}, fmt.Errorf("%w %q", ErrUnknownSink, sink)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/flytekube/backend/events/outbox"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
@@ -252,8 +253,12 @@ func TestConcurrentWritersReadExactlyOnceInOrder(t *testing.T) {
 // does, so the test decides when the transaction commits.
 func insertEvent(t *testing.T, tx pgx.Tx, run string) {
 	t.Helper()
-	_, err := tx.Exec(context.Background(), `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event)
-		VALUES ('demo', 'development', $1, 'a0', 1, 1, 0, now(), '\x'::bytea)`, run)
+	encoded, err := proto.Marshal(event(run, "a0", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(context.Background(), `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event)
+		VALUES ('demo', 'development', $1, 'a0', 1, 1, 0, now(), $2)`, run, encoded)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,11 +375,66 @@ func TestTrim(t *testing.T) {
 		t.Fatalf("Trim after removing slow: %d, %v, %d left; want 3 deleted, none left", n, err, e.queued(t))
 	}
 
+	// A row (one Record's events) goes once its last event is passed.
+	e.record(t, event("r2", "a0", 0), event("r2", "a0", 1), event("r2", "a0", 2))
+	two := e.read(t, "fast", 2)
+	e.advance(t, "fast", two[1].Position)
+	if n, err := e.box.Trim(ctx, 100); err != nil || n != 0 || e.queued(t) != 3 {
+		t.Fatalf("Trim with a row partly passed: %d rows, %v, %d events left; want none deleted", n, err, e.queued(t))
+	}
+	e.drain(t, "fast")
+	if n, err := e.box.Trim(ctx, 100); err != nil || n != 1 || e.queued(t) != 0 {
+		t.Fatalf("Trim with the row passed: %d rows, %v, %d events left; want it deleted", n, err, e.queued(t))
+	}
+
 	// With no sink, everything goes.
-	e.record(t, event("r2", "a0", 0), event("r2", "a0", 1))
+	e.record(t, event("r3", "a0", 0), event("r3", "a0", 1))
+	e.record(t, event("r3", "a0", 2))
 	e.register(t)
 	if n, err := e.box.Trim(ctx, 100); err != nil || n != 2 || e.queued(t) != 0 {
-		t.Fatalf("Trim with no sink: %d, %v, %d left; want 2 deleted, none left", n, err, e.queued(t))
+		t.Fatalf("Trim with no sink: %d rows, %v, %d events left; want both rows deleted, none left", n, err, e.queued(t))
+	}
+}
+
+// Read's limit counts events, so one Record's row may be read over several calls.
+func TestReadSplitsARow(t *testing.T) {
+	e := newEnv(t)
+	e.register(t, "http")
+	var batch []*eventsv1.ActionEvent
+	var want []string
+	for a := range 4 {
+		for i := range 3 {
+			ev := event("r1", fmt.Sprintf("a%d", a), i)
+			batch = append(batch, ev)
+			want = append(want, eventName(ev))
+		}
+	}
+	e.record(t, batch...)
+	e.record(t, event("r1", "a0", 3))
+	want = append(want, eventName(event("r1", "a0", 3)))
+
+	var got []outbox.Entry
+	for {
+		entries := e.read(t, "http", 5)
+		if len(entries) == 0 {
+			break
+		}
+		if len(got)+len(entries) < len(want) && len(entries) != 5 {
+			t.Fatalf("read %d entries with %d pending; want 5", len(entries), len(want)-len(got))
+		}
+		got = append(got, entries...)
+		e.advance(t, "http", entries[len(entries)-1].Position)
+	}
+	if !slices.Equal(names(got), want) {
+		t.Fatalf("read %q; want %q", names(got), want)
+	}
+	for i, en := range got[:12] {
+		if en.Position.Ordinal != int32(i+1) || en.Position.Pos != got[0].Position.Pos {
+			t.Fatalf("entry %d at %s; want ordinal %d of the first row", i, en.Position, i+1)
+		}
+	}
+	if last := got[12].Position; last.Ordinal != 1 || last.Compare(got[11].Position) <= 0 {
+		t.Fatalf("the second Record's event at %s; want the first of a later row", last)
 	}
 }
 

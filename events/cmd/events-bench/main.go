@@ -35,6 +35,7 @@ func main() {
 	flag.IntVar(&o.StoredEvents, "stored-events", 1_000_000, "store size for query latencies")
 	flag.IntVar(&o.Queries, "queries", 5000, "calls per query latency")
 	flag.BoolVar(&o.CompareAuth, "compare-auth", true, "also measure Record with auth mode kubernetes (an API server built by hack/envtest.sh) beside auth mode none")
+	flag.BoolVar(&o.CompareOutbox, "compare-outbox", true, "also measure Record with the CloudEvents outbox's trigger, without and with a sink registered, beside Record without it")
 	benchutil.Main("events-bench", func() error {
 		return benchutil.WithDatabase(o.DatabaseURL, func(url string, postgres func(benchutil.Proc) bool) error {
 			o.DatabaseURL, o.Postgres = url, postgres
