@@ -66,6 +66,20 @@ func (p *process) stop() {
 
 // waitHTTP waits until url answers 200 to client, or the process exits, or ctx ends.
 func (p *process) waitHTTP(ctx context.Context, client *http.Client, url string, timeout time.Duration) error {
+	return p.waitFor(ctx, timeout, "answer "+url, func(ctx context.Context) bool {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// waitFor waits until ready says the process is ready (what names it in the error), or
+// the process exits, or ctx ends.
+func (p *process) waitFor(ctx context.Context, timeout time.Duration, what string, ready func(context.Context) bool) error {
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		select {
 		case err := <-p.done:
@@ -73,16 +87,10 @@ func (p *process) waitHTTP(ctx context.Context, client *http.Client, url string,
 			return false, fmt.Errorf("sandbox: %s exited (%v); see %s", p.name, err, p.log)
 		default:
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := client.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
+		return ready(ctx), nil
 	})
 	if wait.Interrupted(err) && ctx.Err() == nil {
-		return fmt.Errorf("sandbox: %s did not answer %s within %s; see %s", p.name, url, timeout, p.log)
+		return fmt.Errorf("sandbox: %s did not %s within %s; see %s", p.name, what, timeout, p.log)
 	}
 	return err
 }

@@ -1,8 +1,9 @@
 // Package sandbox runs the whole system on one machine for a newcomer: an embedded
-// control plane (or the cluster KUBECONFIG names), a throwaway Postgres, Jaeger, the
-// events and cache services and the executor, each as its own process; it applies the
-// TaskActions in examples/, shows their progress, and says where to look. Everything it
-// starts stops with it.
+// control plane (or the cluster KUBECONFIG names), a throwaway Postgres, Jaeger, NATS
+// with JetStream, the events and cache services and the executor, each as its own
+// process; the events service publishes every event as a CloudEvent to NATS and to an
+// HTTP receiver in the sandbox. It applies the TaskActions in examples/, shows their
+// progress, and says where to look. Everything it starts stops with it.
 package sandbox
 
 import (
@@ -37,6 +38,7 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/nodetest"
@@ -62,6 +64,9 @@ type Options struct {
 	EventsMetricsPort, CacheMetricsPort int
 	// ConsolePort serves the events service's web console.
 	ConsolePort int
+	// NATSPort is NATS's client port (JetStream on), one of the events service's
+	// CloudEvents sinks; CloudEventsReceiverPort serves the other, an HTTP receiver.
+	NATSPort, CloudEventsReceiverPort int
 	// UntilSettled ends the sandbox once every example has ended, with an error if one
 	// did not end as expected; otherwise it runs until ctx ends (Ctrl-C).
 	UntilSettled bool
@@ -101,6 +106,8 @@ func (o Options) withDefaults() Options {
 	def(&o.EventsMetricsPort, 9090)
 	def(&o.CacheMetricsPort, 9094)
 	def(&o.ConsolePort, 8092)
+	def(&o.NATSPort, 4222)
+	def(&o.CloudEventsReceiverPort, 8096)
 	if o.Dir == "" {
 		o.Dir = filepath.Join(os.TempDir(), "flyte-sandbox")
 	}
@@ -176,6 +183,12 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 
+	say("starting NATS with JetStream on 127.0.0.1:%d, stream %s, and the CloudEvents receiver on 127.0.0.1:%d", o.NATSPort, natsStream, o.CloudEventsReceiverPort)
+	egress, err := startEgress(ctx, o, bins["nats-server"], logs, &stops)
+	if err != nil {
+		return err
+	}
+
 	say("starting Jaeger (built from the Go module proxy the first time)")
 	jaegerDir := filepath.Join(o.Dir, "jaeger")
 	if err := jaeger(ctx, root, "build"); err != nil {
@@ -216,7 +229,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		metricsPort     int
 		extra           []string
 	}{
-		{"events", bins["events"], eventsAddr, o.EventsMetricsPort, console},
+		{"events", bins["events"], eventsAddr, o.EventsMetricsPort, append(console, egress.sinkFlags()...)},
 		{"cacheservice", bins["cacheservice"], cacheAddr, o.CacheMetricsPort, nil},
 	} {
 		say("starting %s on %s", svc.name, svc.addr)
@@ -231,7 +244,18 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		if err := p.waitHTTP(ctx, tlsClient, "https://"+svc.addr+"/healthz", time.Minute); err != nil {
 			return err
 		}
+		if svc.name == "events" {
+			if err := waitSinksRegistered(ctx, p, dbURL, sinkNATS, sinkHTTP); err != nil {
+				return err
+			}
+		}
 	}
+	// The verdict reads what the events service holds as a viewer would.
+	viewer, err := rpcclient.New(rpcclient.Options{CAFile: creds.CAFile, TokenFile: creds.ViewerTokenFile, Timeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	eventsClient := eventsv1connect.NewEventsServiceClient(viewer, "https://"+eventsAddr)
 
 	say("starting the executor")
 	cfg := config.Default()
@@ -287,20 +311,24 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	if err := apply(ctx, c, examples); err != nil {
 		return err
 	}
-	say("%s\n", whereToLook(o, kubeconfig, logs, creds))
-	return watchExamples(ctx, c, examples, o, out)
+	say("%s\n", whereToLook(o, kubeconfig, logs, creds, egress))
+	return watchExamples(ctx, c, examples, o, out, func(ctx context.Context) error {
+		return checkEgress(ctx, eventsClient, egress, out)
+	})
 }
 
-// build compiles the three programs (Go's build cache makes this quick after the first).
+// build compiles the three programs, and nats-server from the module go.mod requires
+// (Go's build cache makes this quick after the first).
 func build(ctx context.Context, root string) (map[string]string, error) {
 	binDir := filepath.Join(cacheDir(), "sandbox-bin")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./events/cmd/events", "./cacheservice/cmd/cacheservice", "./executor/cmd/executor")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./events/cmd/events", "./cacheservice/cmd/cacheservice", "./executor/cmd/executor",
+		"github.com/nats-io/nats-server/v2")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("sandbox: go build: %w\n%s", err, out)
 	}
 	bins := map[string]string{}
-	for _, name := range []string{"events", "cacheservice", "executor"} {
+	for _, name := range []string{"events", "cacheservice", "executor", "nats-server"} {
 		bins[name] = filepath.Join(binDir, name)
 	}
 	return bins, nil
@@ -465,7 +493,8 @@ func prepareExamples(ctx context.Context, c client.Client, root, dir string, exa
 
 // watchExamples shows the examples' progress as the API server reports it, until ctx
 // ends or, with UntilSettled, until every example has ended.
-func watchExamples(ctx context.Context, c client.WithWatch, examples []*example, o Options, out io.Writer) error {
+// With UntilSettled, verify then holds the rest of the system to what the examples did.
+func watchExamples(ctx context.Context, c client.WithWatch, examples []*example, o Options, out io.Writer, verify func(context.Context) error) error {
 	view := newProgress(out, o.Terminal)
 	var mu sync.Mutex // examples and view, shared by the watch and the clock
 	show := func() {
@@ -542,6 +571,9 @@ func watchExamples(ctx context.Context, c client.WithWatch, examples []*example,
 		return fmt.Errorf("sandbox: not as expected: %s", strings.Join(problems, "; "))
 	}
 	fmt.Fprintln(out, "every example ended as expected")
+	if err := verify(ctx); err != nil {
+		return err
+	}
 	if o.Settled == nil {
 		return nil
 	}
@@ -584,7 +616,7 @@ func writeYAML(path string, v any) error {
 	return nil
 }
 
-func whereToLook(o Options, kubeconfig, logs string, creds *devcreds.Credentials) string {
+func whereToLook(o Options, kubeconfig, logs string, creds *devcreds.Credentials, egress *egress) string {
 	q := strconv.Itoa(o.JaegerQueryPort)
 	lines := []string{
 		"Where to look (while the sandbox runs):",
@@ -597,6 +629,9 @@ func whereToLook(o Options, kubeconfig, logs string, creds *devcreds.Credentials
 		fmt.Sprintf("  bufcurl -d '{\"project\":\"demo\",\"domain\":\"development\"}' https://127.0.0.1:%d/flyte.events.v1.EventsService/ListActions", o.EventsPort),
 		fmt.Sprintf("  bufcurl -d '{\"id\":{\"project\":\"demo\",\"domain\":\"development\",\"run\":\"flaky\",\"action\":\"flaky\"}}' https://127.0.0.1:%d/flyte.events.v1.EventsService/ListActionEvents", o.EventsPort),
 		fmt.Sprintf("  bufcurl --list-methods https://127.0.0.1:%d", o.CachePort),
+		fmt.Sprintf("  bufcurl -d '{}' https://127.0.0.1:%d/flyte.events.v1.EgressService/ListSinks   # the CloudEvents sinks, each with its backlog and dead letters", o.EventsPort),
+		fmt.Sprintf("  CloudEvents, one JSON line each, as the HTTP receiver (%s) got them: %s", egress.receiverURL, egress.http.path),
+		fmt.Sprintf("  and as a JetStream consumer of stream %s (subject %s on %s) got them: %s", natsStream, natsSubject, egress.natsURL, egress.nats.path),
 		"  Jaeger: http://127.0.0.1:" + q + "  (a build from the module proxy has no UI; its API: http://127.0.0.1:" + q + "/api/traces?service=executor)",
 		fmt.Sprintf("  metrics: http://127.0.0.1:%d/metrics (executor), http://127.0.0.1:%d/metrics (events), http://127.0.0.1:%d/metrics (cacheservice)",
 			o.ExecutorMetricsPort, o.EventsMetricsPort, o.CacheMetricsPort),

@@ -56,10 +56,11 @@ func TestSandboxRunsTheExamples(t *testing.T) {
 		}
 	}
 	checkMetrics(t, scraped, nodetest.Unavailable() == "")
+	checkCloudEvents(t, out)
 	// The printed buf curl commands, run as printed, reach the services over TLS with
 	// the viewer's token; without the token they are refused.
-	if len(calls) != 3 {
-		t.Fatalf("ran %d printed bufcurl commands, want 3", len(calls))
+	if len(calls) != 4 {
+		t.Fatalf("ran %d printed bufcurl commands, want 4", len(calls))
 	}
 	for _, c := range calls {
 		if c.err != nil {
@@ -70,8 +71,48 @@ func TestSandboxRunsTheExamples(t *testing.T) {
 			t.Errorf("%s without the token: %v\n%s; want it refused", c.cmd, c.noTokenErr, c.noTokenOut)
 		}
 	}
-	if !strings.Contains(calls[0].out, `"actions"`) || !strings.Contains(calls[1].out, `"events"`) || !strings.Contains(calls[2].out, "flyte.cache.v1.CacheService/Get") {
-		t.Errorf("the printed commands answered:\n%s\n%s\n%s", calls[0].out, calls[1].out, calls[2].out)
+	if !strings.Contains(calls[0].out, `"actions"`) || !strings.Contains(calls[1].out, `"events"`) || !strings.Contains(calls[2].out, "flyte.cache.v1.CacheService/Get") ||
+		!strings.Contains(calls[3].out, `"name": "nats"`) || !strings.Contains(calls[3].out, `"name": "http"`) {
+		t.Errorf("the printed commands answered:\n%s\n%s\n%s\n%s", calls[0].out, calls[1].out, calls[2].out, calls[3].out)
+	}
+}
+
+// checkCloudEvents holds the sandbox to its CloudEvents verdict: both sinks' consumers
+// got every event the events service holds (the sandbox fails otherwise), the same
+// number each; and the files it printed hold one CloudEvent a line, one per event.
+func checkCloudEvents(t *testing.T, out string) {
+	t.Helper()
+	counts := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^cloudevents: (\w+) got (\d+) events of (\d+) actions, in order, none missing$`).FindAllStringSubmatch(out, -1) {
+		counts[m[1]] = m[2] + " events of " + m[3] + " actions"
+		if m[2] == "0" {
+			t.Errorf("%s: the verdict passed with no events", m[0])
+		}
+	}
+	if len(counts) != 2 || counts["nats"] == "" || counts["nats"] != counts["http"] {
+		t.Errorf("the CloudEvents verdict: %v; want a line for nats and one for http, with the same counts", counts)
+	}
+	files := regexp.MustCompile(`got them: (\S+\.jsonl)`).FindAllStringSubmatch(out, -1)
+	if len(files) != 2 {
+		t.Errorf("the sandbox printed %d files of received CloudEvents, want 2 (HTTP and NATS)", len(files))
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f[1])
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+		for i, line := range lines {
+			var ce struct{ SpecVersion, ID, Type string }
+			if err := json.Unmarshal([]byte(line), &ce); err != nil || ce.SpecVersion != "1.0" || !strings.HasPrefix(ce.Type, "org.flyte.action.") {
+				t.Errorf("%s line %d is no Flyte CloudEvent: %v: %s", f[1], i+1, err, line)
+				break
+			}
+		}
+		if want := strings.Fields(counts["nats"]); len(want) > 0 && fmt.Sprint(len(lines)) != want[0] {
+			t.Errorf("%s holds %d events; the verdict counted %s", f[1], len(lines), want[0])
+		}
 	}
 }
 
@@ -270,7 +311,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 		Dir: t.TempDir(), Kubeconfig: kubeconfig, UntilSettled: true, Timeout: 2 * time.Minute, CredentialsDir: credentials,
 		EventsPort: freePort(t), CachePort: freePort(t), ExecutorHealthPort: freePort(t), ExecutorMetricsPort: freePort(t),
 		JaegerQueryPort: freePort(t), JaegerOTLPPort: freePort(t), EventsMetricsPort: freePort(t), CacheMetricsPort: freePort(t),
-		ConsolePort: freePort(t),
+		ConsolePort: freePort(t), NATSPort: freePort(t), CloudEventsReceiverPort: freePort(t),
 		Settled: func(ctx context.Context, e sandbox.Endpoints) error {
 			for name, url := range map[string]string{"executor": e.ExecutorMetrics, "events": e.EventsMetrics, "cacheservice": e.CacheMetrics} {
 				scraped[name] = scrape(t, url)
@@ -285,7 +326,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 	err := sandbox.Run(ctx, o, &out)
 	t.Log(out.String())
 	if err != nil {
-		for _, name := range []string{"executor", "events", "cacheservice"} {
+		for _, name := range []string{"executor", "events", "cacheservice", "nats-server"} {
 			if raw, rerr := os.ReadFile(o.Dir + "/logs/" + name + ".log"); rerr == nil {
 				t.Logf("%s.log:\n%s", name, tail(string(raw), 30))
 			}
@@ -294,7 +335,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 	}
 	// Everything it started has stopped: nothing answers on its ports any more.
 	for _, port := range []int{o.EventsPort, o.CachePort, o.ExecutorHealthPort, o.ExecutorMetricsPort, o.JaegerQueryPort,
-		o.JaegerOTLPPort, o.EventsMetricsPort, o.CacheMetricsPort, o.ConsolePort} {
+		o.JaegerOTLPPort, o.EventsMetricsPort, o.CacheMetricsPort, o.ConsolePort, o.NATSPort, o.CloudEventsReceiverPort} {
 		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
 			_ = c.Close()
 			t.Errorf("port %d still answers after the sandbox stopped", port)
