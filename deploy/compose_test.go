@@ -52,14 +52,6 @@ var composeKeys = []tree.Path{
 	"services.*.read_only", "services.*.cap_drop", "services.*.security_opt", "services.*.stop_grace_period", "services.*.user",
 }
 
-// upstreamImages are the images this repository does not build, by repository, with
-// the ports they listen on (which the test cannot ask them without Docker): the names
-// are what a URL to that port must be for.
-var upstreamImages = map[string]map[int]string{
-	"postgres":                 {5432: "postgres"},
-	"jaegertracing/all-in-one": {16686: "ui", 4317: "otlp-grpc", 4318: "otlp-http", 14269: "admin"},
-}
-
 // rpcListener is the flag naming the RPC address of the services; URLs to them over
 // http must reach it. consoleListener names the events service's console.
 const (
@@ -67,9 +59,20 @@ const (
 	consoleListener = "console-listen"
 )
 
-// urlFlags are the flags whose value is a URL the service calls, with the listener of
-// the service it must reach.
-var urlFlags = map[string]string{"jaeger-query-url": "ui"}
+// urlFlags are the flags whose values are URLs the service calls, with the listener of
+// the service each must reach ("": the one its scheme says, see schemeListeners).
+var urlFlags = map[string]string{"jaeger-query-url": "ui", "cloudevents-sink": ""}
+
+// schemeListeners are the listeners URLs of a scheme must reach, and the port they mean
+// when they name none.
+var schemeListeners = map[string]struct {
+	listener string
+	port     string
+}{
+	"postgres": {"postgres", "5432"}, "postgresql": {"postgres", "5432"},
+	"nats": {natsListener, "4222"},
+	"http": {"", "80"}, "https": {"", "443"},
+}
 
 // configInfo is what a binary's --config file says: what it listens on, the URLs it
 // calls and the files it reads.
@@ -162,6 +165,8 @@ type composeInfo struct {
 	img     *image                               // nil for upstream images
 	bin     *goBinary                            // nil for upstream images
 	args    map[string]string                    // flag → value, given or default
+	given   map[string][]string                  // flag → every value given, in order
+	standIn any                                  // what an upstream image's command says, for its stand-in
 	listens map[int]string                       // container port → listener name
 	mounts  map[string]types.ServiceVolumeConfig // by target
 	config  string                               // host path of the --config file, if any
@@ -250,7 +255,10 @@ func TestCompose(t *testing.T) {
 
 	t.Run("dockerfiles", func(t *testing.T) { checkDockerfiles(t, root, images, bins, oneShots(c)) })
 	t.Run("dockerignore", func(t *testing.T) { checkDockerignore(t, root, bins) })
-	t.Run("services", func(t *testing.T) { checkComposeServices(t, root, c, infos, bins["./deploy/docker/healthcheck"]) })
+	t.Run("services", func(t *testing.T) {
+		checkComposeServices(t, root, c, infos, bins["./deploy/docker/healthcheck"])
+		checkNATSStreams(t, infos)
+	})
 	t.Run("depends_on", func(t *testing.T) { checkDependsOn(t, c, infos) })
 	if t.Failed() {
 		return // running what is known to be wrong would only add noise
@@ -326,9 +334,21 @@ func composeInfos(t *testing.T, root string, c *types.Project, images map[string
 		}
 		if info.img == nil {
 			repoName, _, _ := strings.Cut(svc.Image, ":")
-			info.listens = upstreamImages[repoName]
-			if info.listens == nil {
+			up, known := upstreamImages[repoName]
+			info.listens = up.listens
+			switch {
+			case !known:
 				t.Errorf("service %s: image %s is neither built here nor known to this test (upstreamImages)", name, svc.Image)
+			case up.command != nil:
+				cmd, err := up.command(info)
+				if err != nil {
+					t.Errorf("service %s: command %q: %v", name, svc.Command, err)
+					info.broken = true
+					break
+				}
+				info.listens, info.urls, info.standIn = cmd.listens, cmd.urls, cmd.standIn
+			case len(svc.Command) > 0:
+				t.Errorf("service %s: command %q: teach this test what %s does with it (upstreamImages)", name, svc.Command, svc.Image)
 			}
 			for k, v := range info.env {
 				if strings.Contains(v, "://") {
@@ -353,7 +373,7 @@ func composeInfos(t *testing.T, root string, c *types.Project, images map[string
 			info.broken = true
 			continue
 		}
-		info.args = cmd.values
+		info.args, info.given = cmd.values, cmd.given
 		if file := info.args["config"]; file != "" {
 			m, ok := info.mounts[file]
 			switch {
@@ -391,7 +411,11 @@ func composeInfos(t *testing.T, root string, c *types.Project, images map[string
 			info.urls = append(info.urls, urlUse{where: "env " + k, raw: v, want: want})
 		}
 		for flag, want := range urlFlags {
-			if v := info.args[flag]; v != "" {
+			values := info.given[flag]
+			if len(values) == 0 && info.args[flag] != "" {
+				values = []string{info.args[flag]} // its default
+			}
+			for _, v := range values {
 				info.urls = append(info.urls, urlUse{where: "--" + flag, raw: v, want: want})
 			}
 		}
@@ -573,18 +597,12 @@ func checkComposeURL(t *testing.T, c *types.Project, infos map[string]*composeIn
 	if !slices.ContainsFunc(slices.Collect(maps.Keys(from.svc.Networks)), func(n string) bool { _, ok := to.svc.Networks[n]; return ok }) {
 		t.Errorf("%s: %s: %s and %s share no network", where, u.raw, from.name, to.name)
 	}
-	port := parsed.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443", "postgres": "5432", "postgresql": "5432"}[parsed.Scheme]
-	}
+	port := cmp.Or(parsed.Port(), schemeListeners[parsed.Scheme].port)
 	p, _ := strconv.Atoi(port)
+	want := cmp.Or(schemeListeners[parsed.Scheme].listener, u.want)
 	got, ok := to.listens[p]
 	if to.broken {
-		ok, got = true, u.want // its ports are unknown, for a reason already reported
-	}
-	want := u.want
-	if parsed.Scheme == "postgres" || parsed.Scheme == "postgresql" {
-		want = "postgres"
+		ok, got = true, want // its ports are unknown, for a reason already reported
 	}
 	switch {
 	case !ok:

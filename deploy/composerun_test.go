@@ -64,7 +64,9 @@ func runCompose(t *testing.T, root string, c *types.Project, infos map[string]*c
 	for _, name := range startOrder(t, c) {
 		info := infos[name]
 		switch {
-		case info.img == nil: // stood in for
+		case info.img == nil && info.oneShot:
+			r.runUpstreamOneShot(info)
+		case info.img == nil: // stood in for, by standIns
 		case info.oneShot:
 			// Compose runs it again on every `up`: what it made must be kept.
 			before := volumeFiles(t, info)
@@ -81,6 +83,7 @@ func runCompose(t *testing.T, root string, c *types.Project, infos map[string]*c
 			for port, listener := range info.listens {
 				if listener == rpcListener {
 					callUnaryRPCs(t, "service "+name, info, r.addrs[name][port], caFile, info.servesTLS(port))
+					r.checkCloudEvents(info, r.addrs[name][port], caFile)
 				}
 			}
 			r.checkPublished(info, caFile)
@@ -134,6 +137,9 @@ func (r *composeRun) standIns() {
 			r.addrs[name] = map[int]string{5432: u.Host}
 		case "jaegertracing/all-in-one":
 			r.addrs[name] = map[int]string{4318: r.collector.addr}
+		case "nats":
+			r.addrs[name] = r.standInNATS(info)
+		case "natsio/nats-box": // a one-shot: run in start order (runUpstreamOneShot)
 		default:
 			t.Fatalf("service %s: no stand-in for %s", name, info.svc.Image)
 		}
@@ -149,7 +155,7 @@ func (r *composeRun) remap(raw string) (string, error) {
 	if u.Scheme == "postgres" || u.Scheme == "postgresql" {
 		return r.dbURL, nil
 	}
-	p, _ := strconv.Atoi(cmp.Or(u.Port(), map[string]string{"http": "80", "https": "443"}[u.Scheme]))
+	p, _ := strconv.Atoi(cmp.Or(u.Port(), schemeListeners[u.Scheme].port))
 	a := r.addrs[u.Hostname()][p]
 	if a == "" {
 		return "", fmt.Errorf("%s: nothing stands in for %s:%d", raw, u.Hostname(), p)
@@ -183,6 +189,23 @@ func (r *composeRun) start(info *composeInfo) *process {
 	args := slices.Concat(info.img.entrypoint[1:], svc.Command)
 	for i, a := range args {
 		args[i] = info.here(a, files)
+	}
+	// The sinks are called while the test runs: they follow the stand-ins.
+	remap := func(raw string) string {
+		u, err := r.remap(raw)
+		if err != nil {
+			t.Fatalf("%s --cloudevents-sink: %v", where, err)
+		}
+		return u
+	}
+	for i := range args {
+		for _, flag := range []string{"-cloudevents-sink", "--cloudevents-sink"} {
+			if v, ok := strings.CutPrefix(args[i], flag+"="); ok {
+				args[i] = flag + "=" + remap(v)
+			} else if args[i] == flag && i+1 < len(args) {
+				args[i+1] = remap(args[i+1])
+			}
+		}
 	}
 	for p, listener := range info.listens {
 		if _, ok := info.bin.flags[listener]; ok {

@@ -25,9 +25,11 @@ var flagSets = map[string]func(fs *flag.FlagSet){
 }
 
 // parsedFlags is what a command line says: every flag's value, given or default, as
-// written, and the arguments after the flags.
+// written (the last one given of a repeatable flag), every value given of each flag, in
+// order, and the arguments after the flags.
 type parsedFlags struct {
 	values map[string]string
+	given  map[string][]string
 	args   []string
 }
 
@@ -40,10 +42,13 @@ func parseFlags(pkg string, args []string) (parsedFlags, error) {
 	fs := flag.NewFlagSet(pkg, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	register(fs)
-	p := parsedFlags{values: map[string]string{}}
+	p := parsedFlags{values: map[string]string{}, given: map[string][]string{}}
 	fs.VisitAll(func(f *flag.Flag) {
 		p.values[f.Name] = f.DefValue
-		f.Value = recorder{f.Value, func(v string) { p.values[f.Name] = v }}
+		f.Value = recorder{f.Value, func(v string) {
+			p.values[f.Name] = v
+			p.given[f.Name] = append(p.given[f.Name], v)
+		}}
 	})
 	if err := fs.Parse(args); err != nil {
 		return parsedFlags{}, err
