@@ -171,11 +171,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		path, handler := eventsv1connect.NewEventsServiceHandler(svc, d.Server.HandlerOptions()...)
 		d.Server.Handle(path, handler)
 		ob := outbox.New(d.Pool)
-		d.Server.Handle(eventsv1connect.NewEgressServiceHandler(service.NewEgress(ob, cfg.CloudEvents.Sinks, log), d.Server.HandlerOptions()...))
+		// Before serving: every event acknowledged from now on is queued for every sink
+		// configured here, even before this replica's relay (or any) leads.
 		names := make([]string, len(cfg.CloudEvents.Sinks))
 		for i, sink := range cfg.CloudEvents.Sinks {
 			names[i] = sink.Name()
 		}
+		if added, err := ob.AddSinks(ctx, names); err != nil {
+			return nil, err
+		} else if len(added) > 0 {
+			log.Info("CloudEvents sinks added", "sinks", added)
+		}
+		d.Server.Handle(eventsv1connect.NewEgressServiceHandler(service.NewEgress(ob, cfg.CloudEvents.Sinks, log), d.Server.HandlerOptions()...))
 		relayMetrics, err := relay.NewMetrics(d.Registry, names)
 		if err != nil {
 			return nil, err

@@ -36,6 +36,8 @@ import (
 var (
 	//go:embed queries/register_sinks.sql
 	registerSinksSQL string
+	//go:embed queries/add_sinks.sql
+	addSinksSQL string
 	//go:embed queries/read.sql
 	readSQL string
 	//go:embed queries/advance.sql
@@ -119,19 +121,48 @@ type SinkChanges struct {
 	Removed []string
 }
 
+// AddSinks registers each of names not yet registered, at the current end of the outbox,
+// and unregisters nothing; it returns the names it added. A service runs it before it
+// serves, so that every event it acknowledges is queued for the sinks it is configured
+// with, whether or not its relay leads yet.
+func (o *Outbox) AddSinks(ctx context.Context, names []string) ([]string, error) {
+	if err := checkSinkNames(names); err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	rows, err := o.pool.Query(ctx, addSinksSQL, pgx.StrictNamedArgs{"names": names})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: adding sinks: %w", err)
+	}
+	added, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("outbox: adding sinks: %w", err)
+	}
+	return added, nil
+}
+
+func checkSinkNames(names []string) error {
+	for _, n := range names {
+		if n == "" {
+			return errors.New("outbox: a sink's name is empty")
+		}
+		if p := postgres.TextProblem(n); p != "" {
+			return fmt.Errorf("outbox: sink name %q is %s", n, p)
+		}
+	}
+	return nil
+}
+
 // RegisterSinks makes names the registered sinks: a new name gets a cursor at the current
 // end of the outbox (it gets the events recorded from then on), a registered name keeps
 // its cursor, and the cursor of a name not given is deleted, so that a removed sink no
 // longer holds trimming back. Its dead letters stay. No names unregisters every sink,
 // and from then on nothing is queued.
 func (o *Outbox) RegisterSinks(ctx context.Context, names []string) (SinkChanges, error) {
-	for _, n := range names {
-		if n == "" {
-			return SinkChanges{}, errors.New("outbox: a sink's name is empty")
-		}
-		if p := postgres.TextProblem(n); p != "" {
-			return SinkChanges{}, fmt.Errorf("outbox: sink name %q is %s", n, p)
-		}
+	if err := checkSinkNames(names); err != nil {
+		return SinkChanges{}, err
 	}
 	if names == nil {
 		names = []string{} // NULL would make "<> ALL" unknown and remove nothing

@@ -331,6 +331,34 @@ func TestRegisterSinks(t *testing.T) {
 	}
 }
 
+// AddSinks, which every replica runs at start, adds and never removes or moves a cursor.
+func TestAddSinks(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.register(t, "a")
+	e.record(t, event("r1", "a0", 0))
+	added, err := e.box.AddSinks(ctx, []string{"a", "b"})
+	if err != nil || !slices.Equal(added, []string{"b"}) {
+		t.Fatalf("AddSinks(a, b) = %v, %v; want b added", added, err)
+	}
+	e.record(t, event("r1", "a0", 1))
+	if got := e.drain(t, "a"); len(got) != 2 {
+		t.Errorf("a, already there, read %q; want both events", names(got))
+	}
+	if got := e.drain(t, "b"); len(got) != 1 {
+		t.Errorf("b, added between them, read %q; want the second event", names(got))
+	}
+	if added, err := e.box.AddSinks(ctx, []string{"b"}); err != nil || len(added) != 0 {
+		t.Errorf("AddSinks(b) again = %v, %v; want nothing added", added, err)
+	}
+	if _, err := e.box.Read(ctx, "a", 1); err != nil {
+		t.Errorf("a, not named the second time, was removed: %v", err)
+	}
+	if _, err := e.box.AddSinks(ctx, []string{""}); err == nil {
+		t.Error("an empty sink name was accepted")
+	}
+}
+
 func TestAdvanceNeverMovesBack(t *testing.T) {
 	e := newEnv(t)
 	e.register(t, "http")
