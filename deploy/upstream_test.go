@@ -35,6 +35,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/natstest"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/auth"
 )
@@ -273,16 +274,7 @@ func (r *composeRun) standInNATS(info *composeInfo) map[int]string {
 	if opts.StoreDir, err = info.hostPath(opts.StoreDir); err != nil {
 		t.Fatal(err)
 	}
-	opts.NoSigs, opts.NoLog = true, true
-	s, err := natsserver.NewServer(opts)
-	if err != nil {
-		t.Fatalf("service %s: %v", info.name, err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatalf("service %s: the NATS server did not start", info.name)
-	}
+	natstest.Run(t, opts)
 	r.waitUpstreamHealthy(info, addrs)
 	return addrs
 }

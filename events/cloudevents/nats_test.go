@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flytekube/backend/internal/natstest"
 )
 
 const natsMaxPayload = 64 << 10
@@ -22,26 +24,12 @@ const natsMaxPayload = 64 << 10
 // port 0 picks a free port.
 func startNATS(t testing.TB, dir string, port int) *server.Server {
 	t.Helper()
-	if port == 0 {
-		port = server.RANDOM_PORT
-	}
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true,
-		MaxPayload: natsMaxPayload,
-		JetStream:  true, StoreDir: dir, JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 256 << 20,
+	return natstest.JetStream(t, dir, port, func(o *server.Options) {
+		o.MaxPayload, o.JetStreamMaxMemory, o.JetStreamMaxStore = natsMaxPayload, 64<<20, 256<<20
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the NATS server did not start")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
 }
 
-func natsPort(s *server.Server) int { return s.Addr().(*net.TCPAddr).Port }
+func natsPort(s *server.Server) int { return natstest.Port(s) }
 
 // jetStream connects a test client (the consumer's side).
 func jetStream(t testing.TB, s *server.Server) jetstream.JetStream {

@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -16,33 +15,16 @@ import (
 	"github.com/flytekube/backend/events/cloudevents"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/natstest"
 )
-
-// startNATS runs a NATS server with JetStream on 127.0.0.1:port (0: any), storing in dir.
-func startNATS(t *testing.T, dir string, port int) *server.Server {
-	t.Helper()
-	if port == 0 {
-		port = server.RANDOM_PORT
-	}
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true, JetStream: true, StoreDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the NATS server did not start")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
 
 // The NATS server stopped while events are recorded, then started again on its store:
 // the stream ends up with every event once, each action's in order.
 func TestNATSStoppedThenBackLosesNothing(t *testing.T) {
 	d := newDB(t)
 	dir := t.TempDir()
-	ns := startNATS(t, dir, 0)
-	port := ns.Addr().(*net.TCPAddr).Port
+	ns := natstest.JetStream(t, dir, 0)
+	port := natstest.Port(ns)
 	stream := createStream(t, ns)
 	sink, err := cloudevents.Parse(fmt.Sprintf("nats://127.0.0.1:%d?subject=flyte.actions&stream=FLYTE_ACTIONS&name=nats&timeout=1s", port))
 	if err != nil {
@@ -65,7 +47,7 @@ func TestNATSStoppedThenBackLosesNothing(t *testing.T) {
 	}
 	eventually.True(t, 30*time.Second, func() bool { return r.counter(t, "flyte_events_cloudevents_retries_total", "nats") >= 2 },
 		func() string { return "the relay did not try during the outage" })
-	ns = startNATS(t, dir, port)
+	ns = natstest.JetStream(t, dir, port)
 	stream = openStream(t, ns)
 	want := actions * len(lifecycle)
 	eventually.True(t, 60*time.Second, func() bool { return stored(t, stream) >= uint64(want) },
