@@ -23,6 +23,10 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/events/outbox"
@@ -283,7 +287,10 @@ func (r *Relay) pass(ctx context.Context, sc cloudevents.Config, sink cloudevent
 	// handled counts the entries, from the first, whose fate is settled.
 	handled := len(entries)
 	if len(events) > 0 {
-		results, perr := sink.Publish(ctx, events)
+		pctx, span := tracer.Start(ctx, "cloudevents.publish", trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("flyte.sink", name), attribute.Int("flyte.events", len(events))))
+		results, perr := sink.Publish(pctx, events)
+		endPublish(span, results, perr)
 		now := time.Now()
 		for k, res := range results {
 			e := entries[from[k]]
@@ -366,6 +373,26 @@ func (r *Relay) replay(ctx context.Context, sc cloudevents.Config, sink cloudeve
 		return progressed, fmt.Sprint(perr), nil
 	}
 	return progressed, "", nil
+}
+
+// tracer records a span per batch handed to a sink: which sink, how many events, what
+// became of them. The sink's address is not recorded (an HTTP receiver's query may hold
+// its secrets).
+var tracer = otel.Tracer("github.com/flytekube/backend/events/relay")
+
+func endPublish(span trace.Span, results []cloudevents.Result, err error) {
+	counts := map[cloudevents.Outcome]int{}
+	for _, r := range results {
+		counts[r.Outcome]++
+	}
+	span.SetAttributes(attribute.Int("flyte.delivered", counts[cloudevents.Delivered]),
+		attribute.Int("flyte.rejected", counts[cloudevents.Reject]), attribute.Int("flyte.retry", counts[cloudevents.Retry]))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	} else if counts[cloudevents.Retry] > 0 {
+		span.SetStatus(codes.Error, "the sink failed for a moment; sent again after a wait")
+	}
+	span.End()
 }
 
 func (r *Relay) deadLetter(ctx context.Context, sink string, e outbox.Entry, detail string) error {

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -201,4 +204,39 @@ func TestOneReplicaRelaysAndAnotherTakesOver(t *testing.T) {
 			return fmt.Sprintf("after the take-over %d of %d accepted", len(rc.got()), 2*len(lifecycle))
 		})
 	inOrderOnce(t, rc.got(), 2*len(lifecycle))
+}
+
+// Each batch handed to a sink is a span: which sink, how many events, what became of
+// them; never the sink's address.
+func TestEachPublishIsASpan(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+
+	d := newDB(t)
+	rc := newReceiver(t)
+	startRelay(t, d, rc.sink(t, "http"))
+	registered(t, d, "http")
+	d.record(t, actionEvents("traced", "a")...)
+	eventually.True(t, 30*time.Second, func() bool { return len(rc.got()) == len(lifecycle) },
+		func() string { return "not delivered" })
+	delivered := 0
+	eventually.True(t, 10*time.Second, func() bool {
+		delivered = 0
+		for _, s := range spans.Ended() {
+			if s.Name() != "cloudevents.publish" {
+				continue
+			}
+			for _, a := range s.Attributes() {
+				if strings.Contains(a.Value.Emit(), rc.URL) || strings.Contains(a.Value.Emit(), "127.0.0.1") {
+					t.Errorf("a span names the sink's address: %s=%s", a.Key, a.Value.Emit())
+				}
+				if a.Key == "flyte.delivered" {
+					delivered += int(a.Value.AsInt64())
+				}
+			}
+		}
+		return delivered == len(lifecycle)
+	}, func() string { return fmt.Sprintf("spans count %d delivered events, want %d", delivered, len(lifecycle)) })
 }
