@@ -238,5 +238,7 @@ func TestEachPublishIsASpan(t *testing.T) {
 			}
 		}
 		return delivered == len(lifecycle)
-	}, func() string { return fmt.Sprintf("spans count %d delivered events, want %d", delivered, len(lifecycle)) })
+	}, func() string {
+		return fmt.Sprintf("spans count %d delivered events, want %d", delivered, len(lifecycle))
+	})
 }
