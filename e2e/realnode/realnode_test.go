@@ -144,8 +144,11 @@ func TestContainerTaskRunsAsARealPod(t *testing.T) {
 		ta.Spec.InputURI, ta.Spec.RunOutputBase = "file://"+dir+"/inputs.json", "file://"+dir+"/real"
 		return ta
 	}
+	// It runs for a few seconds: the kubelet posts its events asynchronously, and the
+	// executor reports those that exist at each change of phase, so a container that
+	// ended at once on a loaded machine could finish before its Started event is written.
 	ta := onDisk(containerAction(ns, "hello", 0, `echo hello from $HOSTNAME; out=${FLYTE_OUTPUT_PREFIX#file://}; `+
-		`sed 's/"name"/"greeting"/' ${FLYTE_INPUT_URI#file://} > $out/outputs.json`))
+		`sed 's/"name"/"greeting"/' ${FLYTE_INPUT_URI#file://} > $out/outputs.json; sleep 3`))
 	failing := onDisk(containerAction(ns, "refuses", 0, `echo '{"code": "BadName", "message": "no such name"}' > ${FLYTE_OUTPUT_PREFIX#file://}/error.json`))
 	create(t, ta)
 	create(t, failing)
