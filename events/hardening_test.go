@@ -502,6 +502,10 @@ func TestStalledWatchersAreDroppedWithTheirGoroutines(t *testing.T) {
 		c.Server.WriteStallTimeout = 500 * time.Millisecond
 	})
 	record(t, inst.client, event(actionID("warm", "a0"), 1, running, 0, 1))
+	// The CloudEvents relay's goroutines start once it leads; counted before the watchers.
+	if !inst.WaitForMetric(t, "flyte_events_cloudevents_leader 1") {
+		t.Fatal("the relay never led")
+	}
 	baseline := runtime.NumGoroutine()
 
 	// Small receive windows make a non-reading client stall the server after a few
