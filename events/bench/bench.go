@@ -3,7 +3,9 @@
 //
 //   - ingest: Record throughput (8 clients over real HTTP/2, batches of 100 and 500)
 //     beside the ceiling of the same rows written with pgx CopyFrom into the same table;
-//   - queries: GetAction, ListActions and ListActionEvents latency over a large store.
+//   - queries: GetAction, ListActions and ListActionEvents latency over a large store;
+//   - egress (egress.go): CloudEvents publish throughput per sink, Record's maximum rate
+//     without and with sinks, lag at half of it, and a slow sink against none.
 package bench
 
 import (
@@ -55,7 +57,20 @@ type Options struct {
 	StoredEvents int
 	// Queries is the number of calls per query latency.
 	Queries int
+	// Egress also measures CloudEvents egress (egress.go), once the other parts are done.
+	Egress bool
+	// EgressSize sizes it.
+	EgressSize EgressSize
+	// Only runs one part: "ingest" (with its comparisons), "queries" or "egress"; empty
+	// runs them all.
+	Only string
 }
+
+// Parts are the values Options.Only takes.
+var Parts = []string{"ingest", "queries", "egress"}
+
+// runs says whether the run includes part.
+func (o Options) runs(part string) bool { return o.Only == "" || o.Only == part }
 
 // phases is the life of one benchmark action: five events.
 var phases = []struct {
@@ -388,12 +403,44 @@ func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error 
 		return err
 	}
 	defer pool.Close()
+	if o.runs("ingest") || o.runs("queries") {
+		if err := runService(ctx, o, pool, w, progress); err != nil {
+			return err
+		}
+	}
+	if o.Only == "egress" || (o.Only == "" && o.Egress) {
+		// After the service above has stopped: its relay would lead, and unregister
+		// the sinks the egress part's services publish to.
+		r, err := Egress(ctx, o, pool, progress)
+		if err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+		WriteEgress(w, o, r)
+	}
+	return nil
+}
+
+// runService runs the parts that share one events service without sinks: ingest, with
+// its comparisons, and queries.
+func runService(ctx context.Context, o Options, pool *pgxpool.Pool, w io.Writer, progress io.Writer) error {
 	svc, err := startService(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = svc.stop() }()
+	if o.runs("ingest") {
+		if err := runIngest(ctx, o, pool, svc, w, progress); err != nil {
+			return err
+		}
+	}
+	if o.runs("queries") {
+		return runQueries(ctx, o, pool, svc, w, progress)
+	}
+	return nil
+}
 
+// runIngest measures ingest and its comparisons.
+func runIngest(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service, w io.Writer, progress io.Writer) error {
 	fmt.Fprintf(progress, "ingest: %d events per run, batches %v, %d clients, %d rounds\n", o.IngestEvents, o.BatchSizes, o.Clients, o.Rounds)
 	ingest, err := Ingest(ctx, o, pool, svc)
 	if err != nil {
@@ -441,7 +488,11 @@ func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error 
 		}
 		WriteAuth(w, o, r)
 	}
+	return nil
+}
 
+// runQueries measures query latency.
+func runQueries(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service, w io.Writer, progress io.Writer) error {
 	fmt.Fprintf(progress, "queries: loading %d events\n", o.StoredEvents)
 	lats, err := Queries(ctx, o, pool, svc, progress)
 	if err != nil {

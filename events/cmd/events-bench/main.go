@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flytekube/backend/events/bench"
 	"github.com/flytekube/backend/internal/benchutil"
@@ -36,6 +38,31 @@ func main() {
 	flag.IntVar(&o.Queries, "queries", 5000, "calls per query latency")
 	flag.BoolVar(&o.CompareAuth, "compare-auth", true, "also measure Record with auth mode kubernetes (an API server built by hack/envtest.sh) beside auth mode none")
 	flag.BoolVar(&o.CompareOutbox, "compare-outbox", true, "also measure Record with the CloudEvents outbox's trigger, without and with a sink registered, beside Record without it")
+	flag.BoolVar(&o.Egress, "egress", true, "also measure CloudEvents egress (publish throughput per sink, lag at half of Record's maximum rate, a slow sink against none) with an HTTP receiver, an embedded NATS JetStream and kfake in this process")
+	flag.Func("only", "run one part only: "+strings.Join(bench.Parts, ", ")+" (ingest includes --compare-outbox and --compare-auth)", func(v string) error {
+		if !slices.Contains(bench.Parts, v) {
+			return fmt.Errorf("%q is not one of %s", v, strings.Join(bench.Parts, ", "))
+		}
+		o.Only = v
+		return nil
+	})
+	flag.IntVar(&o.EgressSize.Batch, "egress-batch", 100, "events per Record in the egress part")
+	flag.IntVar(&o.EgressSize.Backlog, "egress-backlog", 50_000, "events recorded before the relay drains them, per publish measurement")
+	flag.DurationVar(&o.EgressSize.MaxFor, "egress-max-for", 10*time.Second, "how long Record runs flat out per setup and round, for its maximum rate")
+	flag.DurationVar(&o.EgressSize.PacedFor, "egress-paced-for", 20*time.Second, "how long Record runs at half its maximum rate, for the lag")
+	flag.Float64Var(&o.EgressSize.PacedRate, "egress-paced-rate", 0, "events per second of the paced run (default: half of Record's maximum rate with the sinks)")
+	flag.Func("egress-sinks", "the sinks of the egress part's maximum rate and lag, comma-separated: "+strings.Join(bench.SinkKinds, ", ")+" (default all three)", func(v string) error {
+		for _, s := range strings.Split(v, ",") {
+			if !slices.Contains(bench.SinkKinds, s) {
+				return fmt.Errorf("%q is not one of %s", s, strings.Join(bench.SinkKinds, ", "))
+			}
+			o.EgressSize.Sinks = append(o.EgressSize.Sinks, s)
+		}
+		return nil
+	})
+	flag.IntVar(&o.EgressSize.SlowEvents, "egress-slow-events", 150_000, "events recorded per setup and round beside a slow sink")
+	flag.DurationVar(&o.EgressSize.SlowDelay, "egress-slow-delay", 50*time.Millisecond, "how long the slow HTTP sink takes to answer")
+	flag.DurationVar(&o.EgressSize.DrainTimeout, "egress-drain-timeout", 3*time.Minute, "how long to wait for a consumer to hold every event")
 	benchutil.Main("events-bench", func() error {
 		return benchutil.WithDatabase(o.DatabaseURL, func(url string, postgres func(benchutil.Proc) bool) error {
 			o.DatabaseURL, o.Postgres = url, postgres
