@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/binding/format"
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -139,7 +138,9 @@ send:
 				break send
 			}
 		}
-		body, err := format.JSON.Marshal(&events[i])
+		// The event encodes itself as the JSON format has it; format.JSON.Marshal would
+		// encode it the same way and then check and compact the result again.
+		body, err := events[i].MarshalJSON()
 		if err != nil {
 			outcomes[i] = reject(fmt.Sprintf("encoding the event: %v", err))
 			continue
