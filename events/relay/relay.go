@@ -137,6 +137,8 @@ func (r *Relay) Run(ctx context.Context) {
 
 // lead registers the sinks and relays to each until ctx ends or the leadership is lost.
 func (r *Relay) lead(ctx context.Context, l *outbox.Leadership) error {
+	// Room for a few batches of every sink, so sinks that keep up share conversions.
+	cache := newConverted(r.cfg.Cluster, 4*r.cfg.Batch*max(len(r.cfg.Sinks), 1))
 	names := make([]string, len(r.cfg.Sinks))
 	for i, s := range r.cfg.Sinks {
 		names[i] = s.Name()
@@ -154,7 +156,7 @@ func (r *Relay) lead(ctx context.Context, l *outbox.Leadership) error {
 	wakes := make([]chan struct{}, len(r.cfg.Sinks))
 	for i, s := range r.cfg.Sinks {
 		wakes[i] = make(chan struct{}, 1)
-		wg.Go(func() { r.relaySink(ctx, s, wakes[i]) })
+		wg.Go(func() { r.relaySink(ctx, s, wakes[i], cache) })
 	}
 	wg.Go(func() { r.fanOut(ctx, wakes) })
 	wg.Go(func() { r.every(ctx, r.cfg.Trim, r.trim) })
@@ -199,7 +201,7 @@ func (r *Relay) fanOut(ctx context.Context, wakes []chan struct{}) {
 }
 
 // relaySink publishes to one sink until ctx ends.
-func (r *Relay) relaySink(ctx context.Context, sc cloudevents.Config, wake <-chan struct{}) {
+func (r *Relay) relaySink(ctx context.Context, sc cloudevents.Config, wake <-chan struct{}, cache *converted) {
 	name := sc.Name()
 	log := r.log.With("sink", name)
 	var sink cloudevents.Sink
@@ -220,7 +222,7 @@ func (r *Relay) relaySink(ctx context.Context, sc cloudevents.Config, wake <-cha
 				continue
 			}
 		}
-		progressed, failure, err := r.pass(ctx, sc, sink)
+		progressed, failure, err := r.pass(ctx, sc, sink, cache)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -251,7 +253,7 @@ func (r *Relay) relaySink(ctx context.Context, sc cloudevents.Config, wake <-cha
 // pass publishes what is due to one sink once: the dead letters asked to be replayed,
 // then a batch of entries after its cursor. It reports whether it moved anything on, and
 // the detail of a transient failure that ended it early.
-func (r *Relay) pass(ctx context.Context, sc cloudevents.Config, sink cloudevents.Sink) (progressed bool, failure string, err error) {
+func (r *Relay) pass(ctx context.Context, sc cloudevents.Config, sink cloudevents.Sink, cache *converted) (progressed bool, failure string, err error) {
 	name := sc.Name()
 	if progressed, failure, err = r.replay(ctx, sc, sink); err != nil || failure != "" {
 		return progressed, failure, err
@@ -274,7 +276,7 @@ func (r *Relay) pass(ctx context.Context, sc cloudevents.Config, sink cloudevent
 		if !sc.Accepts(e.Event) {
 			continue
 		}
-		ce, err := cloudevents.Convert(e.Event, r.cfg.Cluster)
+		ce, err := cache.get(e)
 		if err != nil {
 			if err := r.deadLetter(ctx, name, e, err.Error()); err != nil {
 				return progressed, "", err
