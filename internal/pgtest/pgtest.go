@@ -51,11 +51,15 @@ func Start() (*Server, error) {
 	return &Server{dir: lines[len(lines)-2], URL: lines[len(lines)-1]}, nil
 }
 
+// ErrNotOurs is returned for what only a server this package started can do (pause it,
+// name its processes), asked of one given by TEST_DATABASE_URL.
+var ErrNotOurs = errors.New("pgtest: the server given by TEST_DATABASE_URL is not ours")
+
 // PID returns the process ID of the cluster's postmaster, whose children are the
 // server's backends; a cluster given by TEST_DATABASE_URL has none known.
 func (s *Server) PID() (int, error) {
 	if s.dir == "-" {
-		return 0, errors.New("pgtest: the server given by TEST_DATABASE_URL is not ours")
+		return 0, ErrNotOurs
 	}
 	data, err := os.ReadFile(filepath.Join(s.dir, "data", "postmaster.pid"))
 	if err != nil {
@@ -76,7 +80,7 @@ func (s *Server) Stop() error { return s.script("stop") }
 // the same address. A cluster given by TEST_DATABASE_URL cannot be paused.
 func (s *Server) Pause() error {
 	if s.dir == "-" {
-		return errors.New("pgtest: cannot pause a server given by TEST_DATABASE_URL")
+		return ErrNotOurs
 	}
 	return s.script("pause")
 }
