@@ -39,10 +39,10 @@ func NewMetrics(reg prometheus.Registerer, sinks []string) (*Metrics, error) {
 		lag: instrument.HistogramVec("flyte_events_cloudevents_lag_seconds",
 			"Time from the start of the transaction that recorded an event to its sink's acknowledgement, by sink.",
 			prometheus.ExponentialBuckets(0.005, 2, 14), "sink", sinks...),
-		pending: gaugeVec("flyte_events_cloudevents_pending",
-			"Events queued for a CloudEvents sink and not yet handed to it (counted up to 100,000), by sink.", sinks),
-		oldest: gaugeVec("flyte_events_cloudevents_oldest_pending_age_seconds",
-			"Age of the oldest event queued for a CloudEvents sink and not yet handed to it, by sink; 0 when none is.", sinks),
+		pending: instrument.GaugeVec("flyte_events_cloudevents_pending",
+			"Events queued for a CloudEvents sink and not yet handed to it (counted up to 100,000), by sink.", "sink", sinks...),
+		oldest: instrument.GaugeVec("flyte_events_cloudevents_oldest_pending_age_seconds",
+			"Age of the oldest event queued for a CloudEvents sink and not yet handed to it, by sink; 0 when none is.", "sink", sinks...),
 		trimmedTotal: instrument.Counter("flyte_events_cloudevents_outbox_trimmed_total",
 			"Outbox entries deleted once every sink had them."),
 	}
@@ -50,14 +50,6 @@ func NewMetrics(reg prometheus.Registerer, sinks []string) (*Metrics, error) {
 		return nil, fmt.Errorf("relay: registering metrics: %w", err)
 	}
 	return m, nil
-}
-
-func gaugeVec(name, help string, sinks []string) *prometheus.GaugeVec {
-	v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"sink"})
-	for _, s := range sinks {
-		v.WithLabelValues(s)
-	}
-	return v
 }
 
 func (m *Metrics) leading(on bool) {

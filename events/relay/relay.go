@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -27,10 +26,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/events/outbox"
 	"github.com/flytekube/backend/internal/backoff"
+	"github.com/flytekube/backend/services/app"
 )
 
 // Config says what the relay publishes where, and how often it looks.
@@ -159,8 +160,8 @@ func (r *Relay) lead(ctx context.Context, l *outbox.Leadership) error {
 		wg.Go(func() { r.relaySink(ctx, s, wakes[i], cache) })
 	}
 	wg.Go(func() { r.fanOut(ctx, wakes) })
-	wg.Go(func() { r.every(ctx, r.cfg.Trim, r.trim) })
-	wg.Go(func() { r.every(ctx, r.cfg.Lag, r.measureLag) })
+	wg.Go(func() { app.Every(ctx, r.cfg.Trim, r.trim) })
+	wg.Go(func() { app.Every(ctx, r.cfg.Lag, r.measureLag) })
 	wg.Go(func() {
 		t := time.NewTicker(r.cfg.LeaderCheck)
 		defer t.Stop()
@@ -436,14 +437,6 @@ func (r *Relay) measureLag(ctx context.Context) {
 	}
 }
 
-// every runs f at once and then every d, until ctx ends.
-func (r *Relay) every(ctx context.Context, d time.Duration, f func(context.Context)) {
-	for ctx.Err() == nil {
-		f(ctx)
-		sleep(ctx, jitter(d))
-	}
-}
-
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -453,7 +446,5 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// jitter spreads d over [d/2, d), so that replicas do not try in step.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
-}
+// jitter spreads d over [d/2, d], so that replicas do not try in step.
+func jitter(d time.Duration) time.Duration { return wait.Jitter(d/2, 1) }

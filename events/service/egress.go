@@ -12,7 +12,6 @@ import (
 	"github.com/flytekube/backend/events/outbox"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/services/postgres"
 )
 
 // Egress implements flyte.events.v1.EgressService: the CloudEvents sinks this replica is
@@ -86,9 +85,5 @@ func (e *Egress) ReplayDeadLetters(ctx context.Context, req *connect.Request[eve
 }
 
 func (e *Egress) storeError(ctx context.Context, what string, err error) *connect.Error {
-	answer := postgres.RPCError(err)
-	if code := answer.Code(); code != connect.CodeCanceled && code != connect.CodeInternal {
-		e.log.WarnContext(ctx, what, "code", code.String(), "error", err)
-	}
-	return answer
+	return databaseError(ctx, e.log, what, err)
 }

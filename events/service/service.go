@@ -61,9 +61,15 @@ func (s *Service) storeError(ctx context.Context, what string, err error) *conne
 	if errors.As(err, &refused) {
 		return connect.NewError(connect.CodeInvalidArgument, refused)
 	}
+	return databaseError(ctx, s.log, what, err)
+}
+
+// databaseError answers a failed database call with postgres.RPCError, logging the
+// failures the caller did not cause (an outage, a conflict) here.
+func databaseError(ctx context.Context, log *slog.Logger, what string, err error) *connect.Error {
 	answer := postgres.RPCError(err)
 	if code := answer.Code(); code != connect.CodeCanceled && code != connect.CodeInternal {
-		s.log.WarnContext(ctx, what, "code", code.String(), "error", err)
+		log.WarnContext(ctx, what, "code", code.String(), "error", err)
 	}
 	return answer
 }

@@ -25,6 +25,15 @@ func Gauge(name, help string) prometheus.Gauge {
 	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 }
 
+// GaugeVec is a gauge with one label; each of values starts at zero.
+func GaugeVec(name, help, label string, values ...string) *prometheus.GaugeVec {
+	v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{label})
+	for _, value := range values {
+		v.WithLabelValues(value)
+	}
+	return v
+}
+
 // Histogram is a histogram without labels.
 func Histogram(name, help string, buckets []float64) prometheus.Histogram {
 	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})

@@ -16,7 +16,8 @@ func TestKnownLabelValuesStartAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	gets := instrument.CounterVec("test_gets_total", "Gets by result.", "result", "hit", "miss")
 	took := instrument.HistogramVec("test_took_seconds", "Time taken, by outcome.", []float64{1}, "outcome", "ok")
-	if err := instrument.Register(reg, gets, took, instrument.Counter("test_other_total", "Others.")); err != nil {
+	queued := instrument.GaugeVec("test_queued", "Queued, by sink.", "sink", "http")
+	if err := instrument.Register(reg, gets, took, queued, instrument.Counter("test_other_total", "Others.")); err != nil {
 		t.Fatal(err)
 	}
 	want := `
@@ -24,6 +25,9 @@ func TestKnownLabelValuesStartAtZero(t *testing.T) {
 # TYPE test_gets_total counter
 test_gets_total{result="hit"} 0
 test_gets_total{result="miss"} 0
+# HELP test_queued Queued, by sink.
+# TYPE test_queued gauge
+test_queued{sink="http"} 0
 # HELP test_took_seconds Time taken, by outcome.
 # TYPE test_took_seconds histogram
 test_took_seconds_bucket{outcome="ok",le="1"} 0
@@ -31,7 +35,7 @@ test_took_seconds_bucket{outcome="ok",le="+Inf"} 0
 test_took_seconds_sum{outcome="ok"} 0
 test_took_seconds_count{outcome="ok"} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "test_gets_total", "test_took_seconds"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "test_gets_total", "test_queued", "test_took_seconds"); err != nil {
 		t.Fatal(err)
 	}
 	if err := instrument.Register(reg, instrument.Gauge("test_fresh", "A new gauge."), instrument.Counter("test_other_total", "Others.")); err == nil {
