@@ -25,14 +25,12 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	cetypes "github.com/cloudevents/sdk-go/v2/types"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/flytekube/backend/events/cloudevents"
-	"github.com/flytekube/backend/events/outbox"
 	"github.com/flytekube/backend/events/store"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
@@ -252,26 +250,6 @@ func (s *sinkLog) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_ = s.file.Close()
-}
-
-// waitSinksRegistered waits until the events service's relay has registered every
-// sink: an event recorded before is not queued for a sink (a new one starts at the end
-// of the outbox), so the executor starts only then.
-func waitSinksRegistered(ctx context.Context, p *process, dbURL string, names ...string) error {
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	defer pool.Close()
-	ob := outbox.New(pool)
-	return p.waitFor(ctx, time.Minute, "register its CloudEvents sinks", func(ctx context.Context) bool {
-		for _, name := range names {
-			if _, _, err := ob.Lag(ctx, name); err != nil {
-				return false
-			}
-		}
-		return true
-	})
 }
 
 // heldAction is an action the events service holds, with its events in its order.
