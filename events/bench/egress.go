@@ -70,6 +70,9 @@ type EgressSize struct {
 	// Sinks are the sinks of the maximum rate and the lag ("http", "nats", "kafka");
 	// none means all three.
 	Sinks []string
+	// HTTPMode is the HTTP sinks' content mode (binary, structured or batch; empty:
+	// binary, the sink's default).
+	HTTPMode string
 }
 
 // SinkKinds are the names EgressSize.Sinks takes.
@@ -405,6 +408,9 @@ func (e *egress) startRig(ctx context.Context, name string, kinds []sinkKind) (r
 				raw = "http://" + httpAddr + map[sinkKind]string{
 					kindHTTP: "/events?name=http", kindSlowHTTP: "/slow?name=http-slow", kindUnavailableHTTP: "/unavailable?name=http-unavailable",
 				}[k]
+				if e.size.HTTPMode != "" {
+					raw += "&mode=" + e.size.HTTPMode
+				}
 			}
 		})
 		if err != nil {
@@ -443,13 +449,26 @@ func (r *rig) startReceiver(delay time.Duration) (string, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /events", func(w http.ResponseWriter, req *http.Request) {
 		at := time.Now()
-		ev, err := cehttp.NewEventFromHTTPRequest(req)
+		var (
+			evs []event.Event
+			err error
+		)
+		if cehttp.IsHTTPBatch(req.Header) {
+			evs, err = cehttp.NewEventsFromHTTPRequest(req)
+		} else {
+			var ev *event.Event
+			if ev, err = cehttp.NewEventFromHTTPRequest(req); err == nil {
+				evs = []event.Event{*ev}
+			}
+		}
 		if err != nil {
 			r.col.undecodable(kindHTTP)
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		r.col.arrive(kindHTTP, ev.ID(), at)
+		for i := range evs {
+			r.col.arrive(kindHTTP, evs[i].ID(), at)
+		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /slow", func(w http.ResponseWriter, req *http.Request) {
@@ -1084,6 +1103,11 @@ func percents(xs []float64) string {
 func WriteEgress(w io.Writer, o Options, r EgressResult) {
 	s := o.EgressSize
 	fmt.Fprintf(w, "\n### CloudEvents egress: publish throughput, a backlog of %d events (batches of %d from %d clients, recorded while no relay led)\n\n", s.Backlog, s.Batch, o.Clients)
+	httpMode := s.HTTPMode
+	if httpMode == "" {
+		httpMode = "binary"
+	}
+	fmt.Fprintf(w, "The HTTP sinks post in %s mode.\n\n", httpMode)
 	fmt.Fprintln(w, "| sinks | Record, filling the outbox (events/s) | sink | drained in | published (events/s) | / Record | duplicates |")
 	fmt.Fprintln(w, "| --- | ---: | --- | ---: | ---: | ---: | ---: |")
 	for _, d := range r.Drains {

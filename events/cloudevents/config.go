@@ -38,6 +38,9 @@ const (
 	Binary Mode = "binary"
 	// Structured puts the whole event in the body as application/cloudevents+json.
 	Structured Mode = "structured"
+	// Batched (HTTP only) posts up to batchsize= events per request as a JSON array,
+	// application/cloudevents-batch+json: one round trip for many events.
+	Batched Mode = "batch"
 )
 
 // Defaults of the URL's options.
@@ -47,7 +50,10 @@ const (
 	defaultNATSPort    = "4222"
 	defaultKafkaPort   = "9092"
 	maxTimeout         = 10 * time.Minute
-	maxNameLen         = 200
+	// DefaultBatchSize is how many events a batched HTTP request carries at most.
+	DefaultBatchSize = 100
+	maxBatchSize     = 1000
+	maxNameLen       = 200
 )
 
 // Config is one sink's configuration, parsed from its URL (the --cloudevents-sink flag's
@@ -64,8 +70,10 @@ type Config struct {
 	stream  string // NATS: the stream the subject must be stored in, when set
 	topic   string // Kafka
 	mode    Mode
-	timeout time.Duration
-	caFile  string
+	// batchSize bounds the events in one batched HTTP request (mode=batch).
+	batchSize int
+	timeout   time.Duration
+	caFile    string
 	// tokenFile holds a bearer token (HTTP) or a NATS token, read again as it rotates.
 	tokenFile string
 
@@ -95,6 +103,9 @@ func (c Config) Kind() Kind { return c.kind }
 
 // Mode is the content mode of the sink's messages.
 func (c Config) Mode() Mode { return c.mode }
+
+// BatchSize is the most events one request carries in batched mode (0 otherwise).
+func (c Config) BatchSize() int { return c.batchSize }
 
 // Timeout bounds one HTTP request, or the wait for a broker's acknowledgement.
 func (c Config) Timeout() time.Duration { return c.timeout }
@@ -130,6 +141,9 @@ func (c Config) String() string {
 		fmt.Fprintf(&b, "kafka://%s topic=%s", strings.Join(c.servers, ","), c.topic)
 	}
 	fmt.Fprintf(&b, " mode=%s timeout=%s", c.mode, c.timeout)
+	if c.mode == Batched {
+		fmt.Fprintf(&b, " batchsize=%d", c.batchSize)
+	}
 	if c.caFile != "" {
 		fmt.Fprintf(&b, " cafile=%s", c.caFile)
 	}
@@ -196,7 +210,8 @@ var commonOptions = map[string]option{
 
 var kindOptions = map[Kind]map[string]option{
 	KindHTTP: {
-		"mode":      {set: setMode(Binary, Structured)},
+		"mode":      {set: setMode(Binary, Structured, Batched)},
+		"batchsize": {set: setBatchSize},
 		"cafile":    {set: func(c *Config, v string) error { return setFile(&c.caFile, "cafile", v) }},
 		"tokenfile": {set: func(c *Config, v string) error { return setFile(&c.tokenFile, "tokenfile", v) }},
 	},
@@ -224,8 +239,9 @@ var kindOptions = map[Kind]map[string]option{
 // Options for every kind: name= (the cursor's key), timeout= (a Go duration, default
 // 5s), and the filters project=, domain= (repeatable or comma-separated, exact) and
 // phase= (comma-separated phase names: queued, waiting_for_resources, initializing,
-// running, succeeded, failed, aborted, timed_out). HTTP: mode=binary|structured
-// (default binary), cafile= (https only), tokenfile= (a bearer token); other query
+// running, succeeded, failed, aborted, timed_out). HTTP: mode=binary|structured|batch
+// (default binary), batchsize= (mode=batch: events per request, default 100, at most
+// 1000), cafile= (https only), tokenfile= (a bearer token); other query
 // parameters stay in the URL the receiver is called with. NATS: subject= (default
 // flyte.actions), stream= (the stream the subject must be stored in), cafile= (TLS),
 // tokenfile=. Kafka: topic= (required), mode=binary|structured (default binary),
@@ -323,6 +339,12 @@ func parse(raw string) (Config, error) {
 		if c.caFile != "" && c.target.Scheme != "https" {
 			return Config{}, errors.New("cafile= applies to https only")
 		}
+		switch {
+		case c.mode == Batched && c.batchSize == 0:
+			c.batchSize = DefaultBatchSize
+		case c.mode != Batched && c.batchSize != 0:
+			return Config{}, errors.New("batchsize= applies to mode=batch only")
+		}
 	}
 	if c.kind == KindKafka && c.topic == "" {
 		return Config{}, errors.New("missing topic= (the Kafka topic to produce to)")
@@ -398,6 +420,15 @@ func setMode(allowed ...Mode) func(c *Config, v string) error {
 		c.mode = Mode(v)
 		return nil
 	}
+}
+
+func setBatchSize(c *Config, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxBatchSize {
+		return fmt.Errorf("bad batchsize= %q: want a number of events from 1 to %d", v, maxBatchSize)
+	}
+	c.batchSize = n
+	return nil
 }
 
 func joinModes(modes []Mode) string {

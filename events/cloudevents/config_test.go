@@ -23,6 +23,7 @@ func TestParse(t *testing.T) {
 		subject, stream   string
 		topic             string
 		mode              Mode
+		batchSize         int
 		timeout           time.Duration
 		projects, domains []string
 		phases            []flytecorev1.ActionPhase
@@ -43,6 +44,14 @@ func TestParse(t *testing.T) {
 		}},
 		{"https://[::1]:8443/?cafile=/etc/ca.pem&tokenfile=/var/run/token&topic=kept", want{
 			kind: KindHTTP, name: "https://[::1]:8443/", where: "https://[::1]:8443/", target: "https://[::1]:8443/?topic=kept", mode: Binary, timeout: DefaultTimeout,
+		}},
+		{"http://receiver.example/batch?mode=batch", want{
+			kind: KindHTTP, name: "http://receiver.example/batch", where: "http://receiver.example/batch", target: "http://receiver.example/batch",
+			mode: Batched, batchSize: DefaultBatchSize, timeout: DefaultTimeout,
+		}},
+		{"http://receiver.example/batch?batchsize=1000&mode=batch", want{
+			kind: KindHTTP, name: "http://receiver.example/batch", where: "http://receiver.example/batch", target: "http://receiver.example/batch",
+			mode: Batched, batchSize: 1000, timeout: DefaultTimeout,
 		}},
 		{"nats://nats.example", want{
 			kind: KindNATS, name: "nats://nats.example:4222/flyte.actions", where: "nats://nats.example:4222/flyte.actions", servers: []string{"nats.example:4222"},
@@ -70,7 +79,7 @@ func TestParse(t *testing.T) {
 			}
 			got := want{
 				kind: c.Kind(), name: c.Name(), where: c.Target(), servers: c.servers, subject: c.subject, stream: c.stream, topic: c.topic,
-				mode: c.Mode(), timeout: c.Timeout(), projects: c.projects, domains: c.domains, phases: c.phases,
+				mode: c.Mode(), batchSize: c.BatchSize(), timeout: c.Timeout(), projects: c.projects, domains: c.domains, phases: c.phases,
 			}
 			if c.target != nil {
 				got.target = c.target.String()
@@ -94,6 +103,10 @@ func TestParseRefuses(t *testing.T) {
 		{"http://host/x#frag", "fragment"},
 		{"http://host/x?mode=text", `bad mode= "text"`},
 		{"http://host/x?mode=binary&mode=structured", "mode= given 2 times"},
+		{"http://host/x?batchsize=10", "batchsize= applies to mode=batch only"},
+		{"http://host/x?mode=batch&batchsize=0", `bad batchsize= "0"`},
+		{"http://host/x?mode=batch&batchsize=1001", `bad batchsize= "1001"`},
+		{"kafka://host?topic=t&mode=batch", `bad mode= "batch" for a kafka sink: want binary or structured`},
 		{"http://host/x?timeout=fast", `bad timeout= "fast"`},
 		{"http://host/x?timeout=-1s", `bad timeout= "-1s"`},
 		{"http://host/x?timeout=1h", `bad timeout= "1h"`},

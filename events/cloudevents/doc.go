@@ -18,7 +18,10 @@
 //
 //   - HTTP uses the SDK's HTTP binding (protocol/http WriteRequest): binary mode (the
 //     default) puts attributes in ce-* headers and the JSON data in the body with
-//     Content-Type application/json; structured mode sends application/cloudevents+json.
+//     Content-Type application/json; structured mode sends application/cloudevents+json;
+//     batched mode (mode=batch) sends up to batchsize= events as one JSON array,
+//     application/cloudevents-batch+json, the body the SDK's NewHTTPRequestFromEvents
+//     writes and its NewEventsFromHTTPRequest reads.
 //   - Kafka follows the Kafka protocol binding: binary mode (the default) with ce_*
 //     headers and content-type, or structured mode; the record key is partitionkey.
 //     The SDK's Kafka protocol modules (sarama, confluent) are not used: franz-go's kgo
@@ -39,7 +42,9 @@
 //     5xx, network errors and timeouts are Retry; so are redirects, which are not
 //     followed (the receiver's address is to be fixed, and an event would otherwise
 //     carry the bearer token wherever it points). Any other 4xx is Reject with detail
-//     "HTTP <status>: <first 512 bytes of the body>". The body read is bounded.
+//     "HTTP <status>: <first 512 bytes of the body>". The body read is bounded. In
+//     batched mode a response answers the whole batch; a batch rejected is sent again
+//     an event per request, so that only the refused events are rejected.
 //   - NATS JetStream: asynchronous publishes, at most 256 awaiting acknowledgements,
 //     read back in order. Nats-Msg-Id is "<source> <id>", so the stream's duplicate
 //     window drops a resent copy (the CloudEvent id alone could repeat across clusters

@@ -1,6 +1,7 @@
 package cloudevents
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,12 +25,14 @@ const (
 	drainBody = 64 << 10
 )
 
-// httpSink POSTs each event to the receiver, one at a time (the next only after the
-// previous one's response, which keeps the order).
+// httpSink POSTs events to the receiver, one request at a time (the next only after
+// the previous one's response, which keeps the order): an event per request in binary
+// and structured mode, up to batchSize per request in batched mode.
 type httpSink struct {
 	name      string
 	target    string
 	mode      Mode
+	batchSize int
 	timeout   time.Duration
 	tokenFile string
 	client    *http.Client
@@ -62,6 +65,7 @@ func openHTTP(c Config) (*httpSink, error) {
 		name:      c.name,
 		target:    c.target.String(),
 		mode:      c.mode,
+		batchSize: c.batchSize,
 		timeout:   c.timeout,
 		tokenFile: c.tokenFile,
 		client: &http.Client{
@@ -97,9 +101,17 @@ func (s *httpSink) Publish(ctx context.Context, events []event.Event) ([]Result,
 		}
 		token = tok
 	}
+	if s.mode == Batched {
+		return s.publishBatches(ctx, events, token)
+	}
+	return s.publishEach(ctx, events, token)
+}
+
+// publishEach sends one event per request.
+func (s *httpSink) publishEach(ctx context.Context, events []event.Event, token string) ([]Result, error) {
 	results := make([]Result, 0, len(events))
 	for i := range events {
-		r := s.send(ctx, &events[i], token)
+		r := s.sendOne(ctx, events[i:i+1], token)
 		if r.Outcome == Retry && ctx.Err() != nil {
 			return results, ctx.Err()
 		}
@@ -111,8 +123,41 @@ func (s *httpSink) Publish(ctx context.Context, events []event.Event) ([]Result,
 	return results, nil
 }
 
-// send makes one request and classifies its response.
-func (s *httpSink) send(ctx context.Context, ev *event.Event, token string) Result {
+// publishBatches sends up to batchSize events per request. A request the receiver
+// refuses for good is sent again an event per request, so that only the events it
+// refuses go to the dead letters and not their neighbours.
+func (s *httpSink) publishBatches(ctx context.Context, events []event.Event, token string) ([]Result, error) {
+	results := make([]Result, 0, len(events))
+	for start := 0; start < len(events); start += s.batchSize {
+		chunk := events[start:min(start+s.batchSize, len(events))]
+		r := s.sendOne(ctx, chunk, token)
+		switch {
+		case r.Outcome == Delivered:
+			for range chunk {
+				results = append(results, r)
+			}
+		case r.Outcome == Retry:
+			// Reported for the chunk's first event: nothing after it is delivered.
+			if ctx.Err() != nil {
+				return results, ctx.Err()
+			}
+			return append(results, r), nil
+		case len(chunk) == 1:
+			results = append(results, r)
+		default:
+			each, err := s.publishEach(ctx, chunk, token)
+			results = append(results, each...)
+			if err != nil || len(each) < len(chunk) || each[len(each)-1].Outcome == Retry {
+				return results, err
+			}
+		}
+	}
+	return results, nil
+}
+
+// sendOne makes one request with events (in batched mode a JSON array of them, else
+// the one event) and classifies its response.
+func (s *httpSink) sendOne(ctx context.Context, events []event.Event, token string) Result {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.target, nil)
@@ -122,11 +167,7 @@ func (s *httpSink) send(ctx context.Context, ev *event.Event, token string) Resu
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	encode := binding.WithForceBinary(ctx)
-	if s.mode == Structured {
-		encode = binding.WithForceStructured(ctx)
-	}
-	if err := cehttp.WriteRequest(encode, binding.ToMessage(ev), req); err != nil {
+	if err := s.encode(ctx, req, events); err != nil {
 		return reject(fmt.Sprintf("encoding the event: %v", err))
 	}
 	resp, err := s.client.Do(req)
@@ -154,6 +195,41 @@ func (s *httpSink) send(ctx context.Context, ev *event.Event, token string) Resu
 	default:
 		return retry(fmt.Sprintf("HTTP %d: unexpected status", code))
 	}
+}
+
+// encode writes events into req in the sink's mode.
+func (s *httpSink) encode(ctx context.Context, req *http.Request, events []event.Event) error {
+	if s.mode != Batched {
+		encode := binding.WithForceBinary(ctx)
+		if s.mode == Structured {
+			encode = binding.WithForceStructured(ctx)
+		}
+		return cehttp.WriteRequest(encode, binding.ToMessage(&events[0]), req)
+	}
+	// The body the SDK's NewHTTPRequestFromEvents writes, without its second pass:
+	// json.Encoder would validate and compact what each event's MarshalJSON returned.
+	var body bytes.Buffer
+	body.WriteByte('[')
+	for i := range events {
+		if err := events[i].Validate(); err != nil {
+			return err
+		}
+		b, err := events[i].MarshalJSON()
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.Write(b)
+	}
+	body.WriteByte(']')
+	req.Header.Set("Content-Type", event.ApplicationCloudEventsBatchJSON)
+	req.ContentLength = int64(body.Len())
+	buf := body.Bytes()
+	req.Body = io.NopCloser(bytes.NewReader(buf))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	return nil
 }
 
 // transportDetail describes a failed request without its URL, whose query may hold the

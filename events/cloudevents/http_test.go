@@ -23,16 +23,18 @@ import (
 )
 
 // receiver is a CloudEvents HTTP receiver: it decodes each request with the SDK and
-// answers with the status its script gives the event's id (200 by default).
+// answers with the status its script gives the event's id (200 by default); a batch is
+// answered with the status of its first scripted event.
 type receiver struct {
-	t      testing.TB
-	mu     sync.Mutex
-	got    []event.Event
-	reqs   []*http.Request // headers and URL only
-	status map[string]int  // by event id
-	body   map[string]string
-	delay  time.Duration
-	conns  atomic.Int32
+	t        testing.TB
+	mu       sync.Mutex
+	got      []event.Event
+	accepted []event.Event   // those it answered 2xx
+	reqs     []*http.Request // headers and URL only
+	status   map[string]int  // by event id
+	body     map[string]string
+	delay    time.Duration
+	conns    atomic.Int32
 }
 
 func newReceiver(t testing.TB) *receiver {
@@ -40,19 +42,41 @@ func newReceiver(t testing.TB) *receiver {
 }
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ev, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
-	if err != nil {
-		rc.t.Errorf("the receiver cannot decode the request: %v", err)
-		http.Error(w, err.Error(), http.StatusUnsupportedMediaType)
-		return
-	}
-	if err := ev.Validate(); err != nil {
-		rc.t.Errorf("the receiver got an invalid event: %v", err)
+	var events []event.Event
+	if cehttp.IsHTTPBatch(r.Header) {
+		batch, err := cehttp.NewEventsFromHTTPRequest(r)
+		if err != nil || len(batch) == 0 {
+			rc.t.Errorf("the receiver cannot decode the batch (%d events): %v", len(batch), err)
+			http.Error(w, "undecodable", http.StatusUnsupportedMediaType)
+			return
+		}
+		events = batch
+	} else {
+		ev, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
+		if err != nil {
+			rc.t.Errorf("the receiver cannot decode the request: %v", err)
+			http.Error(w, err.Error(), http.StatusUnsupportedMediaType)
+			return
+		}
+		events = []event.Event{*ev}
 	}
 	rc.mu.Lock()
-	rc.got = append(rc.got, *ev)
+	var status int
+	var body string
+	for _, ev := range events {
+		if err := ev.Validate(); err != nil {
+			rc.t.Errorf("the receiver got an invalid event: %v", err)
+		}
+		if status == 0 {
+			status, body = rc.status[ev.ID()], rc.body[ev.ID()]
+		}
+	}
+	rc.got = append(rc.got, events...)
+	if status == 0 || status/100 == 2 {
+		rc.accepted = append(rc.accepted, events...)
+	}
 	rc.reqs = append(rc.reqs, &http.Request{Header: r.Header.Clone(), URL: r.URL, Proto: r.Proto})
-	status, body, delay := rc.status[ev.ID()], rc.body[ev.ID()], rc.delay
+	delay := rc.delay
 	rc.mu.Unlock()
 	time.Sleep(delay)
 	if status == 0 {
@@ -69,6 +93,12 @@ func (rc *receiver) events() []event.Event {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return slices.Clone(rc.got)
+}
+
+func (rc *receiver) acceptedEvents() []event.Event {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return slices.Clone(rc.accepted)
 }
 
 func (rc *receiver) requests() []*http.Request {
@@ -118,7 +148,7 @@ func TestHTTPDelivers(t *testing.T) {
 		h2    bool
 		major int
 	}{{"HTTP/1.1", false, 1}, {"HTTP/2", true, 2}} {
-		for _, mode := range []Mode{Binary, Structured} {
+		for _, mode := range []Mode{Binary, Structured, Batched} {
 			t.Run(proto.name+" "+string(mode), func(t *testing.T) {
 				rc := newReceiver(t)
 				sink := openSink(t, serve(t, rc, proto.h2)+"mode="+string(mode)+"&code=kept")
@@ -156,10 +186,21 @@ func TestHTTPDelivers(t *testing.T) {
 						if ct != event.ApplicationCloudEventsJSON || r.Header.Get("Ce-Id") != "" {
 							t.Errorf("structured mode: Content-Type %q, headers %v", ct, r.Header)
 						}
+					case Batched:
+						if ct != event.ApplicationCloudEventsBatchJSON || r.Header.Get("Ce-Id") != "" {
+							t.Errorf("batched mode: Content-Type %q, headers %v", ct, r.Header)
+						}
 					}
 					if q := r.URL.Query(); q.Get("code") != "kept" || q.Has("mode") || q.Has("cafile") {
 						t.Errorf("the receiver was called with query %q: want its own parameters only", r.URL.RawQuery)
 					}
+				}
+				wantRequests := len(events)
+				if mode == Batched {
+					wantRequests = 1 // 20 events, within the default batch size
+				}
+				if n := len(rc.requests()); n != wantRequests {
+					t.Errorf("%d requests for %d events, want %d", n, len(events), wantRequests)
 				}
 				if n := rc.conns.Load(); n != 1 {
 					t.Errorf("%d connections for %d events, want one kept alive", n, len(events))
@@ -220,6 +261,54 @@ func TestHTTPOutcomes(t *testing.T) {
 			for i, r := range results {
 				if r.Outcome == Delivered && r.Detail != "" {
 					t.Errorf("result %d: delivered with detail %q", i, r.Detail)
+				}
+			}
+		})
+	}
+}
+
+// TestHTTPBatchOutcomes: a batch is delivered or retried whole; one the receiver refuses
+// is sent again an event per request, so only the refused event is rejected.
+func TestHTTPBatchOutcomes(t *testing.T) {
+	events := cloudEvents(t, 7, 7)
+	fifth := events[4].ID()
+	tests := []struct {
+		name     string
+		status   int
+		want     []Outcome
+		requests int
+		accepted []int // indexes of the events the receiver accepted, in order
+		detail   string
+	}{
+		{"all delivered", 0, slices.Repeat([]Outcome{Delivered}, 7), 3, []int{0, 1, 2, 3, 4, 5, 6}, ""},
+		{"503 stops at the batch", 503, []Outcome{Delivered, Delivered, Delivered, Retry}, 2, []int{0, 1, 2}, "HTTP 503: "},
+		{"400 rejects the one event", 400, []Outcome{Delivered, Delivered, Delivered, Delivered, Reject, Delivered, Delivered}, 6, []int{0, 1, 2, 3, 5, 6}, "HTTP 400: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := newReceiver(t)
+			rc.status[fifth] = tc.status
+			sink := openSink(t, serve(t, rc, false)+"mode=batch&batchsize=3")
+			results, err := sink.Publish(context.Background(), events)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(outcomes(results), tc.want) {
+				t.Fatalf("outcomes %v, want %v", results, tc.want)
+			}
+			if got := len(rc.requests()); got != tc.requests {
+				t.Errorf("%d requests, want %d", got, tc.requests)
+			}
+			var want []string
+			for _, i := range tc.accepted {
+				want = append(want, events[i].ID())
+			}
+			if got := ids(rc.acceptedEvents()); !slices.Equal(got, want) {
+				t.Errorf("the receiver accepted %v, want %v", got, want)
+			}
+			for _, r := range results {
+				if r.Outcome != Delivered && !strings.HasPrefix(r.Detail, tc.detail) {
+					t.Errorf("detail %q, want it to start with %q", r.Detail, tc.detail)
 				}
 			}
 		})

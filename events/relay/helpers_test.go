@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,30 +109,46 @@ type received struct {
 func newReceiver(t *testing.T) *receiver {
 	rc := &receiver{}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		e, err := cehttp.NewEventFromHTTPRequest(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+		var events []event.Event
+		if cehttp.IsHTTPBatch(req.Header) {
+			batch, err := cehttp.NewEventsFromHTTPRequest(req)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			events = batch
+		} else {
+			e, err := cehttp.NewEventFromHTTPRequest(req)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			events = []event.Event{*e}
 		}
-		ext := e.Extensions()
-		r := received{id: e.ID(), run: fmt.Sprint(ext["flyterun"]), action: fmt.Sprint(ext["flyteaction"])}
-		var body eventsv1.ActionEvent
-		if err := jsonData(e.Data(), &body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.attempt, r.version = int32(body.GetAttempt()), int32(body.GetVersion())
-		rc.mu.Lock()
-		rc.seen++
-		answer := rc.answer
-		rc.mu.Unlock()
+		// A batch is answered with its first refusal, and accepted only whole.
 		status := http.StatusOK
-		if answer != nil {
-			status = answer(r)
+		batch := make([]received, 0, len(events))
+		for _, e := range events {
+			ext := e.Extensions()
+			r := received{id: e.ID(), run: fmt.Sprint(ext["flyterun"]), action: fmt.Sprint(ext["flyteaction"])}
+			var body eventsv1.ActionEvent
+			if err := jsonData(e.Data(), &body); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.attempt, r.version = int32(body.GetAttempt()), int32(body.GetVersion())
+			rc.mu.Lock()
+			rc.seen++
+			answer := rc.answer
+			rc.mu.Unlock()
+			if answer != nil && status/100 == 2 {
+				status = answer(r)
+			}
+			batch = append(batch, r)
 		}
 		if status/100 == 2 {
 			rc.mu.Lock()
-			rc.accepted = append(rc.accepted, r)
+			rc.accepted = append(rc.accepted, batch...)
 			rc.mu.Unlock()
 		}
 		w.WriteHeader(status)
@@ -151,10 +169,11 @@ func (rc *receiver) got() []received {
 	return slices.Clone(rc.accepted)
 }
 
-// sink is the configuration of a sink publishing to the receiver.
-func (rc *receiver) sink(t *testing.T, name string) cloudevents.Config {
+// sink is the configuration of a sink publishing to the receiver, with options such as
+// "&mode=batch" appended to its URL.
+func (rc *receiver) sink(t *testing.T, name string, options ...string) cloudevents.Config {
 	t.Helper()
-	c, err := cloudevents.Parse(rc.URL + "/events?name=" + name)
+	c, err := cloudevents.Parse(rc.URL + "/events?name=" + name + strings.Join(options, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

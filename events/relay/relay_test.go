@@ -95,51 +95,58 @@ func TestASinkDownForAWhileLosesNothing(t *testing.T) {
 }
 
 // An event the sink refuses for good (400) becomes a dead letter with the sink's answer,
-// the events after it go on, and a replay once the sink takes it delivers it.
+// the events after it go on, and a replay once the sink takes it delivers it. In
+// batched mode the refused batch is sent again an event per request, so only the poison
+// is dead-lettered.
 func TestAPoisonEventGoesToTheDeadLettersAndIsReplayed(t *testing.T) {
-	d := newDB(t)
-	rc := newReceiver(t)
-	var refuse atomic.Bool
-	refuse.Store(true)
-	rc.setAnswer(func(r received) int {
-		if r.action == "poison" && r.version == 1 && refuse.Load() {
-			return http.StatusBadRequest
-		}
-		return http.StatusOK
-	})
-	r := startRelay(t, d, rc.sink(t, "http"))
-	registered(t, d, "http")
-	d.record(t, actionEvents("poisoned", "poison")...)
-	d.record(t, actionEvents("poisoned", "healthy")...)
-	want := 2*len(lifecycle) - 1
-	eventually.True(t, 30*time.Second, func() bool { return len(rc.got()) == want },
-		func() string { return fmt.Sprintf("accepted %d of the %d events the sink takes", len(rc.got()), want) })
-	ctx := context.Background()
-	letters, _, err := d.outbox.ListDeadLetters(ctx, outbox.DeadLetterFilter{Sink: "http", PageSize: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(letters) != 1 || letters[0].Entry.Key.Action != "poison" || letters[0].Entry.Version != 1 || !strings.HasPrefix(letters[0].Detail, "HTTP 400") {
-		t.Fatalf("dead letters: %+v; want poison's version 1, refused with HTTP 400", letters)
-	}
-	if n := r.counter(t, "flyte_events_cloudevents_dead_letters_total", "http"); n != 1 {
-		t.Errorf("dead letters counted: %v", n)
-	}
+	for _, mode := range []string{"binary", "batch"} {
+		t.Run(mode, func(t *testing.T) {
+			d := newDB(t)
+			rc := newReceiver(t)
+			var refuse atomic.Bool
+			refuse.Store(true)
+			rc.setAnswer(func(r received) int {
+				if r.action == "poison" && r.version == 1 && refuse.Load() {
+					return http.StatusBadRequest
+				}
+				return http.StatusOK
+			})
+			r := startRelay(t, d, rc.sink(t, "http", "&mode="+mode))
+			registered(t, d, "http")
+			d.record(t, actionEvents("poisoned", "poison")...)
+			d.record(t, actionEvents("poisoned", "healthy")...)
+			want := 2*len(lifecycle) - 1
+			eventually.True(t, 30*time.Second, func() bool { return len(rc.got()) == want },
+				func() string { return fmt.Sprintf("accepted %d of the %d events the sink takes", len(rc.got()), want) })
+			ctx := context.Background()
+			letters, _, err := d.outbox.ListDeadLetters(ctx, outbox.DeadLetterFilter{Sink: "http", PageSize: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(letters) != 1 || letters[0].Entry.Key.Action != "poison" || letters[0].Entry.Version != 1 || !strings.HasPrefix(letters[0].Detail, "HTTP 400") {
+				t.Fatalf("dead letters: %+v; want poison's version 1, refused with HTTP 400", letters)
+			}
+			if n := r.counter(t, "flyte_events_cloudevents_dead_letters_total", "http"); n != 1 {
+				t.Errorf("dead letters counted: %v", n)
+			}
 
-	refuse.Store(false)
-	if n, err := d.outbox.RequestReplay(ctx, "http", nil); err != nil || n != 1 {
-		t.Fatalf("RequestReplay: %d, %v", n, err)
+			refuse.Store(false)
+			if n, err := d.outbox.RequestReplay(ctx, "http", nil); err != nil || n != 1 {
+				t.Fatalf("RequestReplay: %d, %v", n, err)
+			}
+			eventually.True(t, 30*time.Second, func() bool { return len(rc.got()) == want+1 },
+				func() string { return "the replayed dead letter was not delivered" })
+			eventually.True(t, 10*time.Second, func() bool {
+				letters, _, err := d.outbox.ListDeadLetters(ctx, outbox.DeadLetterFilter{Sink: "http", PageSize: 10})
+				return err == nil && len(letters) == 0
+			}, func() string { return "the replayed dead letter is still kept" })
+		})
 	}
-	eventually.True(t, 30*time.Second, func() bool { return len(rc.got()) == want+1 },
-		func() string { return "the replayed dead letter was not delivered" })
-	eventually.True(t, 10*time.Second, func() bool {
-		letters, _, err := d.outbox.ListDeadLetters(ctx, outbox.DeadLetterFilter{Sink: "http", PageSize: 10})
-		return err == nil && len(letters) == 0
-	}, func() string { return "the replayed dead letter is still kept" })
 }
 
 // A relay stopped while a sink holds a request (as when the service is killed) has not
 // moved its cursor: the next relay sends the same event again, with the same id.
+
 func TestARelayStoppedMidPublishSendsItAgainWithTheSameID(t *testing.T) {
 	d := newDB(t)
 	rc := newReceiver(t)

@@ -60,6 +60,7 @@ func main() {
 		}
 		return nil
 	})
+	flag.StringVar(&o.EgressSize.HTTPMode, "egress-http-mode", "binary", "the HTTP sinks' content mode: binary, structured or batch (an array of up to 100 events per request)")
 	flag.IntVar(&o.EgressSize.SlowEvents, "egress-slow-events", 150_000, "events recorded per setup and round beside a slow sink")
 	flag.DurationVar(&o.EgressSize.SlowDelay, "egress-slow-delay", 50*time.Millisecond, "how long the slow HTTP sink takes to answer")
 	flag.DurationVar(&o.EgressSize.DrainTimeout, "egress-drain-timeout", 3*time.Minute, "how long to wait for a consumer to hold every event")
