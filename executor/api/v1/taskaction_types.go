@@ -10,6 +10,7 @@ import (
 //
 // +kubebuilder:validation:XValidation:rule="self.taskType != 'container' || has(self.container)",message="taskType container needs a container section"
 // +kubebuilder:validation:XValidation:rule="!has(self.timeout) || duration(self.timeout) > duration('0s')",message="timeout must be positive"
+// +kubebuilder:validation:XValidation:rule="!has(self.secrets) || !has(self.envVars) || self.secrets.all(s, !has(s.env) || !(s.env in self.envVars))",message="a secret's env name is also a key of envVars"
 type TaskActionSpec struct {
 	// Project groups runs of one team or product.
 	// +kubebuilder:validation:MinLength=1
@@ -96,6 +97,16 @@ type TaskActionSpec struct {
 	// +optional
 	Container *ContainerSpec `json:"container,omitempty"`
 
+	// Secrets are Kubernetes Secrets of the action's namespace that the kubelet delivers
+	// to the task's containers, as environment variables or files. The executor only
+	// names them in the objects it creates: it never reads a Secret.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !has(a.env) || self.exists_one(b, has(b.env) && b.env == a.env))",message="env names must be unique"
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !has(a.mountPath) || self.exists_one(b, has(b.mountPath) && a.mountPath.startsWith(b.mountPath) && (size(a.mountPath) == size(b.mountPath) || a.mountPath.charAt(size(b.mountPath)) == '/')))",message="mountPaths must be unique and not nested inside one another"
+	Secrets []TaskSecret `json:"secrets,omitempty"`
+
 	// Config holds plugin settings, such as core-sleep's "duration".
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
@@ -125,6 +136,47 @@ type CacheSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=set
 	IgnoredInputs []string `json:"ignoredInputs,omitempty"`
+}
+
+// TaskSecret delivers a Secret of the action's namespace to the task: one key as an
+// environment variable (env), or one key or every key as files in a directory
+// (mountPath).
+//
+// +kubebuilder:validation:XValidation:rule="has(self.env) != has(self.mountPath)",message="set exactly one of env and mountPath"
+// +kubebuilder:validation:XValidation:rule="!has(self.env) || has(self.key)",message="env needs a key: an environment variable holds one key of the Secret"
+type TaskSecret struct {
+	// Name is the Secret's name, in the action's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// Key is one key of the Secret. Without it, the whole Secret is mounted, a file per
+	// key, which only mountPath can do.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +kubebuilder:validation:XValidation:rule="self != '.' && self != '..' && !self.startsWith('..')",message="a key is not '.' or '..' and does not start with '..'"
+	Key string `json:"key,omitempty"`
+
+	// Env is the environment variable that holds the key's value.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('FLYTE_')",message="env names starting with FLYTE_ are the executor's own"
+	Env string `json:"env,omitempty"`
+
+	// MountPath is an absolute directory where the kubelet mounts the Secret read-only:
+	// the key's file is <mountPath>/<key>, or every key is a file there. Written without
+	// a trailing slash, empty, '.' or '..' segments, so that paths compare as written.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^(/[^/]+)+$`
+	// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '.' || s == '..')",message="mountPath has no '.' or '..' segments"
+	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 4096",message="mountPath is at most 4096 bytes"
+	MountPath string `json:"mountPath,omitempty"`
 }
 
 // ContainerSpec describes the container of a container task.
