@@ -143,11 +143,17 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 	if err != nil {
 		return plugin.Transition{}, fmt.Errorf("%s: reading the phase of %s: %w", m.id, obj.GetName(), err)
 	}
+	events := m.eventsOnce(ctx, obj)
+	if r, ok := m.plugin.(EventReader); ok {
+		if info, err = r.PhaseFromEvents(ctx, tCtx, obj, info, events); err != nil {
+			return plugin.Transition{}, fmt.Errorf("%s: reading the phase of %s from its events: %w", m.id, obj.GetName(), err)
+		}
+	}
 	// With each change of phase, report the Kubernetes events about the object since
 	// the previous change: one read per change, not per reconcile.
 	if reported := reportedAs(info); reported != st.Reported {
 		st.Created, st.Reported = true, reported
-		info.ClusterEvents, st.EventsUntil = m.clusterEvents(ctx, obj, st.EventsUntil)
+		info.ClusterEvents, st.EventsUntil = clusterEvents(events, st.EventsUntil)
 		if err := tCtx.PluginStateWriter().Put(stateVersion, st); err != nil {
 			return plugin.Transition{}, err
 		}
@@ -155,18 +161,42 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 	return plugin.DoTransition(info), nil
 }
 
-// clusterEvents lists the events about obj newer than since, the newest last, at most
+// eventsOnce returns a function that lists the events about obj, oldest first, reading
+// them from the API server the first time it is called only.
+func (m *PluginManager) eventsOnce(ctx context.Context, obj client.Object) func() ([]corev1.Event, error) {
+	var (
+		read   bool
+		events []corev1.Event
+		err    error
+	)
+	return func() ([]corev1.Event, error) {
+		if read {
+			return events, err
+		}
+		read = true
+		var list corev1.EventList
+		err = m.reader.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
+			client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("involvedObject.uid", string(obj.GetUID()))})
+		if err != nil {
+			err = apiError(fmt.Sprintf("%s: listing the events of %s", m.id, obj.GetName()), err)
+			return nil, err
+		}
+		events = list.Items
+		slices.SortStableFunc(events, func(a, b corev1.Event) int { return eventTime(&a).Compare(eventTime(&b)) })
+		return events, nil
+	}
+}
+
+// clusterEvents are the events newer than since, the newest last, at most
 // flytev1.MaxClusterEvents of them. They are context for people, so a failed read reports none.
-func (m *PluginManager) clusterEvents(ctx context.Context, obj client.Object, since time.Time) ([]plugin.ClusterEvent, time.Time) {
-	var list corev1.EventList
-	err := m.reader.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
-		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("involvedObject.uid", string(obj.GetUID()))})
+func clusterEvents(events func() ([]corev1.Event, error), since time.Time) ([]plugin.ClusterEvent, time.Time) {
+	list, err := events()
 	if err != nil {
 		return nil, since
 	}
 	var out []plugin.ClusterEvent
 	newest := since
-	for _, e := range list.Items {
+	for _, e := range list {
 		at := eventTime(&e)
 		if !at.After(since) {
 			continue

@@ -33,6 +33,19 @@ type Plugin interface {
 	GetProperties() Properties
 }
 
+// EventReader is implemented by a Plugin whose objects can be stuck in a way only their
+// Kubernetes events tell: a pod whose Secret volume cannot be mounted stays Pending, its
+// containers "ContainerCreating", and only the kubelet's FailedMount events say why.
+type EventReader interface {
+	// PhaseFromEvents refines GetTaskPhase's answer info for obj. events lists the
+	// Kubernetes events about obj, oldest first. It reads them from the API server (once
+	// per pass, however often it is called), so call it only while the phase may depend
+	// on them, and ask to be called again (RequeueAfter) while it may: events do not wake
+	// an action.
+	PhaseFromEvents(ctx context.Context, tCtx plugin.TaskExecutionContext, obj client.Object, info plugin.PhaseInfo,
+		events func() ([]corev1.Event, error)) (plugin.PhaseInfo, error)
+}
+
 // Properties tune the manager for one plugin.
 type Properties struct {
 	// DisableInjectOwnerReferences leaves the owner reference off, for objects that

@@ -15,8 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/executor/plugin/tasksecrets"
 )
 
 // ID is the plugin's ID and task type.
@@ -49,7 +51,10 @@ type Plugin struct {
 	Config k8s.Config
 }
 
-var _ k8s.Plugin = Plugin{}
+var (
+	_ k8s.Plugin      = Plugin{}
+	_ k8s.EventReader = Plugin{}
+)
 
 // GetProperties implements k8s.Plugin.
 func (Plugin) GetProperties() k8s.Properties { return k8s.Properties{} }
@@ -92,6 +97,10 @@ func (p Plugin) BuildResource(ctx context.Context, tCtx plugin.TaskExecutionCont
 		if err := mountFileStorage(ctx, tCtx, &pod.Spec); err != nil {
 			return nil, err
 		}
+	}
+	// After the executor's own variables and mounts, which the secrets may not shadow.
+	if err := tasksecrets.Apply(&pod.Spec, spec.Secrets, ContainerName); err != nil {
+		return nil, err
 	}
 	return pod, nil
 }
@@ -178,7 +187,7 @@ func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.
 	case corev1.PodRunning:
 		return plugin.PhaseInfoRunning(0, "Running"), nil
 	default: // Pending or unknown
-		return pending(pod, tCtx.Metadata().Now(), pullGrace), nil
+		return pending(pod, tCtx.Metadata().Action().Spec.Secrets, tCtx.Metadata().Now(), pullGrace), nil
 	}
 }
 
@@ -218,7 +227,11 @@ var (
 	failedPulls = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true}
 )
 
-func pending(pod *corev1.Pod, now time.Time, pullGrace time.Duration) plugin.PhaseInfo {
+// CodeMissingSecret is the error code of an attempt whose pod refers to a Secret, or a
+// key of one, that does not exist.
+const CodeMissingSecret = "MissingSecret"
+
+func pending(pod *corev1.Pod, secrets []flytev1.TaskSecret, now time.Time, pullGrace time.Duration) plugin.PhaseInfo {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 			return plugin.PhaseInfoWaitingForResources(0, "Unschedulable", c.Message)
@@ -235,6 +248,14 @@ func pending(pod *corev1.Pod, now time.Time, pullGrace time.Duration) plugin.Pha
 			return plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "ImagePullFailed",
 				fmt.Sprintf("container %s cannot start: %s: %s", cs.Name, w.Reason, w.Message))
 		}
+		if w.Reason == "CreateContainerConfigError" {
+			// The kubelet tries again and again, but only someone creating the Secret
+			// could make it work: fail now, naming it, rather than wait forever.
+			if what, ok := tasksecrets.Missing(secrets, w.Message); ok {
+				return plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, CodeMissingSecret,
+					fmt.Sprintf("container %s cannot start: %s: %s: %s", cs.Name, what, w.Reason, w.Message))
+			}
+		}
 		return plugin.PhaseInfoInitializing(0, w.Reason, w.Message)
 	}
 	if pod.Spec.NodeName == "" {
@@ -243,6 +264,63 @@ func pending(pod *corev1.Pod, now time.Time, pullGrace time.Duration) plugin.Pha
 		return plugin.PhaseInfoQueued(k8s.ReasonObjectCreated)
 	}
 	return plugin.PhaseInfoInitializing(0, "Pending", "")
+}
+
+// secretMountRecheck is how often the events of a pod that may be waiting for a Secret
+// volume are read again: nothing else wakes its action while it waits.
+const secretMountRecheck = 10 * time.Second
+
+// PhaseFromEvents implements k8s.EventReader. A pod whose Secret volume cannot be mounted
+// stays Pending with its containers "ContainerCreating", and its status never says why:
+// only the kubelet's FailedMount events do. While a pod with Secret volumes may still be
+// mounting them, they are read, and read again after secretMountRecheck.
+func (Plugin) PhaseFromEvents(_ context.Context, tCtx plugin.TaskExecutionContext, obj client.Object, info plugin.PhaseInfo,
+	events func() ([]corev1.Event, error)) (plugin.PhaseInfo, error) {
+	secrets := tCtx.Metadata().Action().Spec.Secrets
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || info.Phase != plugin.PhaseInitializing || !mountingSecrets(pod, secrets) {
+		return info, nil
+	}
+	list, err := events()
+	if err != nil {
+		// The events are the only word on it; without them, wait and read them again.
+		info.RequeueAfter = secretMountRecheck
+		return info, nil
+	}
+	for i := len(list) - 1; i >= 0; i-- {
+		e := list[i]
+		if e.Reason != "FailedMount" {
+			continue
+		}
+		if what, ok := tasksecrets.Missing(secrets, e.Message); ok {
+			return plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, CodeMissingSecret,
+				fmt.Sprintf("pod %s cannot start: %s: %s: %s", pod.Name, what, e.Reason, e.Message)), nil
+		}
+	}
+	if info.RequeueAfter == 0 || info.RequeueAfter > secretMountRecheck {
+		info.RequeueAfter = secretMountRecheck
+	}
+	return info, nil
+}
+
+// mountingSecrets reports whether pod, on its node and not yet started, mounts Secret
+// volumes of spec.secrets and may still be waiting for them: the kubelet mounts a pod's
+// volumes before it creates its sandbox, so a pod ready to start containers has them.
+func mountingSecrets(pod *corev1.Pod, secrets []flytev1.TaskSecret) bool {
+	if pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodPending || pod.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionTrue {
+			return false
+		}
+	}
+	for _, s := range secrets {
+		if s.MountPath != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func failed(pod *corev1.Pod) plugin.PhaseInfo {

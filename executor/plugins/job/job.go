@@ -52,9 +52,10 @@ func (Plugin) BuildIdentityResource(context.Context, plugin.TaskExecutionMetadat
 	return &batchv1.Job{TypeMeta: metav1.TypeMeta{Kind: "Job", APIVersion: "batch/v1"}}, nil
 }
 
-// BuildResource implements k8s.Plugin: the container plugin's pod, as a Job's template.
-// The Job never retries a pod itself (backoffLimit 0): attempts are the executor's, so
-// that each has its own name, budget and events.
+// BuildResource implements k8s.Plugin: the container plugin's pod, as a Job's template,
+// so the Job's pods get what a task's pod gets, the action's secrets (tasksecrets.Apply)
+// among it. The Job never retries a pod itself (backoffLimit 0): attempts are the
+// executor's, so that each has its own name, budget and events.
 func (p Plugin) BuildResource(ctx context.Context, tCtx plugin.TaskExecutionContext) (client.Object, error) {
 	obj, err := p.pods.BuildResource(ctx, tCtx)
 	if err != nil {
