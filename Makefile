@@ -60,7 +60,8 @@ generate: proto-generate crd-generate console-generate ## Regenerate all generat
 crd-generate: ## Regenerate the TaskAction deepcopy code, CRD (deploy/crd) and RBAC.
 	$(TOOL) controller-gen object paths=./executor/api/...
 	$(TOOL) controller-gen crd paths=./executor/api/... output:crd:artifacts:config=deploy/crd
-	$(TOOL) controller-gen rbac:roleName=flyte-executor paths=./executor/... output:rbac:artifacts:config=deploy/kustomize/base/rbac
+	$(TOOL) controller-gen rbac:roleName=flyte-executor paths=./executor output:rbac:artifacts:config=deploy/kustomize/base/rbac
+	$(TOOL) controller-gen rbac:roleName=flyte-executor-tasks paths=./executor/rbac/tasknamespaces output:rbac:artifacts:config=deploy/kustomize/base/rbac/tasks
 
 .PHONY: proto-generate
 proto-generate: $(PROTOVALIDATE_PROTO) ## Regenerate the protobuf, Connect and gRPC code in gen/go.

@@ -377,15 +377,61 @@ func checkExecutor(t *testing.T, objs []*unstructured.Unstructured, rbac *rbacRe
 		t.Errorf("%d executor replicas without leaderElect would reconcile the same actions at once", *d.Spec.Replicas)
 	}
 
-	// The permissions, as the API server grants them to its ServiceAccount: creating
-	// pods in any namespace (ClusterRole and ClusterRoleBinding flyte-executor), and
-	// leases in its own for leader election (Role and RoleBinding flyte-executor).
-	executor := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: spec.ServiceAccountName, Namespace: d.Namespace}
-	if !rbac.allowed(executor, "team-a", "", "pods", "create") {
-		t.Errorf("RBAC does not allow creating pods in any namespace to ServiceAccount %s/%s (ClusterRole and ClusterRoleBinding flyte-executor)", d.Namespace, executor.Name)
+	checkExecutorRBAC(t, objs, rbac, d, cfg.Namespaces)
+}
+
+// checkExecutorRBAC holds the executor's permissions, as the API server grants them to
+// its ServiceAccount, to its configuration: pods in the namespaces it manages (every one
+// when namespaces is empty, by ClusterRoleBinding flyte-executor-tasks; else by a
+// RoleBinding in each listed one and nowhere else), leases and Secrets in its own
+// namespace, and never a Secret of a task namespace.
+func checkExecutorRBAC(t *testing.T, objs []*unstructured.Unstructured, rbac *rbacReviews, d appsv1.Deployment, namespaces []string) {
+	t.Helper()
+	executor := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: d.Spec.Template.Spec.ServiceAccountName, Namespace: d.Namespace}
+	managed := namespaces
+	if len(managed) == 0 {
+		managed = []string{"team-a", "any-namespace"}
+	}
+	for _, ns := range managed {
+		for _, r := range []struct{ group, resource, verb string }{{"", "pods", "create"}, {"batch", "jobs", "create"}, {"flyte.org", "taskactions", "watch"}, {"", "events", "create"}} {
+			if !rbac.allowed(executor, ns, r.group, r.resource, r.verb) {
+				t.Errorf("RBAC does not allow %s %s in managed namespace %s to ServiceAccount %s/%s (ClusterRole flyte-executor-tasks)", r.verb, r.resource, ns, d.Namespace, executor.Name)
+			}
+		}
 	}
 	if !rbac.allowed(executor, d.Namespace, "coordination.k8s.io", "leases", "update") {
 		t.Errorf("RBAC does not allow leader election in %s to ServiceAccount %s (Role and RoleBinding flyte-executor)", d.Namespace, executor.Name)
+	}
+	if !rbac.allowed(executor, d.Namespace, "", "secrets", "get") {
+		t.Errorf("RBAC does not allow its own Secrets in %s to ServiceAccount %s (Role flyte-executor)", d.Namespace, executor.Name)
+	}
+	// Denials, asked once the grants above show the authorizer has the overlay's RBAC.
+	for _, ns := range managed {
+		if rbac.allowedNow(executor, ns, "", "secrets", "get") || rbac.allowedNow(executor, ns, "", "secrets", "list") {
+			t.Errorf("ServiceAccount %s/%s may read Secrets in task namespace %s: the kubelet delivers an action's secrets, the executor must not", d.Namespace, executor.Name, ns)
+		}
+	}
+	if len(namespaces) == 0 {
+		return
+	}
+	if rbac.allowedNow(executor, "unmanaged", "", "pods", "create") {
+		t.Errorf("ServiceAccount %s/%s may create pods in a namespace outside its configured namespaces %v", d.Namespace, executor.Name, namespaces)
+	}
+	// Each listed namespace has its RoleBinding, and no RoleBinding of the role is
+	// elsewhere: the configuration and the grants are one list.
+	var bound []string
+	for _, u := range objs {
+		var rb rbacv1.RoleBinding
+		if u.GetKind() != "RoleBinding" {
+			continue
+		}
+		convert(t, u, &rb)
+		if rb.RoleRef.Kind == "ClusterRole" && rb.RoleRef.Name == "flyte-executor-tasks" {
+			bound = append(bound, rb.Namespace)
+		}
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(bound)), slices.Sorted(slices.Values(namespaces))) {
+		t.Errorf("RoleBindings of flyte-executor-tasks in %v, the executor configured for %v: the two lists must agree", bound, namespaces)
 	}
 }
 

@@ -40,6 +40,20 @@ func (r *rbacReviews) allowed(sa rbacv1.Subject, namespace, group, resource, ver
 	return ok
 }
 
+// allowedNow asks once, for a denial expected after allowed has seen the same objects
+// granting something else (so the authorizer's cache holds them).
+func (r *rbacReviews) allowedNow(sa rbacv1.Subject, namespace, group, resource, verb string) bool {
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:               serviceaccount.MakeUsername(sa.Namespace, sa.Name),
+		Groups:             append(serviceaccount.MakeGroupNames(sa.Namespace), user.AllAuthenticated),
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Group: group, Resource: resource, Verb: verb},
+	}}
+	if err := env.Client.Create(r.t.Context(), sar); err != nil {
+		r.t.Fatalf("SubjectAccessReview: %v", err)
+	}
+	return sar.Status.Allowed
+}
+
 // poll asks until the answer is want or five seconds have passed, and returns the last
 // answer. It asks twice a second, which client-go's rate limit allows.
 func (r *rbacReviews) poll(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec, want bool) bool {

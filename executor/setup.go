@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"text/template"
 	"time"
@@ -59,7 +60,8 @@ type Hooks struct {
 	Clock clock.PassiveClock
 	// Plugins are registered beside the built-in ones.
 	Plugins []plugin.Entry
-	// Namespaces restricts the executor to these namespaces; all when empty.
+	// Namespaces restricts the executor to these namespaces when the configuration's
+	// namespaces is empty (tests run one executor per namespace).
 	Namespaces []string
 	// SeveralInProcess allows more than one executor in a process, as tests run them.
 	SeveralInProcess bool
@@ -148,9 +150,15 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			cacheOpts.ByObject[e.Watches] = cache.ByObject{Label: managed}
 		}
 	}
-	if len(hooks.Namespaces) > 0 {
+	// Every namespaced informer (actions, pods, jobs, events) watches the managed
+	// namespaces only, so RoleBindings there are all the executor needs.
+	namespaces := cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = hooks.Namespaces
+	}
+	if len(namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range hooks.Namespaces {
+		for _, ns := range namespaces {
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
@@ -163,8 +171,8 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true, // a clean stop hands over at once
 		Cache:                         cacheOpts,
-		// Secrets are read one at a time, in the action's namespace: caching them would
-		// watch (and hold) every Secret of the cluster and need list and watch on them.
+		// Secrets are read one at a time, in the executor's own namespace: caching them
+		// would watch (and hold) Secrets and need list and watch on them.
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 	})
 	if err != nil {
@@ -224,6 +232,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe, TracerProvider: hooks.TracerProvider,
 		Options: controller.Options{
 			DefaultServiceAccount:   cfg.DefaultServiceAccount,
+			ExecutorNamespace:       executorNamespace(cfg.ExecutorNamespace),
 			MaxSystemFailures:       int32(cfg.MaxSystemFailures),
 			MaxConcurrentReconciles: cfg.MaxConcurrentReconciles,
 			SkipNameValidation:      hooks.SeveralInProcess,
@@ -271,6 +280,21 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		}
 	}
 	return mgr, nil
+}
+
+// serviceAccountNamespace is where a pod's service account names its namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// executorNamespace is the configured namespace, else the pod's, else none.
+func executorNamespace(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	b, err := os.ReadFile(serviceAccountNamespace)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // setupContext is what plugins get when they are loaded.

@@ -41,15 +41,18 @@ type Config struct {
 	// in. Default "".
 	LeaderElectionNamespace string `json:"leaderElectionNamespace"`
 
-	// WebhookCertPath is the directory holding the webhook server's certificate; empty
-	// means the controller-runtime default location. Default "".
-	WebhookCertPath string `json:"webhookCertPath"`
-	// WebhookCertName is the certificate's file name within WebhookCertPath. Default "tls.crt".
-	WebhookCertName string `json:"webhookCertName"`
-	// WebhookCertKey is the private key's file name within WebhookCertPath. Default "tls.key".
-	WebhookCertKey string `json:"webhookCertKey"`
+	// Namespaces are the namespaces whose actions this executor runs, and the only ones
+	// it creates pods and jobs in: its informers watch these alone, so its RBAC can be
+	// RoleBindings in them instead of a ClusterRoleBinding. Empty means every namespace.
+	// Default empty.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// ExecutorNamespace is the namespace the executor runs in, the only one where the
+	// plugins' SecretManager reads Secrets (credentials of the executor's own; an
+	// action's secrets are delivered to its pod by the kubelet and never read). Default
+	// the namespace of the pod's service account, or none outside a pod.
+	ExecutorNamespace string `json:"executorNamespace"`
 
-	// EnableHTTP2 allows HTTP/2 on the metrics and webhook servers. It is off by default
+	// EnableHTTP2 allows HTTP/2 on the metrics server. It is off by default
 	// because of the HTTP/2 stream-cancellation and rapid-reset vulnerabilities
 	// (CVE-2023-44487, CVE-2023-39325). Default false.
 	EnableHTTP2 bool `json:"enableHTTP2"`
@@ -182,8 +185,6 @@ func Default() Config {
 		MetricsCertKey:          "tls.key",
 		HealthProbeBindAddress:  ":8081",
 		LeaderElectionID:        "abf369a8.flyte.org",
-		WebhookCertName:         "tls.crt",
-		WebhookCertKey:          "tls.key",
 		EventsServiceURL:        "http://localhost:8090",
 		CacheServiceURL:         "http://localhost:8094",
 		MaxSystemFailures:       3,

@@ -70,9 +70,8 @@ healthProbeBindAddress: ":9091"
 leaderElect: true
 leaderElectionID: executor.example.com
 leaderElectionNamespace: flyte-system
-webhookCertPath: /certs/webhook
-webhookCertName: webhook.crt
-webhookCertKey: webhook.key
+namespaces: [team-a, team-b]
+executorNamespace: flyte
 enableHTTP2: true
 eventsServiceURL: https://events.example.com
 cacheServiceURL: ""
@@ -115,9 +114,8 @@ k8s:
 		LeaderElect:             true,
 		LeaderElectionID:        "executor.example.com",
 		LeaderElectionNamespace: "flyte-system",
-		WebhookCertPath:         "/certs/webhook",
-		WebhookCertName:         "webhook.crt",
-		WebhookCertKey:          "webhook.key",
+		Namespaces:              []string{"team-a", "team-b"},
+		ExecutorNamespace:       "flyte",
 		EnableHTTP2:             true,
 		EventsServiceURL:        "https://events.example.com",
 		CacheServiceURL:         "",
@@ -302,6 +300,11 @@ func TestLoadRejects(t *testing.T) {
 		{"duplicate prefix", "storage:\n  allowedPrefixes: [s3://b/x, s3://b/x/]\n", "storage.allowedPrefixes[1]: s3://b/x/ is listed twice"},
 		{"missing token file", "serviceTokenFile: /nonexistent/token\n", "serviceTokenFile: open /nonexistent/token: no such file"},
 		{"missing CA file", "serviceCAFile: /nonexistent/ca.pem\neventsServiceURL: https://events\ncacheServiceURL: https://cache\n", "serviceCAFile: open /nonexistent/ca.pem: no such file"},
+		{"a removed webhook field", "webhookCertPath: /certs\nwebhookCertName: tls.crt\n", "webhookCertName: removed: the executor serves no webhook. An action's secrets are delivered to its pod by the kubelet (spec.secrets); docs/configuration.md says why; webhookCertPath: removed"},
+		{"a namespace that is no name", "namespaces: [Team_A]\n", `namespaces[0]: "Team_A" is not a namespace name`},
+		{"a namespace twice", "namespaces: [a, b, a]\n", `namespaces[2]: "a" is listed twice`},
+		{"an empty namespace", "namespaces: [\"\"]\n", `namespaces[0]: "" is not a namespace name`},
+		{"an executor namespace that is no name", "executorNamespace: flyte/system\n", `executorNamespace: "flyte/system" is not a namespace name`},
 		{"non-YAML content", "{ this is: [not yaml\n", "config.yaml"},
 		{"YAML that is not a mapping", "- a\n- b\n", "config.yaml"},
 	}

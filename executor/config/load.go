@@ -31,6 +31,9 @@ func Load(path string) (Config, error) {
 		// The *fs.PathError already names the file.
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
+	if err := removedFields(data); err != nil {
+		return Config{}, fmt.Errorf("config: %s: %w", path, err)
+	}
 	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
 		return Config{}, fmt.Errorf("config: %s: %w", path, err)
 	}
@@ -38,6 +41,35 @@ func Load(path string) (Config, error) {
 		return Config{}, fmt.Errorf("config: %s: %w", path, err)
 	}
 	return cfg, nil
+}
+
+// removed are fields the configuration once had, with why they went, so that a file
+// still setting one is told more than "unknown field".
+var removed = map[string]string{
+	"webhookCertPath": webhookRemoved,
+	"webhookCertName": webhookRemoved,
+	"webhookCertKey":  webhookRemoved,
+}
+
+const webhookRemoved = "removed: the executor serves no webhook. An action's secrets are " +
+	"delivered to its pod by the kubelet (spec.secrets); docs/configuration.md says why"
+
+// removedFields reports the removed fields data sets.
+func removedFields(data []byte) error {
+	var top map[string]json.RawMessage
+	if err := yaml.Unmarshal(data, &top); err != nil {
+		return nil // UnmarshalStrict reports it
+	}
+	var errs []string
+	for _, k := range slices.Sorted(maps.Keys(top)) {
+		if why, ok := removed[k]; ok {
+			errs = append(errs, k+": "+why)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // UnmarshalJSON decodes the members present in data, keeping the current value of the rest.

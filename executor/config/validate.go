@@ -41,12 +41,18 @@ func (c Config) Validate() error {
 			fail("metricsCertKey", "must be set when metricsCertPath is set")
 		}
 	}
-	if c.WebhookCertPath != "" {
-		if c.WebhookCertName == "" {
-			fail("webhookCertName", "must be set when webhookCertPath is set")
+	seen := map[string]bool{}
+	for i, ns := range c.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			fail(fmt.Sprintf("namespaces[%d]", i), "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+		} else if seen[ns] {
+			fail(fmt.Sprintf("namespaces[%d]", i), "%q is listed twice", ns)
 		}
-		if c.WebhookCertKey == "" {
-			fail("webhookCertKey", "must be set when webhookCertPath is set")
+		seen[ns] = true
+	}
+	if c.ExecutorNamespace != "" {
+		if msgs := validation.IsDNS1123Label(c.ExecutorNamespace); len(msgs) > 0 {
+			fail("executorNamespace", "%q is not a namespace name: %s", c.ExecutorNamespace, strings.Join(msgs, "; "))
 		}
 	}
 	if c.LeaderElect && c.LeaderElectionID == "" {

@@ -172,6 +172,6 @@ func (s *scope) patchFinalizer(ctx context.Context, change func(client.Object, s
 func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
 	return plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{
 		Action: s.ta, Attempt: attempt, DefaultServiceAccount: s.r.Options.DefaultServiceAccount,
-		DataStore: s.r.DataStore, Secrets: s.r.Client, Resources: s.r.Resources, Clock: s.r.Clock.Now,
+		DataStore: s.r.DataStore, Secrets: s.r.Client, SecretsNamespace: s.r.Options.ExecutorNamespace, Resources: s.r.Resources, Clock: s.r.Clock.Now,
 	})
 }

@@ -51,6 +51,8 @@ const Finalizer = "flyte.org/plugin-finalizer"
 type Options struct {
 	// DefaultServiceAccount applies to actions that name none.
 	DefaultServiceAccount string
+	// ExecutorNamespace is where plugins' SecretManager reads; empty: nowhere.
+	ExecutorNamespace string
 	// MaxSystemFailures is how many system failures an action survives.
 	MaxSystemFailures int32
 	// Backoff spaces attempts.

@@ -94,9 +94,11 @@ type OutputWriter interface {
 	Write(ctx context.Context, outputs []byte) (string, error)
 }
 
-// SecretManager reads secrets.
+// SecretManager reads the executor's own secrets, such as a plugin's credentials for an
+// external service. It never reads an action's: those are rendered into the action's
+// pod as references (spec.secrets), and the kubelet fetches them.
 type SecretManager interface {
-	// Get returns a key of a secret in the action's namespace.
+	// Get returns a key of a secret in the executor's own namespace (executorNamespace).
 	Get(ctx context.Context, name, key string) ([]byte, error)
 }
 

@@ -45,8 +45,11 @@ type ExecutionContextOptions struct {
 	// DefaultServiceAccount applies when the action names none.
 	DefaultServiceAccount string
 	DataStore             DataStore
-	Secrets               client.Reader
-	Resources             ResourceManager
+	// Secrets reads Secrets in SecretsNamespace, the executor's own namespace; empty
+	// means none, and SecretManager refuses.
+	Secrets          client.Reader
+	SecretsNamespace string
+	Resources        ResourceManager
 	// Clock returns now; time.Now when nil.
 	Clock func() time.Time
 }
@@ -199,16 +202,17 @@ func (w outputs) Write(ctx context.Context, content []byte) (string, error) {
 type secrets struct{ o ExecutionContextOptions }
 
 func (s secrets) Get(ctx context.Context, name, key string) ([]byte, error) {
-	if s.o.Secrets == nil {
-		return nil, errors.New("plugin: no secret reader configured")
+	if s.o.Secrets == nil || s.o.SecretsNamespace == "" {
+		return nil, errors.New("plugin: the executor has no namespace of its own to read secrets in (executorNamespace)")
 	}
+	ns := s.o.SecretsNamespace
 	var secret corev1.Secret
-	if err := s.o.Secrets.Get(ctx, client.ObjectKey{Namespace: s.o.Action.Namespace, Name: name}, &secret); err != nil {
-		return nil, fmt.Errorf("plugin: reading secret %s/%s: %w", s.o.Action.Namespace, name, err)
+	if err := s.o.Secrets.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &secret); err != nil {
+		return nil, fmt.Errorf("plugin: reading secret %s/%s: %w", ns, name, err)
 	}
 	v, ok := secret.Data[key]
 	if !ok {
-		return nil, fmt.Errorf("plugin: secret %s/%s has no key %q", s.o.Action.Namespace, name, key)
+		return nil, fmt.Errorf("plugin: secret %s/%s has no key %q", ns, name, key)
 	}
 	return v, nil
 }
