@@ -26,7 +26,7 @@ var taskSecrets = []flytev1.TaskSecret{
 }
 
 // checkSecretReferences checks that a task's pod spec refers to taskSecrets in its task
-// container, as the kubelet needs them: never optional, files read-only and 0400.
+// container, as the kubelet needs them: never optional, files read-only and 0444.
 func checkSecretReferences(t *testing.T, spec corev1.PodSpec) {
 	t.Helper()
 	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
@@ -71,7 +71,7 @@ func checkSecretReferences(t *testing.T, spec corev1.PodSpec) {
 			t.Fatalf("%s mounts %+v from %+v", m.MountPath, m, v)
 		case v.SecretName != w.secret || strings.Join(items, ",") != w.items:
 			t.Fatalf("%s mounts Secret %s items %v; want %s items %q", m.MountPath, v.SecretName, items, w.secret, w.items)
-		case v.DefaultMode == nil || *v.DefaultMode != 0o400 || v.Optional == nil || *v.Optional:
+		case v.DefaultMode == nil || *v.DefaultMode != 0o444 || v.Optional == nil || *v.Optional:
 			t.Fatalf("%s: mode %v, optional %v", m.MountPath, v.DefaultMode, v.Optional)
 		}
 	}

@@ -17,9 +17,11 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 )
 
-// DefaultMode is the mode of the files of a Secret volume: readable by the task's user
-// only.
-const DefaultMode int32 = 0o400
+// DefaultMode is the mode of the files of a Secret volume: read-only, and readable by
+// whatever user the task's image runs as. The kubelet writes them owned by root, so
+// 0400 would hide them from the non-root images hardened clusters require; the pod is
+// the task's alone.
+const DefaultMode int32 = 0o444
 
 // volumePrefix begins the names of the Secret volumes; VolumeName adds the entry's index.
 const volumePrefix = "flyte-secret-"

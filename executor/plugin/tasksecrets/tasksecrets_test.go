@@ -18,7 +18,7 @@ func envFrom(name, secret, key string) corev1.EnvVar {
 }
 
 func volume(name, secret string, items ...corev1.KeyToPath) corev1.Volume {
-	mode := int32(0o400)
+	mode := int32(0o444)
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 		SecretName: secret, Items: items, DefaultMode: &mode, Optional: new(bool)}}}
 }
