@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,8 +14,11 @@ import (
 	"slices"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/yaml"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -79,6 +84,34 @@ func loadExamples(dir string) ([]*example, error) {
 		return nil, fmt.Errorf("sandbox: no TaskActions in %s", dir)
 	}
 	return out, nil
+}
+
+// The Secret examples/08-secret.yaml reads, which the sandbox makes in the examples'
+// namespace before applying them.
+const (
+	exampleSecretName = "db"
+	exampleSecretKey  = "password"
+)
+
+// makeExampleSecret creates (or, in a cluster kept from an earlier run, overwrites) the
+// Secret the examples read, with a value made at random for this run: nobody should come
+// to rely on a development password, and a value that appears nowhere else lets a test
+// find it wherever it leaked.
+func makeExampleSecret(ctx context.Context, c client.Client) (string, error) {
+	random := make([]byte, 16)
+	if _, err := rand.Read(random); err != nil {
+		return "", fmt.Errorf("sandbox: %w", err)
+	}
+	value := "sandbox-db-password-" + hex.EncodeToString(random)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: exampleSecretName, Namespace: demoNamespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, c, secret, func() error {
+		secret.Type = corev1.SecretTypeOpaque
+		secret.Data = map[string][]byte{exampleSecretKey: []byte(value)}
+		return nil
+	}); err != nil {
+		return "", fmt.Errorf("sandbox: making the Secret %s/%s: %w", demoNamespace, exampleSecretName, err)
+	}
+	return value, nil
 }
 
 // withoutPods drops the examples that need a node to run their pods, and names them.

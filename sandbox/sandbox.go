@@ -89,6 +89,19 @@ type Endpoints struct {
 	EventsMetrics, CacheMetrics, ExecutorMetrics string
 	// JaegerQuery is Jaeger's query API.
 	JaegerQuery string
+	// Dir is the sandbox's directory (Options.Dir): the programs' logs in Dir/logs,
+	// the CloudEvents the sinks got, the executor's configuration, Jaeger's and NATS's files.
+	Dir string
+	// Kubeconfig reaches the cluster as its administrator.
+	Kubeconfig string
+	// NodeDir is the directory of the real node the sandbox started (its pods' logs under
+	// kubelet/pod-logs), or "" when it started none.
+	NodeDir string
+	// DatabaseURL is the database both services keep their tables in.
+	DatabaseURL string
+	// ExampleSecret is the value of the Secret the examples read, made at random for
+	// this run, so that a test can look for it where it must never be.
+	ExampleSecret string
 }
 
 func (o Options) withDefaults() Options {
@@ -166,11 +179,12 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 
-	restConfig, kubeconfig, pods, stop, err := controlPlane(o, root, say)
+	cluster, err := controlPlane(o, root, say)
 	if err != nil {
 		return err
 	}
-	stops = append(stops, stop)
+	stops = append(stops, cluster.stop)
+	restConfig, kubeconfig, pods := cluster.config, cluster.kubeconfig, cluster.pods
 
 	say("starting Postgres")
 	pg, err := pgtest.Start()
@@ -299,7 +313,8 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 			say("left out, for want of a node to run their pods: %s", strings.Join(left, ", "))
 		}
 	}
-	if err := prepareExamples(ctx, c, root, o.Dir, examples); err != nil {
+	secret, err := prepareExamples(ctx, c, root, o.Dir, examples)
+	if err != nil {
 		return err
 	}
 	say("applying %d TaskActions from examples/ to namespace %s\n", len(examples), demoNamespace)
@@ -307,7 +322,14 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 	say("%s\n", whereToLook(o, kubeconfig, logs, creds, egress))
-	return watchExamples(ctx, c, examples, o, out, func(ctx context.Context) error {
+	endpoints := Endpoints{
+		EventsMetrics:   fmt.Sprintf("http://127.0.0.1:%d/metrics", o.EventsMetricsPort),
+		CacheMetrics:    fmt.Sprintf("http://127.0.0.1:%d/metrics", o.CacheMetricsPort),
+		ExecutorMetrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", o.ExecutorMetricsPort),
+		JaegerQuery:     fmt.Sprintf("http://127.0.0.1:%d", o.JaegerQueryPort),
+		Dir:             o.Dir, Kubeconfig: kubeconfig, NodeDir: cluster.nodeDir, DatabaseURL: dbURL, ExampleSecret: secret,
+	}
+	return watchExamples(ctx, c, examples, o, endpoints, out, func(ctx context.Context) error {
 		return checkEgress(ctx, eventsClient, egress, out)
 	})
 }
@@ -329,33 +351,43 @@ func build(ctx context.Context, root string) (map[string]string, error) {
 	return bins, nil
 }
 
+// cluster is the Kubernetes the sandbox uses.
+type cluster struct {
+	config     *rest.Config
+	kubeconfig string
+	// pods says whether pods can run.
+	pods bool
+	// nodeDir is the directory of the node the sandbox started, if it started one.
+	nodeDir string
+	stop    func()
+}
+
 // controlPlane connects to the cluster o.Kubeconfig names and installs the CRD there,
 // or starts a real single-node Kubernetes where this machine can run one (as root), or
-// else the embedded kube-apiserver and etcd, which run no pods. It reports whether pods
-// can run.
-func controlPlane(o Options, root string, say func(string, ...any)) (cfg *rest.Config, kubeconfig string, pods bool, stop func(), err error) {
+// else the embedded kube-apiserver and etcd, which run no pods.
+func controlPlane(o Options, root string, say func(string, ...any)) (*cluster, error) {
 	crds := filepath.Join(root, "deploy", "crd")
 	if o.Kubeconfig != "" {
 		say("using the cluster of %s", o.Kubeconfig)
 		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 		if err != nil {
-			return nil, "", false, nil, fmt.Errorf("sandbox: %w", err)
+			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 		if err := installCRD(cfg, filepath.Join(crds, "flyte.org_taskactions.yaml")); err != nil {
-			return nil, "", false, nil, err
+			return nil, err
 		}
 		ready, err := readyNodes(cfg)
 		if err != nil {
-			return nil, "", false, nil, err
+			return nil, err
 		}
 		if ready == 0 {
 			say("the cluster has no Ready node, so only in-process tasks run")
 		}
-		return cfg, o.Kubeconfig, ready > 0, func() {}, nil
+		return &cluster{config: cfg, kubeconfig: o.Kubeconfig, pods: ready > 0, stop: func() {}}, nil
 	}
 	scheme, err := executor.Scheme()
 	if err != nil {
-		return nil, "", false, nil, err
+		return nil, err
 	}
 	why := nodetest.Unavailable()
 	if o.NoNode {
@@ -365,26 +397,27 @@ func controlPlane(o Options, root string, say func(string, ...any)) (cfg *rest.C
 		say("starting a real single-node Kubernetes: etcd, kube-apiserver, controller manager, scheduler, containerd and kubelet on 127.0.0.1 (hack/node.sh; built the first time)")
 		node, err := nodetest.Start(nodetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme})
 		if err != nil {
-			return nil, "", false, nil, err
+			return nil, err
 		}
 		say("the node's processes log to %s", filepath.Join(node.Dir, "logs"))
-		return node.Config, filepath.Join(node.Dir, "admin.kubeconfig"), true, func() { _ = node.Stop() }, nil
+		return &cluster{config: node.Config, kubeconfig: filepath.Join(node.Dir, "admin.kubeconfig"), pods: true, nodeDir: node.Dir,
+			stop: func() { _ = node.Stop() }}, nil
 	}
 	say("starting the embedded control plane (kube-apiserver and etcd; built from the Go module proxy the first time); no node (%s), so only in-process tasks run", why)
 	env, err := kubetest.Start(kubetest.Options{CRDDirectoryPaths: []string{crds}, Scheme: scheme})
 	if err != nil {
-		return nil, "", false, nil, err
+		return nil, err
 	}
-	stop = func() { _ = env.Stop() }
+	stop := func() { _ = env.Stop() }
 	raw, err := env.Kubeconfig()
 	if err == nil {
 		err = os.WriteFile(filepath.Join(o.Dir, "kubeconfig"), raw, 0o600)
 	}
 	if err != nil {
 		stop()
-		return nil, "", false, nil, fmt.Errorf("sandbox: %w", err)
+		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	return env.Config, filepath.Join(o.Dir, "kubeconfig"), false, stop, nil
+	return &cluster{config: env.Config, kubeconfig: filepath.Join(o.Dir, "kubeconfig"), stop: stop}, nil
 }
 
 // readyNodes counts the cluster's Ready nodes.
@@ -447,15 +480,20 @@ func jaeger(ctx context.Context, root, verb string, args ...string) error {
 	return nil
 }
 
-// prepareExamples makes the namespace and the input files the examples name.
-func prepareExamples(ctx context.Context, c client.Client, root, dir string, examples []*example) error {
+// prepareExamples makes the namespace, the Secret and the input files the examples
+// name, and returns the Secret's value.
+func prepareExamples(ctx context.Context, c client.Client, root, dir string, examples []*example) (string, error) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}
 	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("sandbox: creating namespace %s: %w", demoNamespace, err)
+		return "", fmt.Errorf("sandbox: creating namespace %s: %w", demoNamespace, err)
+	}
+	secret, err := makeExampleSecret(ctx, c)
+	if err != nil {
+		return "", err
 	}
 	inputs, err := filepath.Glob(filepath.Join(root, "examples", "inputs", "*"))
 	if err != nil {
-		return err
+		return "", err
 	}
 	for _, in := range inputs {
 		raw, err := os.ReadFile(in)
@@ -463,7 +501,7 @@ func prepareExamples(ctx context.Context, c client.Client, root, dir string, exa
 			err = os.WriteFile(filepath.Join(dir, "inputs", filepath.Base(in)), raw, 0o644)
 		}
 		if err != nil {
-			return fmt.Errorf("sandbox: %w", err)
+			return "", fmt.Errorf("sandbox: %w", err)
 		}
 	}
 	// The examples name the default directory; a sandbox elsewhere moves their URIs.
@@ -480,16 +518,16 @@ func prepareExamples(ctx context.Context, c client.Client, root, dir string, exa
 	for _, e := range examples {
 		err := c.Delete(ctx, e.action.DeepCopy())
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("sandbox: removing the last run's %s: %w", e.action.Name, err)
+			return "", fmt.Errorf("sandbox: removing the last run's %s: %w", e.action.Name, err)
 		}
 	}
-	return nil
+	return secret, nil
 }
 
 // watchExamples shows the examples' progress as the API server reports it, until ctx
 // ends or, with UntilSettled, until every example has ended.
 // With UntilSettled, verify then holds the rest of the system to what the examples did.
-func watchExamples(ctx context.Context, c client.WithWatch, examples []*example, o Options, out io.Writer, verify func(context.Context) error) error {
+func watchExamples(ctx context.Context, c client.WithWatch, examples []*example, o Options, endpoints Endpoints, out io.Writer, verify func(context.Context) error) error {
 	view := newProgress(out, o.Terminal)
 	var mu sync.Mutex // examples and view, shared by the watch and the clock
 	show := func() {
@@ -572,12 +610,7 @@ func watchExamples(ctx context.Context, c client.WithWatch, examples []*example,
 	if o.Settled == nil {
 		return nil
 	}
-	return o.Settled(ctx, Endpoints{
-		EventsMetrics:   fmt.Sprintf("http://127.0.0.1:%d/metrics", o.EventsMetricsPort),
-		CacheMetrics:    fmt.Sprintf("http://127.0.0.1:%d/metrics", o.CacheMetricsPort),
-		ExecutorMetrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", o.ExecutorMetricsPort),
-		JaegerQuery:     fmt.Sprintf("http://127.0.0.1:%d", o.JaegerQueryPort),
-	})
+	return o.Settled(ctx, endpoints)
 }
 
 func installCRD(cfg *rest.Config, path string) error {

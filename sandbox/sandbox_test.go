@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/flytekube/backend/internal/chromium"
 	"github.com/flytekube/backend/internal/kubetest"
@@ -39,14 +41,15 @@ func freePort(t *testing.T) int {
 // TestSandboxRunsTheExamples is `make run` from start to end, as a newcomer gets it:
 // every program as its own process, the examples applied, each ending as its file says
 // (the sleep and the flaky one succeed, the second echo is a cache hit, the invalid one
-// is refused), and everything stopped afterwards.
+// is refused; on a real node the container tasks run as pods, one reading a Secret whose
+// value nothing records: checkSecretExample), and everything stopped afterwards.
 func TestSandboxRunsTheExamples(t *testing.T) {
 	t.Setenv("KUBECONFIG", "") // the embedded control plane, whatever the caller's shell has
 	out, scraped, calls := runSandbox(t, "", credentials)
 	wants := []string{"echo-again: Succeeded", "Hit", "invalid: Rejected", "every example ended as expected", "bufcurl",
 		"made credentials in " + credentials}
 	if nodetest.Unavailable() == "" { // as root, on a real node, the container examples run for real
-		wants = append(wants, "container: Succeeded", "container-retry: Succeeded", "container-oom: Failed", "OOMKilled")
+		wants = append(wants, "container: Succeeded", "container-retry: Succeeded", "container-oom: Failed", "OOMKilled", "secret: Succeeded")
 	} else {
 		wants = append(wants, "left out, for want of a node")
 	}
@@ -121,6 +124,9 @@ func checkCloudEvents(t *testing.T, out string) {
 var credentials = filepath.Join(os.TempDir(), fmt.Sprintf("flyte-sandbox-test-credentials-%d", os.Getpid()))
 
 func TestMain(m *testing.M) {
+	// The tests' own clients have nothing to log; without a logger controller-runtime
+	// prints a stack trace saying so.
+	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
 	_ = os.RemoveAll(credentials)
 	os.Exit(code)
@@ -318,6 +324,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 			}
 			calls = runPrinted(ctx, t, out.String())
 			checkConsole(ctx, t, out.String())
+			checkSecretExample(ctx, t, e, out.String())
 			return nil
 		},
 	}
@@ -419,10 +426,11 @@ func checkMetrics(t *testing.T, scraped map[string]string, withNode bool) {
 		t.Errorf("docs/metrics.md lists %d metrics; its tables did not parse", documented)
 	}
 	// flaky retries twice and four examples succeed; on a real node container-retry
-	// retries once more, two more succeed and container-oom fails.
+	// retries once more, three more succeed (container, container-retry, secret) and
+	// container-oom fails.
 	userRetries, succeeded, failed := 2, 4, 0
 	if withNode {
-		userRetries, succeeded, failed = 3, 6, 1
+		userRetries, succeeded, failed = 3, 7, 1
 	}
 	for program, series := range map[string][]string{
 		"executor": {fmt.Sprintf(`flyte_executor_retries_total{kind="user"} %d`, userRetries), `flyte_executor_cache_lookups_total{result="hit"} 1`,
