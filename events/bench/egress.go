@@ -329,7 +329,7 @@ type rig struct {
 	sinks   []cloudevents.Config
 	svc     *service
 	closers []func()
-	// slowServed counts the requests the late and the unavailable receivers answered.
+	// slowServed counts the events the late and the unavailable receivers answered.
 	slowServed int64
 	slowMu     sync.Mutex
 }
@@ -472,18 +472,17 @@ func (r *rig) startReceiver(delay time.Duration) (string, error) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /slow", func(w http.ResponseWriter, req *http.Request) {
-		_, _ = io.Copy(io.Discard, req.Body)
+		n := eventsIn(req)
 		select {
 		case <-req.Context().Done():
 			return
 		case <-time.After(delay):
 		}
-		r.countServed()
+		r.countServed(n)
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /unavailable", func(w http.ResponseWriter, req *http.Request) {
-		_, _ = io.Copy(io.Discard, req.Body)
-		r.countServed()
+		r.countServed(eventsIn(req))
 		http.Error(w, "unavailable", http.StatusServiceUnavailable)
 	})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -496,13 +495,27 @@ func (r *rig) startReceiver(delay time.Duration) (string, error) {
 	return lis.Addr().String(), nil
 }
 
-func (r *rig) countServed() {
+func (r *rig) countServed(events int) {
 	r.slowMu.Lock()
-	r.slowServed++
+	r.slowServed += int64(events)
 	r.slowMu.Unlock()
 }
 
-// served is the number of requests the late and the unavailable receivers answered.
+// eventsIn reads a request's body and says how many events it carried: those of a
+// batch, else one.
+func eventsIn(req *http.Request) int {
+	if !cehttp.IsHTTPBatch(req.Header) {
+		_, _ = io.Copy(io.Discard, req.Body)
+		return 1
+	}
+	evs, err := cehttp.NewEventsFromHTTPRequest(req)
+	if err != nil {
+		return 1
+	}
+	return len(evs)
+}
+
+// served is the number of events the late and the unavailable receivers answered.
 func (r *rig) served() int {
 	r.slowMu.Lock()
 	defer r.slowMu.Unlock()
