@@ -64,7 +64,14 @@ func Entry(e PluginEntry, cfg Config) plugin.Entry {
 	return plugin.Entry{
 		ID: e.ID, RegisteredTaskTypes: e.RegisteredTaskTypes, IsDefault: e.IsDefault, Watches: e.ResourceToWatch,
 		LoadPlugin: func(_ context.Context, setup plugin.SetupContext) (plugin.Plugin, error) {
-			return &PluginManager{id: e.ID, plugin: e.Plugin, watch: e.ResourceToWatch, client: setup.Client(),
+			p := e.Plugin
+			if e.Load != nil {
+				var err error
+				if p, err = e.Load(setup); err != nil {
+					return nil, fmt.Errorf("%s: loading: %w", e.ID, err)
+				}
+			}
+			return &PluginManager{id: e.ID, plugin: p, watch: e.ResourceToWatch, client: setup.Client(),
 				reader: setup.APIReader(), cfg: cfg}, nil
 		},
 	}
@@ -174,17 +181,27 @@ func (m *PluginManager) eventsOnce(ctx context.Context, obj client.Object) func(
 			return events, err
 		}
 		read = true
-		var list corev1.EventList
-		err = m.reader.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
-			client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("involvedObject.uid", string(obj.GetUID()))})
-		if err != nil {
+		if events, err = ListEvents(ctx, m.reader, obj); err != nil {
 			err = apiError(fmt.Sprintf("%s: listing the events of %s", m.id, obj.GetName()), err)
-			return nil, err
 		}
-		events = list.Items
-		slices.SortStableFunc(events, func(a, b corev1.Event) int { return eventTime(&a).Compare(eventTime(&b)) })
-		return events, nil
+		return events, err
 	}
+}
+
+// ListEvents lists the Kubernetes events about obj (found by its UID, in its namespace),
+// oldest first. reader should be an uncached one, such as plugin.SetupContext's
+// APIReader: the executor caches no events. A plugin reads the events of objects other
+// than its own with it, such as the pods of a Job.
+func ListEvents(ctx context.Context, reader client.Reader, obj client.Object) ([]corev1.Event, error) {
+	var list corev1.EventList
+	err := reader.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("involvedObject.uid", string(obj.GetUID()))})
+	if err != nil {
+		return nil, err
+	}
+	events := list.Items
+	slices.SortStableFunc(events, func(a, b corev1.Event) int { return eventTime(&a).Compare(eventTime(&b)) })
+	return events, nil
 }
 
 // clusterEvents are the events newer than since, the newest last, at most

@@ -66,6 +66,10 @@ type PluginEntry struct {
 	ResourceToWatch client.Object
 	// Plugin builds and reads the objects.
 	Plugin Plugin
+	// Load, when set, builds the plugin when the executor starts, instead of Plugin: for
+	// a plugin that reads the cluster beyond the object it is given (through setup's
+	// readers), as k8s-job reads its Job's pods.
+	Load func(setup plugin.SetupContext) (Plugin, error)
 	// IsDefault runs the plugin for task types nobody claims.
 	IsDefault bool
 }

@@ -248,13 +248,8 @@ func pending(pod *corev1.Pod, secrets []flytev1.TaskSecret, now time.Time, pullG
 			return plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "ImagePullFailed",
 				fmt.Sprintf("container %s cannot start: %s: %s", cs.Name, w.Reason, w.Message))
 		}
-		if w.Reason == "CreateContainerConfigError" {
-			// The kubelet tries again and again, but only someone creating the Secret
-			// could make it work: fail now, naming it, rather than wait forever.
-			if what, ok := tasksecrets.Missing(secrets, w.Message); ok {
-				return plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, CodeMissingSecret,
-					fmt.Sprintf("container %s cannot start: %s: %s: %s", cs.Name, what, w.Reason, w.Message))
-			}
+		if info, ok := MissingSecretOfContainer(cs, secrets); ok {
+			return info
 		}
 		return plugin.PhaseInfoInitializing(0, w.Reason, w.Message)
 	}
@@ -266,47 +261,79 @@ func pending(pod *corev1.Pod, secrets []flytev1.TaskSecret, now time.Time, pullG
 	return plugin.PhaseInfoInitializing(0, "Pending", "")
 }
 
-// secretMountRecheck is how often the events of a pod that may be waiting for a Secret
+// MissingSecretOfContainer reports, as the attempt's failure for good, a container of a
+// task's pod that cannot start because a Secret or key of secrets does not exist: it
+// waits with reason CreateContainerConfigError, which the kubelet retries forever, though
+// only someone creating the Secret could make it work. Plugins whose pods carry this
+// plugin's container (k8s-job) share it.
+func MissingSecretOfContainer(cs corev1.ContainerStatus, secrets []flytev1.TaskSecret) (plugin.PhaseInfo, bool) {
+	w := cs.State.Waiting
+	if w == nil || w.Reason != "CreateContainerConfigError" {
+		return plugin.PhaseInfo{}, false
+	}
+	what, ok := tasksecrets.Missing(secrets, w.Message)
+	if !ok {
+		return plugin.PhaseInfo{}, false
+	}
+	return plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, CodeMissingSecret,
+		fmt.Sprintf("container %s cannot start: %s: %s: %s", cs.Name, what, w.Reason, w.Message)), true
+}
+
+// SecretMountRecheck is how often the events of a pod that may be waiting for a Secret
 // volume are read again: nothing else wakes its action while it waits.
-const secretMountRecheck = 10 * time.Second
+const SecretMountRecheck = 10 * time.Second
 
 // PhaseFromEvents implements k8s.EventReader. A pod whose Secret volume cannot be mounted
 // stays Pending with its containers "ContainerCreating", and its status never says why:
 // only the kubelet's FailedMount events do. While a pod with Secret volumes may still be
-// mounting them, they are read, and read again after secretMountRecheck.
+// mounting them, they are read, and read again after SecretMountRecheck.
 func (Plugin) PhaseFromEvents(_ context.Context, tCtx plugin.TaskExecutionContext, obj client.Object, info plugin.PhaseInfo,
 	events func() ([]corev1.Event, error)) (plugin.PhaseInfo, error) {
 	secrets := tCtx.Metadata().Action().Spec.Secrets
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || info.Phase != plugin.PhaseInitializing || !mountingSecrets(pod, secrets) {
+	if !ok || info.Phase != plugin.PhaseInitializing || !MountingSecrets(pod, secrets) {
 		return info, nil
 	}
-	list, err := events()
-	if err != nil {
-		// The events are the only word on it; without them, wait and read them again.
-		info.RequeueAfter = secretMountRecheck
-		return info, nil
+	// Without the events, the only word on it, wait and read them again.
+	info.RequeueAfter = RecheckSecretMount(info.RequeueAfter)
+	if list, err := events(); err == nil {
+		if failed, ok := MissingSecretOfMount(pod, secrets, list); ok {
+			return failed, nil
+		}
 	}
-	for i := len(list) - 1; i >= 0; i-- {
-		e := list[i]
+	return info, nil
+}
+
+// RecheckSecretMount is the wait before the next look at a pod that may be waiting for a
+// Secret volume, given the wait asked for so far (0 for none).
+func RecheckSecretMount(requeueAfter time.Duration) time.Duration {
+	if requeueAfter == 0 || requeueAfter > SecretMountRecheck {
+		return SecretMountRecheck
+	}
+	return requeueAfter
+}
+
+// MissingSecretOfMount reports, as the attempt's failure for good, a pod whose events
+// (oldest first) hold a FailedMount of the kubelet saying that a Secret or key of secrets
+// does not exist. Plugins whose pods carry this plugin's container share it.
+func MissingSecretOfMount(pod *corev1.Pod, secrets []flytev1.TaskSecret, events []corev1.Event) (plugin.PhaseInfo, bool) {
+	for i := len(events) - 1; i >= 0; i-- {
+		e := events[i]
 		if e.Reason != "FailedMount" {
 			continue
 		}
 		if what, ok := tasksecrets.Missing(secrets, e.Message); ok {
 			return plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, CodeMissingSecret,
-				fmt.Sprintf("pod %s cannot start: %s: %s: %s", pod.Name, what, e.Reason, e.Message)), nil
+				fmt.Sprintf("pod %s cannot start: %s: %s: %s", pod.Name, what, e.Reason, e.Message)), true
 		}
 	}
-	if info.RequeueAfter == 0 || info.RequeueAfter > secretMountRecheck {
-		info.RequeueAfter = secretMountRecheck
-	}
-	return info, nil
+	return plugin.PhaseInfo{}, false
 }
 
-// mountingSecrets reports whether pod, on its node and not yet started, mounts Secret
+// MountingSecrets reports whether pod, on its node and not yet started, mounts Secret
 // volumes of spec.secrets and may still be waiting for them: the kubelet mounts a pod's
 // volumes before it creates its sandbox, so a pod ready to start containers has them.
-func mountingSecrets(pod *corev1.Pod, secrets []flytev1.TaskSecret) bool {
+func MountingSecrets(pod *corev1.Pod, secrets []flytev1.TaskSecret) bool {
 	if pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodPending || pod.DeletionTimestamp != nil {
 		return false
 	}
