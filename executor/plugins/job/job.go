@@ -14,8 +14,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/k8s"
 	"github.com/flytekube/backend/executor/plugins/container"
@@ -30,19 +32,28 @@ const (
 	ConfigCompletions = "completions"
 )
 
-// Entry registers the plugin.
+// Entry registers the plugin. It reads the Job's pods from the API server (they are the
+// Job controller's, so not in the executor's cache) while they all wait to start.
 func Entry(cfg k8s.Config) plugin.Entry {
 	return k8s.Entry(k8s.PluginEntry{
-		ID: ID, RegisteredTaskTypes: []string{ID}, ResourceToWatch: &batchv1.Job{}, Plugin: Plugin{pods: container.Plugin{Config: cfg}},
+		ID: ID, RegisteredTaskTypes: []string{ID}, ResourceToWatch: &batchv1.Job{},
+		Load: func(setup plugin.SetupContext) (k8s.Plugin, error) {
+			return Plugin{pods: container.Plugin{Config: cfg}, reader: setup.APIReader()}, nil
+		},
 	}, cfg)
 }
 
 // Plugin builds and reads task Jobs.
 type Plugin struct {
 	pods container.Plugin
+	// reader reads the Job's pods and their events; without it, they are not read.
+	reader client.Reader
 }
 
-var _ k8s.Plugin = Plugin{}
+var (
+	_ k8s.Plugin      = Plugin{}
+	_ k8s.EventReader = Plugin{}
+)
 
 // GetProperties implements k8s.Plugin.
 func (Plugin) GetProperties() k8s.Properties { return k8s.Properties{} }
@@ -133,10 +144,97 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionConte
 		info.Message = fmt.Sprintf("%d of %d pods ready, %d succeeded", *job.Status.Ready, job.Status.Active, job.Status.Succeeded)
 		return info, nil
 	case job.Status.Active > 0:
-		return plugin.PhaseInfoInitializing(0, "PodsPending", fmt.Sprintf("%d pods started, none ready yet", job.Status.Active)), nil
+		return plugin.PhaseInfoInitializing(0, ReasonPodsPending, fmt.Sprintf("%d pods started, none ready yet", job.Status.Active)), nil
 	default:
 		return plugin.PhaseInfoInitializing(0, "Pending", ""), nil
 	}
+}
+
+// ReasonPodsPending is the reason of a Job whose pods have started, none ready yet.
+const ReasonPodsPending = "PodsPending"
+
+// PhaseFromEvents implements k8s.EventReader. The Job's status does not say why its pods
+// do not start, and a Secret of the action that does not exist keeps them Pending for
+// ever, as it would a task's pod. So while the Job's pods have started, none ready, the
+// pods of an action with secrets are read, and for a pod that may still be mounting
+// Secret volumes, its events, failing the attempt as the container plugin does. Neither
+// a pod's status nor its events wake the action (only the Job's do), so they are read
+// again every container.SecretMountRecheck while that lasts.
+func (p Plugin) PhaseFromEvents(ctx context.Context, tCtx plugin.TaskExecutionContext, obj client.Object, info plugin.PhaseInfo,
+	_ func() ([]corev1.Event, error)) (plugin.PhaseInfo, error) {
+	secrets := tCtx.Metadata().Action().Spec.Secrets
+	job, ok := obj.(*batchv1.Job)
+	if !ok || p.reader == nil || len(secrets) == 0 || info.Phase != plugin.PhaseInitializing || info.Reason != ReasonPodsPending {
+		return info, nil
+	}
+	info.RequeueAfter = container.RecheckSecretMount(info.RequeueAfter)
+	pods, err := p.jobPods(ctx, job)
+	if err != nil {
+		return info, nil // read again at the recheck
+	}
+	events := func(pod *corev1.Pod) ([]corev1.Event, error) { return k8s.ListEvents(ctx, p.reader, pod) }
+	if failed, ok := missingSecret(pods, secrets, events); ok {
+		return failed, nil
+	}
+	return info, nil
+}
+
+// jobPods lists the pods the Job controls, by the Job's selector, which the API server
+// sets to the label the Job controller puts on its pods (batch.kubernetes.io/controller-uid,
+// or controller-uid on older clusters), and by their controller reference.
+func (p Plugin) jobPods(ctx context.Context, job *batchv1.Job) ([]corev1.Pod, error) {
+	selector := labels.SelectorFromSet(labels.Set{batchv1.ControllerUidLabel: string(job.UID)})
+	if job.Spec.Selector != nil {
+		s, err := metav1.LabelSelectorAsSelector(job.Spec.Selector)
+		if err != nil {
+			return nil, fmt.Errorf("k8s-job: the selector of job %s: %w", job.Name, err)
+		}
+		selector = s
+	}
+	var list corev1.PodList
+	if err := p.reader.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+		return nil, fmt.Errorf("k8s-job: listing the pods of job %s: %w", job.Name, err)
+	}
+	var pods []corev1.Pod
+	for i := range list.Items {
+		if ref := metav1.GetControllerOf(&list.Items[i]); ref != nil && ref.UID == job.UID {
+			pods = append(pods, list.Items[i])
+		}
+	}
+	return pods, nil
+}
+
+// maxEventReads bounds the pods whose events are read in one pass: a Job's pods share
+// one spec, so what keeps one from mounting its Secret volumes keeps them all.
+const maxEventReads = 3
+
+// missingSecret looks through a Job's pods for one that cannot start because a Secret or
+// key of secrets does not exist: a container's status says so for a variable, the
+// pod's FailedMount events (listed by events) for a volume.
+func missingSecret(pods []corev1.Pod, secrets []flytev1.TaskSecret, events func(*corev1.Pod) ([]corev1.Event, error)) (plugin.PhaseInfo, bool) {
+	for i := range pods {
+		for _, cs := range pods[i].Status.ContainerStatuses {
+			if info, ok := container.MissingSecretOfContainer(cs, secrets); ok {
+				return info, true
+			}
+		}
+	}
+	reads := 0
+	for i := range pods {
+		pod := &pods[i]
+		if reads == maxEventReads || !container.MountingSecrets(pod, secrets) {
+			continue
+		}
+		reads++
+		list, err := events(pod)
+		if err != nil {
+			continue // read again at the recheck
+		}
+		if info, ok := container.MissingSecretOfMount(pod, secrets, list); ok {
+			return info, true
+		}
+	}
+	return plugin.PhaseInfo{}, false
 }
 
 func or(a, b string) string {
