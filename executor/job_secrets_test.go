@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -94,17 +93,7 @@ func TestMissingSecretOfAVolumeFailsTheJob(t *testing.T) {
 	settled(t, &count)
 
 	message := `MountVolume.SetUp failed for volume "flyte-secret-0" : secret "tls" not found`
-	now := metav1.Now()
-	event := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod.Name, time.Now().UnixNano()), Namespace: ns},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID, APIVersion: "v1",
-			ResourceVersion: pod.ResourceVersion},
-		Type: corev1.EventTypeWarning, Reason: "FailedMount", Message: message,
-		Source: corev1.EventSource{Component: "kubelet", Host: "node-1"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if err := env.Client.Create(ctx, event); err != nil {
-		t.Fatal(err)
-	}
+	kubeletFailedMount(t, pod, message)
 	got := waitFailed(t, client.ObjectKeyFromObject(ta))
 	checkMissingSecret(t, got, fmt.Sprintf(`pod %s cannot start: Secret "tls" does not exist (spec.secrets[0], mountPath /etc/tls)`, pod.Name),
 		"FailedMount: "+message)

@@ -223,17 +223,7 @@ func TestMissingSecretOfAVolumeFailsTheAction(t *testing.T) {
 	// Then the kubelet's first mount attempt fails: an Event, which changes nothing the
 	// executor watches.
 	message := `MountVolume.SetUp failed for volume "flyte-secret-0" : secret "tls" not found`
-	now := metav1.Now()
-	event := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod.Name, time.Now().UnixNano()), Namespace: ns},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID, APIVersion: "v1",
-			ResourceVersion: pod.ResourceVersion},
-		Type: corev1.EventTypeWarning, Reason: "FailedMount", Message: message,
-		Source: corev1.EventSource{Component: "kubelet", Host: "node-1"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if err := env.Client.Create(ctx, event); err != nil {
-		t.Fatal(err)
-	}
+	kubeletFailedMount(t, pod, message)
 	var got flytev1.TaskAction
 	eventually.True(t, 30*time.Second, func() bool {
 		return env.Client.Get(ctx, client.ObjectKeyFromObject(ta), &got) == nil && got.Status.Phase == flytev1.PhaseFailed
@@ -246,5 +236,22 @@ func TestMissingSecretOfAVolumeFailsTheAction(t *testing.T) {
 	}
 	if !reported {
 		t.Fatalf("the failure's history entry carries events %+v; want the FailedMount", last.ClusterEvents)
+	}
+}
+
+// kubeletFailedMount records the Warning event the kubelet writes about pod when it
+// cannot mount one of its volumes.
+func kubeletFailedMount(t *testing.T, pod *corev1.Pod, message string) {
+	t.Helper()
+	now := metav1.Now()
+	event := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod.Name, time.Now().UnixNano()), Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1",
+			ResourceVersion: pod.ResourceVersion},
+		Type: corev1.EventTypeWarning, Reason: "FailedMount", Message: message,
+		Source: corev1.EventSource{Component: "kubelet", Host: "node-1"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if err := env.Client.Create(context.Background(), event); err != nil {
+		t.Fatal(err)
 	}
 }
