@@ -114,7 +114,10 @@ func heapInUse() uint64 {
 // 8 MB message and stop hold no more than the in-flight budget, and every one is ended
 // by the body read deadline.
 func TestStalledBodiesAreClosedInBoundedMemory(t *testing.T) {
-	const readTimeout = 2 * time.Second
+	// Long enough for more than the budget to arrive before the first call ends, even
+	// on a loaded machine under the race detector (at 2 s, once, it did not: 16 MiB in
+	// 2 s is 8 MB/s across the clients).
+	const readTimeout = 5 * time.Second
 	url := startWith(t, server.Config{BodyReadTimeout: readTimeout, MaxInFlightBytes: 16 << 20}, &testService{})
 	client := servicetest.H2CClient()
 	before := heapInUse()
