@@ -58,7 +58,7 @@ func secretJobAction(ns, name string, secrets []flytev1.TaskSecret) *flytev1.Tas
 func TestMissingSecretOfAVariableFailsTheJob(t *testing.T) {
 	ns := env.Namespace(t)
 	var count atomic.Int64
-	run(t, testConfig(), ns, &count)
+	run(t, secretGrace(0), ns, &count)
 	ta := secretJobAction(ns, "js0", taskSecrets[:1])
 	if err := env.Client.Create(context.Background(), ta); err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestMissingSecretOfAVolumeFailsTheJob(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	var count atomic.Int64
-	run(t, testConfig(), ns, &count)
+	run(t, secretGrace(0), ns, &count)
 	ta := secretJobAction(ns, "js1", taskSecrets[2:])
 	if err := env.Client.Create(ctx, ta); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/plugins/container"
 	"github.com/flytekube/backend/internal/eventually"
 )
@@ -182,13 +183,22 @@ func checkMissingSecret(t *testing.T, ta *flytev1.TaskAction, want ...string) {
 	}
 }
 
+// secretGrace is testConfig with the missing-Secret grace period given.
+func secretGrace(grace time.Duration) config.Config {
+	cfg := testConfig()
+	cfg.K8s.MissingSecretGracePeriod = metav1.Duration{Duration: grace}
+	return cfg
+}
+
 // TestMissingSecretOfAVariableFailsTheAction: the kubelet cannot set DB_PASSWORD and says
-// so in the container's status; the action fails at once, naming the Secret and key,
-// instead of waiting for a Secret nobody may ever create.
+// so in the container's status; the action waits out the grace period (a Secret synced
+// by a controller may appear moments later), saying why, then fails, naming the Secret
+// and key, instead of waiting for a Secret nobody may ever create.
 func TestMissingSecretOfAVariableFailsTheAction(t *testing.T) {
 	ns := env.Namespace(t)
 	var count atomic.Int64
-	run(t, testConfig(), ns, &count)
+	const grace = 4 * time.Second
+	run(t, secretGrace(grace), ns, &count)
 	ta := containerAction(ns, "s2", 3)
 	ta.Spec.Secrets = taskSecrets[:1]
 	if err := env.Client.Create(context.Background(), ta); err != nil {
@@ -196,7 +206,12 @@ func TestMissingSecretOfAVariableFailsTheAction(t *testing.T) {
 	}
 	pod := waitPod(t, ns, "s2-1")
 	kubeletWaiting(t, pod, "CreateContainerConfigError", "couldn't find key password in Secret "+ns+"/db")
+	waitReason(t, client.ObjectKeyFromObject(ta), container.ReasonWaitingForSecret)
 	got := waitFailed(t, client.ObjectKeyFromObject(ta))
+	// Timestamps are whole seconds.
+	if waited := got.Status.CompletedAt.Sub(pod.CreationTimestamp.Time); waited < grace-time.Second {
+		t.Errorf("the action failed %s after its pod was created; the grace period is %s", waited, grace)
+	}
 	checkMissingSecret(t, got, `Secret "db" key "password" does not exist (spec.secrets[0], env DB_PASSWORD)`,
 		"CreateContainerConfigError: couldn't find key password in Secret "+ns+"/db")
 }
@@ -209,7 +224,7 @@ func TestMissingSecretOfAVolumeFailsTheAction(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	var count atomic.Int64
-	run(t, testConfig(), ns, &count)
+	run(t, secretGrace(0), ns, &count)
 	ta := containerAction(ns, "s3", 3)
 	ta.Spec.Secrets = taskSecrets[2:]
 	if err := env.Client.Create(ctx, ta); err != nil {

@@ -128,7 +128,8 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		DefaultLabels: cfg.K8s.DefaultLabels, DefaultAnnotations: cfg.K8s.DefaultAnnotations,
 		InterruptibleTolerations: cfg.K8s.InterruptibleTolerations, InterruptibleNodeSelector: cfg.K8s.InterruptibleNodeSelector,
 		InjectFinalizer: cfg.K8s.InjectFinalizer, DeleteOnFinalize: cfg.K8s.DeleteOnFinalize,
-		ImagePullGracePeriod: cfg.K8s.ImagePullGracePeriod.Duration, MountFileStorage: cfg.K8s.MountFileStorage,
+		ImagePullGracePeriod: cfg.K8s.ImagePullGracePeriod.Duration, MissingSecretGracePeriod: cfg.K8s.MissingSecretGracePeriod.Duration,
+		MountFileStorage: cfg.K8s.MountFileStorage,
 	}
 	for _, l := range cfg.LogLinks {
 		t, err := template.New(l.Name).Option("missingkey=error").Parse(l.URITemplate)

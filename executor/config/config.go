@@ -136,6 +136,11 @@ type K8sPluginConfig struct {
 	// attempt fails as a user error (an image that is not there, or that the node may
 	// not pull); 0 fails it at the first failed pull. Default 3m.
 	ImagePullGracePeriod metav1.Duration `json:"imagePullGracePeriod"`
+	// MissingSecretGracePeriod is how long a pod may wait for a Secret or key of its
+	// action's spec.secrets that does not exist (one a controller syncs may appear
+	// moments later) before the attempt fails as the user error MissingSecret; 0 fails
+	// it at once. Default 30s.
+	MissingSecretGracePeriod metav1.Duration `json:"missingSecretGracePeriod"`
 	// MountFileStorage mounts a container action's file:// input and its attempt's
 	// output directory into its pod (hostPath), so that a task on a single-node cluster
 	// whose executor runs on the node, as `make run`'s, reads and writes them where the
@@ -194,9 +199,10 @@ func Default() Config {
 			Cap:  metav1.Duration{Duration: 5 * time.Minute},
 		},
 		K8s: K8sPluginConfig{
-			DefaultCPURequest:    resource.MustParse("100m"),
-			DefaultMemoryRequest: resource.MustParse("128Mi"),
-			ImagePullGracePeriod: metav1.Duration{Duration: 3 * time.Minute},
+			DefaultCPURequest:        resource.MustParse("100m"),
+			DefaultMemoryRequest:     resource.MustParse("128Mi"),
+			ImagePullGracePeriod:     metav1.Duration{Duration: 3 * time.Minute},
+			MissingSecretGracePeriod: metav1.Duration{Duration: 30 * time.Second},
 		},
 		GC: GCConfig{
 			Interval: metav1.Duration{Duration: 30 * time.Minute},

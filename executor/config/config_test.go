@@ -102,6 +102,7 @@ k8s:
   injectFinalizer: true
   deleteOnFinalize: true
   imagePullGracePeriod: 45s
+  missingSecretGracePeriod: 5s
   mountFileStorage: true
 `
 	want := config.Config{
@@ -135,7 +136,7 @@ k8s:
 			DefaultLabels: map[string]string{"team": "ml"}, DefaultAnnotations: map[string]string{"example.com/owner": "platform"},
 			InterruptibleTolerations:  []corev1.Toleration{{Key: "spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			InterruptibleNodeSelector: map[string]string{"node.example.com/spot": "true"},
-			InjectFinalizer:           true, DeleteOnFinalize: true, ImagePullGracePeriod: duration(45 * time.Second), MountFileStorage: true,
+			InjectFinalizer:           true, DeleteOnFinalize: true, ImagePullGracePeriod: duration(45 * time.Second), MissingSecretGracePeriod: duration(5 * time.Second), MountFileStorage: true,
 		},
 	}
 
@@ -262,6 +263,7 @@ func TestLoadRejects(t *testing.T) {
 		{"duplicate key", "cluster: a\ncluster: b\n", "cluster"},
 		{"gc interval set with maxTTL 0", "gc:\n  interval: 5m\n  maxTTL: 0s\n", "gc.maxTTL: must be positive when gc.interval is set"},
 		{"file storage mounted without a file prefix", "k8s:\n  mountFileStorage: true\nstorage:\n  allowedPrefixes: [\"s3://b/\"]\n", "k8s.mountFileStorage: needs a file:// prefix"},
+		{"negative missing secret grace period", "k8s:\n  missingSecretGracePeriod: -1s\n", "k8s.missingSecretGracePeriod: must not be negative"},
 		{"negative image pull grace period", "k8s:\n  imagePullGracePeriod: -1s\n", "k8s.imagePullGracePeriod: must not be negative"},
 		{"negative gc interval", "gc:\n  interval: -1m\n", "gc.interval: must not be negative"},
 		{"negative gc maxTTL", "gc:\n  maxTTL: -1h\n", "gc.maxTTL: must not be negative"},

@@ -184,6 +184,9 @@ func (c Config) Validate() error {
 	if k.ImagePullGracePeriod.Duration < 0 {
 		fail("k8s.imagePullGracePeriod", "must not be negative, got %s", k.ImagePullGracePeriod.Duration)
 	}
+	if k.MissingSecretGracePeriod.Duration < 0 {
+		fail("k8s.missingSecretGracePeriod", "must not be negative, got %s", k.MissingSecretGracePeriod.Duration)
+	}
 	// Checked here because a bad label would otherwise fail every create, one action at
 	// a time.
 	checkLabels := func(path string, m map[string]string, values bool) {

@@ -93,6 +93,9 @@ type Config struct {
 	// ImagePullGracePeriod is how long a pod may fail to pull its image before the
 	// attempt fails as a user error.
 	ImagePullGracePeriod time.Duration
+	// MissingSecretGracePeriod is how long an attempt's object may refer to a Secret or
+	// key that does not exist before the attempt fails as a user error.
+	MissingSecretGracePeriod time.Duration
 	// MountFileStorage mounts an action's file:// input and output directory into its
 	// pods, for a single-node cluster whose executor runs on the node.
 	MountFileStorage bool

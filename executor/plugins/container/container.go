@@ -150,7 +150,7 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionConte
 	if !ok {
 		return plugin.PhaseInfo{}, fmt.Errorf("container: expected a Pod, got %T", obj)
 	}
-	info, err := phaseOf(ctx, tCtx, pod, p.Config.ImagePullGracePeriod)
+	info, err := phaseOf(ctx, tCtx, pod, p.Config)
 	if err == nil && len(p.Config.LogLinks) > 0 {
 		spec := tCtx.Metadata().Action().Spec
 		info.LogLinks = p.Config.Links(k8s.LogLinkData{
@@ -161,7 +161,7 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionConte
 	return info, err
 }
 
-func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.Pod, pullGrace time.Duration) (plugin.PhaseInfo, error) {
+func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.Pod, cfg k8s.Config) (plugin.PhaseInfo, error) {
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
 		return Outcome(ctx, tCtx)
@@ -187,7 +187,7 @@ func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.
 	case corev1.PodRunning:
 		return plugin.PhaseInfoRunning(0, "Running"), nil
 	default: // Pending or unknown
-		return pending(pod, tCtx.Metadata().Action().Spec.Secrets, tCtx.Metadata().Now(), pullGrace), nil
+		return pending(pod, tCtx.Metadata().Action().Spec.Secrets, tCtx.Metadata().Now(), cfg), nil
 	}
 }
 
@@ -231,7 +231,7 @@ var (
 // key of one, that does not exist.
 const CodeMissingSecret = "MissingSecret"
 
-func pending(pod *corev1.Pod, secrets []flytev1.TaskSecret, now time.Time, pullGrace time.Duration) plugin.PhaseInfo {
+func pending(pod *corev1.Pod, secrets []flytev1.TaskSecret, now time.Time, cfg k8s.Config) plugin.PhaseInfo {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 			return plugin.PhaseInfoWaitingForResources(0, "Unschedulable", c.Message)
@@ -242,14 +242,14 @@ func pending(pod *corev1.Pod, secrets []flytev1.TaskSecret, now time.Time, pullG
 		if w == nil || w.Reason == "" || w.Reason == "ContainerCreating" {
 			continue
 		}
-		if badImage[w.Reason] || failedPulls[w.Reason] && now.Sub(pod.CreationTimestamp.Time) >= pullGrace {
+		if badImage[w.Reason] || failedPulls[w.Reason] && now.Sub(pod.CreationTimestamp.Time) >= cfg.ImagePullGracePeriod {
 			// Nothing the platform can do: the task names an image that is not there,
 			// or that this node may not pull.
 			return plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "ImagePullFailed",
 				fmt.Sprintf("container %s cannot start: %s: %s", cs.Name, w.Reason, w.Message))
 		}
-		if info, ok := MissingSecretOfContainer(cs, secrets); ok {
-			return info
+		if failed, ok := MissingSecretOfContainer(cs, secrets); ok {
+			return MissingSecretAfterGrace(failed, pod.CreationTimestamp.Time, now, cfg.MissingSecretGracePeriod)
 		}
 		return plugin.PhaseInfoInitializing(0, w.Reason, w.Message)
 	}
@@ -287,7 +287,7 @@ const SecretMountRecheck = 10 * time.Second
 // stays Pending with its containers "ContainerCreating", and its status never says why:
 // only the kubelet's FailedMount events do. While a pod with Secret volumes may still be
 // mounting them, they are read, and read again after SecretMountRecheck.
-func (Plugin) PhaseFromEvents(_ context.Context, tCtx plugin.TaskExecutionContext, obj client.Object, info plugin.PhaseInfo,
+func (p Plugin) PhaseFromEvents(_ context.Context, tCtx plugin.TaskExecutionContext, obj client.Object, info plugin.PhaseInfo,
 	events func() ([]corev1.Event, error)) (plugin.PhaseInfo, error) {
 	secrets := tCtx.Metadata().Action().Spec.Secrets
 	pod, ok := obj.(*corev1.Pod)
@@ -298,10 +298,29 @@ func (Plugin) PhaseFromEvents(_ context.Context, tCtx plugin.TaskExecutionContex
 	info.RequeueAfter = RecheckSecretMount(info.RequeueAfter)
 	if list, err := events(); err == nil {
 		if failed, ok := MissingSecretOfMount(pod, secrets, list); ok {
-			return failed, nil
+			return MissingSecretAfterGrace(failed, pod.CreationTimestamp.Time, tCtx.Metadata().Now(), p.Config.MissingSecretGracePeriod), nil
 		}
 	}
 	return info, nil
+}
+
+// ReasonWaitingForSecret is the reason of an attempt whose pod refers to a Secret or key
+// that does not exist yet, while it is younger than k8s.Config.MissingSecretGracePeriod.
+const ReasonWaitingForSecret = "WaitingForSecret"
+
+// MissingSecretAfterGrace returns failed, the MissingSecret failure of an object created
+// at created, once the object is grace old; until then, a wait saying the same and
+// asking to be called again when the grace ends. A Secret that a controller syncs (from
+// an external secret manager, say) may appear moments after the action that names it,
+// and nothing else wakes the action when it does.
+func MissingSecretAfterGrace(failed plugin.PhaseInfo, created, now time.Time, grace time.Duration) plugin.PhaseInfo {
+	left := grace - now.Sub(created)
+	if left <= 0 {
+		return failed
+	}
+	info := plugin.PhaseInfoInitializing(0, ReasonWaitingForSecret, failed.Message)
+	info.RequeueAfter = min(left, SecretMountRecheck)
+	return info
 }
 
 // RecheckSecretMount is the wait before the next look at a pod that may be waiting for a

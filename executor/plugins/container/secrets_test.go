@@ -163,3 +163,33 @@ func TestMissingSecretFailsTheAttempt(t *testing.T) {
 		})
 	}
 }
+
+func TestMissingSecretAfterGrace(t *testing.T) {
+	created := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	failed := plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, container.CodeMissingSecret, `Secret "db" does not exist`)
+	tests := []struct {
+		name        string
+		age, grace  time.Duration
+		wantPhase   plugin.Phase
+		wantRequeue time.Duration
+	}{
+		{"no grace: fails at once", 0, 0, plugin.PhasePermanentFailure, 0},
+		{"within the grace: waits for its end", 5 * time.Second, 8 * time.Second, plugin.PhaseInitializing, 3 * time.Second},
+		{"a long grace: looks again at the recheck", time.Second, time.Minute, plugin.PhaseInitializing, container.SecretMountRecheck},
+		{"the grace over: fails", 30 * time.Second, 30 * time.Second, plugin.PhasePermanentFailure, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := container.MissingSecretAfterGrace(failed, created, created.Add(tt.age), tt.grace)
+			if got.Phase != tt.wantPhase || got.RequeueAfter != tt.wantRequeue {
+				t.Fatalf("phase %v, requeue %s; want %v, %s", got.Phase, got.RequeueAfter, tt.wantPhase, tt.wantRequeue)
+			}
+			if got.Message != failed.Message {
+				t.Errorf("message %q; want the failure's %q", got.Message, failed.Message)
+			}
+			if got.Phase == plugin.PhaseInitializing && got.Reason != container.ReasonWaitingForSecret {
+				t.Errorf("reason %q; want %s", got.Reason, container.ReasonWaitingForSecret)
+			}
+		})
+	}
+}

@@ -174,7 +174,7 @@ func (p Plugin) PhaseFromEvents(ctx context.Context, tCtx plugin.TaskExecutionCo
 	}
 	events := func(pod *corev1.Pod) ([]corev1.Event, error) { return k8s.ListEvents(ctx, p.reader, pod) }
 	if failed, ok := missingSecret(pods, secrets, events); ok {
-		return failed, nil
+		return container.MissingSecretAfterGrace(failed, job.CreationTimestamp.Time, tCtx.Metadata().Now(), p.pods.Config.MissingSecretGracePeriod), nil
 	}
 	return info, nil
 }
