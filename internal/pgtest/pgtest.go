@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,14 +32,25 @@ type Server struct {
 	dir string // "-" when the cluster is not ours to stop
 }
 
-// Start starts a throwaway cluster with hack/postgres.sh.
-func Start() (*Server, error) {
+// Start starts a throwaway cluster with hack/postgres.sh, or names the one
+// TEST_DATABASE_URL gives.
+func Start() (*Server, error) { return start(os.Environ()) }
+
+// startOwn starts a throwaway cluster whatever TEST_DATABASE_URL says: one a test may
+// pause and resume.
+func startOwn() (*Server, error) {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TEST_DATABASE_URL=") })
+	return start(env)
+}
+
+func start(env []string) (*Server, error) {
 	script, err := repo.Path("hack", "postgres.sh")
 	if err != nil {
 		return nil, err
 	}
 	var stderr strings.Builder
 	cmd := exec.Command(script, "start")
+	cmd.Env = env
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -52,7 +64,8 @@ func Start() (*Server, error) {
 }
 
 // ErrNotOurs is returned for what only a server this package started can do (pause it,
-// name its processes), asked of one given by TEST_DATABASE_URL.
+// name its processes), asked of one given by TEST_DATABASE_URL. A test that needs it
+// takes a cluster of its own from New.
 var ErrNotOurs = errors.New("pgtest: the server given by TEST_DATABASE_URL is not ours")
 
 // PID returns the process ID of the cluster's postmaster, whose children are the
@@ -104,10 +117,10 @@ func (s *Server) script(verb string) error {
 func Main(m *testing.M, srv **Server) int { return testserver.Main(m, srv, Start) }
 
 // New starts a throwaway cluster for one test (one it may pause, or in a package without
-// Main) and stops it when the test ends.
+// Main), even when TEST_DATABASE_URL names a server, and stops it when the test ends.
 func New(t testing.TB) *Server {
 	t.Helper()
-	return testserver.Start(t, Start)
+	return testserver.Start(t, startOwn)
 }
 
 // NewDatabase creates an empty database for one test, drops it when the test ends, and
