@@ -11,14 +11,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// URIs
 	_ "gocloud.dev/blob/memblob"  // mem:// URIs
 	"gocloud.dev/gcerrors"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/flytekube/backend/executor/plugin"
 )
@@ -91,7 +97,7 @@ func (s *Store) read(ctx context.Context, bucketURL, key, uri string) ([]byte, e
 		return nil, fmt.Errorf("datastore: reading %s: %w", uri, plugin.ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("datastore: reading %s: %w", uri, err)
+		return nil, storeError("reading", uri, err)
 	}
 	return data, nil
 }
@@ -111,7 +117,7 @@ func (s *Store) write(ctx context.Context, bucketURL, key, uri string, content [
 		return err
 	}
 	if err := b.WriteAll(ctx, key, content, nil); err != nil {
-		return fmt.Errorf("datastore: writing %s: %w", uri, err)
+		return storeError("writing", uri, err)
 	}
 	return nil
 }
@@ -132,9 +138,53 @@ func (s *Store) exists(ctx context.Context, bucketURL, key, uri string) (bool, e
 	}
 	ok, err := b.Exists(ctx, key)
 	if err != nil {
-		return false, fmt.Errorf("datastore: checking %s: %w", uri, err)
+		return false, storeError("checking", uri, err)
 	}
 	return ok, nil
+}
+
+// storeError wraps a bucket's error with what was done, keeping it (and so its gcerrors
+// code) in the chain, and marks it transient when the store, not the request, failed:
+// the step is then retried after a backoff without charging the action. What retrying
+// cannot change (permission denied, an invalid argument, an error nothing says more
+// of) stays a plain error.
+func storeError(op, uri string, err error) error {
+	wrapped := fmt.Errorf("datastore: %s %s: %w", op, uri, err)
+	if transient(err) {
+		return plugin.Transient(wrapped)
+	}
+	return wrapped
+}
+
+func transient(err error) bool {
+	switch gcerrors.Code(err) {
+	case gcerrors.DeadlineExceeded, gcerrors.ResourceExhausted, gcerrors.Internal, gcerrors.Canceled:
+		return true
+	case gcerrors.Unknown:
+		// gcerrors has no Unavailable: the s3 and gcs drivers report a 503, a 500 or a
+		// reset connection as Unknown, so the driver's own error beneath decides.
+		return unavailable(err)
+	}
+	return false
+}
+
+func unavailable(err error) bool {
+	var withHTTP interface{ HTTPStatusCode() int } // the AWS SDK's ResponseError
+	if errors.As(err, &withHTTP) {
+		code := withHTTP.HTTPStatusCode()
+		return code == http.StatusTooManyRequests || code == http.StatusRequestTimeout || code >= http.StatusInternalServerError
+	}
+	var withGRPC interface{ GRPCStatus() *status.Status } // gcs over gRPC
+	if errors.As(err, &withGRPC) {
+		switch withGRPC.GRPCStatus().Code() {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Internal:
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
 
 // Close closes every open bucket.
