@@ -22,6 +22,15 @@ help: ## List the targets.
 test: envtest node jaeger tools browser ## Run every test against a real API server, a real node and a real Postgres.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) test $(TEST_FLAGS) ./...
 
+# The seeded chaos soak, long: make chaos SEED=1234 DURATION=30m. A failing run prints its
+# seed and the command that replays it. A short run is part of make test.
+SEED     ?=
+DURATION ?= 30m
+.PHONY: chaos
+chaos: envtest ## Run the chaos soak for DURATION (default 30m) with SEED (default random).
+	SEED="$(SEED)" DURATION="$(DURATION)" KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" \
+		$(GO) test -count=1 -timeout 24h -v -run '^TestChaos$$' ./e2e/chaos
+
 .PHONY: run
 run: envtest jaeger ## Run the whole system here, apply examples/, show them running (Ctrl-C stops it all).
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) run ./sandbox/cmd/sandbox $(RUN_FLAGS)

@@ -1,0 +1,76 @@
+package chaos
+
+import (
+	"context"
+	"flag"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flytekube/backend/internal/kubetest"
+)
+
+var (
+	seedFlag     = flag.Uint64("seed", 0, "seed of the soak (default $SEED, else random)")
+	durationFlag = flag.Duration("duration", 0, "how long faults fire (default $DURATION, else 60s)")
+)
+
+// TestChaos is the seeded chaos soak: a short run by default, as part of make test;
+// make chaos SEED=… DURATION=30m runs long.
+func TestChaos(t *testing.T) {
+	seed, duration := options(t)
+	assets, err := kubetest.Assets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Short, for Postgres's socket path, which must stay under 108 bytes.
+	dir, err := os.MkdirTemp("", "chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seed %d, duration %s, files in %s", seed, duration, dir)
+	replay := "replay: SEED=" + strconv.FormatUint(seed, 10) + " DURATION=" + duration.String() + " go test ./e2e/chaos -run TestChaos -v -timeout " + (duration + 15*time.Minute).String()
+	ctx, cancel := context.WithTimeout(context.Background(), duration+10*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Options{Seed: seed, Duration: duration, Dir: dir, Assets: assets,
+		Log: func(format string, args ...any) { t.Logf(format, args...) }})
+	if err != nil {
+		t.Fatalf("seed %d: the soak could not run: %v\n%s", seed, err, replay)
+	}
+	t.Logf("seed %d, %s: %d actions (%d deleted by the client), %s", seed, duration, rep.Actions, rep.Deleted, rep.FaultSummary())
+	if len(rep.Problems) > 0 {
+		t.Errorf("seed %d: %d problems:\n  %s\nlogs in %s\n%s", seed, len(rep.Problems), strings.Join(rep.Problems, "\n  "),
+			filepath.Join(dir, "logs"), replay)
+		return
+	}
+	_ = os.RemoveAll(dir)
+}
+
+// options reads the seed and the duration from the flags, else SEED and DURATION.
+func options(t *testing.T) (uint64, time.Duration) {
+	seed, duration := *seedFlag, *durationFlag
+	if seed == 0 {
+		if v := os.Getenv("SEED"); v != "" {
+			var err error
+			if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+				t.Fatalf("SEED=%q: %v", v, err)
+			}
+		} else {
+			seed = rand.Uint64N(1 << 32)
+		}
+	}
+	if duration == 0 {
+		duration = 60 * time.Second
+		if v := os.Getenv("DURATION"); v != "" {
+			var err error
+			if duration, err = time.ParseDuration(v); err != nil {
+				t.Fatalf("DURATION=%q: %v", v, err)
+			}
+		}
+	}
+	return seed, duration
+}

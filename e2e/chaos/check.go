@@ -1,0 +1,228 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+)
+
+// protoPhase is the events service's name for an action's phase.
+var protoPhase = map[flytev1.Phase]flytecorev1.ActionPhase{
+	flytev1.PhaseQueued:              flytecorev1.ActionPhase_ACTION_PHASE_QUEUED,
+	flytev1.PhaseWaitingForResources: flytecorev1.ActionPhase_ACTION_PHASE_WAITING_FOR_RESOURCES,
+	flytev1.PhaseInitializing:        flytecorev1.ActionPhase_ACTION_PHASE_INITIALIZING,
+	flytev1.PhaseRunning:             flytecorev1.ActionPhase_ACTION_PHASE_RUNNING,
+	flytev1.PhaseSucceeded:           flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED,
+	flytev1.PhaseFailed:              flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
+	flytev1.PhaseAborted:             flytecorev1.ActionPhase_ACTION_PHASE_ABORTED,
+	flytev1.PhaseTimedOut:            flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT,
+}
+
+// eventKey is the identity of an event: (attempt, phase, version) within an action.
+type eventKey struct {
+	attempt uint32
+	phase   flytecorev1.ActionPhase
+	version uint32
+}
+
+func (k eventKey) String() string {
+	return fmt.Sprintf("(attempt %d, %s, v%d)", k.attempt, strings.TrimPrefix(k.phase.String(), "ACTION_PHASE_"), k.version)
+}
+
+// checker holds the system to its promises once the chaos is over.
+type checker struct {
+	s   *system
+	w   *workload
+	obs *observer
+	f   *faults
+}
+
+// settle checks until every check passes or the time is up, and returns what is still
+// broken: a system that recovers is given the time to deliver what it owes.
+func (ch *checker) settle(ctx context.Context, timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		problems := ch.check(ctx)
+		if len(problems) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return problems
+		}
+		sleep(ctx, 2*time.Second)
+	}
+}
+
+// check runs every check once and returns the problems, each naming its action.
+func (ch *checker) check(ctx context.Context) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	ch.w.mu.Lock()
+	created := make(map[string]bool, len(ch.w.created))
+	for k, v := range ch.w.created {
+		created[k] = v
+	}
+	deleted := make(map[string]time.Time, len(ch.w.deleted))
+	for k, v := range ch.w.deleted {
+		deleted[k] = v
+	}
+	problems = append(problems, ch.w.errs...)
+	ch.w.mu.Unlock()
+
+	for _, p := range ch.w.plans {
+		if !created[p.name] {
+			continue
+		}
+		_, wasDeleted := deleted[p.name]
+		r, seen := ch.obs.record(p.name)
+		if !seen || r.last == nil {
+			if !wasDeleted {
+				add("%s: never seen by the watch", p.name)
+			}
+			// Deleted before the watch saw it: nothing was reported, so nothing is owed.
+			ch.checkEvents(ctx, p, nil, true, add)
+			continue
+		}
+		st := r.last.Status
+		switch {
+		case wasDeleted && !r.gone:
+			add("%s: deleted by the client but still there (Terminating, finalizers %v, phase %s)", p.name, r.last.Finalizers, st.Phase)
+		case !wasDeleted && r.gone:
+			add("%s: gone although nobody deleted it (last phase %s)", p.name, st.Phase)
+		case !wasDeleted && st.Phase != p.expect:
+			add("%s: %s, want %s (reason %s)", p.name, orNone(string(st.Phase)), p.expect, progressingReason(r.last))
+		}
+		ch.checkEvents(ctx, p, r.last, wasDeleted, add)
+	}
+
+	ch.obs.mu.Lock()
+	for name, uids := range ch.obs.podUIDs {
+		if len(uids) > 1 {
+			add("pod %s: created %d times under one name", name, len(uids))
+		}
+	}
+	problems = append(problems, ch.obs.overlaps...)
+	ch.obs.mu.Unlock()
+
+	for _, p := range ch.s.allProcs() {
+		for _, e := range p.exitLog() {
+			if !e.Expected {
+				add("%s exited at %s without the soak causing it (%s); see %s", p.name, e.At.Format(time.TimeOnly), e.Err, p.log)
+			}
+		}
+	}
+	ch.f.mu.Lock()
+	problems = append(problems, ch.f.errs...)
+	ch.f.mu.Unlock()
+	sort.Strings(problems)
+	return problems
+}
+
+// checkEvents holds the events service to what the executor wrote: its latest state is
+// the action's final phase (Aborted for a deleted one that had started), and it holds
+// every entry of the action's history exactly once.
+func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskAction, deleted bool, add func(string, ...any)) {
+	id := &flytecorev1.ActionIdentifier{Project: "chaos", Domain: "development", Run: "soak", Action: p.name}
+	var history []flytev1.PhaseTransition
+	if last != nil {
+		history = last.Status.PhaseHistory
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got, err := ch.s.viewer.GetAction(cctx, connect.NewRequest(&eventsv1.GetActionRequest{Id: id}))
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		if len(history) > 0 {
+			add("%s: the events service has no record, but the executor wrote %d history entries", p.name, len(history))
+		}
+		return
+	case err != nil:
+		add("%s: GetAction: %v", p.name, err)
+		return
+	}
+	state := got.Msg.GetAction().GetPhase()
+	if deleted {
+		ok := state == flytecorev1.ActionPhase_ACTION_PHASE_ABORTED
+		if last != nil && last.Status.Phase.IsTerminal() {
+			ok = ok || state == protoPhase[last.Status.Phase] // it ended before the delete
+		}
+		if !ok {
+			add("%s: deleted, but the events service says %s (want ABORTED)", p.name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
+		}
+	} else if last != nil && state != protoPhase[last.Status.Phase] {
+		add("%s: the events service says %s, the action %s", p.name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), last.Status.Phase)
+	}
+
+	events, err := listEvents(ctx, ch.s.viewer, id)
+	if err != nil {
+		add("%s: ListActionEvents: %v", p.name, err)
+		return
+	}
+	stored := map[eventKey]int{}
+	for _, e := range events {
+		stored[eventKey{e.GetAttempt(), e.GetPhase(), e.GetVersion()}]++
+	}
+	wrote := map[eventKey]bool{}
+	for _, h := range history {
+		k := eventKey{uint32(h.Attempt), protoPhase[h.Phase], uint32(h.Version)}
+		wrote[k] = true
+		switch n := stored[k]; {
+		case n == 0:
+			add("%s: history entry %s never reached the events service", p.name, k)
+		case n > 1:
+			add("%s: history entry %s stored %d times", p.name, k, n)
+		}
+	}
+	for k, n := range stored {
+		if wrote[k] || (deleted && k.phase == flytecorev1.ActionPhase_ACTION_PHASE_ABORTED) {
+			continue
+		}
+		add("%s: the events service holds %s (%d times), which is not in the action's history", p.name, k, n)
+	}
+}
+
+// listEvents reads every event of an action, page by page.
+func listEvents(ctx context.Context, c eventsClient, id *flytecorev1.ActionIdentifier) ([]*eventsv1.ActionEvent, error) {
+	var out []*eventsv1.ActionEvent
+	token := ""
+	for range 100 {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := c.ListActionEvents(cctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id, PageSize: 1000, PageToken: token}))
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.Msg.GetEvents()...)
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("more than 100 pages of events")
+}
+
+// eventsClient is what the checks call on the events service.
+type eventsClient interface {
+	ListActionEvents(context.Context, *connect.Request[eventsv1.ListActionEventsRequest]) (*connect.Response[eventsv1.ListActionEventsResponse], error)
+}
+
+func progressingReason(ta *flytev1.TaskAction) string {
+	for _, c := range ta.Status.Conditions {
+		if c.Type == flytev1.ConditionProgressing {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return "none"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no phase"
+	}
+	return s
+}

@@ -1,0 +1,12 @@
+// Package chaos is a seeded chaos soak of the whole system: two executor replicas under
+// leader election, the events and cache services, Postgres and a control plane (etcd and
+// kube-apiserver), each a real process, run a mixed workload while faults fire at random
+// times: the leader and each service killed with SIGKILL, Postgres restarted at once, the
+// API server stopped and started again on the same etcd, a running pod deleted
+// gracefully. A stand-in kubelet plays the node for container actions. Afterwards the
+// soak holds the system to its promises and names every action that breaks one.
+//
+// Everything random comes from one seed, so a failing run names the seed that replays
+// its workload and its faults (timing on a shared machine varies, so a replay is the same
+// plan, not the same interleaving).
+package chaos

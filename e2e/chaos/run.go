@@ -1,0 +1,129 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+)
+
+// Options shape a soak.
+type Options struct {
+	Seed uint64
+	// Duration is how long faults fire and actions arrive; the system then has
+	// SettleTimeout to finish what it owes.
+	Duration, SettleTimeout time.Duration
+	// Dir holds the binaries, configuration, data and every program's log.
+	Dir string
+	// Assets is the directory of the envtest binaries (etcd, kube-apiserver).
+	Assets string
+	// Log receives the soak's progress.
+	Log func(format string, args ...any)
+}
+
+// Report is what a soak did and found.
+type Report struct {
+	Seed     uint64
+	Duration time.Duration
+	Actions  int
+	Deleted  int
+	Faults   map[string]int
+	// Problems name every action (or process) that broke a promise; none means the
+	// run passed.
+	Problems []string
+}
+
+// FaultSummary lists the faults fired, kind by kind.
+func (r *Report) FaultSummary() string {
+	kinds := make([]string, 0, len(r.Faults))
+	total := 0
+	for k, n := range r.Faults {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	return fmt.Sprintf("%d faults: %s", total, strings.Join(kinds, ", "))
+}
+
+// Run brings the system up, runs the workload under faults, waits for the system to
+// settle and checks it. An error means the soak itself could not run.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.SettleTimeout == 0 {
+		o.SettleTimeout = 90 * time.Second
+	}
+	rep := &Report{Seed: o.Seed, Duration: o.Duration}
+	ctrllog.SetLogger(logr.Discard()) // the soak's client retries through outages; its complaints are noise
+	// One source per consumer, all from the seed, so that the workload does not change
+	// with how many faults fired.
+	workRnd := rand.New(rand.NewPCG(o.Seed, 1))
+	faultRnd := rand.New(rand.NewPCG(o.Seed, 2))
+
+	o.Log("starting the system in %s", o.Dir)
+	s, err := startSystem(ctx, o.Dir, o.Assets)
+	if err != nil {
+		return nil, err
+	}
+	defer s.stop()
+	w, err := planWorkload(workRnd, o.Duration, s.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	rep.Actions = len(w.plans)
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer stopRun()
+	obs := newObserver()
+	bg.Go(func() {
+		follow(runCtx, s.client, func() client.ObjectList { return &flytev1.TaskActionList{} }, obs.action)
+	})
+	bg.Go(func() { follow(runCtx, s.client, func() client.ObjectList { return &corev1.PodList{} }, obs.pod) })
+	k := newKubelet(s.client, obs, o.Seed, w.exitCode)
+	bg.Go(func() { k.run(runCtx) })
+	f := newFaults(s, obs, faultRnd, o.Log)
+	for i, e := range s.executors {
+		bg.Go(func() { f.supervise(runCtx, e, func(ctx context.Context) error { return s.startExecutor(ctx, i) }) })
+	}
+	for _, p := range []*proc{s.events, s.cache} {
+		bg.Go(func() { f.supervise(runCtx, p, func(ctx context.Context) error { return s.startService(ctx, p) }) })
+	}
+
+	o.Log("chaos for %s: %d actions, faults at random", o.Duration, len(w.plans))
+	chaosCtx, stopChaos := context.WithTimeout(runCtx, o.Duration+5*time.Minute) // faults in progress may finish
+	var chaos sync.WaitGroup
+	chaos.Go(func() { w.run(chaosCtx, s.client, obs) })
+	chaos.Go(func() { f.run(chaosCtx, o.Duration) })
+	chaos.Wait()
+	stopChaos()
+
+	o.Log("chaos over; waiting up to %s for the system to settle", o.SettleTimeout)
+	ch := &checker{s: s, w: w, obs: obs, f: f}
+	rep.Problems = ch.settle(ctx, o.SettleTimeout)
+	f.mu.Lock()
+	rep.Faults = map[string]int{}
+	for k, n := range f.counts {
+		rep.Faults[k] = n
+	}
+	f.mu.Unlock()
+	w.mu.Lock()
+	rep.Deleted = len(w.deleted)
+	w.mu.Unlock()
+	for _, kind := range faultKinds {
+		if rep.Faults[kind] == 0 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("fault %s never fired (the run was too short or found nothing to hit)", kind))
+		}
+	}
+	return rep, nil
+}

@@ -1,0 +1,304 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/flytekube/backend/executor"
+	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/devcreds"
+	"github.com/flytekube/backend/internal/ports"
+	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/internal/rpcclient"
+)
+
+// Namespaces of the soak: its actions, and the executors' leader-election lock.
+const (
+	taskNamespace  = "chaos"
+	leaderNS       = "chaos-system"
+	leaderLockName = "chaos.flyte.org"
+)
+
+// system is everything the soak runs, each program a process of its own.
+type system struct {
+	dir, logs  string
+	cp         *controlPlane
+	pg         *postgres
+	executors  []*proc
+	execHealth []string // /readyz URLs
+	execMetric []string // /metrics URLs
+	events     *proc
+	cache      *proc
+	eventsURL  string
+	cacheURL   string
+	svcClient  *http.Client // trusts the soak's CA
+	client     client.WithWatch
+	viewer     eventsv1connect.EventsServiceClient
+	dataDir    string // file:// inputs and outputs of the actions
+}
+
+// binDir keeps the programs between runs, outside the clone, as the sandbox does: go
+// build then relinks only what changed, which keeps a short soak short.
+func binDir() string {
+	if d := os.Getenv("FLYTE_CACHE_DIR"); d != "" {
+		return filepath.Join(d, "chaos-bin")
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	return filepath.Join(cache, "flyte-executor", "chaos-bin")
+}
+
+// build compiles the three programs once into dir.
+func build(ctx context.Context, root, dir string) (map[string]string, error) {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./events/cmd/events", "./cacheservice/cmd/cacheservice", "./executor/cmd/executor")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	bins := map[string]string{}
+	for _, name := range []string{"events", "cacheservice", "executor"} {
+		bins[name] = filepath.Join(dir, name)
+	}
+	return bins, nil
+}
+
+// startSystem brings everything up in dir; stop takes it all down.
+func startSystem(ctx context.Context, dir, assets string) (s *system, err error) {
+	s = &system{dir: dir, logs: filepath.Join(dir, "logs"), dataDir: filepath.Join(dir, "data")}
+	defer func() {
+		if err != nil {
+			s.stop()
+		}
+	}()
+	for _, d := range []string{s.logs, filepath.Join(s.dataDir, "inputs"), filepath.Join(s.dataDir, "outputs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return s, fmt.Errorf("system: %w", err)
+		}
+	}
+	root, err := repo.Root()
+	if err != nil {
+		return s, err
+	}
+	bins, err := build(ctx, root, binDir())
+	if err != nil {
+		return s, err
+	}
+	creds, err := devcreds.Ensure(filepath.Join(dir, "creds"))
+	if err != nil {
+		return s, err
+	}
+	if s.cp, err = startControlPlane(ctx, assets, dir, s.logs, creds); err != nil {
+		return s, err
+	}
+	if s.client, err = newClient(s.cp); err != nil {
+		return s, err
+	}
+	if err := installCRD(ctx, s.client, filepath.Join(root, "deploy", "crd", "flyte.org_taskactions.yaml")); err != nil {
+		return s, err
+	}
+	for _, ns := range []string{taskNamespace, leaderNS} {
+		if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return s, fmt.Errorf("system: creating namespace %s: %w", ns, err)
+		}
+	}
+
+	if s.pg, err = startPostgres(ctx, root); err != nil {
+		return s, err
+	}
+	dbURL, err := createDatabase(ctx, s.pg.url)
+	if err != nil {
+		return s, err
+	}
+
+	p, err := ports.Free(8)
+	if err != nil {
+		return s, err
+	}
+	if s.svcClient, err = rpcclient.New(rpcclient.Options{CAFile: creds.CAFile, Timeout: 5 * time.Second}); err != nil {
+		return s, err
+	}
+	s.eventsURL, s.cacheURL = "https://127.0.0.1:"+strconv.Itoa(p[0]), "https://127.0.0.1:"+strconv.Itoa(p[1])
+	svcArgs := func(listen, metrics int) []string {
+		return []string{"--listen", "127.0.0.1:" + strconv.Itoa(listen), "--metrics-listen", "127.0.0.1:" + strconv.Itoa(metrics),
+			"--tls-cert-file", creds.CertFile, "--tls-key-file", creds.KeyFile, "--auth-mode", "token-file", "--auth-token-file", creds.TokensFile}
+	}
+	env := []string{"DATABASE_URL=" + dbURL, "OTEL_SDK_DISABLED=true"}
+	s.events = newProc("events", bins["events"], s.logs, env, svcArgs(p[0], p[2])...)
+	s.cache = newProc("cacheservice", bins["cacheservice"], s.logs, env, svcArgs(p[1], p[3])...)
+	for _, svc := range []*proc{s.events, s.cache} {
+		if err := s.startService(ctx, svc); err != nil {
+			return s, err
+		}
+	}
+	viewer, err := rpcclient.New(rpcclient.Options{CAFile: creds.CAFile, TokenFile: creds.ViewerTokenFile, Timeout: 10 * time.Second})
+	if err != nil {
+		return s, err
+	}
+	s.viewer = eventsv1connect.NewEventsServiceClient(viewer, s.eventsURL)
+
+	for i := range 2 {
+		cfg := executorConfig(s, creds, p[4+2*i], p[5+2*i])
+		path := filepath.Join(dir, fmt.Sprintf("executor-%d.yaml", i))
+		raw, err := yaml.Marshal(cfg)
+		if err == nil {
+			err = os.WriteFile(path, raw, 0o644)
+		}
+		if err != nil {
+			return s, fmt.Errorf("system: writing %s: %w", path, err)
+		}
+		e := newProc(fmt.Sprintf("executor-%d", i), bins["executor"], s.logs,
+			[]string{"KUBECONFIG=" + s.cp.kubeconfig, "OTEL_SDK_DISABLED=true"}, "--config", path)
+		s.executors = append(s.executors, e)
+		s.execHealth = append(s.execHealth, "http://"+cfg.HealthProbeBindAddress+"/readyz")
+		s.execMetric = append(s.execMetric, "http://"+cfg.MetricsBindAddress+"/metrics")
+		if err := s.startExecutor(ctx, i); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// executorConfig is one replica's configuration: leader election on, the soak's
+// namespace only, retries quick enough to finish within a short run.
+func executorConfig(s *system, creds *devcreds.Credentials, health, metrics int) config.Config {
+	cfg := config.Default()
+	cfg.LeaderElect = true
+	cfg.LeaderElectionID, cfg.LeaderElectionNamespace = leaderLockName, leaderNS
+	cfg.Namespaces = []string{taskNamespace}
+	cfg.EventsServiceURL, cfg.CacheServiceURL = s.eventsURL, s.cacheURL
+	cfg.ServiceCAFile, cfg.ServiceTokenFile = creds.CAFile, creds.ExecutorTokenFile
+	cfg.HealthProbeBindAddress = "127.0.0.1:" + strconv.Itoa(health)
+	cfg.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(metrics)
+	cfg.MetricsSecure = false
+	cfg.RetryBackoff.Base = metav1.Duration{Duration: 200 * time.Millisecond}
+	cfg.RetryBackoff.Cap = metav1.Duration{Duration: 2 * time.Second}
+	cfg.Cluster = "chaos"
+	cfg.Storage.AllowedPrefixes = []string{"file://" + filepath.ToSlash(s.dataDir)}
+	return cfg
+}
+
+// startService starts (or restarts) a service and waits for its health check.
+func (s *system) startService(ctx context.Context, p *proc) error {
+	if err := p.start(); err != nil {
+		return err
+	}
+	url := s.eventsURL
+	if p == s.cache {
+		url = s.cacheURL
+	}
+	return p.waitHTTP(ctx, s.svcClient, url+"/healthz", 2*time.Minute)
+}
+
+// startExecutor starts (or restarts) replica i and waits until it is ready: a standby
+// answers too, since readiness does not wait for the lease.
+func (s *system) startExecutor(ctx context.Context, i int) error {
+	if err := s.executors[i].start(); err != nil {
+		return err
+	}
+	return s.executors[i].waitHTTP(ctx, http.DefaultClient, s.execHealth[i], 2*time.Minute)
+}
+
+// stop takes down everything that was started, programs first.
+func (s *system) stop() {
+	for _, e := range s.executors {
+		e.stop(15 * time.Second)
+	}
+	for _, p := range []*proc{s.events, s.cache} {
+		if p != nil {
+			p.stop(15 * time.Second)
+		}
+	}
+	if s.pg != nil {
+		s.pg.stop()
+	}
+	if s.cp != nil {
+		s.cp.stop()
+	}
+}
+
+// newClient is the soak's own client of the API server, which plays the user and the
+// kubelet.
+func newClient(cp *controlPlane) (client.WithWatch, error) {
+	scheme, err := executor.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.NewWithWatch(cp.config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return c, nil
+}
+
+// installCRD applies the TaskAction CRD and waits until it is served.
+func installCRD(ctx context.Context, c client.Client, path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("CRD: %w", err)
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(raw, &obj); err != nil {
+		return fmt.Errorf("CRD %s: %w", path, err)
+	}
+	crd := &unstructured.Unstructured{Object: obj}
+	if err := c.Patch(ctx, crd, client.Apply, client.FieldOwner("chaos"), client.ForceOwnership); err != nil {
+		return fmt.Errorf("installing the TaskAction CRD: %w", err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), crd); err == nil {
+			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			for _, cond := range conds {
+				m, _ := cond.(map[string]any)
+				if m["type"] == "Established" && m["status"] == "True" {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the TaskAction CRD was not established within a minute")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// createDatabase creates the services' database and returns its URL.
+func createDatabase(ctx context.Context, maintenanceURL string) (string, error) {
+	conn, err := pgx.Connect(ctx, maintenanceURL)
+	if err != nil {
+		return "", fmt.Errorf("connecting to Postgres: %w", err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE flyte"); err != nil {
+		return "", fmt.Errorf("creating the database: %w", err)
+	}
+	return strings.Replace(maintenanceURL, "/postgres?", "/flyte?", 1), nil
+}
+
+// allProcs is every process of the system, the control plane's included.
+func (s *system) allProcs() []*proc {
+	out := append([]*proc{s.events, s.cache}, s.executors...)
+	if s.cp != nil {
+		out = append(out, s.cp.etcd, s.cp.apiserver)
+	}
+	return out
+}
