@@ -16,7 +16,7 @@ import (
 
 var (
 	seedFlag     = flag.Uint64("seed", 0, "seed of the soak (default $SEED, else random)")
-	durationFlag = flag.Duration("duration", 0, "how long faults fire (default $DURATION, else 60s)")
+	durationFlag = flag.Duration("duration", 0, "how long faults fire (default $DURATION, else 30s)")
 )
 
 // TestChaos is the seeded chaos soak: a short run by default, as part of make test;
@@ -34,10 +34,13 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("seed %d, duration %s, files in %s", seed, duration, dir)
 	replay := "replay: SEED=" + strconv.FormatUint(seed, 10) + " DURATION=" + duration.String() + " go test ./e2e/chaos -run TestChaos -v -timeout " + (duration + 15*time.Minute).String()
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), duration+10*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Options{Seed: seed, Duration: duration, Dir: dir, Assets: assets,
-		Log: func(format string, args ...any) { t.Logf(format, args...) }})
+		Log: func(format string, args ...any) {
+			t.Logf("%5.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
+		}})
 	if err != nil {
 		t.Fatalf("seed %d: the soak could not run: %v\n%s", seed, err, replay)
 	}
@@ -64,7 +67,7 @@ func options(t *testing.T) (uint64, time.Duration) {
 		}
 	}
 	if duration == 0 {
-		duration = 60 * time.Second
+		duration = 30 * time.Second
 		if v := os.Getenv("DURATION"); v != "" {
 			var err error
 			if duration, err = time.ParseDuration(v); err != nil {

@@ -128,6 +128,10 @@ func (ch *checker) check(ctx context.Context) []string {
 // the action's final phase (Aborted for a deleted one that had started), and it holds
 // every entry of the action's history exactly once.
 func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskAction, deleted bool, add func(string, ...any)) {
+	name := p.name
+	if deleted {
+		name += " (deleted by the client " + p.deletion + ")"
+	}
 	id := &flytecorev1.ActionIdentifier{Project: "chaos", Domain: "development", Run: "soak", Action: p.name}
 	var history []flytev1.PhaseTransition
 	if last != nil {
@@ -139,11 +143,11 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 	switch {
 	case connect.CodeOf(err) == connect.CodeNotFound:
 		if len(history) > 0 {
-			add("%s: the events service has no record, but the executor wrote %d history entries", p.name, len(history))
+			add("%s: the events service has no record, but the executor wrote %d history entries", name, len(history))
 		}
 		return
 	case err != nil:
-		add("%s: GetAction: %v", p.name, err)
+		add("%s: GetAction: %v", name, err)
 		return
 	}
 	state := got.Msg.GetAction().GetPhase()
@@ -153,37 +157,41 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 			ok = ok || state == protoPhase[last.Status.Phase] // it ended before the delete
 		}
 		if !ok {
-			add("%s: deleted, but the events service says %s (want ABORTED)", p.name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
+			add("%s: deleted, but the events service says %s (want ABORTED)", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
 		}
 	} else if last != nil && state != protoPhase[last.Status.Phase] {
-		add("%s: the events service says %s, the action %s", p.name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), last.Status.Phase)
+		add("%s: the events service says %s, the action %s", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), last.Status.Phase)
 	}
 
 	events, err := listEvents(ctx, ch.s.viewer, id)
 	if err != nil {
-		add("%s: ListActionEvents: %v", p.name, err)
+		add("%s: ListActionEvents: %v", name, err)
 		return
 	}
 	stored := map[eventKey]int{}
+	var keys []string
 	for _, e := range events {
-		stored[eventKey{e.GetAttempt(), e.GetPhase(), e.GetVersion()}]++
+		k := eventKey{e.GetAttempt(), e.GetPhase(), e.GetVersion()}
+		stored[k]++
+		keys = append(keys, k.String())
 	}
+	held := "; it holds " + strings.Join(keys, " ")
 	wrote := map[eventKey]bool{}
 	for _, h := range history {
 		k := eventKey{uint32(h.Attempt), protoPhase[h.Phase], uint32(h.Version)}
 		wrote[k] = true
 		switch n := stored[k]; {
 		case n == 0:
-			add("%s: history entry %s never reached the events service", p.name, k)
+			add("%s: history entry %s never reached the events service%s", name, k, held)
 		case n > 1:
-			add("%s: history entry %s stored %d times", p.name, k, n)
+			add("%s: history entry %s stored %d times", name, k, n)
 		}
 	}
 	for k, n := range stored {
 		if wrote[k] || (deleted && k.phase == flytecorev1.ActionPhase_ACTION_PHASE_ABORTED) {
 			continue
 		}
-		add("%s: the events service holds %s (%d times), which is not in the action's history", p.name, k, n)
+		add("%s: the events service holds %s (%d times), which is not in the action's history", name, k, n)
 	}
 }
 

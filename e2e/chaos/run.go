@@ -69,7 +69,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	faultRnd := rand.New(rand.NewPCG(o.Seed, 2))
 
 	o.Log("starting the system in %s", o.Dir)
-	s, err := startSystem(ctx, o.Dir, o.Assets)
+	s, err := startSystem(ctx, o.Dir, o.Assets, o.Log)
 	if err != nil {
 		return nil, err
 	}

@@ -82,7 +82,7 @@ func build(ctx context.Context, root, dir string) (map[string]string, error) {
 }
 
 // startSystem brings everything up in dir; stop takes it all down.
-func startSystem(ctx context.Context, dir, assets string) (s *system, err error) {
+func startSystem(ctx context.Context, dir, assets string, log func(string, ...any)) (s *system, err error) {
 	s = &system{dir: dir, logs: filepath.Join(dir, "logs"), dataDir: filepath.Join(dir, "data")}
 	defer func() {
 		if err != nil {
@@ -102,6 +102,7 @@ func startSystem(ctx context.Context, dir, assets string) (s *system, err error)
 	if err != nil {
 		return s, err
 	}
+	log("built the programs in %s", binDir())
 	creds, err := devcreds.Ensure(filepath.Join(dir, "creds"))
 	if err != nil {
 		return s, err
@@ -121,6 +122,7 @@ func startSystem(ctx context.Context, dir, assets string) (s *system, err error)
 		}
 	}
 
+	log("control plane up at %s", s.cp.url)
 	if s.pg, err = startPostgres(ctx, root); err != nil {
 		return s, err
 	}
@@ -155,6 +157,7 @@ func startSystem(ctx context.Context, dir, assets string) (s *system, err error)
 	}
 	s.viewer = eventsv1connect.NewEventsServiceClient(viewer, s.eventsURL)
 
+	log("Postgres and the services up")
 	for i := range 2 {
 		cfg := executorConfig(s, creds, p[4+2*i], p[5+2*i])
 		path := filepath.Join(dir, fmt.Sprintf("executor-%d.yaml", i))
