@@ -405,7 +405,14 @@ func Outcome(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Phas
 		case !errors.Is(err, plugin.ErrNotFound):
 			return plugin.PhaseInfo{}, fmt.Errorf("container: reading the error document: %w", err)
 		}
-		if ok, err := store.Exists(ctx, out.OutputsURI()); err == nil && ok {
+		// Success is recorded, and cached, with what this says: an error is never taken
+		// for "no outputs". A store's bad moment is transient (see datastore), so the
+		// pass runs again after a backoff without charging the action.
+		ok, err := store.Exists(ctx, out.OutputsURI())
+		if err != nil {
+			return plugin.PhaseInfo{}, fmt.Errorf("container: checking for the outputs: %w", err)
+		}
+		if ok {
 			return plugin.PhaseInfoSuccess(out.OutputsURI()), nil
 		}
 	}

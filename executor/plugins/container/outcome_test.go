@@ -1,0 +1,80 @@
+package container_test
+
+import (
+	"context"
+	"testing"
+
+	"gocloud.dev/gcerrors"
+	corev1 "k8s.io/api/core/v1"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/datastore"
+	"github.com/flytekube/backend/executor/plugin/datastore/storetest"
+	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/executor/plugins/container"
+)
+
+var faulty = storetest.Register("faulty")
+
+// TestOutcomeNeverSucceedsOnAStoreError: a succeeded pod's outcome is what the store
+// says, and only that. Outputs that exist make a success with them, absent ones a
+// success without (a task may have none); an error is never taken for either: a store's
+// bad moment is a transient error (the pass runs again, uncharged), anything else an
+// error of its own.
+func TestOutcomeNeverSucceedsOnAStoreError(t *testing.T) {
+	ctx := context.Background()
+	const prefix = "faulty://out/r1/a0/1/"
+	tests := []struct {
+		name          string
+		outputs       bool // the task wrote its outputs
+		op            storetest.Op
+		file          string
+		code          gcerrors.ErrorCode
+		wantOut       string
+		wantErr       bool
+		wantTransient bool
+	}{
+		{name: "outputs written", outputs: true, wantOut: prefix + "outputs.json"},
+		{name: "no outputs", wantOut: ""},
+		{name: "outputs written, store deadline", outputs: true, op: storetest.OpExists, file: "outputs.json", code: gcerrors.DeadlineExceeded, wantErr: true, wantTransient: true},
+		{name: "no outputs, store throttled", op: storetest.OpExists, file: "outputs.json", code: gcerrors.ResourceExhausted, wantErr: true, wantTransient: true},
+		{name: "outputs written, permission denied", outputs: true, op: storetest.OpExists, file: "outputs.json", code: gcerrors.PermissionDenied, wantErr: true},
+		{name: "error document unreadable, internal", outputs: true, op: storetest.OpRead, file: "error.json", code: gcerrors.Internal, wantErr: true, wantTransient: true},
+		{name: "error document unreadable, invalid argument", outputs: true, op: storetest.OpRead, file: "error.json", code: gcerrors.InvalidArgument, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Cleanup(faulty.Clear)
+			_ = faulty.Real("out").Delete(ctx, "r1/a0/1/outputs.json")
+			if tt.outputs {
+				if err := faulty.Real("out").WriteAll(ctx, "r1/a0/1/outputs.json", []byte(`{"y": 1}`), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.op != "" {
+				faulty.Fail(tt.op, tt.file, tt.code, -1)
+			}
+			store, err := datastore.Confine(datastore.New(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "faulty://out/r1"}}
+			tCtx := plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store})
+			pod := corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}
+			info, err := container.Plugin{Config: k8s.Config{}}.GetTaskPhase(ctx, tCtx, &pod)
+			switch {
+			case tt.wantErr && err == nil:
+				t.Fatalf("got %s (outputs %q); want an error", info.Phase, info.OutputsURI)
+			case tt.wantErr && plugin.IsTransient(err) != tt.wantTransient:
+				t.Fatalf("error %v: transient %v; want %v", err, plugin.IsTransient(err), tt.wantTransient)
+			case tt.wantErr:
+				return
+			case err != nil:
+				t.Fatal(err)
+			case info.Phase != plugin.PhaseSuccess || info.OutputsURI != tt.wantOut:
+				t.Fatalf("got %s (outputs %q); want success with %q", info.Phase, info.OutputsURI, tt.wantOut)
+			}
+		})
+	}
+}
