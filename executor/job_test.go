@@ -116,7 +116,7 @@ func TestJobTaskRunsAsAJob(t *testing.T) {
 	}
 	var retried bool
 	for _, h := range got.Status.PhaseHistory {
-		retried = retried || (h.Reason == flytev1.ReasonRetrying && h.Error != nil && h.Error.Code == "BackoffLimitExceeded")
+		retried = retried || (h.Reason == flytev1.ReasonAttemptFailed && h.Error != nil && h.Error.Code == "BackoffLimitExceeded")
 	}
 	if !retried {
 		t.Fatalf("history %+v; want a retry caused by BackoffLimitExceeded", got.Status.PhaseHistory)

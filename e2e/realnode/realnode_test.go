@@ -216,7 +216,7 @@ func TestFailingContainerRetriesInANewPod(t *testing.T) {
 	}
 	retried := false
 	for _, h := range got.Status.PhaseHistory {
-		retried = retried || h.Reason == flytev1.ReasonRetrying && h.Error != nil && h.Error.Code == "ExitCode3"
+		retried = retried || h.Reason == flytev1.ReasonAttemptFailed && h.Error != nil && h.Error.Code == "ExitCode3"
 	}
 	if !retried {
 		t.Fatalf("history %s; want a retry caused by ExitCode3", history(got))

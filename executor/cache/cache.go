@@ -63,15 +63,27 @@ type Cache struct {
 	heartbeat time.Duration
 	log       *slog.Logger
 
+	// Exists, when set, reports whether an action still exists (by key and UID); a
+	// reservation's heartbeats stop, and it is released, once its action does not. The
+	// reconciler sets it.
+	Exists func(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, error)
+
 	mu      sync.Mutex
-	holding map[types.UID]context.CancelFunc // reservations being heartbeated
-	keys    map[types.UID]*cachev1.CacheKey  // computed keys, until the action is done with the cache
+	holding map[types.UID]*hold             // reservations being heartbeated
+	keys    map[types.UID]*cachev1.CacheKey // computed keys, until the action is done with the cache
+}
+
+// hold is a reservation being heartbeated.
+type hold struct {
+	stop  context.CancelFunc
+	key   *cachev1.CacheKey
+	owner string
 }
 
 // New creates a cache; heartbeat is the interval asked for reservations.
 func New(c cachev1connect.CacheServiceClient, store plugin.DataStore, heartbeat time.Duration, log *slog.Logger) *Cache {
 	return &Cache{client: c, store: store, heartbeat: heartbeat, log: log,
-		holding: make(map[types.UID]context.CancelFunc), keys: make(map[types.UID]*cachev1.CacheKey)}
+		holding: make(map[types.UID]*hold), keys: make(map[types.UID]*cachev1.CacheKey)}
 }
 
 // Enabled reports whether an action is cacheable.
@@ -255,7 +267,9 @@ func (c *Cache) get(ctx context.Context, ta *flytev1.TaskAction, key *cachev1.Ca
 }
 
 // keepAlive heartbeats a held reservation on its own timer, independent of how often
-// the action is reconciled.
+// the action is reconciled, for as long as the action exists: an action that goes away
+// without a last pass (deleted before its finalizer was on, or its finalizer taken off
+// by hand) must not hold identical actions back for ever.
 func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -267,8 +281,10 @@ func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every t
 	// cache service to record none.
 	unsampled := tracing.SpanContext(ta.UID).WithTraceFlags(0)
 	ctx, cancel := context.WithCancel(trace.ContextWithRemoteSpanContext(context.Background(), unsampled))
-	c.holding[ta.UID] = cancel
-	id, name := owner(ta), ta.Name // the goroutine must not read ta, which the reconciler changes
+	id := owner(ta)
+	c.holding[ta.UID] = &hold{stop: cancel, key: key, owner: id}
+	// The goroutine must not read ta, which the reconciler changes.
+	uid, name := ta.UID, types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}
 	go func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -277,15 +293,57 @@ func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every t
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				if c.Exists != nil {
+					if ok, err := c.Exists(ctx, name, uid); err == nil && !ok {
+						c.log.Info("the action holding a reservation is gone; releasing it", "action", name.Name)
+						c.Gone(ctx, uid)
+						return
+					}
+				}
 				_, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
 					Key: key, OwnerId: id, HeartbeatInterval: durationpb.New(c.heartbeat),
 				}))
 				if err != nil && ctx.Err() == nil {
-					c.log.Warn("reservation heartbeat failed", "action", name, "error", err)
+					c.log.Warn("reservation heartbeat failed", "action", name.Name, "error", err)
 				}
 			}
 		}
 	}()
+}
+
+// Gone lets go of what the cache holds for an action that no longer exists: its key and,
+// if it holds a reservation, the heartbeats and the reservation itself.
+func (c *Cache) Gone(ctx context.Context, uid types.UID) {
+	c.mu.Lock()
+	h := c.holding[uid]
+	delete(c.holding, uid)
+	delete(c.keys, uid)
+	c.mu.Unlock()
+	if h == nil {
+		return
+	}
+	h.stop()
+	// Not cancelled with the heartbeats just stopped: the release must still go out.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+	defer cancel()
+	if _, err := c.client.ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: h.key, OwnerId: h.owner})); err != nil {
+		c.log.Warn("releasing a gone action's reservation failed; it expires by itself", "error", err)
+	}
+}
+
+// Holds reports whether the action's reservation is being heartbeated.
+func (c *Cache) Holds(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.holding[uid]
+	return ok
+}
+
+// Held is how many reservations are being heartbeated.
+func (c *Cache) Held() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.holding)
 }
 
 func copyOutputs(ctx context.Context, store plugin.DataStore, from, to string) error {
@@ -348,11 +406,11 @@ func (c *Cache) Resume(ctx context.Context, ta *flytev1.TaskAction) {
 // so releasing one the action does not hold is harmless.
 func (c *Cache) Release(ctx context.Context, ta *flytev1.TaskAction) {
 	c.mu.Lock()
-	cancel, ok := c.holding[ta.UID]
+	h, ok := c.holding[ta.UID]
 	delete(c.holding, ta.UID)
 	c.mu.Unlock()
 	if ok {
-		cancel()
+		h.stop()
 	}
 	if !ta.Spec.Cache.Serializable {
 		c.forgetKey(ta)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,6 +102,10 @@ func (s *scope) startAttempt(context.Context) (bool, ctrl.Result, error) {
 		}
 		st.NextAttemptAt = nil
 	}
+	if st.AttemptStartedAt == nil {
+		// The timeout runs from here: a retried attempt's backoff is not its time.
+		st.AttemptStartedAt = s.attemptStart()
+	}
 	s.tCtx = s.executionContext(st.Attempts)
 	return true, goOn, nil
 }
@@ -162,15 +167,23 @@ func (s *scope) enforceTimeout(ctx context.Context) (bool, ctrl.Result, error) {
 
 // timeLeft is what remains of the attempt's spec.timeout.
 func (s *scope) timeLeft() time.Duration {
-	attempt := s.ta.Status.Attempts
 	started := s.now.Time
-	for _, h := range s.ta.Status.PhaseHistory {
-		if h.Attempt == attempt {
-			started = h.OccurredAt.Time
-			break
-		}
+	if st := s.ta.Status.AttemptStartedAt; st != nil {
+		started = st.Time
 	}
 	return started.Add(s.ta.Spec.Timeout.Duration).Sub(s.now.Time)
+}
+
+// attemptStart is when the current attempt started, for a status that does not say: now,
+// or, for an action running since before the status had attemptStartedAt, its attempt's
+// first history entry, from which timeouts were measured then.
+func (s *scope) attemptStart() *metav1.Time {
+	st := &s.ta.Status
+	started := s.now
+	if i := slices.IndexFunc(st.PhaseHistory, func(h flytev1.PhaseTransition) bool { return h.Attempt == st.Attempts }); i >= 0 && st.PluginPhase != "" {
+		started = metav1.NewTime(st.PhaseHistory[i].OccurredAt.Time)
+	}
+	return &started
 }
 
 // handle lets the plugin advance the attempt and keeps what it reported: its phase, log

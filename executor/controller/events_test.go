@@ -14,15 +14,24 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 )
 
+// storedEvents lists all of an action's events, page by page.
 func storedEvents(t *testing.T, ta *flytev1.TaskAction) []*eventsv1.ActionEvent {
 	t.Helper()
-	resp, err := eventsSvc.client().ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{
-		Id: &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},
-	}))
-	if err != nil {
-		t.Fatalf("listing events of %s: %v", ta.Name, err)
+	var evs []*eventsv1.ActionEvent
+	token := ""
+	for {
+		resp, err := eventsSvc.client().ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{
+			Id:        &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},
+			PageToken: token,
+		}))
+		if err != nil {
+			t.Fatalf("listing events of %s: %v", ta.Name, err)
+		}
+		evs = append(evs, resp.Msg.GetEvents()...)
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			return evs
+		}
 	}
-	return resp.Msg.GetEvents()
 }
 
 // delivered: finished, with its whole history delivered as the publisher knows it.

@@ -106,7 +106,9 @@ func (s *scope) systemFailure(ctx context.Context, code, message string, relaunc
 func (s *scope) relaunch(execErr *flytev1.ExecutionError, n int32) ctrl.Result {
 	st := &s.ta.Status
 	st.Error = execErr
+	s.endAttempt(execErr)
 	st.Attempts++
+	st.AttemptStartedAt = nil // once its backoff is over (startAttempt)
 	st.PluginState, st.PluginPhase, st.PluginPhaseVersion = nil, "", 0
 	wait := s.r.Options.Backoff.Delay(n)
 	kind := metrics.RetryUser
@@ -120,6 +122,20 @@ func (s *scope) relaunch(execErr *flytev1.ExecutionError, n int32) ctrl.Result {
 	s.setPhase(flytev1.PhaseQueued, flytev1.ReasonRetrying,
 		fmt.Sprintf("attempt %d failed (%s: %s); attempt %d starts in %s", st.Attempts-1, execErr.Code, execErr.Message, st.Attempts, wait.Round(time.Millisecond)))
 	return ctrl.Result{RequeueAfter: wait}
+}
+
+// endAttempt closes the history of a failed attempt that is retried with an entry of its
+// own: Failed, with the attempt's error and what the plugin reported in this pass (log
+// links, Kubernetes events), so that none of it lands under the next attempt. The
+// action's phase and conditions are the next attempt's, which the caller sets.
+func (s *scope) endAttempt(execErr *flytev1.ExecutionError) {
+	st := &s.ta.Status
+	appendHistory(st, flytev1.PhaseTransition{
+		Phase: flytev1.PhaseFailed, Attempt: max(st.Attempts, 1), Reason: flytev1.ReasonAttemptFailed,
+		Message: fitText(execErr.Code+": "+execErr.Message, flytev1.MaxHistoryMessageLength), Error: execErr.DeepCopy(),
+		OccurredAt: metav1.NewMicroTime(s.now.Time), CacheStatus: st.CacheStatus, LogLinks: s.logLinks, ClusterEvents: s.clusterEvents,
+	})
+	s.logLinks, s.clusterEvents = nil, nil
 }
 
 // terminate ends the action in a terminal phase.

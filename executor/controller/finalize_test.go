@@ -52,7 +52,7 @@ func TestFinalizeErrorsAreSystemFailures(t *testing.T) {
 		failAttempts: 1, finalizeFailures: 1, retries: 1,
 		wantPhase: flytev1.PhaseSucceeded, wantAttempts: 2, wantUser: 1, wantSystem: 1,
 		// The retry is the user failure's, not the Finalize error's.
-		wantHistory: "Queued/Queued@1 Queued/Retrying@2(ExitCode1) Succeeded/Succeeded@2",
+		wantHistory: "Queued/Queued@1 Failed/AttemptFailed@1(ExitCode1) Queued/Retrying@2 Succeeded/Succeeded@2",
 		wantCalls:   slices.Concat(failedPass, []string{"handle:1", "finalize", "handle:2", "finalize"}),
 	}, {
 		name:             "success whose release never succeeds fails once the budget is spent",

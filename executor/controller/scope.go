@@ -125,8 +125,16 @@ func (s *scope) writeStatus(ctx context.Context, passSucceeded bool) error {
 		// reconcile simply does this step again.
 		return fmt.Errorf("updating status: %w", err)
 	}
-	if n := len(s.ta.Status.PhaseHistory); n != len(s.before.PhaseHistory) {
-		s.r.written.Store(s.ta.UID, n)
+	// New history is a new last entry: a folded repeat changes its version, not the
+	// history's length.
+	if now, _ := lastEntry(&s.ta.Status); now != lastOf(s.before) {
+		s.r.expectations().expect(s.ta)
+		// The informer may have shown the write before it was expected; then nothing
+		// would end the expectation of an action that no pass sees again.
+		var cached flytev1.TaskAction
+		if err := s.r.Client.Get(ctx, client.ObjectKeyFromObject(s.ta), &cached, client.UnsafeDisableDeepCopy); err == nil && cached.UID == s.ta.UID {
+			s.r.expectations().stale(&cached)
+		}
 		if s.r.Events != nil {
 			s.r.Events.Enqueue(s.ta)
 		}
@@ -167,6 +175,11 @@ func (s *scope) patchFinalizer(ctx context.Context, change func(client.Object, s
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+func lastOf(st *flytev1.TaskActionStatus) historyMark {
+	m, _ := lastEntry(st)
+	return m
 }
 
 func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {

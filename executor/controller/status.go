@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -37,35 +38,26 @@ func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
 // (a new attempt, a new version of the plugin's phase, or Kubernetes events to report is
 // a change even in the same phase: the plugin manager reads events once per change of
 // the plugin's phase, so events left out here would never be reported), and the
-// conditions. It reports whether the history grew.
+// conditions. It reports whether the history changed.
 func recordPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time, newVersion bool, links []flytev1.LogLink, events []flytev1.ClusterEvent) bool {
 	st := &ta.Status
+	attempt := max(st.Attempts, 1)
 	changed := st.Phase != phase || newVersion || len(events) > 0
-	if n := len(st.PhaseHistory); n > 0 && st.PhaseHistory[n-1].Attempt != max(st.Attempts, 1) {
+	if n := len(st.PhaseHistory); n > 0 && st.PhaseHistory[n-1].Attempt != attempt {
 		changed = true
 	}
 	if changed {
 		st.Phase = phase
-		attempt := max(st.Attempts, 1)
-		var version int32
-		for _, h := range st.PhaseHistory {
-			if h.Attempt == attempt {
-				version++
-			}
-		}
 		entry := flytev1.PhaseTransition{
-			Phase: phase, Attempt: attempt, Version: version, Reason: fitText(reason, flytev1.MaxReasonLength), Message: fitText(message, flytev1.MaxHistoryMessageLength),
+			Phase: phase, Attempt: attempt, Reason: fitText(reason, flytev1.MaxReasonLength), Message: fitText(message, flytev1.MaxHistoryMessageLength),
 			OccurredAt: metav1.NewMicroTime(now.Time), CacheStatus: st.CacheStatus, LogLinks: links, ClusterEvents: events,
 		}
 		if phase == flytev1.PhaseSucceeded {
 			entry.OutputsURI = st.OutputsURI
-		} else if st.Error != nil && (phase.IsTerminal() || reason == flytev1.ReasonRetrying) {
+		} else if st.Error != nil && phase.IsTerminal() {
 			entry.Error = st.Error.DeepCopy()
 		}
-		st.PhaseHistory = append(st.PhaseHistory, entry)
-		if len(st.PhaseHistory) > maxPhaseHistory {
-			st.PhaseHistory = st.PhaseHistory[len(st.PhaseHistory)-maxPhaseHistory:]
-		}
+		appendHistory(st, entry)
 	}
 	if st.StartedAt == nil && phase != flytev1.PhaseQueued {
 		st.StartedAt = &now
@@ -84,6 +76,57 @@ func recordPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message st
 		setCondition(ta, flytev1.ConditionProgressing, metav1.ConditionTrue, reason, message, now)
 	}
 	return changed
+}
+
+// appendHistory adds entry to the history, numbered one after the attempt's last entry:
+// the last entry is never dropped, so the numbers of an attempt only grow and every
+// entry is a distinct event, however many older ones went. An entry that repeats the
+// last one (the same attempt, phase and reason, nothing else to report) replaces it with
+// a count, so a wait refused again and again for a day stays one entry; it still gets a
+// new version, and so reaches the events service. The oldest entries go beyond
+// maxPhaseHistory.
+func appendHistory(st *flytev1.TaskActionStatus, entry flytev1.PhaseTransition) {
+	n := len(st.PhaseHistory)
+	if n > 0 {
+		last := &st.PhaseHistory[n-1]
+		if last.Attempt == entry.Attempt {
+			entry.Version = last.Version + 1
+		}
+		if repeats(last, &entry) {
+			entry.Count = max(last.Count, 1) + 1
+			*last = entry
+			return
+		}
+	}
+	st.PhaseHistory = append(st.PhaseHistory, entry)
+	if len(st.PhaseHistory) > maxPhaseHistory {
+		st.PhaseHistory = st.PhaseHistory[len(st.PhaseHistory)-maxPhaseHistory:]
+	}
+}
+
+// repeats reports whether next says again what last said: folding it loses nothing
+// but last's message and time.
+func repeats(last, next *flytev1.PhaseTransition) bool {
+	return last.Attempt == next.Attempt && last.Phase == next.Phase && last.Reason == next.Reason &&
+		!next.Phase.IsTerminal() && last.Error == nil && next.Error == nil &&
+		len(last.ClusterEvents) == 0 && len(next.ClusterEvents) == 0 &&
+		last.CacheStatus == next.CacheStatus && slices.Equal(last.LogLinks, next.LogLinks)
+}
+
+// lastEntry identifies the newest history entry; ok is false for an empty history.
+func lastEntry(st *flytev1.TaskActionStatus) (m historyMark, ok bool) {
+	n := len(st.PhaseHistory)
+	if n == 0 {
+		return historyMark{}, false
+	}
+	return historyMark{st.PhaseHistory[n-1].Attempt, st.PhaseHistory[n-1].Version}, true
+}
+
+// historyMark identifies a history entry: entries are ordered by it.
+type historyMark struct{ attempt, version int32 }
+
+func (m historyMark) before(o historyMark) bool {
+	return m.attempt < o.attempt || m.attempt == o.attempt && m.version < o.version
 }
 
 func setCondition(ta *flytev1.TaskAction, typ string, status metav1.ConditionStatus, reason, message string, now metav1.Time) {

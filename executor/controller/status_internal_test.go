@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +71,71 @@ func TestFitTextKeepsWhatTheContractTakes(t *testing.T) {
 			got := fitText(tt.in, tt.n)
 			if got != tt.want || !utf8.ValidString(got) || strings.IndexByte(got, 0) >= 0 || len(got) > tt.n {
 				t.Fatalf("fitText(%.20q…, %d) = %.30q (%d bytes, valid UTF-8: %v); want %.30q", tt.in, tt.n, got, len(got), utf8.ValidString(got), tt.want)
+			}
+		})
+	}
+}
+
+// Past the history's cap every entry still gets a version of its own, one after the
+// attempt's last: numbering by counting the entries left would give each new entry the
+// same version from the 201st on, and the events service would take them for one event.
+func TestHistoryVersionsGrowPastTheCap(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	ta := &flytev1.TaskAction{Status: flytev1.TaskActionStatus{Attempts: 1}}
+	phases := []flytev1.Phase{flytev1.PhaseWaitingForResources, flytev1.PhaseInitializing}
+	seen := map[int32]bool{}
+	for i := range 3 * maxPhaseHistory {
+		recordPhase(ta, phases[i%2], "Reason", "", now, false, nil, nil)
+		last := ta.Status.PhaseHistory[len(ta.Status.PhaseHistory)-1]
+		if seen[last.Version] {
+			t.Fatalf("entry %d got version %d again", i, last.Version)
+		}
+		seen[last.Version] = true
+	}
+	if n := len(ta.Status.PhaseHistory); n != maxPhaseHistory {
+		t.Fatalf("%d entries; want the cap, %d", n, maxPhaseHistory)
+	}
+	ta.Status.Attempts = 2
+	recordPhase(ta, flytev1.PhaseQueued, flytev1.ReasonRetrying, "", now, false, nil, nil)
+	if last := ta.Status.PhaseHistory[len(ta.Status.PhaseHistory)-1]; last.Attempt != 2 || last.Version != 0 {
+		t.Fatalf("a new attempt's first entry is %d/%d; want 2/0", last.Attempt, last.Version)
+	}
+}
+
+// A wait refused again and again costs one entry, with a count, and each repeat still
+// has a new version (so it reaches the events service); anything that differs is an
+// entry of its own.
+func TestRepeatedWaitsFoldIntoOneEntry(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	event := []flytev1.ClusterEvent{{OccurredAt: now, Object: "Pod/a-1", Type: "Warning", Reason: "FailedScheduling"}}
+	tests := []struct {
+		name    string
+		reason  string
+		events  []flytev1.ClusterEvent
+		entries int
+		count   int32
+	}{
+		{"the same reason", "ExceededQuota", nil, 2, 1000},
+		{"another reason", "Other", nil, 3, 0},
+		{"with cluster events", "ExceededQuota", event, 3, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := &flytev1.TaskAction{Status: flytev1.TaskActionStatus{Attempts: 1}}
+			recordPhase(ta, flytev1.PhaseQueued, flytev1.ReasonQueued, "", now, false, nil, nil)
+			recordPhase(ta, flytev1.PhaseWaitingForResources, "ExceededQuota", "refused 1", now, true, nil, nil)
+			for i := 2; i <= 1000; i++ {
+				recordPhase(ta, flytev1.PhaseWaitingForResources, tt.reason, fmt.Sprintf("refused %d", i), now, true, nil, tt.events)
+			}
+			h := ta.Status.PhaseHistory
+			if tt.count == 0 {
+				if len(h) < tt.entries {
+					t.Fatalf("%d entries; want each kept", len(h))
+				}
+				return
+			}
+			if len(h) != tt.entries || h[1].Count != tt.count || h[1].Version != 1000 || h[1].Message != "refused 1000" {
+				t.Fatalf("history %+v; want Queued and one wait counted %d times, version 1000, the newest message", h, tt.count)
 			}
 		})
 	}

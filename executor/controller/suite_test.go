@@ -146,8 +146,11 @@ func (e *eventsService) client() eventsv1connect.EventsServiceClient {
 	return c
 }
 
-// publisher is the package's event sink.
-var publisher *eventsink.Publisher
+// publisher is the package's event sink, and reconciler its reconciler.
+var (
+	publisher  *eventsink.Publisher
+	reconciler *controller.TaskActionReconciler
+)
 
 // startManager runs the executor's controller against the test API server for the whole
 // package, with the core plugins and the test plugins below.
@@ -161,7 +164,7 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	reg := plugin.NewRegistry(log)
 	for _, e := range []plugin.Entry{coresleep.Entry(), coreecho.Entry(), testPlugin("test-flaky", false), testPlugin("test-system", false),
 		testPlugin("test-error", false), testPlugin("test-finalizer", true), testPlugin("test-echo", false), testPlugin("test-links", false),
-		testPlugin("test-finalize-fails", false)} {
+		testPlugin("test-finalize-fails", false), testPlugin("test-waits", false)} {
 		if err := reg.Register(e); err != nil {
 			return nil, err
 		}
@@ -211,6 +214,7 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	reconciler = r
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -254,6 +258,8 @@ func (c *callLog) get(action string) []string {
 //   - test-finalizer runs until aborted, and needs a finalizer;
 //   - test-echo runs for config.runFor (default: no time), then copies its inputs to its
 //     outputs, like core-echo;
+//   - test-waits waits for resources config.waits times in a row, each a refusal with a
+//     new version (as quota refusals are), then succeeds;
 //   - test-finalize-fails runs while config.running is set, else fails and succeeds like
 //     test-flaky; its Finalize fails the first config.finalizeFailures times it is called
 //     for an action.
@@ -306,6 +312,21 @@ func (p testPluginImpl) Handle(_ context.Context, tCtx plugin.TaskExecutionConte
 		info := plugin.PhaseInfoSuccess("")
 		info.LogLinks = []plugin.LogLink{{Name: "good", URI: "https://logs.example.com/a0"}, {Name: "relative", URI: "a0/logs"},
 			{Name: "spaces", URI: "https://logs.example.com/a 0"}, {Name: "", URI: "https://logs.example.com/unnamed"}}
+		return plugin.DoTransition(info), nil
+	case "test-waits":
+		waits, _ := strconv.Atoi(md.Action().Spec.Config["waits"])
+		var waited int
+		if _, err := tCtx.PluginStateReader().Get(&waited); err != nil {
+			return plugin.Transition{}, err
+		}
+		if waited == waits {
+			return plugin.DoTransition(plugin.PhaseInfoSuccess("")), nil
+		}
+		if err := tCtx.PluginStateWriter().Put(1, waited+1); err != nil {
+			return plugin.Transition{}, err
+		}
+		info := plugin.PhaseInfoWaitingForResources(uint32(waited+1), "ExceededQuota", fmt.Sprintf("refused %d times", waited+1))
+		info.RequeueAfter = time.Millisecond
 		return plugin.DoTransition(info), nil
 	case "test-system":
 		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("NodeLost", "the node went away")), nil

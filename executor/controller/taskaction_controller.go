@@ -105,12 +105,22 @@ type TaskActionReconciler struct {
 	tracerOnce sync.Once
 	tr         trace.Tracer
 
-	// written remembers, per action, how long the phase history was when this process
-	// last wrote it. The informer cache can lag behind our own writes; a reconcile that
-	// sees a shorter history would redo a step and fail on a conflict, so it waits for
-	// the cache instead (the "expectations" of Kubernetes' own controllers).
-	written sync.Map // types.UID -> int
+	// written is what this process wrote and the informer cache has not shown yet.
+	writtenOnce sync.Once
+	written     *expectations
 }
+
+func (r *TaskActionReconciler) expectations() *expectations {
+	r.writtenOnce.Do(func() { r.written = newExpectations() })
+	return r.written
+}
+
+// Expecting is how many actions' writes the informer cache has not shown yet: it
+// follows what is being written, never what has run.
+func (r *TaskActionReconciler) Expecting() int { return r.expectations().len() }
+
+// Expects reports whether a write of the action is not yet in the informer cache.
+func (r *TaskActionReconciler) Expects(uid types.UID) bool { return r.expectations().has(uid) }
 
 func resultLabel(r ctrl.Result, err error) string {
 	switch {
@@ -134,11 +144,8 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if n, ok := r.written.Load(ta.UID); ok {
-		if len(ta.Status.PhaseHistory) < n.(int) {
-			return ctrl.Result{RequeueAfter: staleCacheWait}, nil
-		}
-		r.written.Delete(ta.UID)
+	if r.expectations().stale(&ta) {
+		return ctrl.Result{RequeueAfter: staleCacheWait}, nil
 	}
 	// Every reconcile of the action is a span of the action's one trace (see tracing).
 	ctx, span := r.tracer().Start(tracing.ContextWithAction(ctx, ta.UID), "TaskAction.Reconcile")
@@ -153,6 +160,13 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	end(span, err)
 	return result, err
+}
+
+// gone lets go of what is held for a deleted action: a reservation it heartbeats.
+func (r *TaskActionReconciler) gone(uid types.UID) {
+	if r.Cache != nil {
+		r.Cache.Gone(context.Background(), uid)
+	}
 }
 
 func (r *TaskActionReconciler) tracer() trace.Tracer {
@@ -207,6 +221,26 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &flytev1.TaskAction{}, uidIndex,
 		func(o client.Object) []string { return []string{string(o.GetUID())} }); err != nil {
 		return fmt.Errorf("indexing actions by UID: %w", err)
+	}
+	// What the reconciler holds per action ends with the action: the informer's deletion
+	// ends it even for an action no pass sees again (one deleted without its finalizer).
+	informer, err := mgr.GetCache().GetInformer(context.Background(), &flytev1.TaskAction{})
+	if err != nil {
+		return fmt.Errorf("getting the actions' informer: %w", err)
+	}
+	if _, err := informer.AddEventHandler(r.expectations().informerHandler(r.gone)); err != nil {
+		return fmt.Errorf("watching actions' deletions: %w", err)
+	}
+	if r.Cache != nil {
+		// A reservation is heartbeated only while its action exists.
+		r.Cache.Exists = func(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, error) {
+			var ta flytev1.TaskAction
+			err := mgr.GetCache().Get(ctx, key, &ta)
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return err == nil && ta.UID == uid, err
+		}
 	}
 	watched := map[string]bool{}
 	for _, p := range r.Registry.Plugins() {

@@ -154,8 +154,11 @@ func TestUserRetriesMakeNewAttempts(t *testing.T) {
 	if got.Status.Phase != flytev1.PhaseSucceeded || got.Status.Attempts != 3 || got.Status.SystemFailures != 0 {
 		t.Fatalf("status %+v", got.Status)
 	}
-	if h := history(got); h != "Queued/Queued@1 Queued/Retrying@2 Queued/Retrying@3 Succeeded/Succeeded@3" {
-		t.Fatalf("phase history %s; want every attempt in it", h)
+	// Each failed attempt ends with an entry of its own, carrying its error; the next
+	// attempt starts Queued.
+	if h := historyWithErrors(got); h != "Queued/Queued@1 Failed/AttemptFailed@1(ExitCode1) Queued/Retrying@2 "+
+		"Failed/AttemptFailed@2(ExitCode1) Queued/Retrying@3 Succeeded/Succeeded@3" {
+		t.Fatalf("phase history %s; want every attempt in it, each ending with its own failure", h)
 	}
 	// Each attempt is handled and finalized before the next begins. (A pass may be
 	// repeated after a write conflict; Handle and Finalize are idempotent, so repeats of
@@ -166,7 +169,7 @@ func TestUserRetriesMakeNewAttempts(t *testing.T) {
 	// Backoff: attempt 3 started at least the second delay (2 x 50ms, jitter fixed at
 	// half: 75ms) after attempt 2 was scheduled.
 	h := got.Status.PhaseHistory
-	if gap := h[3].OccurredAt.Sub(h[2].OccurredAt.Time); gap < 75*time.Millisecond {
+	if gap := h[5].OccurredAt.Sub(h[4].OccurredAt.Time); gap < 75*time.Millisecond {
 		t.Fatalf("attempt 3 finished %s after attempt 2 was scheduled; want the backoff (75ms) between", gap)
 	}
 

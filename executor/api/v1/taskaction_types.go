@@ -247,6 +247,7 @@ const (
 	ReasonInitializing        = "Initializing"
 	ReasonRunning             = "Running"
 	ReasonRetrying            = "Retrying"
+	ReasonAttemptFailed       = "AttemptFailed"
 	ReasonSucceeded           = "Succeeded"
 	ReasonCacheHit            = "CacheHit"
 	ReasonInvalidSpec         = "InvalidSpec"
@@ -313,9 +314,16 @@ type PhaseTransition struct {
 	// pass within a second.
 	OccurredAt metav1.MicroTime `json:"occurredAt"`
 	// Version numbers the entries of one attempt from 0, so that each entry is a
-	// distinct event even when a phase recurs.
+	// distinct event even when a phase recurs. It is one more than the attempt's
+	// previous entry's, whatever the history has dropped or folded.
 	// +optional
 	Version int32 `json:"version,omitempty"`
+	// Count is how many times in a row the attempt entered this phase for this reason
+	// (a wait refused again and again); repeats replace the entry rather than add one,
+	// so that a long wait costs one entry. Absent means once.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Count int32 `json:"count,omitempty"`
 	// Error is the failure that led here, for failed or retried attempts.
 	// +optional
 	Error *ExecutionError `json:"error,omitempty"`
@@ -447,6 +455,11 @@ type TaskActionStatus struct {
 	// NextAttemptAt is when the next attempt may start, during a backoff.
 	// +optional
 	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
+
+	// AttemptStartedAt is when the current attempt started, after its backoff: what
+	// spec.timeout is measured from.
+	// +optional
+	AttemptStartedAt *metav1.Time `json:"attemptStartedAt,omitempty"`
 
 	// StartedAt is when the first attempt started.
 	// +optional

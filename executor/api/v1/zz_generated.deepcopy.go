@@ -301,6 +301,10 @@ func (in *TaskActionStatus) DeepCopyInto(out *TaskActionStatus) {
 		in, out := &in.NextAttemptAt, &out.NextAttemptAt
 		*out = (*in).DeepCopy()
 	}
+	if in.AttemptStartedAt != nil {
+		in, out := &in.AttemptStartedAt, &out.AttemptStartedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.StartedAt != nil {
 		in, out := &in.StartedAt, &out.StartedAt
 		*out = (*in).DeepCopy()
