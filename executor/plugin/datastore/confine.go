@@ -28,7 +28,21 @@ const (
 	ReasonOtherProject = "other_project"
 	// ReasonSymlink: a symbolic link leads out of a file:// prefix.
 	ReasonSymlink = "symlink"
+	// ReasonFileNotConfigured: an action's own file:// location, with no allowed
+	// prefixes configured; file:// is used only under a prefix that names it.
+	ReasonFileNotConfigured = "file_not_configured"
 )
+
+// Setting is the configuration key of the allowed prefixes, named in refusals so that
+// whoever reads one knows what to change.
+const Setting = "storage.allowedPrefixes"
+
+// Checker is a store that tells whether it would refuse a URI, without reading or
+// writing: a plugin checks where it will look before it starts anything.
+type Checker interface {
+	// Check returns the *NotAllowedError Read (write: Write) would return, or nil.
+	Check(uri string, write bool) error
+}
 
 // NotAllowedError says why a URI was refused.
 type NotAllowedError struct {
@@ -57,6 +71,8 @@ var (
 	_ plugin.DataStore             = (*Confined)(nil)
 	_ plugin.ActionScopedDataStore = (*Confined)(nil)
 	_ plugin.HostPathStore         = view{}
+	_ Checker                      = (*Confined)(nil)
+	_ Checker                      = view{}
 )
 
 // Confine limits s to the allowed prefixes (see package prefix for their form). With
@@ -96,12 +112,18 @@ func (c *Confined) Exists(ctx context.Context, uri string) (bool, error) {
 	return c.exists(ctx, c.rules(), uri)
 }
 
+// Check implements Checker, as Read.
+func (c *Confined) Check(uri string, write bool) error {
+	_, err := c.rules().check(uri, write)
+	return err
+}
+
 // Close closes the underlying store.
 func (c *Confined) Close() error { return c.store.Close() }
 
 func (c *Confined) rules() rules {
 	if len(c.prefixes) == 0 {
-		return rules{none: "no storage prefixes are configured, so only actions' own locations may be used"}
+		return rules{none: Setting + " is empty, so only actions' own locations may be used"}
 	}
 	return rules{allowed: c.prefixes}
 }
@@ -114,11 +136,17 @@ func (c *Confined) ForAction(ta *flytev1.TaskAction) plugin.DataStore {
 	r := rules{scoped: true, project: ta.Spec.Project, domain: ta.Spec.Domain}
 	if len(c.prefixes) == 0 {
 		r.none = "outside the action's inputs and output base"
+		// The action's own file:// locations are remembered only to say why they are
+		// refused: their cause is the configuration, not the action.
 		if loc, err := prefix.ParseURI(ta.Spec.InputURI); err == nil && loc.Scheme != "file" {
 			r.input = &loc
+		} else if err == nil {
+			r.fileInput = &loc
 		}
 		if p, err := prefix.ParseLiteral(ta.Spec.RunOutputBase); err == nil && p.Scheme() != "file" {
 			r.allowed = []prefix.Prefix{p}
+		} else if err == nil {
+			r.fileBase = &p
 		}
 		return view{c, r}
 	}
@@ -220,6 +248,12 @@ func (v view) Exists(ctx context.Context, uri string) (bool, error) {
 	return v.c.exists(ctx, v.r, uri)
 }
 
+// Check implements Checker.
+func (v view) Check(uri string, write bool) error {
+	_, err := v.r.check(uri, write)
+	return err
+}
+
 // rules say which URIs may be used.
 type rules struct {
 	// allowed are the prefixes to read and write under; templated ones (outside a
@@ -234,6 +268,10 @@ type rules struct {
 	territories     []prefix.Prefix
 	// none explains a refusal when no prefix matched.
 	none string
+	// fileBase and fileInput are a derived view's own file:// output base and input,
+	// refused for want of a prefix naming them.
+	fileBase  *prefix.Prefix
+	fileInput *prefix.Location
 }
 
 // place is where an allowed URI lies: its object, and the concrete prefix holding it
@@ -281,13 +319,28 @@ func (r rules) check(uri string, write bool) (place, error) {
 		}
 	}
 	if !found {
+		if r.ownFile(loc, write) {
+			return place{}, refuse(uri, ReasonFileNotConfigured, fmt.Sprintf(
+				"file:// is refused unless the executor's %s lists a prefix holding it, and it lists none: add one (such as file:///data/) to use the disk",
+				Setting))
+		}
 		why := r.none
 		if why == "" {
-			why = "under none of the allowed prefixes"
+			why = "under none of the allowed prefixes (" + Setting + ")"
 		}
 		return place{}, refuse(uri, ReasonOutside, why)
 	}
 	return place{uri: uri, loc: loc, under: best}, nil
+}
+
+// ownFile reports whether loc is one of a derived view's own file:// locations.
+func (r rules) ownFile(loc prefix.Location, write bool) bool {
+	if r.fileBase != nil {
+		if _, ok := r.fileBase.Match(loc); ok {
+			return true
+		}
+	}
+	return !write && r.fileInput != nil && loc.String() == r.fileInput.String()
 }
 
 func (c *Confined) read(ctx context.Context, r rules, uri string) ([]byte, error) {

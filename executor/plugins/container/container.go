@@ -17,6 +17,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/datastore"
 	"github.com/flytekube/backend/executor/plugin/k8s"
 	"github.com/flytekube/backend/executor/plugin/tasksecrets"
 )
@@ -70,6 +71,14 @@ func (p Plugin) BuildResource(ctx context.Context, tCtx plugin.TaskExecutionCont
 	spec := md.Action().Spec
 	if spec.Container == nil || spec.Container.Image == "" {
 		return nil, errors.New("a container task needs spec.container.image")
+	}
+	// The outcome is read back from the attempt's output prefix: a location the data
+	// store refuses fails the action now, at its first pass, rather than after its pod
+	// ran, as a system failure each time the outcome is looked for.
+	if c, ok := tCtx.DataStore().(datastore.Checker); ok {
+		if err := c.Check(tCtx.OutputWriter().OutputsURI(), false); err != nil {
+			return nil, fmt.Errorf("container: spec.runOutputBase: the executor may not read the attempt's outcome: %w", err)
+		}
 	}
 	env := []corev1.EnvVar{
 		{Name: EnvInputURI, Value: tCtx.InputReader().InputURI()},
@@ -402,6 +411,8 @@ func Outcome(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Phas
 				doc = errorDocument{Code: "UserError", Message: string(raw)}
 			}
 			return plugin.PhaseInfoUserFailure(doc.Code, doc.Message), nil
+		case errors.Is(err, datastore.ErrNotAllowed):
+			return notAllowed(err), nil
 		case !errors.Is(err, plugin.ErrNotFound):
 			return plugin.PhaseInfo{}, fmt.Errorf("container: reading the error document: %w", err)
 		}
@@ -409,6 +420,9 @@ func Outcome(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Phas
 		// for "no outputs". A store's bad moment is transient (see datastore), so the
 		// pass runs again after a backoff without charging the action.
 		ok, err := store.Exists(ctx, out.OutputsURI())
+		if errors.Is(err, datastore.ErrNotAllowed) {
+			return notAllowed(err), nil
+		}
 		if err != nil {
 			return plugin.PhaseInfo{}, fmt.Errorf("container: checking for the outputs: %w", err)
 		}
@@ -417,6 +431,12 @@ func Outcome(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Phas
 		}
 	}
 	return plugin.PhaseInfoSuccess(""), nil
+}
+
+// notAllowed fails an attempt whose outcome lies where the data store may not look
+// (its configuration changed since the pod was made, say): looking again cannot help.
+func notAllowed(err error) plugin.PhaseInfo {
+	return plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "OutputsNotAllowed", "container: reading the outcome: "+err.Error())
 }
 
 func or(a, b string) string {

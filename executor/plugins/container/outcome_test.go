@@ -2,6 +2,7 @@ package container_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"gocloud.dev/gcerrors"
@@ -76,5 +77,29 @@ func TestOutcomeNeverSucceedsOnAStoreError(t *testing.T) {
 				t.Fatalf("got %s (outputs %q); want success with %q", info.Phase, info.OutputsURI, tt.wantOut)
 			}
 		})
+	}
+}
+
+// TestRefusedOutputBase: an output base the data store refuses (file:// with
+// storage.allowedPrefixes empty) fails the pod's build, naming the setting, and a
+// succeeded pod whose outcome lies there fails for good instead of erring each pass.
+func TestRefusedOutputBase(t *testing.T) {
+	ctx := context.Background()
+	store, err := datastore.Confine(datastore.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "file://" + t.TempDir() + "/r1",
+		Container: &flytev1.ContainerSpec{Image: "busybox"}}}
+	tCtx := plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store})
+	p := container.Plugin{Config: k8s.Config{}}
+	if obj, err := p.BuildResource(ctx, tCtx); err == nil || !strings.Contains(err.Error(), "storage.allowedPrefixes") {
+		t.Fatalf("built %v, %v; want an error naming storage.allowedPrefixes", obj, err)
+	}
+	pod := corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}
+	info, err := p.GetTaskPhase(ctx, tCtx, &pod)
+	if err != nil || info.Phase != plugin.PhasePermanentFailure || info.Err == nil || info.Err.Code != "OutputsNotAllowed" ||
+		!strings.Contains(info.Err.Message, "storage.allowedPrefixes") {
+		t.Fatalf("got %+v, %v; want a permanent OutputsNotAllowed naming storage.allowedPrefixes", info, err)
 	}
 }
