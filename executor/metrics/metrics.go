@@ -42,13 +42,15 @@ type Metrics struct {
 	delivered           prometheus.Counter
 	deliveryFailures    prometheus.Counter
 	deliveryLag         prometheus.Histogram
+	refused             prometheus.Counter
 	gcDeleted           prometheus.Counter
 	gcUndelivered       prometheus.Gauge
 	gcWalk              prometheus.Histogram
 }
 
 // New creates the instruments and registers them with reg, with the gauge of actions by
-// phase, which counts the actions in actions (the manager's informer cache) when scraped.
+// phase, which counts the actions in actions (the manager's informer cache) when scraped;
+// a nil actions leaves that gauge out (tests of one component, which have no cache).
 func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 	phases := make([]string, len(phaseNames))
 	for i, p := range phaseNames {
@@ -83,6 +85,8 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 		deliveryLag: instrument.Histogram("flyte_executor_events_delivery_lag_seconds",
 			"Time from a phase change to the events service acknowledging its event.",
 			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}),
+		refused: instrument.Counter("flyte_executor_events_refused_total",
+			"Action events the events service refused as invalid on every try, then given up on so that their action could go; they stay in the action's status, and a Kubernetes Event (EventsRefused) names them."),
 		gcDeleted: instrument.Counter("flyte_executor_gc_deleted_total",
 			"Finished actions the garbage collector deleted."),
 		gcUndelivered: instrument.Gauge("flyte_executor_gc_kept_undelivered_actions",
@@ -91,11 +95,14 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 			"Time one collection took to walk the cached actions.",
 			[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5}),
 	}
-	byPhase := &actionsByPhase{reader: actions, desc: prometheus.NewDesc("flyte_executor_actions",
-		"TaskActions in the executor's informer cache, by phase (finished ones until they are deleted).", []string{"phase"}, nil)}
-	if err := instrument.Register(reg, m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
-		m.cacheOutputsRefused, m.cachePuts, m.outbox, m.delivered, m.deliveryFailures, m.deliveryLag,
-		m.gcDeleted, m.gcUndelivered, m.gcWalk, byPhase); err != nil {
+	collectors := []prometheus.Collector{m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
+		m.cacheOutputsRefused, m.cachePuts, m.outbox, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
+		m.gcDeleted, m.gcUndelivered, m.gcWalk}
+	if actions != nil {
+		collectors = append(collectors, &actionsByPhase{reader: actions, desc: prometheus.NewDesc("flyte_executor_actions",
+			"TaskActions in the executor's informer cache, by phase (finished ones until they are deleted).", []string{"phase"}, nil)})
+	}
+	if err := instrument.Register(reg, collectors...); err != nil {
 		return nil, fmt.Errorf("registering the executor's metrics: %w", err)
 	}
 	return m, nil
@@ -195,6 +202,13 @@ func (m *Metrics) Delivered(lags []time.Duration) {
 	m.delivered.Add(float64(len(lags)))
 	for _, l := range lags {
 		m.deliveryLag.Observe(max(l, 0).Seconds())
+	}
+}
+
+// EventsRefused counts events the events service refused for good.
+func (m *Metrics) EventsRefused(n int) {
+	if m != nil {
+		m.refused.Add(float64(n))
 	}
 }
 
