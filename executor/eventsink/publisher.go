@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel"
@@ -24,7 +25,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -40,6 +44,16 @@ import (
 	"github.com/flytekube/backend/internal/backoff"
 	"github.com/flytekube/backend/internal/rpcclient"
 )
+
+// ReasonEventsRefused is the reason of the Kubernetes Event recorded on an action whose
+// events the events service refused for good.
+const ReasonEventsRefused = "EventsRefused"
+
+// DefaultMaxRefusals is how many times refused events are offered by default.
+const DefaultMaxRefusals = 5
+
+// maxEventMessage bounds the message of a Kubernetes Event (the API's limit for a note).
+const maxEventMessage = 1024
 
 // maxBatch is the events service's limit per Record.
 const maxBatch = 1000
@@ -66,6 +80,10 @@ type Publisher struct {
 	// onDelivered, when set, hears of each finished action whose whole history has been
 	// delivered.
 	onDelivered func(*flytev1.TaskAction)
+	// recorder, when set, records refusals on the actions.
+	recorder record.EventRecorder
+	// maxRefusals is how many tries an invalid action's events get.
+	maxRefusals int
 
 	queue workqueue.TypedRateLimitingInterface[types.UID]
 	// deleted wakes the reconciler for a deleted action once its history (its Aborted
@@ -74,9 +92,13 @@ type Publisher struct {
 
 	mu sync.Mutex
 	// states is keyed by UID, so that an action deleted and created again under the same
-	// name keeps the undelivered history of its first incarnation apart.
+	// name keeps the undelivered history of its first incarnation apart. A state lives
+	// while its action does, and after that only until its history is delivered.
 	states map[types.UID]*state
 	names  map[types.NamespacedName]types.UID
+	// waiting counts the states with a pending snapshot: the delivery backlog, whether
+	// its actions are ready or waiting out a backoff.
+	waiting int
 }
 
 // state is everything the publisher knows of one action: the one place that says how
@@ -96,6 +118,12 @@ type state struct {
 	// wake, when set, is the deleted action to wake the reconciler for once pending is
 	// delivered (ReleaseWhenDelivered).
 	wake *flytev1.TaskAction
+	// last is what is kept of the newest snapshot once it is delivered (see compact):
+	// enough to close its history should the action vanish unfinished.
+	last *flytev1.TaskAction
+	// refusals counts the tries the events service refused as invalid since the last
+	// delivery.
+	refusals int
 }
 
 // mark identifies a history entry.
@@ -118,6 +146,19 @@ func WithMetrics(m *metrics.Metrics) Option {
 	return func(p *Publisher) { p.metrics = m }
 }
 
+// WithRecorder records a Kubernetes Event on each action whose events the events
+// service refused for good.
+func WithRecorder(r record.EventRecorder) Option {
+	return func(p *Publisher) { p.recorder = r }
+}
+
+// WithMaxRefusals sets how many times an action's events are offered to an events
+// service that refuses them as invalid before they are given up on (default
+// DefaultMaxRefusals).
+func WithMaxRefusals(n int) Option {
+	return func(p *Publisher) { p.maxRefusals = max(n, 1) }
+}
+
 // OnDelivered calls f (from the delivering goroutine) with each finished action whose
 // whole history the events service acknowledged; benchmarks time actions by it.
 func OnDelivered(f func(*flytev1.TaskAction)) Option {
@@ -127,7 +168,7 @@ func OnDelivered(f func(*flytev1.TaskAction)) Option {
 // New creates a publisher.
 func New(c eventsv1connect.EventsServiceClient, cluster string, clk clock.PassiveClock, log *slog.Logger, opts ...Option) *Publisher {
 	p := &Publisher{
-		client: c, cluster: cluster, clock: clk, log: log, tracer: otel.Tracer(tracing.ScopeName),
+		client: c, cluster: cluster, clock: clk, log: log, tracer: otel.Tracer(tracing.ScopeName), maxRefusals: DefaultMaxRefusals,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig[types.UID](
 			// Jittered, so that the actions of one failed batch do not retry as one batch
 			// again at the same instant, and neither do several executors.
@@ -147,15 +188,64 @@ func keyOf(ta *flytev1.TaskAction) types.NamespacedName {
 	return types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}
 }
 
-// stateOf returns ta's state, new if unknown. The caller holds p.mu.
-func (p *Publisher) stateOf(ta *flytev1.TaskAction) *state {
-	st := p.states[ta.UID]
-	if st == nil {
-		st = &state{key: keyOf(ta)}
-		p.states[ta.UID] = st
-		p.names[st.key] = ta.UID
+// stateOf returns ta's state, new if unknown. A name is held by one object at a time,
+// so a new UID under a known name means that the name's previous holder is gone: it is
+// forgotten, and its UID returned to be queued if that left it something to deliver.
+// The caller holds p.mu.
+func (p *Publisher) stateOf(ta *flytev1.TaskAction) (st *state, predecessor types.UID) {
+	if st = p.states[ta.UID]; st != nil {
+		return st, ""
 	}
-	return st
+	key := keyOf(ta)
+	if old, ok := p.names[key]; ok {
+		// An incarnation with the same identity in the events service continues its
+		// predecessor's record there, so an Aborted closing the old one would compete
+		// with the new one's outcome.
+		if p.forgetLocked(old, !sameAction(p.states[old].snapshot(), ta)) {
+			predecessor = old
+		}
+	}
+	st = &state{key: key}
+	p.states[ta.UID] = st
+	p.names[key] = ta.UID
+	return st, predecessor
+}
+
+// snapshot is the newest history known of the action: pending, or else what is kept of
+// the last snapshot delivered; nil before anything is handed over.
+func (st *state) snapshot() *flytev1.TaskAction {
+	if st.pending != nil {
+		return st.pending
+	}
+	return st.last
+}
+
+// sameAction reports whether a and b are one action to the events service.
+func sameAction(a, b *flytev1.TaskAction) bool {
+	return a != nil && a.Spec.Project == b.Spec.Project && a.Spec.Domain == b.Spec.Domain &&
+		a.Spec.RunName == b.Spec.RunName && a.Spec.ActionName == b.Spec.ActionName
+}
+
+// setPending changes a state's pending snapshot, keeping the backlog's count and gauge.
+// The caller holds p.mu.
+func (p *Publisher) setPending(st *state, ta *flytev1.TaskAction) {
+	switch {
+	case st.pending == nil && ta != nil:
+		p.waiting++
+	case st.pending != nil && ta == nil:
+		p.waiting--
+	}
+	st.pending = ta
+	p.metrics.Outbox(p.waiting)
+}
+
+// add queues the actions with these UIDs; empty ones are skipped.
+func (p *Publisher) add(uids ...types.UID) {
+	for _, uid := range uids {
+		if uid != "" {
+			p.queue.Add(uid)
+		}
+	}
 }
 
 // Enqueue hands over ta as the reconciler just wrote it (or, after a restart, as it
@@ -167,10 +257,12 @@ func (p *Publisher) Enqueue(ta *flytev1.TaskAction) {
 		return
 	}
 	p.mu.Lock()
-	added := p.enqueueLocked(p.stateOf(ta), ta, end)
+	st, predecessor := p.stateOf(ta)
+	added := p.enqueueLocked(st, ta, end)
 	p.mu.Unlock()
+	p.add(predecessor)
 	if added {
-		p.queued(ta.UID)
+		p.add(ta.UID)
 	}
 }
 
@@ -185,18 +277,19 @@ func (p *Publisher) ReleaseWhenDelivered(ta *flytev1.TaskAction) bool {
 		return true
 	}
 	p.mu.Lock()
-	st := p.stateOf(ta)
-	if st.known && !st.delivered.less(end) {
-		p.mu.Unlock()
-		return true
+	st, predecessor := p.stateOf(ta)
+	delivered := st.known && !st.delivered.less(end)
+	added := false
+	if !delivered {
+		st.wake = ta.DeepCopy()
+		added = p.enqueueLocked(st, ta, end)
 	}
-	st.wake = ta.DeepCopy()
-	added := p.enqueueLocked(st, ta, end)
 	p.mu.Unlock()
+	p.add(predecessor)
 	if added {
-		p.queued(ta.UID)
+		p.add(ta.UID)
 	}
-	return false
+	return delivered
 }
 
 // enqueueLocked makes ta the state's pending snapshot unless what is delivered or
@@ -210,13 +303,8 @@ func (p *Publisher) enqueueLocked(st *state, ta *flytev1.TaskAction, end mark) b
 			return false
 		}
 	}
-	st.pending = ta.DeepCopy()
+	p.setPending(st, ta.DeepCopy())
 	return true
-}
-
-func (p *Publisher) queued(uid types.UID) {
-	p.queue.Add(uid)
-	p.metrics.Outbox(p.queue.Len())
 }
 
 // Source wakes the reconciler for deleted actions whose history has been delivered, so
@@ -247,19 +335,85 @@ func (p *Publisher) Delivered(ta *flytev1.TaskAction) bool {
 }
 
 // Forget is told that an action is gone. What it had not yet delivered still is; then
-// its state goes.
+// its state goes. An action that vanished unfinished (deleted before its finalizer
+// landed, say) gets an Aborted entry after the last it reported, so that the events
+// service does not show it running for ever.
 func (p *Publisher) Forget(key types.NamespacedName) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	uid, ok := p.names[key]
 	if !ok {
+		p.mu.Unlock()
 		return
 	}
 	delete(p.names, key)
-	if st := p.states[uid]; st.pending == nil {
+	more := p.forgetLocked(uid, true)
+	p.mu.Unlock()
+	if more {
+		p.add(uid)
+	}
+}
+
+// forgetLocked marks the action with this UID gone, closing its history with Aborted
+// first if close is set and it is unfinished, and drops its state unless something is
+// left to deliver, which it reports. The caller holds p.mu and has removed its name.
+func (p *Publisher) forgetLocked(uid types.UID, close bool) bool {
+	st := p.states[uid]
+	if st == nil {
+		return false
+	}
+	st.gone, st.wake = true, nil
+	if close {
+		if ta := p.aborted(st.snapshot()); ta != nil {
+			p.setPending(st, ta)
+		}
+	}
+	if st.pending == nil {
 		delete(p.states, uid)
-	} else {
-		st.gone = true
+		return false
+	}
+	return true
+}
+
+// vanishedMessage explains an Aborted entry the publisher added.
+const vanishedMessage = "the action was deleted before it finished; the executor recorded it aborted after the last phase it had reported"
+
+// aborted returns ta with an Aborted entry ending its history, in the attempt of its
+// last entry, or nil if ta is nil or already finished.
+func (p *Publisher) aborted(ta *flytev1.TaskAction) *flytev1.TaskAction {
+	end, ok := lastEntry(ta)
+	if !ok || end.Phase.IsTerminal() {
+		return nil
+	}
+	at := p.clock.Now()
+	if at.Before(end.OccurredAt.Time) { // a clock stepped back must not reorder the history
+		at = end.OccurredAt.Time
+	}
+	ta = ta.DeepCopy() // snapshots are shared with deliveries in flight
+	ta.Status.Phase = flytev1.PhaseAborted
+	ta.Status.PhaseHistory = append(ta.Status.PhaseHistory, flytev1.PhaseTransition{
+		Phase: flytev1.PhaseAborted, Attempt: end.Attempt, Version: end.Version + 1,
+		Reason: flytev1.ReasonAborted, Message: vanishedMessage, OccurredAt: metav1.NewMicroTime(at),
+	})
+	return ta
+}
+
+func lastEntry(ta *flytev1.TaskAction) (flytev1.PhaseTransition, bool) {
+	if ta == nil || len(ta.Status.PhaseHistory) == 0 {
+		return flytev1.PhaseTransition{}, false
+	}
+	return ta.Status.PhaseHistory[len(ta.Status.PhaseHistory)-1], true
+}
+
+// compact is what is kept of a delivered snapshot: the action's names, identity and last
+// entry, without its texts, links and cluster events.
+func compact(ta *flytev1.TaskAction) *flytev1.TaskAction {
+	end, _ := lastEntry(ta)
+	return &flytev1.TaskAction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ta.Namespace, Name: ta.Name, UID: ta.UID},
+		Spec: flytev1.TaskActionSpec{Project: ta.Spec.Project, Domain: ta.Spec.Domain, RunName: ta.Spec.RunName,
+			ActionName: ta.Spec.ActionName, TaskType: ta.Spec.TaskType},
+		Status: flytev1.TaskActionStatus{Phase: ta.Status.Phase, Attempts: ta.Status.Attempts,
+			PhaseHistory: []flytev1.PhaseTransition{{Phase: end.Phase, Attempt: end.Attempt, Version: end.Version, OccurredAt: end.OccurredAt}}},
 	}
 }
 
@@ -279,7 +433,6 @@ func (p *Publisher) Start(ctx context.Context) error {
 			return nil
 		}
 		p.deliver(ctx, uids)
-		p.metrics.Outbox(p.queue.Len())
 	}
 }
 
@@ -373,28 +526,88 @@ func (p *Publisher) settle(ctx context.Context, part []pending, batch []*eventsv
 		}
 		p.metrics.Delivered(lags)
 	}
+	invalid := connect.CodeOf(err) == connect.CodeInvalidArgument
 	for _, w := range part {
-		if err != nil {
-			p.queue.AddRateLimited(w.uid)
-			p.queue.Done(w.uid)
-			continue
-		}
-		p.queue.Forget(w.uid)
-		p.queue.Done(w.uid)
-		if p.acknowledged(ctx, w) {
-			p.queue.Add(w.uid) // more entries, or newer ones written meanwhile
+		switch {
+		case err == nil:
+			p.done(ctx, w)
+		case invalid:
+			// deliver sends an action alone before counting its refusal.
+			p.refused(ctx, w, err)
+		default:
+			p.retry(w)
 		}
 	}
-	switch {
-	case err == nil || ctx.Err() != nil:
-	case connect.CodeOf(err) == connect.CodeInvalidArgument:
-		// Not the service's fault, and retrying will not help until the executor is
-		// fixed; the events stay in the action's history, and it is not released.
-		p.log.Error("events service refused an action's events; keeping them and retrying",
-			"error", err, "action", keyOf(part[0].action).String(), "events", len(batch))
-	default:
+	if err != nil && !invalid && ctx.Err() == nil {
 		p.log.Warn("events service unavailable; will retry", "error", err, "actions", len(part), "events", len(batch))
 	}
+}
+
+// done moves on an action whose events were delivered (or given up on).
+func (p *Publisher) done(ctx context.Context, w pending) {
+	p.queue.Forget(w.uid)
+	p.queue.Done(w.uid)
+	if p.acknowledged(ctx, w) {
+		p.queue.Add(w.uid) // more entries, or newer ones written meanwhile
+	}
+}
+
+// retry tries an action's delivery again after a backoff.
+func (p *Publisher) retry(w pending) {
+	p.queue.AddRateLimited(w.uid)
+	p.queue.Done(w.uid)
+}
+
+// refused handles the events service refusing an action's events as invalid. That is
+// not the service's fault, and trying again will not help until the executor is fixed;
+// a few tries cover a service that is being upgraded. Then the refusal is recorded where
+// an operator looks (an Event on the action, a counter, the log) and the events are
+// given up on, so that a deleted action is not held in Terminating for ever. They stay
+// in the action's status for as long as it exists.
+func (p *Publisher) refused(ctx context.Context, w pending, err error) {
+	p.mu.Lock()
+	tries := 0
+	if st := p.states[w.uid]; st != nil {
+		st.refusals++
+		tries = st.refusals
+	}
+	p.mu.Unlock()
+	key := keyOf(w.action).String()
+	if tries < p.maxRefusals {
+		p.log.Warn("events service refused an action's events; will try again",
+			"error", err, "action", key, "events", len(w.events), "tries", tries, "maxTries", p.maxRefusals)
+		p.retry(w)
+		return
+	}
+	p.log.Error("events service refused an action's events; giving up on them, so that the action can go (they stay in its status)",
+		"error", err, "action", key, "events", len(w.events), "tries", tries)
+	p.metrics.EventsRefused(len(w.events))
+	if p.recorder != nil {
+		p.recorder.Event(w.action, corev1.EventTypeWarning, ReasonEventsRefused, refusalMessage(w, tries, err))
+	}
+	p.done(ctx, w)
+}
+
+// refusalMessage says what was refused, and why, within an Event's limit.
+func refusalMessage(w pending, tries int, err error) string {
+	first := w.events[0]
+	msg := fmt.Sprintf("the events service refused %d events of this action (attempt %d version %d to attempt %d version %d) %d times; "+
+		"they are no longer sent and stay in status.phaseHistory: %v",
+		len(w.events), first.GetAttempt(), first.GetVersion(), w.end.attempt, w.end.version, tries, err)
+	return truncate(msg, maxEventMessage)
+}
+
+// truncate cuts s to at most n bytes, on a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "…"
+	cut := n - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }
 
 // acknowledged moves an action's delivered mark to the end of what was just delivered,
@@ -406,12 +619,13 @@ func (p *Publisher) acknowledged(ctx context.Context, w pending) bool {
 		p.mu.Unlock()
 		return false
 	}
-	st.delivered, st.known = w.end, true
+	st.delivered, st.known, st.refusals = w.end, true, 0
 	if w.more || st.pending != w.action {
 		p.mu.Unlock()
 		return true
 	}
-	st.pending = nil
+	st.last = compact(w.action)
+	p.setPending(st, nil)
 	wake := st.wake
 	st.wake = nil
 	if st.gone {
