@@ -8,7 +8,10 @@
 // Delivered says its whole history is recorded. After a restart the publisher knows
 // nothing, so the reconciler hands it every finished action again and their histories go
 // once more; the events service absorbs the repeats. Delivery is at least once, in order
-// per action.
+// per action. Two things end an action's delivery other than the events service's
+// acknowledgement: events it refuses as invalid on every try are given up on, with a
+// Kubernetes Event and a metric, so that the action can go; and an action that vanishes
+// unfinished is closed with an Aborted entry from what the publisher last knew of it.
 package eventsink
 
 import (
