@@ -16,6 +16,7 @@ import (
 	"github.com/flytekube/backend/executor/cache"
 	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/datastore"
 )
 
 // step is one part of a pass over a running action. It either lets the pass go on to
@@ -33,6 +34,7 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 		s.validateSpec,
 		s.ensureFinalizer,
 		s.startAttempt,
+		s.checkStorage,
 		s.consultCache,
 		s.enforceTimeout,
 		s.handle,
@@ -107,6 +109,30 @@ func (s *scope) startAttempt(context.Context) (bool, ctrl.Result, error) {
 		st.AttemptStartedAt = s.attemptStart()
 	}
 	s.tCtx = s.executionContext(st.Attempts)
+	return true, goOn, nil
+}
+
+// checkStorage fails at once an action whose inputs or outputs lie where the executor's
+// storage.allowedPrefixes let no action read or write: that is how the executor is
+// configured, and no retry can change it, so the error names the setting rather than
+// surfacing from the plugin after the system budget is spent.
+func (s *scope) checkStorage(context.Context) (bool, ctrl.Result, error) {
+	c, ok := s.tCtx.DataStore().(datastore.Checker)
+	if !ok {
+		return true, goOn, nil
+	}
+	for _, loc := range []struct {
+		field, uri string
+		write      bool
+	}{{"spec.inputUri", s.ta.Spec.InputURI, false}, {"spec.runOutputBase", s.tCtx.OutputWriter().OutputsURI(), true}} {
+		if loc.uri == "" {
+			continue
+		}
+		if err := c.Check(loc.uri, loc.write); err != nil {
+			s.fail(flytev1.ReasonStorageNotAllowed, flytev1.ErrorKindSystem, fmt.Sprintf("%s: %v", loc.field, err))
+			return false, ctrl.Result{}, nil
+		}
+	}
 	return true, goOn, nil
 }
 

@@ -284,3 +284,28 @@ func dedupeSteps(calls []string) []string {
 	}
 	return out
 }
+
+// Inputs or outputs where the executor's storage.allowedPrefixes let no action go fail
+// the action at its first pass, naming the setting: no retry can change the executor's
+// configuration, and the plugin's own refusal came only after the system budget.
+func TestStorageOutsideTheAllowedPrefixesFailsAtOnce(t *testing.T) {
+	ns := env.Namespace(t)
+	for i, field := range []string{"spec.runOutputBase", "spec.inputUri"} {
+		ta := newAction(ns, fmt.Sprintf("not-allowed-%d", i), "test-echo", nil)
+		if field == "spec.runOutputBase" {
+			ta.Spec.RunOutputBase = "file:///var/lib/elsewhere/r1"
+		} else {
+			ta.Spec.InputURI = "file:///var/lib/elsewhere/inputs.json"
+		}
+		create(t, ta)
+		got := waitFor(t, ta, "finished", terminal)
+		st := got.Status
+		if st.Phase != flytev1.PhaseFailed || st.SystemFailures != 0 || st.Error == nil || st.Error.Code != flytev1.ReasonStorageNotAllowed ||
+			!strings.Contains(st.Error.Message, field) || !strings.Contains(st.Error.Message, "storage.allowedPrefixes") {
+			t.Fatalf("%s: status %+v; want Failed at once, naming %s and storage.allowedPrefixes", field, st, field)
+		}
+		if c := calls.get(ta.Name); len(c) != 0 {
+			t.Fatalf("%s: the plugin ran: %v", field, c)
+		}
+	}
+}

@@ -251,6 +251,7 @@ const (
 	ReasonSucceeded           = "Succeeded"
 	ReasonCacheHit            = "CacheHit"
 	ReasonInvalidSpec         = "InvalidSpec"
+	ReasonStorageNotAllowed   = "StorageNotAllowed"
 	ReasonUnknownTaskType     = "UnknownTaskType"
 	ReasonUserError           = "UserError"
 	ReasonSystemError         = "SystemError"
