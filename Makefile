@@ -24,7 +24,7 @@ test: envtest node jaeger tools browser ## Run every test against a real API ser
 
 # The seeded chaos soak, long: make chaos SEED=1234 DURATION=30m. A failing run prints its
 # seed and the command that replays it. A short run is part of make test.
-SEED     ?=
+SEED     ?= random
 DURATION ?= 30m
 .PHONY: chaos
 chaos: envtest ## Run the chaos soak for DURATION (default 30m) with SEED (default random).
