@@ -290,9 +290,10 @@ func TestAnActionThatVanishesUnfinishedEndsAborted(t *testing.T) {
 		outage bool
 		// phases handed over before it vanished
 		phases []flytev1.Phase
-		// recreated: a new incarnation takes its name instead of Forget
-		recreated bool
-		want      flytecorev1.ActionPhase
+		// recreated: a new incarnation takes its name instead of Forget; sameID: it
+		// has the same identity in the events service, whose record it continues
+		recreated, sameID bool
+		want              flytecorev1.ActionPhase
 	}{
 		{name: "running, delivered, then deleted", phases: []flytev1.Phase{flytev1.PhaseQueued, flytev1.PhaseRunning},
 			want: flytecorev1.ActionPhase_ACTION_PHASE_ABORTED},
@@ -300,6 +301,8 @@ func TestAnActionThatVanishesUnfinishedEndsAborted(t *testing.T) {
 			want: flytecorev1.ActionPhase_ACTION_PHASE_ABORTED},
 		{name: "running, re-created under its name", recreated: true, phases: []flytev1.Phase{flytev1.PhaseQueued, flytev1.PhaseRunning},
 			want: flytecorev1.ActionPhase_ACTION_PHASE_ABORTED},
+		{name: "running, re-created under its name as the same action", recreated: true, sameID: true,
+			phases: []flytev1.Phase{flytev1.PhaseQueued, flytev1.PhaseRunning}, want: flytecorev1.ActionPhase_ACTION_PHASE_RUNNING},
 		{name: "succeeded, then deleted", phases: []flytev1.Phase{flytev1.PhaseQueued, flytev1.PhaseRunning, flytev1.PhaseSucceeded},
 			want: flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED},
 		{name: "succeeded, deleted during an outage", outage: true, phases: []flytev1.Phase{flytev1.PhaseQueued, flytev1.PhaseSucceeded},
@@ -319,8 +322,12 @@ func TestAnActionThatVanishesUnfinishedEndsAborted(t *testing.T) {
 			before := time.Now()
 			if c.recreated {
 				again := action("vanishing", flytev1.PhaseQueued)
-				again.UID, again.Spec.RunName = "vanishing-2", "run-2"
+				again.UID = "vanishing-2"
+				if !c.sameID {
+					again.Spec.RunName = "run-2"
+				}
 				p.Enqueue(again)
+				eventually.True(t, 30*time.Second, func() bool { return p.Delivered(again) }, func() string { return "not delivered" })
 			} else {
 				p.Forget(keyOf(ta))
 			}
