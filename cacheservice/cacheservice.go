@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}
 		st := store.New(d.Pool)
 		res := service.Reservations{MinHeartbeat: cfg.MinHeartbeat, MaxHeartbeat: cfg.MaxHeartbeat, GraceMultiplier: cfg.HeartbeatGraceMultiplier}
-		d.Server.Handle(cachev1connect.NewCacheServiceHandler(service.New(st, res, metrics, log), d.Server.HandlerOptions()...))
+		server.Handle(d.Server, service.New(st, res, metrics, log), cachev1connect.NewCacheServiceHandler)
 		clog := log.With("component", "cleanup")
 		return []app.Background{func(ctx context.Context) {
 			app.Every(ctx, cfg.CleanupInterval, func(ctx context.Context) { cleanup(ctx, st, cfg, metrics, clog) })

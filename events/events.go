@@ -168,8 +168,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}, log.With("component", "watch"), metrics.Watch())
 		svc := service.New(st, hub, metrics, log, service.Options{MaxResponseBytes: cfg.MaxResponseBytes})
 		// The service's codec names the field of a string that is not UTF-8.
-		path, handler := eventsv1connect.NewEventsServiceHandler(svc, d.Server.HandlerOptions()...)
-		d.Server.Handle(path, handler)
+		handler := server.Handle(d.Server, svc, eventsv1connect.NewEventsServiceHandler)
 		ob := outbox.New(d.Pool)
 		// Before serving: every event acknowledged from now on is queued for every sink
 		// configured here, even before this replica's relay (or any) leads.
@@ -182,7 +181,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		} else if len(added) > 0 {
 			log.Info("CloudEvents sinks added", "sinks", added)
 		}
-		d.Server.Handle(eventsv1connect.NewEgressServiceHandler(service.NewEgress(ob, cfg.CloudEvents.Sinks, log), d.Server.HandlerOptions()...))
+		server.Handle(d.Server, service.NewEgress(ob, cfg.CloudEvents.Sinks, log), eventsv1connect.NewEgressServiceHandler)
 		relayMetrics, err := relay.NewMetrics(d.Registry, names)
 		if err != nil {
 			return nil, err
@@ -191,7 +190,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		// configuration, so that nothing is queued for them any more.
 		egress := relay.New(ob, cfg.CloudEvents, hub.Nudges(), relayMetrics, log.With("component", "relay"))
 		loops := []app.Background{func(ctx context.Context) { _ = hub.Run(ctx) }, egress.Run}
-		serveConsole, err := startConsole(cfg, d.Server.Guard(handler), d.Server.TLSConfig(), log)
+		serveConsole, err := startConsole(cfg, handler, d.Server.TLSConfig(), log)
 		if err != nil {
 			return nil, err
 		}

@@ -21,10 +21,6 @@ func (s *Server) guard(h http.Handler) http.Handler {
 	return h
 }
 
-// Guard wraps a handler served on another listener (the events service's console) in
-// what guards every RPC here: authentication, then the limits.
-func (s *Server) Guard(h http.Handler) http.Handler { return s.guard(h) }
-
 func (s *Server) guardPath(path string, h http.Handler) (string, http.Handler) {
 	return path, s.guard(h)
 }

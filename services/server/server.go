@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -204,18 +205,30 @@ func (s *Server) TLSConfig() *tls.Config {
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.listener.Addr() }
 
-// HandlerOptions are the options every generated New<Service>Handler must receive:
-// interceptors for tracing and validation, read limits and panic recovery.
-func (s *Server) HandlerOptions() []connect.HandlerOption { return s.options }
-
-// Handle registers a service handler made by a generated New<Service>Handler with
-// HandlerOptions. The service is listed by reflection and reported healthy.
-func (s *Server) Handle(path string, handler http.Handler) {
-	s.mux.Handle(path, s.guard(handler))
+// Handle registers a service on s. newHandler is the service's generated
+// New<Service>Handler, which Handle calls with impl and the server's options: tracing,
+// validation, authorization, read limits and panic recovery are the server's to apply,
+// never the caller's to remember. The handler it registers is also authenticated and
+// held to the byte and write limits; Handle returns it as registered, for another
+// listener of the same service (the events service's console). The service is listed by
+// reflection and reported healthy.
+//
+// Handle is a function because methods take no type parameters, and it has two because
+// Go cannot infer an interface from an implementation: it panics, as registering a
+// handler twice does, if impl does not implement the service.
+func Handle[Service, Impl any](s *Server, impl Impl, newHandler func(Service, ...connect.HandlerOption) (string, http.Handler)) http.Handler {
+	svc, ok := any(impl).(Service)
+	if !ok {
+		panic(fmt.Sprintf("server: %T does not implement %s", impl, reflect.TypeFor[Service]()))
+	}
+	path, handler := newHandler(svc, s.options...)
+	guarded := s.guard(handler)
+	s.mux.Handle(path, guarded)
 	// Generated paths are "/<fully.qualified.Service>/".
 	name := path[1 : len(path)-1]
 	s.names = append(s.names, name)
 	s.health.SetStatus(name, grpchealth.StatusServing)
+	return guarded
 }
 
 // Serve serves until ctx is cancelled, then shuts down gracefully: the health check turns

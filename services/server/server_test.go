@@ -99,7 +99,7 @@ func serve(t *testing.T, cfg server.Config, svc eventsv1connect.EventsServiceHan
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Handle(eventsv1connect.NewEventsServiceHandler(svc, srv.HandlerOptions()...))
+	server.Handle(srv, svc, eventsv1connect.NewEventsServiceHandler)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{url: "http://" + srv.Addr().String(), http: servicetest.H2CClient(), stop: cancel, served: make(chan error, 1)}
 	go func() { r.served <- srv.Serve(ctx) }()

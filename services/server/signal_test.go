@@ -34,7 +34,7 @@ func init() {
 		fmt.Println("error:", err)
 		os.Exit(2)
 	}
-	srv.Handle(eventsv1connect.NewEventsServiceHandler(&testService{recordDelay: time.Second}, srv.HandlerOptions()...))
+	server.Handle(srv, &testService{recordDelay: time.Second}, eventsv1connect.NewEventsServiceHandler)
 	fmt.Println("listening", srv.Addr())
 	if err := srv.Serve(ctx); err != nil {
 		fmt.Println("error:", err)
