@@ -46,9 +46,15 @@ as_owner() {
 # run_server starts the cluster in $1, listening on $1/.s.PGSQL.5432 only. The port is
 # named, although no TCP socket uses it, because it names the socket file and a PGPORT in
 # the environment would otherwise change it.
+# With FLYTE_PG_DURABLE=1 a commit waits for its WAL to reach the operating system
+# (synchronous_commit=on), so that a server killed at once (pg_ctl -m immediate, as the
+# chaos soak does) loses nothing it acknowledged; fsync stays off, which only an
+# operating system crash would notice.
 run_server() {
+  local commit=off
+  [[ "${FLYTE_PG_DURABLE:-}" == 1 ]] && commit=on
   as_owner "$(pg_bin)/pg_ctl" -D "$1/data" -l "$1/postgres.log" -w -t 30 start -o \
-    "-p 5432 -c listen_addresses= -c unix_socket_directories=$1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
+    "-p 5432 -c listen_addresses= -c unix_socket_directories=$1 -c fsync=off -c synchronous_commit=$commit -c full_page_writes=off -c max_connections=300" >/dev/null
 }
 
 start() {

@@ -12,7 +12,8 @@ import (
 )
 
 // postgres is a throwaway cluster of the soak's own, started by hack/postgres.sh even
-// when TEST_DATABASE_URL names a server: the soak restarts it.
+// when TEST_DATABASE_URL names a server: the soak restarts it. Its commits are durable
+// across the soak's restarts (FLYTE_PG_DURABLE).
 type postgres struct {
 	root, dir, url string
 }
@@ -20,6 +21,10 @@ type postgres struct {
 func startPostgres(ctx context.Context, root string) (*postgres, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "postgres.sh"), "start")
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TEST_DATABASE_URL=") })
+	// Durable commits: the soak kills the server at once, and a test cluster's
+	// synchronous_commit=off would lose what the events service acknowledged, an event
+	// lost to the test's own shortcut rather than to the system.
+	cmd.Env = append(cmd.Env, "FLYTE_PG_DURABLE=1")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
