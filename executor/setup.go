@@ -138,18 +138,20 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		}
 		k8sCfg.LogLinks = append(k8sCfg.LogLinks, k8s.LogLinkTemplate{Name: l.Name, Template: t})
 	}
-	entries := append([]plugin.Entry{coresleep.Entry(), coreecho.Entry(), container.Entry(k8sCfg), job.Entry(k8sCfg)}, hooks.Plugins...)
+	reg := plugin.NewRegistry(log)
+	for _, e := range append([]plugin.Entry{coresleep.Entry(), coreecho.Entry(), container.Entry(k8sCfg), job.Entry(k8sCfg)}, hooks.Plugins...) {
+		if err := reg.Register(e); err != nil {
+			return nil, err
+		}
+	}
 
 	// The informers of the kinds plugins create (pods, jobs) hold only the objects the
-	// executor manages, so their memory does not grow with the cluster.
+	// executor manages, so their memory does not grow with the cluster. The controller
+	// watches the same reg.Watches(), so no kind is watched without this restriction.
 	managed := labels.SelectorFromSet(labels.Set{plugin.LabelManagedBy: plugin.ManagedByValue})
 	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{}}
-	watched := map[string]bool{}
-	for _, e := range entries {
-		if e.Watches != nil && !watched[fmt.Sprintf("%T", e.Watches)] {
-			watched[fmt.Sprintf("%T", e.Watches)] = true
-			cacheOpts.ByObject[e.Watches] = cache.ByObject{Label: managed}
-		}
+	for _, obj := range reg.Watches() {
+		cacheOpts.ByObject[obj] = cache.ByObject{Label: managed}
 	}
 	// Every namespaced informer (actions, pods, jobs, events) watches the managed
 	// namespaces only, so RoleBindings there are all the executor needs.
@@ -189,12 +191,6 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	clk := hooks.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
-	}
-	reg := plugin.NewRegistry(log)
-	for _, e := range entries {
-		if err := reg.Register(e); err != nil {
-			return nil, err
-		}
 	}
 	recorder := mgr.GetEventRecorderFor("flyte-executor")
 	if err := reg.Initialize(ctx, setupContext{mgr, recorder}, cfg.DefaultForTaskTypes); err != nil {

@@ -242,17 +242,9 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return err == nil && ta.UID == uid, err
 		}
 	}
-	watched := map[string]bool{}
-	for _, p := range r.Registry.Plugins() {
-		w, ok := p.(interface{ ResourceToWatch() client.Object })
-		if !ok || w.ResourceToWatch() == nil {
-			continue
-		}
-		obj := w.ResourceToWatch()
-		if key := fmt.Sprintf("%T", obj); !watched[key] {
-			watched[key] = true
-			b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(r.actionOf))
-		}
+	// The same kinds whose informers the manager's cache restricts to managed objects.
+	for _, obj := range r.Registry.Watches() {
+		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(r.actionOf))
 	}
 	return b.
 		For(&flytev1.TaskAction{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // ErrUnknownTaskType is returned by Resolve when no plugin runs a task type.
@@ -78,6 +81,10 @@ func (r *Registry) Initialize(ctx context.Context, setup SetupContext, defaultFo
 		if p == nil {
 			return fmt.Errorf("plugin %s: LoadPlugin returned no plugin", e.ID)
 		}
+		if _, ok := p.(resourceToWatch); ok {
+			return fmt.Errorf("plugin %s: declares the kind it watches with a ResourceToWatch method, which the executor does not read; "+
+				"set Entry.Watches (k8s.PluginEntry.ResourceToWatch) instead, which also keeps that kind's informer to the objects the executor manages", e.ID)
+		}
 		byID[e.ID] = p
 		for _, tt := range e.RegisteredTaskTypes {
 			if prev, taken := owner[tt]; taken {
@@ -103,6 +110,31 @@ func (r *Registry) Initialize(ctx context.Context, setup SetupContext, defaultFo
 	}
 	r.plugins, r.byID, r.defaultPlugin, r.initialized = plugins, byID, defaultPlugin, true
 	return nil
+}
+
+// resourceToWatch is how plugins once declared the kind they watch, beside the entry:
+// two sources that could disagree, and a kind watched this way alone was cached for the
+// whole cluster. Entry.Watches is the only source now, and a plugin with the method is
+// refused rather than silently not watched.
+type resourceToWatch interface{ ResourceToWatch() client.Object }
+
+// Watches returns an object of each kind the registered entries watch (Entry.Watches),
+// one per kind, in the order registered. It needs no Initialize: the manager's cache is
+// configured from it (restricting these kinds' informers to managed objects) before the
+// plugins are loaded, and the controller's watches come from it too, so the two agree.
+func (r *Registry) Watches() []client.Object {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []client.Object
+	seen := map[reflect.Type]bool{}
+	for _, e := range r.entries {
+		if e.Watches == nil || seen[reflect.TypeOf(e.Watches)] {
+			continue
+		}
+		seen[reflect.TypeOf(e.Watches)] = true
+		out = append(out, e.Watches)
+	}
+	return out
 }
 
 // Resolve returns the plugin that runs a task type: the one registered for it, else the

@@ -4,9 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flytekube/backend/executor/plugin"
 )
@@ -86,6 +92,13 @@ func TestRegistryErrors(t *testing.T) {
 		{name: "loader fails", register: []plugin.Entry{{ID: "a", RegisteredTaskTypes: []string{"x"},
 			LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return nil, boom }}}, want: "plugin a: loading: boom"},
 		{name: "override names an unknown plugin", register: []plugin.Entry{entry("a", false, "x")}, init: map[string]string{"y": "nope"}, want: `defaultForTaskTypes: task type "y" names plugin "nope"`},
+		{name: "a plugin declaring its watched kind itself", register: []plugin.Entry{{ID: "a", RegisteredTaskTypes: []string{"x"},
+			LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return selfWatching{fake{"a"}}, nil }}},
+			want: "plugin a: declares the kind it watches with a ResourceToWatch method"},
+		{name: "a plugin declaring its watched kind itself and on its entry", register: []plugin.Entry{{ID: "a", RegisteredTaskTypes: []string{"x"},
+			Watches:    &corev1.Pod{},
+			LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return selfWatching{fake{"a"}}, nil }}},
+			want: "set Entry.Watches"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,5 +122,47 @@ func TestRegistryErrors(t *testing.T) {
 func TestResolveBeforeInitialize(t *testing.T) {
 	if _, err := plugin.NewRegistry(nil).Resolve("x"); err == nil {
 		t.Fatal("Resolve worked before Initialize")
+	}
+}
+
+// selfWatching declares the kind it watches on itself, which the registry refuses.
+type selfWatching struct{ fake }
+
+func (selfWatching) ResourceToWatch() client.Object { return &corev1.Pod{} }
+
+// TestWatches: the kinds entries watch, each once, known before the plugins are loaded
+// (the manager's cache is configured from them first).
+func TestWatches(t *testing.T) {
+	watching := func(id string, obj client.Object) plugin.Entry {
+		e := entry(id, false, id)
+		e.Watches = obj
+		return e
+	}
+	tests := []struct {
+		name    string
+		entries []plugin.Entry
+		want    []string
+	}{
+		{"none", []plugin.Entry{entry("a", false, "a")}, nil},
+		{"one kind", []plugin.Entry{entry("a", false, "a"), watching("b", &corev1.Pod{})}, []string{"*v1.Pod"}},
+		{"a kind two plugins watch, once", []plugin.Entry{watching("a", &corev1.Pod{}), watching("b", &batchv1.Job{}), watching("c", &corev1.Pod{})},
+			[]string{"*v1.Pod", "*v1.Job"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := plugin.NewRegistry(slog.New(slog.DiscardHandler))
+			for _, e := range tt.entries {
+				if err := r.Register(e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []string
+			for _, obj := range r.Watches() {
+				got = append(got, fmt.Sprintf("%T", obj))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("Watches() = %v; want %v", got, tt.want)
+			}
+		})
 	}
 }

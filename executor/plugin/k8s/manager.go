@@ -71,7 +71,7 @@ func Entry(e PluginEntry, cfg Config) plugin.Entry {
 					return nil, fmt.Errorf("%s: loading: %w", e.ID, err)
 				}
 			}
-			return &PluginManager{id: e.ID, plugin: p, watch: e.ResourceToWatch, client: setup.Client(),
+			return &PluginManager{id: e.ID, plugin: p, client: setup.Client(),
 				reader: setup.APIReader(), cfg: cfg}, nil
 		},
 	}
@@ -81,7 +81,6 @@ func Entry(e PluginEntry, cfg Config) plugin.Entry {
 type PluginManager struct {
 	id     string
 	plugin Plugin
-	watch  client.Object
 	client client.Client // cached reads, writes
 	reader client.Reader // uncached reads, for the rare case the cache cannot answer
 	cfg    Config
@@ -97,9 +96,6 @@ func (m *PluginManager) GetID() string { return m.id }
 func (m *PluginManager) GetProperties() plugin.Properties {
 	return plugin.Properties{NeedsFinalizer: true}
 }
-
-// ResourceToWatch is the kind of object the executor must watch for this plugin.
-func (m *PluginManager) ResourceToWatch() client.Object { return m.watch }
 
 func (m *PluginManager) identity(ctx context.Context, md plugin.TaskExecutionMetadata) (client.Object, error) {
 	obj, err := m.plugin.BuildIdentityResource(ctx, md)
