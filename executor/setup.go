@@ -5,8 +5,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"text/template"
 	"time"
 
@@ -14,8 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
@@ -91,12 +96,20 @@ func Scheme() (*runtime.Scheme, error) {
 
 // Setup builds the executor's manager from its configuration: the TaskAction controller
 // with the built-in plugins, the garbage collector when enabled, metrics, health probes
-// and leader election.
+// and leader election. It first waits for the API server to answer, for as long as ctx
+// lasts: ctx bounds Setup (that wait, loading the plugins), not the manager, which runs
+// under the context given to its Start.
 func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log *slog.Logger, hooks Hooks) (manager.Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("executor: config: %w", err)
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	// Building the manager needs the API server's discovery: an executor started during
+	// an outage waits for it, where exiting would leave its return after the outage to
+	// the kubelet's crash-loop back-off.
+	if err := waitForAPIServer(ctx, restConfig, cfg.HealthProbeBindAddress, log); err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, err
@@ -277,6 +290,98 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		}
 	}
 	return mgr, nil
+}
+
+// apiServerRetry spaces the probes of an API server that does not answer: quickly at
+// first, since a restarting one is back in seconds, and then at most every 10 s, so that
+// the executor is back within seconds of the end of an outage.
+var apiServerRetry = backoff.Backoff{Base: 250 * time.Millisecond, Cap: 10 * time.Second}
+
+// apiServerProbeTimeout bounds one probe, so that a server that accepts connections but
+// never answers is retried like one that refuses them.
+const apiServerProbeTimeout = 10 * time.Second
+
+// waitForAPIServer returns once the API server of restConfig serves flyte.org/v1 in its
+// discovery (building the manager needs both), or with ctx's error and the last probe's.
+// Each failed probe is logged at WARN with the server's URL and the error. While it
+// waits, /healthz answers on healthAddr (the manager's health address, taken over by the
+// manager once it is built), so that the liveness probe does not restart the executor
+// for an outage it is riding out; /readyz says what it waits for.
+func waitForAPIServer(ctx context.Context, restConfig *rest.Config, healthAddr string, log *slog.Logger) error {
+	probeConfig := rest.CopyConfig(restConfig)
+	probeConfig.Timeout = apiServerProbeTimeout
+	dc, err := discovery.NewDiscoveryClientForConfig(probeConfig)
+	if err != nil {
+		return fmt.Errorf("reaching the API server at %s: %w", restConfig.Host, err)
+	}
+	path := "/apis/" + flytev1.GroupVersion.String()
+	probe := func() error {
+		err := dc.RESTClient().Get().AbsPath(path).Do(ctx).Error()
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the API server does not serve %s: is the TaskAction CRD installed? %w", flytev1.GroupVersion, err)
+		}
+		return err
+	}
+	err = probe()
+	if err == nil {
+		return nil
+	}
+	began := time.Now()
+	var waiting atomic.Pointer[string] // the last probe's error, for /readyz
+	waiting.Store(new(err.Error()))
+	stopServing, serveErr := serveHealthWhileWaiting(healthAddr, &waiting, log)
+	if serveErr != nil {
+		return serveErr
+	}
+	defer stopServing()
+	for n := int32(1); ; n++ {
+		delay := apiServerRetry.Delay(n)
+		log.Warn("waiting for the Kubernetes API server", "url", restConfig.Host, "error", err.Error(),
+			"retryIn", delay.Round(time.Millisecond).String(), "waited", time.Since(began).Round(time.Second).String())
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("gave up waiting for the API server at %s after %s: %w (last: %w)",
+				restConfig.Host, time.Since(began).Round(time.Second), context.Cause(ctx), err)
+		case <-t.C:
+		}
+		if err = probe(); err == nil {
+			log.Info("the Kubernetes API server answers", "url", restConfig.Host, "waited", time.Since(began).Round(time.Millisecond).String())
+			return nil
+		}
+		waiting.Store(new(err.Error()))
+	}
+}
+
+// serveHealthWhileWaiting answers /healthz (alive) and /readyz (not ready, with why) on
+// addr until stop is called; nothing when addr is "0" or empty, as the manager would.
+func serveHealthWhileWaiting(addr string, waiting *atomic.Pointer[string], log *slog.Logger) (stop func(), err error) {
+	if addr == "" || addr == "0" {
+		return func() {}, nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("serving health probes on %s while waiting for the API server: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "waiting for the Kubernetes API server: "+*waiting.Load(), http.StatusServiceUnavailable)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	return func() {
+		// Closed, not shut down gracefully: the answers are instant, and the manager
+		// binds the same address right after.
+		_ = srv.Close()
+		<-done
+	}, nil
 }
 
 // serviceAccountNamespace is where a pod's service account names its namespace.

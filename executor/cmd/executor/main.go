@@ -1,7 +1,9 @@
 // Command executor runs TaskAction resources through plugins. Its configuration comes
 // from the YAML file given by --config (defaults otherwise); the cluster from KUBECONFIG,
 // --kubeconfig, or the in-cluster service account. Traces go over OTLP where the standard
-// OTEL_* variables say (nowhere when no endpoint is set), as service "executor".
+// OTEL_* variables say (nowhere when no endpoint is set), as service "executor". An API
+// server that does not answer at start is waited for, each try logged, until the executor
+// is stopped or for --api-server-wait.
 package main
 
 import (
@@ -21,7 +23,7 @@ import (
 )
 
 func main() {
-	configPath := executor.Flags(flag.CommandLine)
+	configPath, apiServerWait := executor.Flags(flag.CommandLine)
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
@@ -30,13 +32,13 @@ func main() {
 		log.Error("invalid configuration", "error", err)
 		os.Exit(2)
 	}
-	if err := run(cfg, log); err != nil {
+	if err := run(cfg, *apiServerWait, log); err != nil {
 		log.Error("executor stopped", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(cfg config.Config, log *slog.Logger) error {
+func run(cfg config.Config, apiServerWait time.Duration, log *slog.Logger) error {
 	restConfig, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("no Kubernetes configuration: %w", err)
@@ -56,7 +58,14 @@ func run(cfg config.Config, log *slog.Logger) error {
 			log.Warn("flushing telemetry", "error", err)
 		}
 	}()
-	mgr, err := executor.Setup(ctx, cfg, restConfig, log, executor.Hooks{})
+	// Setup waits for the API server for as long as its context lasts: until the
+	// executor is stopped, or for --api-server-wait.
+	setupCtx, endSetup := ctx, context.CancelFunc(func() {})
+	if apiServerWait > 0 {
+		setupCtx, endSetup = context.WithTimeout(ctx, apiServerWait)
+	}
+	mgr, err := executor.Setup(setupCtx, cfg, restConfig, log, executor.Hooks{})
+	endSetup()
 	if err != nil {
 		return fmt.Errorf("setting up: %w", err)
 	}
