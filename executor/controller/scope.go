@@ -185,6 +185,6 @@ func lastOf(st *flytev1.TaskActionStatus) historyMark {
 func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
 	return plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{
 		Action: s.ta, Attempt: attempt, DefaultServiceAccount: s.r.Options.DefaultServiceAccount,
-		DataStore: s.r.DataStore, Secrets: s.r.Client, SecretsNamespace: s.r.Options.ExecutorNamespace, Resources: s.r.Resources, Clock: s.r.Clock.Now,
+		DataStore: s.r.DataStore, Secrets: s.r.Client, SecretsNamespace: s.r.Options.ExecutorNamespace, Clock: s.r.Clock.Now,
 	})
 }

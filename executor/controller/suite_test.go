@@ -198,7 +198,7 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	r := &controller.TaskActionReconciler{
 		Events: publisher, Metrics: instruments,
 		Cache:  outputs,
-		Client: mgr.GetClient(), Registry: reg, DataStore: store, Resources: plugin.NewTokenPools(nil),
+		Client: mgr.GetClient(), Registry: reg, DataStore: store,
 		Recorder: mgr.GetEventRecorderFor("flyte-executor"), Clock: clock.RealClock{}, Log: log,
 		Options: controller.Options{
 			MaxSystemFailures: maxSystemFailures, MaxConcurrentReconciles: 4,

@@ -86,7 +86,6 @@ type TaskActionReconciler struct {
 	Client    client.Client
 	Registry  *plugin.Registry
 	DataStore plugin.DataStore
-	Resources plugin.ResourceManager
 	Recorder  record.EventRecorder
 	Clock     clock.PassiveClock
 	Log       *slog.Logger

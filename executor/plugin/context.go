@@ -22,8 +22,6 @@ type TaskExecutionContext interface {
 	OutputWriter() OutputWriter
 	// SecretManager reads secrets the task may use.
 	SecretManager() SecretManager
-	// ResourceManager limits concurrent use of shared external resources.
-	ResourceManager() ResourceManager
 	// PluginStateReader reads what the plugin kept from earlier calls of this attempt.
 	PluginStateReader() PluginStateReader
 	// PluginStateWriter keeps state for later calls of this attempt.
@@ -100,26 +98,6 @@ type OutputWriter interface {
 type SecretManager interface {
 	// Get returns a key of a secret in the executor's own namespace (executorNamespace).
 	Get(ctx context.Context, name, key string) ([]byte, error)
-}
-
-// AllocationStatus says whether a resource token was granted.
-type AllocationStatus int
-
-// The allocation statuses.
-const (
-	// AllocationGranted: the token is held; release it when done.
-	AllocationGranted AllocationStatus = iota + 1
-	// AllocationExhausted: the pool is at its quota; try again later.
-	AllocationExhausted
-)
-
-// ResourceManager hands out tokens from named pools with quotas, so that a plugin can
-// limit how many attempts use an external resource at once.
-type ResourceManager interface {
-	// Allocate takes token from pool (idempotently: the same token is granted again).
-	Allocate(ctx context.Context, pool, token string) (AllocationStatus, error)
-	// Release returns token to pool; releasing a token not held is not an error.
-	Release(ctx context.Context, pool, token string) error
 }
 
 // ErrUnreadableState is returned when a plugin's stored state does not decode, for

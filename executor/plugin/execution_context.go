@@ -49,7 +49,6 @@ type ExecutionContextOptions struct {
 	// means none, and SecretManager refuses.
 	Secrets          client.Reader
 	SecretsNamespace string
-	Resources        ResourceManager
 	// Clock returns now; time.Now when nil.
 	Clock func() time.Time
 }
@@ -93,7 +92,6 @@ func (c *executionContext) DataStore() DataStore                 { return c.o.Da
 func (c *executionContext) InputReader() InputReader             { return inputs{c.o} }
 func (c *executionContext) OutputWriter() OutputWriter           { return outputs{c.o} }
 func (c *executionContext) SecretManager() SecretManager         { return secrets{c.o} }
-func (c *executionContext) ResourceManager() ResourceManager     { return c.o.Resources }
 func (c *executionContext) PluginStateReader() PluginStateReader { return c.state }
 func (c *executionContext) PluginStateWriter() PluginStateWriter { return c.state }
 

@@ -141,36 +141,3 @@ func TestTaskActionLabelValue(t *testing.T) {
 		seen[got] = tt.name
 	}
 }
-
-func TestTokenPools(t *testing.T) {
-	ctx := context.Background()
-	p := plugin.NewTokenPools(map[string]int{"gpu-api": 2})
-	steps := []struct {
-		op, token string
-		want      plugin.AllocationStatus
-	}{
-		{"allocate", "a", plugin.AllocationGranted},
-		{"allocate", "a", plugin.AllocationGranted}, // idempotent
-		{"allocate", "b", plugin.AllocationGranted},
-		{"allocate", "c", plugin.AllocationExhausted},
-		{"release", "a", 0},
-		{"allocate", "c", plugin.AllocationGranted},
-		{"release", "zzz", 0}, // not held: fine
-	}
-	for i, s := range steps {
-		switch s.op {
-		case "allocate":
-			got, err := p.Allocate(ctx, "gpu-api", s.token)
-			if err != nil || got != s.want {
-				t.Fatalf("step %d: Allocate(%s) = %v, %v; want %v", i, s.token, got, err, s.want)
-			}
-		case "release":
-			if err := p.Release(ctx, "gpu-api", s.token); err != nil {
-				t.Fatalf("step %d: Release(%s): %v", i, s.token, err)
-			}
-		}
-	}
-	if _, err := p.Allocate(ctx, "nope", "a"); err == nil {
-		t.Fatal("an unknown pool was accepted")
-	}
-}
