@@ -238,7 +238,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	r := &controller.TaskActionReconciler{
-		Client: mgr.GetClient(), Registry: reg, Metrics: instruments, DataStore: store, Resources: plugin.NewTokenPools(nil),
+		Client: mgr.GetClient(), Registry: reg, Metrics: instruments, DataStore: store,
 		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe, TracerProvider: hooks.TracerProvider,
 		Options: controller.Options{
 			DefaultServiceAccount:   cfg.DefaultServiceAccount,
@@ -258,7 +258,9 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		r.Cache.Metrics = instruments
 	}
 	if cfg.EventsServiceURL != "" {
-		pubOpts := []eventsink.Option{eventsink.WithMetrics(instruments)}
+		// Events the service refuses for good are recorded on their action for kubectl
+		// describe, beside the counter and the log.
+		pubOpts := []eventsink.Option{eventsink.WithMetrics(instruments), eventsink.WithRecorder(recorder)}
 		if hooks.TracerProvider != nil {
 			pubOpts = append(pubOpts, eventsink.WithTracerProvider(hooks.TracerProvider))
 		}
