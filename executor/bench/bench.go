@@ -51,8 +51,14 @@ type Options struct {
 	RealNodeActions int
 	// FinishedActions is how many finished actions the garbage collection part collects.
 	FinishedActions int
-	// Only runs one part: "noop", "container", "gc", "memory" or "realnode"; all but
-	// realnode (which needs root) when empty.
+	// FlatActions is how many actions the part that samples what is kept per gone action
+	// runs, in five rounds.
+	FlatActions int
+	// HeapProfiles, when set, is a directory where that part writes a heap profile after
+	// each round.
+	HeapProfiles string
+	// Only runs one part: "noop", "container", "gc", "memory", "flat" or "realnode"; all
+	// but flat (minutes long) and realnode (which needs root) when empty.
 	Only string
 	// APIServerProfile, when set, is where a CPU profile of the API server is written,
 	// taken over the first executor scenario (the API server serves /debug/pprof).
@@ -178,6 +184,14 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	fmt.Fprintln(progress, "warming up")
 	if o.Only == "realnode" {
 		r, err := runRealNode(ctx, o, progress)
+		if err != nil {
+			return err
+		}
+		r.write(w)
+		return nil
+	}
+	if o.Only == "flat" {
+		r, err := runFlat(ctx, env, o, eventsURL, cacheURL, progress)
 		if err != nil {
 			return err
 		}

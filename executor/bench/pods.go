@@ -149,7 +149,6 @@ type memoryResult struct {
 }
 
 func (m memoryResult) write(w io.Writer, o Options) {
-	mib := func(b uint64) float64 { return float64(b) / (1 << 20) }
 	fmt.Fprintf(w, "### Memory: %d pods of others and %d of the executor in its namespace\n\n", o.UnmanagedPods, o.ManagedPods)
 	fmt.Fprintln(w, "| what | pods cached | heap after sync (MiB) | / unfiltered |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: |")
@@ -256,3 +255,5 @@ func measureMemory(ctx context.Context, env *kubetest.Env, o Options) (memoryRes
 	runtime.KeepAlive(c)
 	return m, nil
 }
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
