@@ -133,16 +133,7 @@ func (p *proc) stopOnce(grace time.Duration) {
 		p.expect++
 	}
 	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
+	terminate(cmd, done, grace)
 }
 
 // stop ends the program for good (SIGTERM, then SIGKILL after grace).
@@ -151,16 +142,7 @@ func (p *proc) stop(grace time.Duration) {
 	p.stopped = true
 	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
+	terminate(cmd, done, grace)
 }
 
 // exited returns the channel closed when the current process exits (nil when none runs).
@@ -200,5 +182,20 @@ func (p *proc) waitHTTP(ctx context.Context, client *http.Client, url string, ti
 			return fmt.Errorf("%s did not answer %s within %s; see %s", p.name, url, timeout, p.log)
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// terminate asks cmd's process group to end (SIGTERM), kills it after grace, and waits
+// for done; a nil cmd is not running.
+func terminate(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
 	}
 }
