@@ -34,7 +34,6 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 		s.validateSpec,
 		s.ensureFinalizer,
 		s.startAttempt,
-		s.checkStorage,
 		s.consultCache,
 		s.enforceTimeout,
 		s.handle,
@@ -109,30 +108,6 @@ func (s *scope) startAttempt(context.Context) (bool, ctrl.Result, error) {
 		st.AttemptStartedAt = s.attemptStart()
 	}
 	s.tCtx = s.executionContext(st.Attempts)
-	return true, goOn, nil
-}
-
-// checkStorage fails at once an action whose inputs or outputs lie where the executor's
-// storage.allowedPrefixes let no action read or write: that is how the executor is
-// configured, and no retry can change it, so the error names the setting rather than
-// surfacing from the plugin after the system budget is spent.
-func (s *scope) checkStorage(context.Context) (bool, ctrl.Result, error) {
-	c, ok := s.tCtx.DataStore().(datastore.Checker)
-	if !ok {
-		return true, goOn, nil
-	}
-	for _, loc := range []struct {
-		field, uri string
-		write      bool
-	}{{"spec.inputUri", s.ta.Spec.InputURI, false}, {"spec.runOutputBase", s.tCtx.OutputWriter().OutputsURI(), true}} {
-		if loc.uri == "" {
-			continue
-		}
-		if err := c.Check(loc.uri, loc.write); err != nil {
-			s.fail(flytev1.ReasonStorageNotAllowed, flytev1.ErrorKindSystem, fmt.Sprintf("%s: %v", loc.field, err))
-			return false, ctrl.Result{}, nil
-		}
-	}
 	return true, goOn, nil
 }
 
@@ -221,6 +196,17 @@ func (s *scope) handle(ctx context.Context) (bool, ctrl.Result, error) {
 		// The API server or a service had a bad moment: the same step runs again after
 		// the queue's backoff, and the action is not charged for it.
 		return false, ctrl.Result{}, fmt.Errorf("plugin %s: %w", s.plugin.GetID(), err)
+	}
+	var refused *datastore.NotAllowedError
+	if errors.As(err, &refused) {
+		// Inputs or outputs where storage.allowedPrefixes let no action go: that is how
+		// the executor is configured, which no retry changes, so the action fails now,
+		// naming the setting, rather than after its system budget.
+		result, err := s.settle(ctx, true, func() {
+			s.terminate(flytev1.PhaseFailed, flytev1.ReasonStorageNotAllowed, &flytev1.ExecutionError{Code: flytev1.ReasonStorageNotAllowed,
+				Kind: flytev1.ErrorKindSystem, Message: fitText(err.Error(), flytev1.MaxErrorMessageLength)})
+		})
+		return false, result, err
 	}
 	if err != nil {
 		result, err := s.systemFailure(ctx, "PluginError", err.Error(), false)
