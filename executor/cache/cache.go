@@ -339,13 +339,6 @@ func (c *Cache) Holds(uid types.UID) bool {
 	return ok
 }
 
-// Held is how many reservations are being heartbeated.
-func (c *Cache) Held() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.holding)
-}
-
 func copyOutputs(ctx context.Context, store plugin.DataStore, from, to string) error {
 	if from == "" {
 		return nil // the task has no outputs

@@ -60,18 +60,12 @@ func (e *expectations) forget(uid types.UID) {
 	e.mu.Unlock()
 }
 
+// has reports whether a write of the action is still expected.
 func (e *expectations) has(uid types.UID) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	_, ok := e.want[uid]
 	return ok
-}
-
-// len is how many actions' writes the cache has not shown yet.
-func (e *expectations) len() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.want)
 }
 
 // informerHandler keeps the expectations in step with the informer: a write it shows

@@ -127,7 +127,8 @@ func (s *scope) writeStatus(ctx context.Context, passSucceeded bool) error {
 	}
 	// New history is a new last entry: a folded repeat changes its version, not the
 	// history's length.
-	if now, _ := lastEntry(&s.ta.Status); now != lastOf(s.before) {
+	now, _ := lastEntry(&s.ta.Status)
+	if was, _ := lastEntry(s.before); now != was {
 		s.r.expectations().expect(s.ta)
 		// The informer may have shown the write before it was expected; then nothing
 		// would end the expectation of an action that no pass sees again.
@@ -175,11 +176,6 @@ func (s *scope) patchFinalizer(ctx context.Context, change func(client.Object, s
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
-}
-
-func lastOf(st *flytev1.TaskActionStatus) historyMark {
-	m, _ := lastEntry(st)
-	return m
 }
 
 func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {

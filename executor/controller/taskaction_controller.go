@@ -114,10 +114,6 @@ func (r *TaskActionReconciler) expectations() *expectations {
 	return r.written
 }
 
-// Expecting is how many actions' writes the informer cache has not shown yet: it
-// follows what is being written, never what has run.
-func (r *TaskActionReconciler) Expecting() int { return r.expectations().len() }
-
 // Expects reports whether a write of the action is not yet in the informer cache.
 func (r *TaskActionReconciler) Expects(uid types.UID) bool { return r.expectations().has(uid) }
 
