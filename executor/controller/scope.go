@@ -53,6 +53,10 @@ func (s *scope) reconcile(ctx context.Context) (ctrl.Result, error) {
 	case s.ta.Status.Phase.IsTerminal():
 		return ctrl.Result{}, s.reconcileFinished(ctx)
 	}
+	// An executor that took over (a new leader, a restart) knows nothing of what its
+	// predecessor wrote but did not deliver: hand it over now, not at the action's next
+	// change of phase, which may be hours away.
+	s.handOver()
 	result, err := s.reconcileActive(ctx)
 	if werr := s.writeStatus(ctx, err == nil); werr != nil {
 		return ctrl.Result{}, errors.Join(err, werr)
@@ -76,11 +80,16 @@ func (s *scope) reconcile(ctx context.Context) (ctrl.Result, error) {
 func (s *scope) reconcileFinished(ctx context.Context) error {
 	// After a restart the sink knows nothing of the action: hand it over, so that its
 	// history is delivered (again) before the garbage collector may delete it.
+	s.handOver()
+	// A pass that wrote the outcome but failed to take the finalizer off.
+	return s.removeFinalizer(ctx)
+}
+
+// handOver gives the event sink the action's history as found, unless it is delivered.
+func (s *scope) handOver() {
 	if s.r.Events != nil && !s.r.Events.Delivered(s.ta) {
 		s.r.Events.Enqueue(s.ta)
 	}
-	// A pass that wrote the outcome but failed to take the finalizer off.
-	return s.removeFinalizer(ctx)
 }
 
 // reconcileDelete aborts and finalizes a deleted action's attempt, records it Aborted
