@@ -86,7 +86,7 @@ func (ch *checker) check(ctx context.Context) []string {
 				add("%s: never seen by the watch", p.name)
 			}
 			// Deleted before the watch saw it: nothing was reported, so nothing is owed.
-			ch.checkEvents(ctx, p, nil, true, add)
+			ch.checkEvents(ctx, p, nil, true, true, add)
 			continue
 		}
 		st := r.last.Status
@@ -98,7 +98,7 @@ func (ch *checker) check(ctx context.Context) []string {
 		case !wasDeleted && st.Phase != p.expect:
 			add("%s: %s, want %s (reason %s)", p.name, orNone(string(st.Phase)), p.expect, progressingReason(r.last))
 		}
-		ch.checkEvents(ctx, p, r.last, wasDeleted, add)
+		ch.checkEvents(ctx, p, r.last, wasDeleted, r.endUnseen, add)
 	}
 
 	ch.obs.mu.Lock()
@@ -126,8 +126,10 @@ func (ch *checker) check(ctx context.Context) []string {
 
 // checkEvents holds the events service to what the executor wrote: its latest state is
 // the action's final phase (Aborted for a deleted one that had started), and it holds
-// every entry of the action's history exactly once.
-func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskAction, deleted bool, add func(string, ...any)) {
+// every entry of the action's history exactly once. When the watch did not see the end
+// (endUnseen: the action was gone by the time a new list was taken), the events service
+// may also hold what the action wrote after the last version seen, and nothing else.
+func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskAction, deleted, endUnseen bool, add func(string, ...any)) {
 	name := p.name
 	if deleted {
 		name += " (deleted by the client " + p.deletion + ")"
@@ -136,6 +138,14 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 	var history []flytev1.PhaseTransition
 	if last != nil {
 		history = last.Status.PhaseHistory
+	}
+	// after says an event comes after the last entry the watch saw.
+	after := func(k eventKey) bool { return true }
+	if n := len(history); n > 0 {
+		lastSeen := history[n-1]
+		after = func(k eventKey) bool {
+			return k.attempt > uint32(lastSeen.Attempt) || (k.attempt == uint32(lastSeen.Attempt) && k.version > uint32(lastSeen.Version))
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -151,17 +161,6 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 		return
 	}
 	state := got.Msg.GetAction().GetPhase()
-	if deleted {
-		ok := state == flytecorev1.ActionPhase_ACTION_PHASE_ABORTED
-		if last != nil && last.Status.Phase.IsTerminal() {
-			ok = ok || state == protoPhase[last.Status.Phase] // it ended before the delete
-		}
-		if !ok {
-			add("%s: deleted, but the events service says %s (want ABORTED)", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
-		}
-	} else if last != nil && state != protoPhase[last.Status.Phase] {
-		add("%s: the events service says %s, the action %s", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), last.Status.Phase)
-	}
 
 	events, err := listEvents(ctx, ch.s.viewer, id)
 	if err != nil {
@@ -174,6 +173,26 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 		k := eventKey{e.GetAttempt(), e.GetPhase(), e.GetVersion()}
 		stored[k]++
 		keys = append(keys, k.String())
+	}
+	// unseenEnd says the events service's state is an end the action wrote after the
+	// watch last saw it.
+	unseenEnd := false
+	if endUnseen {
+		for k := range stored {
+			unseenEnd = unseenEnd || (k.phase == state && after(k) && isTerminal(state))
+		}
+	}
+
+	if deleted {
+		ok := state == flytecorev1.ActionPhase_ACTION_PHASE_ABORTED
+		if last != nil && last.Status.Phase.IsTerminal() {
+			ok = ok || state == protoPhase[last.Status.Phase] // it ended before the delete
+		}
+		if !ok && !unseenEnd {
+			add("%s: deleted, but the events service says %s (want ABORTED)", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
+		}
+	} else if last != nil && state != protoPhase[last.Status.Phase] {
+		add("%s: the events service says %s, the action %s", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), last.Status.Phase)
 	}
 	held := "; it holds " + strings.Join(keys, " ")
 	wrote := map[eventKey]bool{}
@@ -188,7 +207,10 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 		}
 	}
 	for k, n := range stored {
-		if wrote[k] || (deleted && k.phase == flytecorev1.ActionPhase_ACTION_PHASE_ABORTED) {
+		if n > 1 && !wrote[k] {
+			add("%s: the events service holds %s %d times", name, k, n)
+		}
+		if wrote[k] || (deleted && k.phase == flytecorev1.ActionPhase_ACTION_PHASE_ABORTED) || (endUnseen && after(k)) {
 			continue
 		}
 		add("%s: the events service holds %s (%d times), which is not in the action's history", name, k, n)
@@ -217,6 +239,16 @@ func listEvents(ctx context.Context, c eventsClient, id *flytecorev1.ActionIdent
 // eventsClient is what the checks call on the events service.
 type eventsClient interface {
 	ListActionEvents(context.Context, *connect.Request[eventsv1.ListActionEventsRequest]) (*connect.Response[eventsv1.ListActionEventsResponse], error)
+}
+
+// isTerminal says an action in phase p has ended.
+func isTerminal(p flytecorev1.ActionPhase) bool {
+	switch p {
+	case flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED, flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
+		flytecorev1.ActionPhase_ACTION_PHASE_ABORTED, flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT:
+		return true
+	}
+	return false
 }
 
 func progressingReason(ta *flytev1.TaskAction) string {

@@ -29,6 +29,9 @@ type actionRecord struct {
 	last    *flytev1.TaskAction // last version seen
 	gone    bool                // deleted for good
 	running bool                // reported Running at some point
+	// endUnseen says the deletion was inferred from a new list: the watch lost its place
+	// meanwhile, so the action may have written history after the last version seen.
+	endUnseen bool
 }
 
 func newObserver() *observer {
@@ -51,6 +54,7 @@ func (o *observer) action(ch change) {
 	}
 	if ch.deleted {
 		r.gone = true
+		r.endUnseen = ch.relisted
 	}
 	// A deletion carries the object as it was last: keep the richer of the two.
 	if r.last == nil || !ch.deleted || len(ta.Status.PhaseHistory) >= len(r.last.Status.PhaseHistory) {
