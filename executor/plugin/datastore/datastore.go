@@ -23,6 +23,7 @@ import (
 	_ "gocloud.dev/blob/fileblob" // file:// URIs
 	_ "gocloud.dev/blob/memblob"  // mem:// URIs
 	"gocloud.dev/gcerrors"
+	"google.golang.org/api/googleapi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -171,8 +172,11 @@ func transient(err error) bool {
 func unavailable(err error) bool {
 	var withHTTP interface{ HTTPStatusCode() int } // the AWS SDK's ResponseError
 	if errors.As(err, &withHTTP) {
-		code := withHTTP.HTTPStatusCode()
-		return code == http.StatusTooManyRequests || code == http.StatusRequestTimeout || code >= http.StatusInternalServerError
+		return retryableStatus(withHTTP.HTTPStatusCode())
+	}
+	var jsonAPI *googleapi.Error // gcs over its JSON API, which gcsblob maps only for 403, 404, 412 and 429
+	if errors.As(err, &jsonAPI) {
+		return retryableStatus(jsonAPI.Code)
 	}
 	var withGRPC interface{ GRPCStatus() *status.Status } // gcs over gRPC
 	if errors.As(err, &withGRPC) {
@@ -185,6 +189,11 @@ func unavailable(err error) bool {
 	var netErr net.Error
 	return errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+}
+
+// retryableStatus says an HTTP status is the store's bad moment, not the request's fault.
+func retryableStatus(code int) bool {
+	return code == http.StatusTooManyRequests || code == http.StatusRequestTimeout || code >= http.StatusInternalServerError
 }
 
 // Close closes every open bucket.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"gocloud.dev/gcerrors"
+	"google.golang.org/api/googleapi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -62,6 +63,10 @@ func TestStoreErrorsAreClassified(t *testing.T) {
 		{"unknown: HTTP 500", gcerrors.Unknown, httpStatus(http.StatusInternalServerError), transient},
 		{"unknown: HTTP 429", gcerrors.Unknown, httpStatus(http.StatusTooManyRequests), transient},
 		{"unknown: gRPC unavailable", gcerrors.Unknown, status.Error(codes.Unavailable, "connection refused"), transient},
+		{"unknown: GCS JSON API 503", gcerrors.Unknown, &googleapi.Error{Code: http.StatusServiceUnavailable, Message: "Backend Error"}, transient},
+		{"unknown: GCS JSON API 502", gcerrors.Unknown, &googleapi.Error{Code: http.StatusBadGateway}, transient},
+		{"unknown: GCS JSON API 408", gcerrors.Unknown, &googleapi.Error{Code: http.StatusRequestTimeout}, transient},
+		{"unknown: GCS JSON API 400", gcerrors.Unknown, &googleapi.Error{Code: http.StatusBadRequest, Message: "Invalid"}, permanent},
 		{"unknown: connection reset", gcerrors.Unknown, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, transient},
 		{"unknown: body cut short", gcerrors.Unknown, io.ErrUnexpectedEOF, transient},
 		{"permission denied", gcerrors.PermissionDenied, nil, permanent},
