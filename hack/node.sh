@@ -15,6 +15,11 @@
 #                                  print the path of an admin kubeconfig as the last line
 #        hack/node.sh images       the task images a started node holds, one a line, a
 #                                  busybox image with sh first
+#        hack/node.sh attach DIR KUBECONFIG
+#                                  start containerd and a kubelet only, whose state lives in
+#                                  DIR, as a node of the API server KUBECONFIG reaches (with
+#                                  rights to register a node); print the node's name. It
+#                                  does not wait for the node to be Ready: the caller does
 #        hack/node.sh stop DIR     stop the node of DIR and remove what it left behind
 set -euo pipefail
 
@@ -222,6 +227,39 @@ CSV
   run kube-scheduler "$bins/kube-scheduler" --kubeconfig "$dir/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false
 
+  start_node "$bins" "$assets" "$id" "$node" "$kubelet_port" "$healthz_port"
+
+  log "waiting for the node to be Ready"
+  deadline=$((SECONDS + 180))
+  until node_ready "$server" "$ca" "$admin" "$node"; do
+    ((SECONDS < deadline)) || { log "the node did not become Ready; see $dir/logs/kubelet.log"; exit 1; }
+    sleep 0.5
+  done
+  echo "$dir/admin.kubeconfig"
+}
+
+# attach starts containerd and a kubelet in $1 for the API server of kubeconfig $2.
+attach() {
+  dir=$(mkdir -p "$1" && cd "$1" && pwd)
+  [[ $(id -u) == 0 ]] || { log "a node needs root (containerd, kubelet)"; exit 1; }
+  [[ -f "$2" ]] || { log "no kubeconfig at $2"; exit 1; }
+  install_runtime
+  local bins assets id node=flyte-node
+  bins=$(build)
+  assets=$(dirname "$bins")
+  mkdir -p "$dir"/{logs,pids,kubelet,containerd,cni/bin,cni/conf,images}
+  id=$(basename "$dir" | tr -c 'a-z0-9\n' '-' | tail -c 20)
+  echo "$id" >"$dir/id"
+  cp "$2" "$dir/kubelet/kubeconfig"
+  start_node "$bins" "$assets" "$id" "$node" "$(free_port)" "$(free_port)"
+  echo "$node"
+}
+
+# start_node starts containerd and the kubelet in $dir: node binaries $1, assets $2, the
+# node's id $3 and name $4, the kubelet's port $5 and healthz port $6; the kubelet's
+# kubeconfig is $dir/kubelet/kubeconfig.
+start_node() {
+  local bins=$1 assets=$2 id=$3 node=$4 kubelet_port=$5 healthz_port=$6 deadline
   log "starting containerd"
   for plugin in loopback; do ln -sf "/usr/lib/cni/$plugin" "$dir/cni/bin/$plugin"; done
   ln -sf "$here/hack/cni/isolated" "$dir/cni/bin/isolated"
@@ -305,14 +343,6 @@ registerNode: true
 YAML
   run kubelet "$bins/kubelet" --config "$dir/kubelet/config.yaml" --kubeconfig "$dir/kubelet/kubeconfig" \
     --root-dir "$dir/kubelet/root" --cert-dir "$dir/kubelet/pki" --hostname-override "$node" --node-ip 127.0.0.1
-
-  log "waiting for the node to be Ready"
-  deadline=$((SECONDS + 180))
-  until node_ready "$server" "$ca" "$admin" "$node"; do
-    ((SECONDS < deadline)) || { log "the node did not become Ready; see $dir/logs/kubelet.log"; exit 1; }
-    sleep 0.5
-  done
-  echo "$dir/admin.kubeconfig"
 }
 
 # node_ready reports whether the node is Ready and without the not-ready taint.
@@ -361,6 +391,7 @@ case "${1:-}" in
   install) install_runtime ;;
   images) images ;;
   start) [[ -n "${2:-}" ]] || { echo "usage: hack/node.sh start DIR" >&2; exit 2; }; start "$2" ;;
+  attach) [[ -n "${2:-}" && -n "${3:-}" ]] || { echo "usage: hack/node.sh attach DIR KUBECONFIG" >&2; exit 2; }; attach "$2" "$3" ;;
   stop) [[ -n "${2:-}" ]] || { echo "usage: hack/node.sh stop DIR" >&2; exit 2; }; stop "$2" ;;
   *) echo "usage: hack/node.sh build | install | start DIR | images | stop DIR" >&2; exit 2 ;;
 esac

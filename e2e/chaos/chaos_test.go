@@ -33,18 +33,23 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("seed %d, duration %s, files in %s", seed, duration, dir)
-	replay := "replay: SEED=" + strconv.FormatUint(seed, 10) + " DURATION=" + duration.String() + " go test ./e2e/chaos -run TestChaos -v -timeout " + (duration + 15*time.Minute).String()
+	replay := "replay: CHAOS_NODE=" + or(os.Getenv("CHAOS_NODE"), NodeStandIn) + " SEED=" + strconv.FormatUint(seed, 10) + " DURATION=" + duration.String() + " go test ./e2e/chaos -run TestChaos -v -timeout " + (duration + 15*time.Minute).String()
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), duration+10*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, Options{Seed: seed, Duration: duration, Dir: dir, Assets: assets,
+	node := os.Getenv("CHAOS_NODE")
+	if node == NodeReal && os.Geteuid() != 0 {
+		t.Fatal("CHAOS_NODE=real: a real node needs root (containerd, kubelet)")
+	}
+	t.Logf("pods run on the %s node", or(node, NodeStandIn))
+	rep, err := Run(ctx, Options{Seed: seed, Duration: duration, Dir: dir, Assets: assets, Node: node,
 		Log: func(format string, args ...any) {
 			t.Logf("%5.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
 		}})
 	if err != nil {
 		t.Fatalf("seed %d: the soak could not run: %v\n%s", seed, err, replay)
 	}
-	t.Logf("seed %d, %s: %d actions (%d deleted by the client), %s", seed, duration, rep.Actions, rep.Deleted, rep.FaultSummary())
+	t.Logf("seed %d, %s: %d actions (%d deleted by the client), %s; pods run to their end: %v", seed, duration, rep.Actions, rep.Deleted, rep.FaultSummary(), rep.PodsRun)
 	if len(rep.Problems) > 0 {
 		t.Errorf("seed %d: %d problems:\n  %s\nlogs in %s\n%s", seed, len(rep.Problems), strings.Join(rep.Problems, "\n  "),
 			filepath.Join(dir, "logs"), replay)
@@ -84,4 +89,11 @@ func options(t *testing.T) (uint64, time.Duration) {
 		}
 	}
 	return seed, duration
+}
+
+func or(s, otherwise string) string {
+	if s == "" {
+		return otherwise
+	}
+	return s
 }

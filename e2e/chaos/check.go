@@ -117,6 +117,9 @@ func (ch *checker) check(ctx context.Context) []string {
 			}
 		}
 	}
+	if ch.s.node != nil {
+		problems = append(problems, ch.s.node.exited()...)
+	}
 	ch.f.mu.Lock()
 	problems = append(problems, ch.f.errs...)
 	ch.f.mu.Unlock()

@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,10 @@ type observer struct {
 	pods    map[string]*corev1.Pod     // pod name -> latest version, for the kubelet and faults
 	// overlaps are pods of one action seen alive at once, as they were seen.
 	overlaps []string
+	// ran counts pods seen whose container a runtime ran to its end (a container ID
+	// and an exit code), by runtime: containerd's on a real node, none on the stand-in.
+	ran     map[string]int
+	ranSeen map[string]bool // pod UIDs counted
 }
 
 // actionRecord is what the soak knows of one action.
@@ -36,7 +41,7 @@ type actionRecord struct {
 
 func newObserver() *observer {
 	return &observer{actions: map[string]*actionRecord{}, podUIDs: map[string]map[string]bool{},
-		alive: map[string]map[string]bool{}, pods: map[string]*corev1.Pod{}}
+		alive: map[string]map[string]bool{}, pods: map[string]*corev1.Pod{}, ran: map[string]int{}, ranSeen: map[string]bool{}}
 }
 
 // action handles a change of a TaskAction.
@@ -93,6 +98,13 @@ func (o *observer) pod(ch change) {
 	if a == nil {
 		a = map[string]bool{}
 		o.alive[action] = a
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Terminated != nil && !o.ranSeen[string(p.UID)] {
+			o.ranSeen[string(p.UID)] = true
+			runtime, _, _ := strings.Cut(c.ContainerID, "://")
+			o.ran[runtime]++
+		}
 	}
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		// Its containers have stopped: a pod that stays to be read is not running.

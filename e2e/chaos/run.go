@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -27,6 +28,8 @@ type Options struct {
 	Dir string
 	// Assets is the directory of the envtest binaries (etcd, kube-apiserver).
 	Assets string
+	// Node is where pods run: NodeReal or NodeStandIn (the default).
+	Node string
 	// Log receives the soak's progress.
 	Log func(format string, args ...any)
 }
@@ -38,6 +41,9 @@ type Report struct {
 	Actions  int
 	Deleted  int
 	Faults   map[string]int
+	// PodsRun counts the pods whose container ran to its end, by container runtime
+	// ("" for the stand-in kubelet, which runs none).
+	PodsRun map[string]int
 	// Problems name every action (or process) that broke a promise; none means the
 	// run passed.
 	Problems []string
@@ -69,12 +75,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	faultRnd := rand.New(rand.NewPCG(o.Seed, 2))
 
 	o.Log("starting the system in %s", o.Dir)
-	s, err := startSystem(ctx, o.Dir, o.Assets, o.Log)
+	s, err := startSystem(ctx, o.Dir, o.Assets, o.Node, o.Log)
 	if err != nil {
 		return nil, err
 	}
 	defer s.stop()
-	w, err := planWorkload(workRnd, o.Duration, s.dataDir)
+	w, err := planWorkload(workRnd, o.Duration, s.dataDir, s.image())
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +96,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		follow(runCtx, s.client, func() client.ObjectList { return &flytev1.TaskActionList{} }, obs.action)
 	})
 	bg.Go(func() { follow(runCtx, s.client, func() client.ObjectList { return &corev1.PodList{} }, obs.pod) })
-	k := newKubelet(s.client, obs, o.Seed, w.exitCode)
+	k := newKubelet(s.client, obs, o.Seed, s.nodeName(), s.node != nil, w.exitCode)
 	bg.Go(func() { k.run(runCtx) })
 	f := newFaults(s, obs, faultRnd, o.Log)
 	for i, e := range s.executors {
@@ -120,6 +126,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	w.mu.Lock()
 	rep.Deleted = len(w.deleted)
 	w.mu.Unlock()
+	obs.mu.Lock()
+	rep.PodsRun = maps.Clone(obs.ran)
+	obs.mu.Unlock()
+	if s.node != nil && rep.PodsRun["containerd"] == 0 {
+		rep.Problems = append(rep.Problems, "no pod ran to its end on the real node's containerd")
+	}
 	for _, kind := range faultKinds {
 		if rep.Faults[kind] == 0 {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("fault %s never fired (the run was too short or found nothing to hit)", kind))

@@ -52,6 +52,25 @@ type system struct {
 	client     client.WithWatch
 	viewer     eventsv1connect.EventsServiceClient
 	dataDir    string // file:// inputs and outputs of the actions
+	// node is the real node the pods run on; nil with the stand-in kubelet.
+	node *realNode
+}
+
+// image is the image of the soak's container actions: one the real node holds, or any
+// name for the stand-in kubelet, which runs nothing.
+func (s *system) image() string {
+	if s.node != nil {
+		return s.node.image
+	}
+	return "busybox:1.36"
+}
+
+// nodeName is the node the soak binds pods to.
+func (s *system) nodeName() string {
+	if s.node != nil {
+		return s.node.name
+	}
+	return standInNode
 }
 
 // binDir keeps the programs between runs, outside the clone, as the sandbox does: go
@@ -82,7 +101,7 @@ func build(ctx context.Context, root, dir string) (map[string]string, error) {
 }
 
 // startSystem brings everything up in dir; stop takes it all down.
-func startSystem(ctx context.Context, dir, assets string, log func(string, ...any)) (s *system, err error) {
+func startSystem(ctx context.Context, dir, assets, node string, log func(string, ...any)) (s *system, err error) {
 	s = &system{dir: dir, logs: filepath.Join(dir, "logs"), dataDir: filepath.Join(dir, "data")}
 	defer func() {
 		if err != nil {
@@ -123,6 +142,16 @@ func startSystem(ctx context.Context, dir, assets string, log func(string, ...an
 	}
 
 	log("control plane up at %s", s.cp.url)
+	switch node {
+	case NodeReal:
+		if s.node, err = attachNode(ctx, s.client, filepath.Join(dir, "node"), s.cp.kubeconfig); err != nil {
+			return s, err
+		}
+		log("node %s Ready, with image %s", s.node.name, s.node.image)
+	case NodeStandIn, "":
+	default:
+		return s, fmt.Errorf("system: unknown node %q (want %s or %s)", node, NodeReal, NodeStandIn)
+	}
 	if s.pg, err = startPostgres(ctx, root); err != nil {
 		return s, err
 	}
@@ -232,6 +261,9 @@ func (s *system) stop() {
 	}
 	if s.pg != nil {
 		s.pg.stop()
+	}
+	if s.node != nil {
+		s.node.stop()
 	}
 	if s.cp != nil {
 		s.cp.stop()

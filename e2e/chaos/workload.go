@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/plugins/container"
 )
 
 // Kinds of action in the workload.
@@ -56,8 +57,9 @@ type workload struct {
 	errs    []string
 }
 
-// planWorkload draws the actions of a run of duration d from rnd.
-func planWorkload(rnd *rand.Rand, d time.Duration, dataDir string) (*workload, error) {
+// planWorkload draws the actions of a run of duration d from rnd; container actions
+// run image.
+func planWorkload(rnd *rand.Rand, d time.Duration, dataDir, image string) (*workload, error) {
 	w := &workload{byName: map[string]*plan{}, created: map[string]bool{}, deleted: map[string]time.Time{}}
 	kinds := []string{kindSleep, kindSleep, kindSleepRetry, kindEcho, kindCachedEcho, kindCachedEcho, kindCachedSleep,
 		kindContainerOK, kindContainerOK, kindContainerKO, kindFlaky}
@@ -84,6 +86,11 @@ func planWorkload(rnd *rand.Rand, d time.Duration, dataDir string) (*workload, e
 		p.name = fmt.Sprintf("a%04d-%s", i, p.kind)
 		group := rnd.IntN(groups)
 		ta, expect, err := actionOf(p.name, p.kind, group, rnd, dataDir)
+		if c := ta.Spec.Container; c != nil {
+			// On a real node the container itself does what exitCode says, for a while
+			// (not drawn, so that a seed plans the same actions on either node).
+			c.Image, c.Command = image, []string{"sh", "-c", fmt.Sprintf(`sleep %d; [ "$%s" -gt %d ]`, 1+i%3, container.EnvAttempt, failedAttempts(p.kind))}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +137,7 @@ func actionOf(name, kind string, group int, rnd *rand.Rand, dataDir string) (*fl
 		cached()
 	case kindContainerOK, kindContainerKO, kindFlaky:
 		spec.TaskType = "container"
-		spec.Container = &flytev1.ContainerSpec{Image: "busybox:1.36", Command: []string{"sh", "-c", "true"}}
+		spec.Container = &flytev1.ContainerSpec{}
 		switch kind {
 		case kindContainerKO:
 			expect = flytev1.PhaseFailed
@@ -143,14 +150,22 @@ func actionOf(name, kind string, group int, rnd *rand.Rand, dataDir string) (*fl
 	return &flytev1.TaskAction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: taskNamespace}, Spec: spec}, expect, nil
 }
 
-// exitCode is how the stand-in kubelet ends an attempt of an action: a flaky action's
-// first attempt fails, a failing action's every attempt.
+// failedAttempts is how many of a container action's attempts fail: a flaky action's
+// first, a failing action's every one.
+func failedAttempts(kind string) int {
+	switch kind {
+	case kindContainerKO:
+		return 1000
+	case kindFlaky:
+		return 1
+	}
+	return 0
+}
+
+// exitCode is how the stand-in kubelet ends an attempt of an action, as a real node
+// running the action's command would.
 func (w *workload) exitCode(action string, attempt int) int32 {
-	p := w.byName[action]
-	switch {
-	case p == nil:
-		return 0
-	case p.kind == kindContainerKO, p.kind == kindFlaky && attempt <= 1:
+	if p := w.byName[action]; p != nil && attempt <= failedAttempts(p.kind) {
 		return 1
 	}
 	return 0

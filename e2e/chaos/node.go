@@ -1,0 +1,113 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flytekube/backend/internal/repo"
+)
+
+// Where the soak's pods run.
+const (
+	// NodeStandIn: no node; the soak's stand-in kubelet plays one (kubelet.go).
+	NodeStandIn = "stand-in"
+	// NodeReal: containerd and a real kubelet (hack/node.sh attach) join the soak's
+	// control plane, and the pods run for real; the soak only binds them to the node.
+	NodeReal = "real"
+)
+
+// realNode is containerd and a kubelet started by hack/node.sh for the soak's API server.
+type realNode struct {
+	dir, script string
+	name        string
+	// image is the busybox image the node holds, with sh.
+	image string
+}
+
+// attachNode starts a node in dir for the API server kubeconfig reaches, and waits
+// until it is Ready.
+func attachNode(ctx context.Context, c client.Client, dir, kubeconfig string) (n *realNode, err error) {
+	script, err := repo.Path("hack", "node.sh")
+	if err != nil {
+		return nil, err
+	}
+	n = &realNode{dir: dir, script: script}
+	defer func() {
+		if err != nil {
+			n.stop()
+		}
+	}()
+	if n.name, err = n.run(ctx, "attach", dir, kubeconfig); err != nil {
+		return n, err
+	}
+	if n.image, err = n.run(ctx, "images"); err != nil {
+		return n, err
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var node corev1.Node
+		if err := c.Get(ctx, client.ObjectKey{Name: n.name}, &node); err == nil && ready(&node) {
+			return n, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return n, fmt.Errorf("node %s was not Ready within 3 minutes; see %s", n.name, filepath.Join(dir, "logs", "kubelet.log"))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// run runs hack/node.sh with args and returns the last line it printed.
+func (n *realNode) run(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, n.script, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/node.sh %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// exited names the node's programs that are no longer running: the soak never stops
+// them, so any of them gone is a crash.
+func (n *realNode) exited() []string {
+	var gone []string
+	for _, name := range []string{"containerd", "kubelet"} {
+		raw, err := os.ReadFile(filepath.Join(n.dir, "pids", name))
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if err != nil || perr != nil || syscall.Kill(pid, 0) != nil {
+			gone = append(gone, fmt.Sprintf("the node's %s is not running; see %s", name, filepath.Join(n.dir, "logs", name+".log")))
+		}
+	}
+	return gone
+}
+
+// stop stops the node's containers and programs and removes its mounts and cgroups.
+func (n *realNode) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := n.run(ctx, "stop", n.dir); err != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+	}
+}
