@@ -16,9 +16,9 @@
 #        hack/node.sh images       the task images a started node holds, one a line, a
 #                                  busybox image with sh first
 #        hack/node.sh attach DIR KUBECONFIG
-#                                  start containerd and a kubelet only, whose state lives in
-#                                  DIR, as a node of the API server KUBECONFIG reaches (with
-#                                  rights to register a node); print the node's name. It
+#                                  start containerd, a kubelet and kube-scheduler only, whose
+#                                  state lives in DIR, as a node of the API server KUBECONFIG
+#                                  reaches (an administrator's); print the node's name. It
 #                                  does not wait for the node to be Ready: the caller does
 #        hack/node.sh stop DIR     stop the node of DIR and remove what it left behind
 set -euo pipefail
@@ -238,7 +238,8 @@ CSV
   echo "$dir/admin.kubeconfig"
 }
 
-# attach starts containerd and a kubelet in $1 for the API server of kubeconfig $2.
+# attach starts containerd, a kubelet and kube-scheduler in $1 for the API server of
+# kubeconfig $2.
 attach() {
   dir=$(mkdir -p "$1" && cd "$1" && pwd)
   [[ $(id -u) == 0 ]] || { log "a node needs root (containerd, kubelet)"; exit 1; }
@@ -251,6 +252,9 @@ attach() {
   id=$(basename "$dir" | tr -c 'a-z0-9\n' '-' | tail -c 20)
   echo "$id" >"$dir/id"
   cp "$2" "$dir/kubelet/kubeconfig"
+  log "starting kube-scheduler"
+  run kube-scheduler "$bins/kube-scheduler" --kubeconfig "$dir/kubelet/kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false
   start_node "$bins" "$assets" "$id" "$node" "$(free_port)" "$(free_port)"
   echo "$node"
 }

@@ -23,13 +23,10 @@ const standInNode = "chaos-node"
 // kubelet stands in for a node, as the executor's own envtest tests do: it binds the
 // executor's pods to itself, marks them Running, and after a while Succeeded or Failed as
 // the workload planned; a pod deleted gracefully it finishes as terminated by the
-// signal and then removes, as a kubelet does at the end of the grace period. With a
-// real node (bindOnly) it only binds pods to that node, as a scheduler would.
+// signal and then removes, as a kubelet does at the end of the grace period.
 type kubelet struct {
-	c        client.Client
-	obs      *observer
-	node     string
-	bindOnly bool
+	c   client.Client
+	obs *observer
 	// exitCode says how an action's attempt ends: the workload's plan.
 	exitCode func(action string, attempt int) int32
 
@@ -38,9 +35,8 @@ type kubelet struct {
 	timers map[types.UID]time.Time // when a pod's next step is due
 }
 
-func newKubelet(c client.Client, obs *observer, seed uint64, node string, bindOnly bool, exitCode func(string, int) int32) *kubelet {
-	return &kubelet{c: c, obs: obs, node: node, bindOnly: bindOnly, exitCode: exitCode,
-		rnd: rand.New(rand.NewPCG(seed, 0x6b75626c)), timers: map[types.UID]time.Time{}}
+func newKubelet(c client.Client, obs *observer, seed uint64, exitCode func(string, int) int32) *kubelet {
+	return &kubelet{c: c, obs: obs, exitCode: exitCode, rnd: rand.New(rand.NewPCG(seed, 0x6b75626c)), timers: map[types.UID]time.Time{}}
 }
 
 // run takes a step on every pod each tick until ctx ends; a step that fails (the API
@@ -81,9 +77,6 @@ func (k *kubelet) step(ctx context.Context, p *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	terminal := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-	if k.bindOnly && p.Spec.NodeName != "" {
-		return // the real kubelet's
-	}
 	switch {
 	case p.DeletionTimestamp != nil && p.Spec.NodeName == "":
 		// The API server removes an unscheduled pod at once; nothing to do.
@@ -102,7 +95,7 @@ func (k *kubelet) step(ctx context.Context, p *corev1.Pod) {
 		if k.due(p, 0, 300*time.Millisecond) {
 			err := k.c.SubResource("binding").Create(ctx, p, &corev1.Binding{
 				ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
-				Target:     corev1.ObjectReference{Kind: "Node", Name: k.node}})
+				Target:     corev1.ObjectReference{Kind: "Node", Name: standInNode}})
 			_ = ignoreConflict(err)
 		}
 	case p.Status.Phase == corev1.PodPending || p.Status.Phase == "":

@@ -22,12 +22,13 @@ import (
 const (
 	// NodeStandIn: no node; the soak's stand-in kubelet plays one (kubelet.go).
 	NodeStandIn = "stand-in"
-	// NodeReal: containerd and a real kubelet (hack/node.sh attach) join the soak's
-	// control plane, and the pods run for real; the soak only binds them to the node.
+	// NodeReal: containerd, a real kubelet and kube-scheduler (hack/node.sh attach) join
+	// the soak's control plane, and the pods are scheduled and run for real.
 	NodeReal = "real"
 )
 
-// realNode is containerd and a kubelet started by hack/node.sh for the soak's API server.
+// realNode is containerd, a kubelet and kube-scheduler started by hack/node.sh for the
+// soak's API server.
 type realNode struct {
 	dir, script string
 	name        string
@@ -58,13 +59,31 @@ func attachNode(ctx context.Context, c client.Client, dir, kubeconfig string) (n
 	for {
 		var node corev1.Node
 		if err := c.Get(ctx, client.ObjectKey{Name: n.name}, &node); err == nil && ready(&node) {
-			return n, nil
+			// The kubelet registers the node tainted not-ready, and the node lifecycle
+			// controller, which the soak does not run, would lift the taint once Ready.
+			if !untaint(&node) || c.Update(ctx, &node) == nil {
+				return n, nil
+			}
+			// Changed meanwhile: read it again.
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return n, fmt.Errorf("node %s was not Ready within 3 minutes; see %s", n.name, filepath.Join(dir, "logs", "kubelet.log"))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// untaint drops the not-ready taint from n and reports whether it had it.
+func untaint(n *corev1.Node) bool {
+	kept := n.Spec.Taints[:0]
+	for _, t := range n.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady {
+			kept = append(kept, t)
+		}
+	}
+	had := len(kept) != len(n.Spec.Taints)
+	n.Spec.Taints = kept
+	return had
 }
 
 func ready(n *corev1.Node) bool {
@@ -93,7 +112,7 @@ func (n *realNode) run(ctx context.Context, args ...string) (string, error) {
 // them, so any of them gone is a crash.
 func (n *realNode) exited() []string {
 	var gone []string
-	for _, name := range []string{"containerd", "kubelet"} {
+	for _, name := range []string{"containerd", "kubelet", "kube-scheduler"} {
 		raw, err := os.ReadFile(filepath.Join(n.dir, "pids", name))
 		pid, perr := strconv.Atoi(strings.TrimSpace(string(raw)))
 		if err != nil || perr != nil || syscall.Kill(pid, 0) != nil {

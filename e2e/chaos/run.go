@@ -96,8 +96,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		follow(runCtx, s.client, func() client.ObjectList { return &flytev1.TaskActionList{} }, obs.action)
 	})
 	bg.Go(func() { follow(runCtx, s.client, func() client.ObjectList { return &corev1.PodList{} }, obs.pod) })
-	k := newKubelet(s.client, obs, o.Seed, s.nodeName(), s.node != nil, w.exitCode)
-	bg.Go(func() { k.run(runCtx) })
+	if s.node == nil {
+		k := newKubelet(s.client, obs, o.Seed, w.exitCode)
+		bg.Go(func() { k.run(runCtx) })
+	}
 	f := newFaults(s, obs, faultRnd, o.Log)
 	for i, e := range s.executors {
 		bg.Go(func() { f.supervise(runCtx, e, func(ctx context.Context) error { return s.startExecutor(ctx, i) }) })

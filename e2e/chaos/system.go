@@ -65,14 +65,6 @@ func (s *system) image() string {
 	return "busybox:1.36"
 }
 
-// nodeName is the node the soak binds pods to.
-func (s *system) nodeName() string {
-	if s.node != nil {
-		return s.node.name
-	}
-	return standInNode
-}
-
 // binDir keeps the programs between runs, outside the clone, as the sandbox does: go
 // build then relinks only what changed, which keeps a short soak short.
 func binDir() string {

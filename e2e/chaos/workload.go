@@ -88,8 +88,10 @@ func planWorkload(rnd *rand.Rand, d time.Duration, dataDir, image string) (*work
 		ta, expect, err := actionOf(p.name, p.kind, group, rnd, dataDir)
 		if c := ta.Spec.Container; c != nil {
 			// On a real node the container itself does what exitCode says, for a while
-			// (not drawn, so that a seed plans the same actions on either node).
-			c.Image, c.Command = image, []string{"sh", "-c", fmt.Sprintf(`sleep %d; [ "$%s" -gt %d ]`, 1+i%3, container.EnvAttempt, failedAttempts(p.kind))}
+			// (not drawn, so that a seed plans the same actions on either node), and
+			// ends on SIGTERM as the stand-in's do (sh as PID 1 would ignore it).
+			c.Image, c.Command = image, []string{"sh", "-c", fmt.Sprintf(`trap 'exit 143' TERM; sleep %d & wait; [ "$%s" -gt %d ]`,
+				1+i%3, container.EnvAttempt, failedAttempts(p.kind))}
 		}
 		if err != nil {
 			return nil, err
