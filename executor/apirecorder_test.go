@@ -48,6 +48,13 @@ func (a *apiRecorder) inject(kind string, faults ...fault) {
 	a.faults[kind] = append(a.faults[kind], faults...)
 }
 
+// pending is how many of the faults queued for a kind are still to come.
+func (a *apiRecorder) pending(kind string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.faults[kind])
+}
+
 // count is how many requests of a kind reached the server.
 func (a *apiRecorder) count(kind string) int {
 	a.mu.Lock()

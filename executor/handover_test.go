@@ -3,17 +3,23 @@ package executor_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/eventsink"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
@@ -78,4 +84,118 @@ func TestNewLeaderDeliversWhatItsPredecessorWrote(t *testing.T) {
 			t.Fatalf("%s is %s; want it still running", ta.Name, got.Status.Phase)
 		}
 	}
+}
+
+// TestDeletionWaitsForDeliveryThroughACrash: whatever an action reported, once it is
+// deleted the events service ends up with its end (Aborted for one that was running,
+// its outcome for one that had finished), even when the executor that saw the deletion
+// dies before it could deliver it. The action's history is the events' only durable
+// copy until they are delivered, so the action may not go before: it holds the finalizer
+// from its first history entry until its last is delivered. Red before: the first pass
+// wrote the status before adding the finalizer and a finished action's finalizer came
+// off at once, so a deletion removed the object with the undelivered end only in the
+// dying executor's memory (seen in a 30-minute soak: deleted right after Running, the
+// events service said RUNNING for good).
+func TestDeletionWaitsForDeliveryThroughACrash(t *testing.T) {
+	tests := []struct {
+		name     string
+		duration string
+		// finalizerFaults fail the executor's first finalizer patches, holding the
+		// action in the moment between its first status write and its finalizer.
+		finalizerFaults int
+		want            flytecorev1.ActionPhase
+	}{
+		{"running, deleted before its finalizer landed", "1h", 1000, flytecorev1.ActionPhase_ACTION_PHASE_ABORTED},
+		{"running, deleted with its finalizer on", "1h", 0, flytecorev1.ActionPhase_ACTION_PHASE_ABORTED},
+		{"finished in one pass, deleted before its outcome was delivered", "0s", 0, flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pg := pgtest.New(t)
+			db := pg.NewDatabase(t)
+			startEvents := func(listen string) *servicetest.Instance {
+				return servicetest.Run(t, events.Run, events.Config{Listen: listen, DatabaseURL: db, Auth: auth.Config{Mode: auth.ModeNone}})
+			}
+			svc := startEvents("127.0.0.1:0")
+			addr := strings.TrimPrefix(svc.URL, "http://")
+			eventsClient, err := eventsink.NewClient(svc.URL, rpcclient.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns := env.Namespace(t)
+			cfg := testConfig()
+			cfg.EventsServiceURL = svc.URL
+			restConfig, rec := recordingConfig()
+			for range tt.finalizerFaults {
+				rec.inject("PATCH taskactions", fault{status: http.StatusInternalServerError})
+			}
+			if tt.duration == "0s" {
+				svc.Stop() // the outcome cannot be delivered before the deletion
+			}
+			stopFirst, _ := start(t, cfg, ns, runOptions{restConfig: restConfig})
+			name := fmt.Sprintf("doomed-%d", i)
+			ta := &flytev1.TaskAction{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "crash-" + ns[len(ns)-6:], ActionName: name,
+					TaskName: "demo.sleep", TaskType: "core-sleep", RunOutputBase: "mem://out/crash", Config: map[string]string{"duration": tt.duration}},
+			}
+			createActions(t, 1, func(int) *flytev1.TaskAction { return ta })
+			key := client.ObjectKeyFromObject(ta)
+			// Wait for what the executor reports (delivered, for the running ones), or
+			// for the finalizer patches to have failed while nothing was reported.
+			eventually.True(t, time.Minute, func() bool {
+				var got flytev1.TaskAction
+				if env.Client.Get(context.Background(), key, &got) != nil {
+					return false
+				}
+				if tt.duration == "0s" {
+					return got.Status.Phase == flytev1.PhaseSucceeded
+				}
+				if got.Status.Phase == flytev1.PhaseRunning {
+					return actionState(t, eventsClient, ta) == flytecorev1.ActionPhase_ACTION_PHASE_RUNNING
+				}
+				return tt.finalizerFaults > 0 && rec.count("PATCH taskactions") == 0 && rec.pending("PATCH taskactions") < tt.finalizerFaults-3
+			}, func() string { return name + " never reported what the test waits for" })
+			if tt.duration != "0s" {
+				svc.Stop() // Aborted cannot be delivered before the crash
+			}
+			if err := env.Client.Delete(context.Background(), ta); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(500 * time.Millisecond) // the executor sees the deletion
+			stopFirst()
+
+			startEvents(addr)
+			start(t, cfg, ns, runOptions{})
+			var state flytecorev1.ActionPhase
+			eventually.True(t, time.Minute, func() bool {
+				state = actionState(t, eventsClient, ta)
+				gone := apierrors.IsNotFound(env.Client.Get(context.Background(), key, &flytev1.TaskAction{}))
+				switch {
+				case tt.finalizerFaults > 0 && state == flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED:
+					return gone // nothing was reported, nothing is owed
+				default:
+					return gone && state == tt.want
+				}
+			}, func() string {
+				return fmt.Sprintf("%s: the events service says %s; want %s, and the action gone", name, state, tt.want)
+			})
+		})
+	}
+}
+
+// actionState is the events service's latest phase of an action, UNSPECIFIED if it has
+// no record of it.
+func actionState(t *testing.T, c eventsv1connect.EventsServiceClient, ta *flytev1.TaskAction) flytecorev1.ActionPhase {
+	t.Helper()
+	resp, err := c.GetAction(context.Background(), connect.NewRequest(&eventsv1.GetActionRequest{
+		Id: &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},
+	}))
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		return flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
+	case err != nil:
+		return flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
+	}
+	return resp.Msg.GetAction().GetPhase()
 }

@@ -10,8 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/auth"
 )
 
 // TestWritesPerAction counts every API write the executor makes for one action, from
@@ -25,15 +29,11 @@ func TestWritesPerAction(t *testing.T) {
 		drive  func(t *testing.T, ta *flytev1.TaskAction)
 		// taskActionWrites: the status writes and the finalizer's.
 		taskActionWrites int
+		// events: an events service runs, whose events the action keeps until delivered.
+		events bool
 	}{
-		{name: "core-sleep 0s: its outcome", taskActionWrites: 1,
-			action: func(ns string) *flytev1.TaskAction {
-				return &flytev1.TaskAction{
-					ObjectMeta: metav1.ObjectMeta{Name: "noop", Namespace: ns},
-					Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "writes", ActionName: "noop",
-						TaskName: "demo.sleep", TaskType: "core-sleep", RunOutputBase: "mem://out/writes", Config: map[string]string{"duration": "0s"}},
-				}
-			}},
+		{name: "core-sleep 0s without events: its outcome", taskActionWrites: 1, action: noop},
+		{name: "core-sleep 0s: finalizer on, its outcome, finalizer off once delivered", taskActionWrites: 3, action: noop, events: true},
 		{name: "container finished before it was scheduled: finalizer on, Queued, Succeeded, finalizer off", taskActionWrites: 4,
 			action: func(ns string) *flytev1.TaskAction { return containerAction(ns, "quick", 0) },
 			drive: func(t *testing.T, ta *flytev1.TaskAction) {
@@ -53,7 +53,12 @@ func TestWritesPerAction(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ns := env.Namespace(t)
 			restConfig, rec := recordingConfig()
-			start(t, testConfig(), ns, runOptions{restConfig: restConfig})
+			cfg := testConfig()
+			if tt.events {
+				db := pgtest.New(t).NewDatabase(t)
+				cfg.EventsServiceURL = servicetest.Run(t, events.Run, events.Config{Listen: "127.0.0.1:0", DatabaseURL: db, Auth: auth.Config{Mode: auth.ModeNone}}).URL
+			}
+			start(t, cfg, ns, runOptions{restConfig: restConfig})
 			ta := tt.action(ns)
 			if err := env.Client.Create(context.Background(), ta); err != nil {
 				t.Fatal(err)
@@ -73,6 +78,14 @@ func TestWritesPerAction(t *testing.T) {
 				t.Errorf("%d Kubernetes Event writes for an action that succeeded; want none", w)
 			}
 		})
+	}
+}
+
+func noop(ns string) *flytev1.TaskAction {
+	return &flytev1.TaskAction{
+		ObjectMeta: metav1.ObjectMeta{Name: "noop", Namespace: ns},
+		Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "writes", ActionName: "noop",
+			TaskName: "demo.sleep", TaskType: "core-sleep", RunOutputBase: "mem://out/writes", Config: map[string]string{"duration": "0s"}},
 	}
 }
 

@@ -136,7 +136,9 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	log("control plane up at %s", s.cp.url)
 	switch node {
 	case NodeReal:
-		if s.node, err = attachNode(ctx, s.client, filepath.Join(dir, "node"), s.cp.kubeconfig); err != nil {
+		// hack/node.sh names the node's cgroups after its directory's name: one per run,
+		// so that runs side by side (or what a killed one left) never share them.
+		if s.node, err = attachNode(ctx, s.client, filepath.Join(dir, filepath.Base(dir)+"-node"), s.cp.kubeconfig); err != nil {
 			return s, err
 		}
 		log("node %s Ready, with image %s", s.node.name, s.node.image)

@@ -78,8 +78,8 @@ func (s *scope) validateSpec(context.Context) (bool, ctrl.Result, error) {
 
 // ensureFinalizer puts the finalizer on before a plugin that creates things outside the
 // action (a pod) runs, so that deleting the action always aborts them. It writes the
-// action's metadata. In-process plugins get the finalizer only if they outlive their
-// first pass (see reconcile).
+// action's metadata. Other actions get it before their first history is written (see
+// reconcile).
 func (s *scope) ensureFinalizer(ctx context.Context) (bool, ctrl.Result, error) {
 	if s.plugin.GetProperties().NeedsFinalizer && !controllerutil.ContainsFinalizer(s.ta, Finalizer) {
 		if err := s.addFinalizer(ctx); err != nil {

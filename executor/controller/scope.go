@@ -44,44 +44,57 @@ type scope struct {
 }
 
 // reconcile is one pass over the action. Whatever the pass changed in the status is
-// written once, at its end; then the finalizer is put on an action that keeps running
-// and taken off one that finished.
+// written once, at its end.
+//
+// The history is the only durable copy of the action's events until they are
+// delivered, so the action holds the finalizer from before its first entry is written
+// until its last is delivered: a deletion then waits for the delivery (and records
+// Aborted) whatever happens to this executor meanwhile. An action without events to
+// keep (no events service) holds it only while it runs, to be aborted.
 func (s *scope) reconcile(ctx context.Context) (ctrl.Result, error) {
 	switch {
 	case !s.ta.DeletionTimestamp.IsZero():
 		return ctrl.Result{}, s.reconcileDelete(ctx)
 	case s.ta.Status.Phase.IsTerminal():
-		return ctrl.Result{}, s.reconcileFinished(ctx)
+		return ctrl.Result{}, s.releaseWhenDelivered(ctx)
 	}
 	// An executor that took over (a new leader, a restart) knows nothing of what its
 	// predecessor wrote but did not deliver: hand it over now, not at the action's next
 	// change of phase, which may be hours away.
 	s.handOver()
 	result, err := s.reconcileActive(ctx)
+	guard := s.writesHistory() && (s.r.Events != nil || !s.ta.Status.Phase.IsTerminal())
+	if guard && !controllerutil.ContainsFinalizer(s.ta, Finalizer) {
+		// Nothing of this pass is written without it; the pass is done again.
+		if ferr := s.addFinalizer(ctx); ferr != nil {
+			return ctrl.Result{}, errors.Join(err, ferr)
+		}
+	}
 	if werr := s.writeStatus(ctx, err == nil); werr != nil {
 		return ctrl.Result{}, errors.Join(err, werr)
 	}
 	if s.ta.Status.Phase.IsTerminal() {
-		// The plugin finalized before the outcome was decided: nothing is left to guard.
-		return ctrl.Result{}, errors.Join(err, s.removeFinalizer(ctx))
-	}
-	// An action still running after its first pass gets the finalizer, so that deleting
-	// it aborts the attempt and reports it; one that finishes at once never needs it.
-	if err == nil && !controllerutil.ContainsFinalizer(s.ta, Finalizer) {
-		if ferr := s.addFinalizer(ctx); ferr != nil {
-			return ctrl.Result{}, ferr
-		}
+		return ctrl.Result{}, errors.Join(err, s.releaseWhenDelivered(ctx))
 	}
 	return result, err
 }
 
-// reconcileFinished looks after a finished action, which a pass reaches only when
-// something else wakes it (a restart, its pod going away).
-func (s *scope) reconcileFinished(ctx context.Context) error {
-	// After a restart the sink knows nothing of the action: hand it over, so that its
-	// history is delivered (again) before the garbage collector may delete it.
-	s.handOver()
-	// A pass that wrote the outcome but failed to take the finalizer off.
+// writesHistory says this pass has history to write: a new last entry.
+func (s *scope) writesHistory() bool {
+	now, _ := lastEntry(&s.ta.Status)
+	was, _ := lastEntry(s.before)
+	return now != was
+}
+
+// releaseWhenDelivered takes the finalizer off a finished action once its history is
+// delivered; until then the event sink wakes the action when it is. A finished action
+// is reached again only when something wakes it: that delivery, a restart (after which
+// the sink knows nothing of it, and so delivers its history again before the garbage
+// collector may delete it), its pod going away.
+func (s *scope) releaseWhenDelivered(ctx context.Context) error {
+	if s.r.Events != nil && !s.r.Events.ReleaseWhenDelivered(s.ta) {
+		return nil
+	}
 	return s.removeFinalizer(ctx)
 }
 
