@@ -3,7 +3,6 @@ package executor_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,14 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/eventsink"
 	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/rpcclient"
-	"github.com/flytekube/backend/internal/servicetest"
-	"github.com/flytekube/backend/services/auth"
 )
 
 // TestCollectorWaitsForRedeliveryAfterARestart: an executor that restarts knows nothing
@@ -27,16 +20,7 @@ import (
 // garbage collector may delete the action. While the events service is down, nothing is
 // collected; once it is back, everything is, and each event is stored exactly once.
 func TestCollectorWaitsForRedeliveryAfterARestart(t *testing.T) {
-	pg := pgtest.New(t)
-	db := pg.NewDatabase(t)
-	startEvents := func(listen string) *servicetest.Instance {
-		return servicetest.Run(t, events.Run, events.Config{Listen: listen, DatabaseURL: db, Auth: auth.Config{Mode: auth.ModeNone}})
-	}
-	svc := startEvents("127.0.0.1:0")
-	eventsClient, err := eventsink.NewClient(svc.URL, rpcclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, eventsClient, restartEvents := restartableEvents(t)
 
 	ns := env.Namespace(t)
 	cfg := testConfig()
@@ -57,7 +41,6 @@ func TestCollectorWaitsForRedeliveryAfterARestart(t *testing.T) {
 	stopFirst()
 
 	// The events service goes down; a new executor starts, eager to collect.
-	addr := strings.TrimPrefix(svc.URL, "http://")
 	svc.Stop()
 	cfg.GC.Interval, cfg.GC.MaxTTL = metav1.Duration{Duration: 100 * time.Millisecond}, metav1.Duration{Duration: time.Millisecond}
 	run(t, cfg, ns, &count)
@@ -69,7 +52,7 @@ func TestCollectorWaitsForRedeliveryAfterARestart(t *testing.T) {
 		}
 	}
 
-	startEvents(addr)
+	restartEvents()
 	for _, ta := range actions {
 		eventually.True(t, time.Minute, func() bool {
 			return apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(ta), &flytev1.TaskAction{}))

@@ -33,17 +33,7 @@ import (
 // phase, which for a task running for hours is hours away: until then the events
 // service, the console and every watcher would show the action as Queued.
 func TestNewLeaderDeliversWhatItsPredecessorWrote(t *testing.T) {
-	pg := pgtest.New(t)
-	db := pg.NewDatabase(t)
-	startEvents := func(listen string) *servicetest.Instance {
-		return servicetest.Run(t, events.Run, events.Config{Listen: listen, DatabaseURL: db, Auth: auth.Config{Mode: auth.ModeNone}})
-	}
-	svc := startEvents("127.0.0.1:0")
-	eventsClient, err := eventsink.NewClient(svc.URL, rpcclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := strings.TrimPrefix(svc.URL, "http://")
+	svc, eventsClient, restartEvents := restartableEvents(t)
 	svc.Stop() // the first executor's deliveries all fail
 
 	ns := env.Namespace(t)
@@ -66,7 +56,7 @@ func TestNewLeaderDeliversWhatItsPredecessorWrote(t *testing.T) {
 	}
 	stopFirst()
 
-	startEvents(addr)
+	restartEvents()
 	run(t, cfg, ns, &count)
 	for _, ta := range actions {
 		var got flytev1.TaskAction
@@ -111,17 +101,7 @@ func TestDeletionWaitsForDeliveryThroughACrash(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pg := pgtest.New(t)
-			db := pg.NewDatabase(t)
-			startEvents := func(listen string) *servicetest.Instance {
-				return servicetest.Run(t, events.Run, events.Config{Listen: listen, DatabaseURL: db, Auth: auth.Config{Mode: auth.ModeNone}})
-			}
-			svc := startEvents("127.0.0.1:0")
-			addr := strings.TrimPrefix(svc.URL, "http://")
-			eventsClient, err := eventsink.NewClient(svc.URL, rpcclient.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			svc, eventsClient, restartEvents := restartableEvents(t)
 			ns := env.Namespace(t)
 			cfg := testConfig()
 			cfg.EventsServiceURL = svc.URL
@@ -165,7 +145,7 @@ func TestDeletionWaitsForDeliveryThroughACrash(t *testing.T) {
 			time.Sleep(500 * time.Millisecond) // the executor sees the deletion
 			stopFirst()
 
-			startEvents(addr)
+			restartEvents()
 			start(t, cfg, ns, runOptions{})
 			var state flytecorev1.ActionPhase
 			eventually.True(t, time.Minute, func() bool {
@@ -185,7 +165,7 @@ func TestDeletionWaitsForDeliveryThroughACrash(t *testing.T) {
 }
 
 // actionState is the events service's latest phase of an action, UNSPECIFIED if it has
-// no record of it.
+// no record of it (-1 if it did not answer).
 func actionState(t *testing.T, c eventsv1connect.EventsServiceClient, ta *flytev1.TaskAction) flytecorev1.ActionPhase {
 	t.Helper()
 	resp, err := c.GetAction(context.Background(), connect.NewRequest(&eventsv1.GetActionRequest{
@@ -195,7 +175,25 @@ func actionState(t *testing.T, c eventsv1connect.EventsServiceClient, ta *flytev
 	case connect.CodeOf(err) == connect.CodeNotFound:
 		return flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
 	case err != nil:
-		return flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
+		return -1 // matches no phase: the test waits on
 	}
 	return resp.Msg.GetAction().GetPhase()
+}
+
+// restartableEvents runs an events service on a database of its own until the test
+// ends, and returns it, a client of it, and how to start it again on its address once
+// it is stopped.
+func restartableEvents(t *testing.T) (svc *servicetest.Instance, c eventsv1connect.EventsServiceClient, restart func()) {
+	t.Helper()
+	db := pgtest.New(t).NewDatabase(t)
+	run := func(listen string) *servicetest.Instance {
+		return servicetest.Run(t, events.Run, events.Config{Listen: listen, DatabaseURL: db, Auth: auth.Config{Mode: auth.ModeNone}})
+	}
+	svc = run("127.0.0.1:0")
+	c, err := eventsink.NewClient(svc.URL, rpcclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(svc.URL, "http://")
+	return svc, c, func() { run(addr) }
 }
