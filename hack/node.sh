@@ -119,16 +119,47 @@ build_images() {
   rm -rf "$rootfs"
 }
 
-# free_port prints a TCP port nothing listens on.
+# free_port sets the variable named $1 to a TCP port no socket is bound to, below the
+# kernel's ephemeral range (a port in it may be taken by any client's connect between
+# this pick and the bind, which on a machine busy running tests happens) and not handed
+# out before by this script.
+picked=" "
 free_port() {
-  local p
+  local p low
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  ((low > 20000 + 1000)) || low=40000
   while :; do
-    p=$((20000 + RANDOM % 20000))
-    if [[ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]]; then
-      echo "$p"
+    p=$((20000 + RANDOM % (low - 20000)))
+    [[ "$picked" == *" $p "* ]] && continue
+    if [[ -z "$(ss -Htan "sport = :$p" 2>/dev/null)" ]]; then
+      picked+="$p "
+      printf -v "$1" '%s' "$p"
       return
     fi
   done
+}
+
+# alive reports whether the process started as $1 is still running.
+alive() { [[ -f "$dir/pids/$1" ]] && kill -0 "$(cat "$dir/pids/$1")" 2>/dev/null; }
+
+# fail reports why the node is not up: the message $1, the node's conditions from the API
+# server $2 (CA $3, token $4, node $5) when given, and the end of the kubelet's log, so a
+# failure in CI can be read from its output alone.
+fail() {
+  log "$1"
+  if [[ $# -gt 1 ]]; then
+    log "the node as the API server holds it:"
+    curl -s --cacert "$3" -H "Authorization: Bearer $4" "$2/api/v1/nodes/$5" 2>&1 |
+      tr -d '\n' | tr -s ' ' | grep -o '"taints":[^]]*]\|"conditions":[^]]*]' | head -c 4000 >&2 || true
+    echo >&2
+  fi
+  for name in kubelet containerd kube-controller-manager; do
+    [[ -f "$dir/logs/$name.log" ]] || continue
+    alive "$name" || log "$name is not running"
+    log "the last lines of $dir/logs/$name.log:"
+    grep -v "nodeIP can.t be loopback" "$dir/logs/$name.log" | tail -n 25 | cut -c1-400 >&2
+  done
+  exit 1
 }
 
 # install_runtime installs containerd, runc and the CNI loopback plugin when missing.
@@ -180,8 +211,8 @@ start() {
   local id node etcd_port peer_port api_port kubelet_port healthz_port
   id=$(basename "$dir" | tr -c 'a-z0-9\n' '-' | tail -c 20)
   node=flyte-node
-  etcd_port=$(free_port); peer_port=$(free_port); api_port=$(free_port)
-  kubelet_port=$(free_port); healthz_port=$(free_port)
+  free_port etcd_port; free_port peer_port; free_port api_port
+  free_port kubelet_port; free_port healthz_port
   echo "$id" >"$dir/id"
 
   # Credentials: a service-account key, and a token per component.
@@ -232,7 +263,8 @@ CSV
   log "waiting for the node to be Ready"
   deadline=$((SECONDS + 180))
   until node_ready "$server" "$ca" "$admin" "$node"; do
-    ((SECONDS < deadline)) || { log "the node did not become Ready; see $dir/logs/kubelet.log"; exit 1; }
+    alive kubelet || fail "the kubelet exited; see $dir/logs/kubelet.log"
+    ((SECONDS < deadline)) || fail "the node did not become Ready; see $dir/logs/kubelet.log" "$server" "$ca" "$admin" "$node"
     sleep 0.5
   done
   echo "$dir/admin.kubeconfig"
@@ -255,7 +287,9 @@ attach() {
   log "starting kube-scheduler"
   run kube-scheduler "$bins/kube-scheduler" --kubeconfig "$dir/kubelet/kubeconfig" \
     --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false
-  start_node "$bins" "$assets" "$id" "$node" "$(free_port)" "$(free_port)"
+  local kubelet_port healthz_port
+  free_port kubelet_port; free_port healthz_port
+  start_node "$bins" "$assets" "$id" "$node" "$kubelet_port" "$healthz_port"
   echo "$node"
 }
 
