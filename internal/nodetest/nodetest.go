@@ -48,6 +48,8 @@ type Node struct {
 	Images []string
 	// Dir holds the node's state, its logs under Dir/logs.
 	Dir string
+
+	lock *os.File // the machine's node lock, held while the node runs
 }
 
 // Unavailable says why this machine cannot run a node, or "" when it can: the node needs
@@ -79,13 +81,25 @@ func script(args ...string) (string, error) {
 const (
 	ownerFile   = "owner"
 	stoppedFile = "stopped"
+	// lockFile, in the temporary directory, is locked by the process whose node runs.
+	lockFile = "flyte-node.lock"
 )
 
-// Start starts a node in a new directory and installs the CRDs. A node left running by a
-// process that died (a test binary that panicked or timed out) is stopped first: the
-// machine holds one node at a time. A node whose process is alive is left alone, and
-// Start fails naming it.
+// Start starts a node in a new directory and installs the CRDs. The machine holds one
+// node at a time (test packages run side by side, and each wants its node's timing to be
+// its own): Start waits for the machine's node lock, which the kernel releases when
+// its holder exits however it exits. A node left running by a process that died (a test
+// binary that panicked or timed out) is then stopped first.
 func Start(opts Options) (n *Node, err error) {
+	lock, err := lockMachine(filepath.Join(os.TempDir(), lockFile))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if n == nil {
+			_ = lock.Close()
+		}
+	}()
 	if err := stopOrphans(os.TempDir()); err != nil {
 		return nil, err
 	}
@@ -93,8 +107,9 @@ func Start(opts Options) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n = &Node{Dir: dir}
+	n = &Node{Dir: dir, lock: lock}
 	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		_ = n.Stop()
 		return nil, fmt.Errorf("nodetest: %w", err)
 	}
 	defer func() {
@@ -130,12 +145,40 @@ func Start(opts Options) (n *Node, err error) {
 	return n, nil
 }
 
-// Stop stops the node and removes its directory.
+// Stop stops the node, removes its directory and lets the next node start.
 func (n *Node) Stop() error {
 	if err := stop(n.Dir); err != nil {
 		return err
 	}
-	return os.RemoveAll(n.Dir)
+	err := os.RemoveAll(n.Dir)
+	n.unlock()
+	return err
+}
+
+// unlock releases the machine's node lock; the node must be stopped.
+func (n *Node) unlock() {
+	if n.lock != nil {
+		_ = n.lock.Close()
+		n.lock = nil
+	}
+}
+
+// lockMachine takes the exclusive lock on the file at path, waiting for its holder (and
+// saying so when it has to), and returns the open file that holds it.
+func lockMachine(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("nodetest: opening the node lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); errors.Is(err, syscall.EWOULDBLOCK) {
+		fmt.Fprintf(os.Stderr, "nodetest: waiting for another test package's node to stop (%s)\n", path)
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("nodetest: taking the node lock %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // stop stops the node in dir and marks it stopped, keeping its files.
@@ -199,6 +242,7 @@ func Main(m *testing.M, node **Node, opts Options) int {
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "nodetest: the node's logs are in %s/logs (kept)\n", n.Dir)
 		_ = stop(n.Dir)
+		n.unlock()
 		return code
 	}
 	if err := n.Stop(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestStopOrphans: a node whose owner died is stopped (and its files kept); a node whose
@@ -58,5 +59,38 @@ func TestStopOrphans(t *testing.T) {
 				t.Fatalf("the node's files went: %v", err)
 			}
 		})
+	}
+}
+
+// TestLockMachineWaitsForTheHolder: a second Start waits until the node before it stops,
+// instead of failing or starting a second node beside it.
+func TestLockMachineWaitsForTheHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), lockFile)
+	first, err := lockMachine(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		second, err := lockMachine(path)
+		if err == nil {
+			err = second.Close()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("the second lock was taken while the first was held (err %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	n := &Node{lock: first}
+	n.unlock()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second lock was not taken after the first was released")
 	}
 }
