@@ -60,13 +60,34 @@ type DataStore interface {
 
 // HostPathStore is a DataStore whose file:// objects lie on this machine's disk, where a
 // pod on the same machine can mount them: a single-node cluster whose executor runs on
-// the node. Both methods refuse what the action may not use, as Read and Write do.
+// the node. The kubelet makes a mount later than any check, following symbolic links, so
+// a pod never mounts a path of the data store itself: it mounts its attempt's staging
+// directory, which no pod can write, and what it wrote is moved to its URI once it has
+// stopped (see package datastore). Every method refuses what the action may not use, as
+// Read and Write do. attempt names the attempt uniquely: the action's UID and number.
 type HostPathStore interface {
-	// HostDir creates the directory at uri, a file:// location the action may write
-	// under, and returns its path.
-	HostDir(ctx context.Context, uri string) (string, error)
-	// HostFile returns the path of the file at uri, a file:// object the action may read.
-	HostFile(ctx context.Context, uri string) (string, error)
+	// StageInput links the file at uri, a file:// object the action may read, into the
+	// attempt's staging directory, for the pod to mount read-only.
+	StageInput(ctx context.Context, uri, attempt string) (HostMount, error)
+	// StageOutput creates the attempt's staged output directory for uri, a file://
+	// location the action may write under, for the pod to mount read-write: the only
+	// place it can write.
+	StageOutput(ctx context.Context, uri, attempt string) (HostMount, error)
+	// CollectOutput moves what the attempt's pod wrote into its staged output directory
+	// to uri, regular files and directories only, and must be called only once the pod
+	// has stopped. Calling it again moves nothing more.
+	CollectOutput(ctx context.Context, uri, attempt string) error
+	// Unstage removes what was staged for the attempt under uri's prefix, collected or
+	// not.
+	Unstage(ctx context.Context, uri, attempt string) error
+}
+
+// HostMount is a host path to mount into a pod, and where the task expects it.
+type HostMount struct {
+	// Source is the path on the host, in the attempt's staging directory.
+	Source string
+	// Target is the path the URI names, where the task reads or writes.
+	Target string
 }
 
 // ErrNotFound is returned by DataStore.Read for a missing blob.

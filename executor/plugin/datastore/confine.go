@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -28,6 +29,8 @@ const (
 	ReasonOtherProject = "other_project"
 	// ReasonSymlink: a symbolic link leads out of a file:// prefix.
 	ReasonSymlink = "symlink"
+	// ReasonReserved: a path through a directory the executor keeps for itself.
+	ReasonReserved = "reserved"
 	// ReasonFileNotConfigured: an action's own file:// location, with no allowed
 	// prefixes configured; file:// is used only under a prefix that names it.
 	ReasonFileNotConfigured = "file_not_configured"
@@ -164,76 +167,6 @@ func (c *Confined) ForAction(ta *flytev1.TaskAction) plugin.DataStore {
 	return view{c, r}
 }
 
-// HostDir implements plugin.HostPathStore: the directory is made through the prefix's
-// os.Root, so a symbolic link planted on the way cannot lead it out of the prefix.
-func (v view) HostDir(_ context.Context, uri string) (string, error) {
-	at, root, err := v.hostPlace(uri, true)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = root.Close() }()
-	if rel := relative(at); rel != "" {
-		if err := root.MkdirAll(rel, 0o755); err != nil {
-			return "", fileError("creating", at, err)
-		}
-	}
-	return hostPath(at, root, true)
-}
-
-// HostFile implements plugin.HostPathStore.
-func (v view) HostFile(_ context.Context, uri string) (string, error) {
-	at, root, err := v.hostPlace(uri, false)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = root.Close() }()
-	return hostPath(at, root, false)
-}
-
-// hostPlace checks a file:// URI as a write (dir) or a read, and opens its prefix.
-func (v view) hostPlace(uri string, dir bool) (place, *os.Root, error) {
-	at, err := v.r.check(uri, dir)
-	if err != nil {
-		return place{}, nil, err
-	}
-	if at.loc.Scheme != "file" {
-		return place{}, nil, fmt.Errorf("datastore: %s is not on this machine's disk", uri)
-	}
-	if at.under.Len() == 0 {
-		// A derived view's input: file:// is refused there, so this is not reached.
-		return place{}, nil, refuse(uri, ReasonOutside, "not under an allowed prefix")
-	}
-	root, err := openRoot(at.under, dir)
-	if err != nil {
-		return place{}, nil, fmt.Errorf("datastore: opening %s: %w", at.under, err)
-	}
-	return at, root, nil
-}
-
-// hostPath is the object's path once os.Root has shown it is what was asked for and
-// lies inside the prefix: no link anywhere on the way, as a mount would follow one.
-func hostPath(at place, root *os.Root, dir bool) (string, error) {
-	rel := relative(at)
-	if rel != "" {
-		parts := strings.Split(rel, "/")
-		for i := range parts {
-			fi, err := root.Lstat(path.Join(parts[:i+1]...))
-			if err != nil {
-				return "", fileError("checking", at, err)
-			}
-			if fi.Mode()&fs.ModeSymlink != 0 {
-				return "", refuse(at.uri, ReasonSymlink, "a symbolic link stands on the way, and a mount would follow it")
-			}
-			if want := i < len(parts)-1 || dir; want && !fi.IsDir() {
-				return "", fmt.Errorf("datastore: %s: %s is not a directory", at.uri, path.Join(parts[:i+1]...))
-			} else if !want && !fi.Mode().IsRegular() {
-				return "", fmt.Errorf("datastore: %s is not a regular file", at.uri)
-			}
-		}
-	}
-	return path.Join(at.under.Path(), rel), nil
-}
-
 // view is one action's part of a confined store.
 type view struct {
 	c *Confined
@@ -291,6 +224,9 @@ func (r rules) check(uri string, write bool) (place, error) {
 	loc, err := prefix.ParseURI(uri)
 	if err != nil {
 		return place{}, refuse(uri, ReasonOutside, strings.TrimPrefix(err.Error(), fmt.Sprintf("%q", uri)+": "))
+	}
+	if slices.Contains(loc.Segments, StagingDir) {
+		return place{}, refuse(uri, ReasonReserved, StagingDir+" directories are the executor's own: it stages pods' mounts there")
 	}
 	for _, t := range r.territories {
 		vars, ok := t.Match(loc)

@@ -278,10 +278,10 @@ func TestConfineRefusesBadPrefixes(t *testing.T) {
 	}
 }
 
-// TestHostPathsStayInsideThePrefix: what a pod would mount is a directory or file inside
-// the action's prefix, with no symbolic link on the way (a mount follows links, os.Root
-// alone would not be enough), and nothing outside the action's part is handed out.
-func TestHostPathsStayInsideThePrefix(t *testing.T) {
+// TestStagedMountsStayInsideThePrefix: what a pod would mount is in its attempt's
+// staging directory inside the action's prefix, made with no symbolic link on the way,
+// and nothing outside the action's part is staged.
+func TestStagedMountsStayInsideThePrefix(t *testing.T) {
 	d := newDisk(t)
 	if err := os.WriteFile(filepath.Join(d.allowed, "inputs.json"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
@@ -289,51 +289,161 @@ func TestHostPathsStayInsideThePrefix(t *testing.T) {
 	if err := os.Symlink(filepath.Join(d.allowed, "inputs.json"), filepath.Join(d.allowed, "inner-link")); err != nil {
 		t.Fatal(err)
 	}
-	action := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{Project: "p", Domain: "d"}}
-	store, ok := confine(t, "file://"+d.allowed).ForAction(action).(plugin.HostPathStore)
-	if !ok {
-		t.Fatal("an action's view of a confined store has no host paths")
-	}
+	store := hostPaths(t, confine(t, "file://"+d.allowed))
 	in := "file://" + d.allowed
+	staging := filepath.Join(d.allowed, datastore.StagingDir, "uid-1")
 	for _, tc := range []struct {
-		name, uri  string
-		dir        bool
-		want       string // the path handed out; empty: refused
-		notAllowed bool   // refused as ErrNotAllowed (not merely missing or of another kind)
+		name, uri, attempt string
+		dir                bool
+		want               plugin.HostMount // empty: refused
+		notAllowed         bool             // refused as ErrNotAllowed (not merely missing or of another kind)
 	}{
-		{"output directory, made", in + "/run/a/1", true, filepath.Join(d.allowed, "run/a/1"), false},
-		{"input file", in + "/inputs.json", false, filepath.Join(d.allowed, "inputs.json"), false},
-		{"directory through a link out", in + "/abs-link/x", true, "", true},
-		{"directory that is a link out", in + "/rel-link", true, "", true},
-		{"file that is a link out", in + "/token-link", false, "", true},
-		{"file that is a link inside", in + "/inner-link", false, "", true},
-		{"dot-dot out", in + "/../secrets", true, "", true},
-		{"sibling", "file://" + d.sibling + "/token", false, "", true},
-		{"missing file", in + "/nothing.json", false, "", false},
-		{"a directory as a file", in + "/run", false, "", false},
-		{"not under the prefix", "mem://b/x", true, "", true},
+		{"output directory", in + "/run/a/1", "uid-1", true,
+			plugin.HostMount{Source: filepath.Join(staging, "out"), Target: filepath.Join(d.allowed, "run/a/1")}, false},
+		{"input file", in + "/inputs.json", "uid-1", false,
+			plugin.HostMount{Source: filepath.Join(staging, "in/inputs.json"), Target: filepath.Join(d.allowed, "inputs.json")}, false},
+		{"directory through a link out", in + "/abs-link/x", "uid-1", true, plugin.HostMount{}, true},
+		{"file through a link out", in + "/abs-link/token", "uid-1", false, plugin.HostMount{}, true},
+		{"file that is a link out", in + "/token-link", "uid-1", false, plugin.HostMount{}, true},
+		{"file that is a link inside", in + "/inner-link", "uid-1", false, plugin.HostMount{}, true},
+		{"dot-dot out", in + "/../secrets", "uid-1", true, plugin.HostMount{}, true},
+		{"sibling", "file://" + d.sibling + "/token", "uid-1", false, plugin.HostMount{}, true},
+		{"into the staging directories", in + "/" + datastore.StagingDir + "/uid-2/out", "uid-1", true, plugin.HostMount{}, true},
+		{"an attempt that is a path", in + "/run/a/1", "../../x", true, plugin.HostMount{}, false},
+		{"missing file", in + "/nothing.json", "uid-1", false, plugin.HostMount{}, false},
+		{"a directory as a file", in + "/abs-link", "uid-1", false, plugin.HostMount{}, true},
+		{"not under the prefix", "mem://b/x", "uid-1", true, plugin.HostMount{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			get := store.HostFile
+			stage := store.StageInput
 			if tc.dir {
-				get = store.HostDir
+				stage = store.StageOutput
 			}
-			got, err := get(context.Background(), tc.uri)
-			if tc.want == "" {
+			got, err := stage(context.Background(), tc.uri, tc.attempt)
+			if tc.want == (plugin.HostMount{}) {
 				if err == nil || tc.notAllowed != errors.Is(err, datastore.ErrNotAllowed) {
-					t.Fatalf("got %q, %v; want refused (not allowed: %v)", got, err, tc.notAllowed)
+					t.Fatalf("got %+v, %v; want refused (not allowed: %v)", got, err, tc.notAllowed)
 				}
 				return
 			}
 			if err != nil || got != tc.want {
-				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
 			}
-			if fi, err := os.Lstat(got); err != nil || fi.IsDir() != tc.dir {
-				t.Fatalf("%s: %v, %v", got, fi, err)
+			if fi, err := os.Lstat(got.Source); err != nil || fi.IsDir() != tc.dir || !tc.dir && !fi.Mode().IsRegular() {
+				t.Fatalf("%s: %v, %v", got.Source, fi, err)
 			}
 		})
 	}
 	if _, err := os.Stat(filepath.Join(d.outside, "x")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a directory was made outside: %v", err)
 	}
+	if _, err := os.Stat(filepath.Join(d.allowed, "run")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the output directory was made in the data store before the pod ran: %v", err)
+	}
+}
+
+// TestNoPodWritesOnAnotherPodsMountPath: an action whose input and output base lie inside
+// another action's output still gets mounts whose host paths pass through nothing the
+// other's pod can write (its staged output), nor through the data store's directories.
+func TestNoPodWritesOnAnotherPodsMountPath(t *testing.T) {
+	d := newDisk(t)
+	store := hostPaths(t, confine(t, "file://"+d.allowed))
+	ctx := context.Background()
+	in := "file://" + d.allowed
+	first, err := store.StageOutput(ctx, in+"/run/first/1", "first-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first attempt's output, collected, holds the second's input.
+	if err := os.WriteFile(filepath.Join(first.Source, "outputs.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CollectOutput(ctx, in+"/run/first/1", "first-1"); err != nil {
+		t.Fatal(err)
+	}
+	input, err := store.StageInput(ctx, in+"/run/first/1/outputs.json", "second-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	output, err := store.StageOutput(ctx, in+"/run/first/1/nest/second/1", "second-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []plugin.HostMount{input, output} {
+		for _, writable := range []string{first.Source, first.Target} {
+			if m.Source == writable || strings.HasPrefix(m.Source, writable+"/") {
+				t.Errorf("%s is mounted through %s, which a pod can or could write", m.Source, writable)
+			}
+		}
+	}
+}
+
+// TestCollectOutputMovesFilesAndLeavesLinks: what the pod wrote reaches the output URI,
+// merged into what is there; links it made (out of the prefix, or into another part of
+// it) and anything not a file or directory are left behind and removed.
+func TestCollectOutputMovesFilesAndLeavesLinks(t *testing.T) {
+	d := newDisk(t)
+	c := confine(t, "file://"+d.allowed)
+	store := hostPaths(t, c)
+	ctx := context.Background()
+	uri := "file://" + d.allowed + "/run/a/1"
+	m, err := store.StageOutput(ctx, uri, "uid-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(d.allowed, "run/a/1")
+	if err := os.MkdirAll(filepath.Join(target, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{filepath.Join(target, "outputs.json"): "old", filepath.Join(target, "kept"): "kept",
+		filepath.Join(m.Source, "outputs.json"): "new", filepath.Join(m.Source, "sub/deep/file"): "deep"} {
+		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, to := range map[string]string{"token": filepath.Join(d.outside, "token"), "secrets": d.outside, "sub/inputs": "../../../../inputs.json"} {
+		if err := os.Symlink(to, filepath.Join(m.Source, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // the second does nothing more
+		if err := store.CollectOutput(ctx, uri, "uid-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]string{"outputs.json": "new", "kept": "kept", "sub/deep/file": "deep"} {
+		if got, err := c.Read(ctx, uri+"/"+name); err != nil || string(got) != want {
+			t.Errorf("%s: %q, %v; want %q", name, got, err, want)
+		}
+	}
+	for _, name := range []string{"token", "secrets", "sub/inputs"} {
+		if _, err := os.Lstat(filepath.Join(target, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s was collected: %v", name, err)
+		}
+	}
+	if _, err := os.Lstat(m.Source); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the staged output is still there: %v", err)
+	}
+	if err := store.Unstage(ctx, uri, "uid-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Dir(m.Source)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the staging directory is still there after Unstage: %v", err)
+	}
+	if err := store.Unstage(ctx, "file://"+d.allowed+"/nowhere/x", "uid-1"); err != nil {
+		t.Errorf("unstaging what was never staged: %v", err)
+	}
+}
+
+func hostPaths(t *testing.T, c *datastore.Confined) plugin.HostPathStore {
+	t.Helper()
+	action := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{Project: "p", Domain: "d"}}
+	store, ok := c.ForAction(action).(plugin.HostPathStore)
+	if !ok {
+		t.Fatal("an action's view of a confined store has no host paths")
+	}
+	return store
 }

@@ -462,9 +462,25 @@ func (m *PluginManager) Abort(ctx context.Context, tCtx plugin.TaskExecutionCont
 // configured.
 func (m *PluginManager) Finalize(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
 	obj, err := m.attemptObject(ctx, tCtx.Metadata())
-	if err != nil || obj == nil {
+	if err != nil {
 		return err
 	}
+	if obj != nil {
+		if err := m.finalizeObject(ctx, obj); err != nil {
+			return err
+		}
+	}
+	if f, ok := m.plugin.(AttemptFinalizer); ok {
+		if err := f.FinalizeAttempt(ctx, tCtx); err != nil {
+			return fmt.Errorf("%s: %w", m.id, err)
+		}
+	}
+	return nil
+}
+
+// finalizeObject drops the attempt's object's finalizer, and deletes it when so
+// configured.
+func (m *PluginManager) finalizeObject(ctx context.Context, obj client.Object) error {
 	if controllerutil.ContainsFinalizer(obj, Finalizer) {
 		patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 		controllerutil.RemoveFinalizer(obj, Finalizer)

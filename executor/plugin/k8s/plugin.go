@@ -46,6 +46,13 @@ type EventReader interface {
 		events func() ([]corev1.Event, error)) (plugin.PhaseInfo, error)
 }
 
+// AttemptFinalizer is implemented by a Plugin that keeps something of its own for an
+// attempt beside its object, as the container plugin's staged mounts: the manager calls
+// it when the attempt is finalized (it ended, failed, or was aborted), after the object.
+type AttemptFinalizer interface {
+	FinalizeAttempt(ctx context.Context, tCtx plugin.TaskExecutionContext) error
+}
+
 // Properties tune the manager for one plugin.
 type Properties struct {
 	// DisableInjectOwnerReferences leaves the owner reference off, for objects that

@@ -53,8 +53,9 @@ type Plugin struct {
 }
 
 var (
-	_ k8s.Plugin      = Plugin{}
-	_ k8s.EventReader = Plugin{}
+	_ k8s.Plugin           = Plugin{}
+	_ k8s.EventReader      = Plugin{}
+	_ k8s.AttemptFinalizer = Plugin{}
 )
 
 // GetProperties implements k8s.Plugin.
@@ -122,29 +123,30 @@ const (
 
 // mountFileStorage mounts the action's file:// input (read-only) and its attempt's output
 // directory at the paths their URIs name, so that the task finds them where the
-// environment says. The data store hands out only paths the action may use, with no
-// symbolic link on the way, which a mount would follow.
+// environment says. What is mounted is staged for the attempt (see plugin.HostPathStore):
+// no pod can redirect another's mount, nor write in the data store itself.
 func mountFileStorage(ctx context.Context, tCtx plugin.TaskExecutionContext, spec *corev1.PodSpec) error {
-	store, ok := tCtx.DataStore().(plugin.HostPathStore)
+	store, ok := hostPaths(tCtx)
 	if !ok {
 		return errors.New("container: k8s.mountFileStorage is set, but the data store is not on this machine's disk")
 	}
+	attempt := attemptID(tCtx.Metadata())
 	mount := func(name, uri string, readOnly bool) error {
 		if !strings.HasPrefix(uri, "file://") {
 			return nil
 		}
-		get, kind := store.HostDir, corev1.HostPathDirectory
+		stage, kind := store.StageOutput, corev1.HostPathDirectory
 		if readOnly {
-			get, kind = store.HostFile, corev1.HostPathFile
+			stage, kind = store.StageInput, corev1.HostPathFile
 		}
-		path, err := get(ctx, uri)
+		m, err := stage(ctx, uri, attempt)
 		if err != nil {
 			return fmt.Errorf("container: mounting %s: %w", uri, err)
 		}
 		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &kind}}})
+			HostPath: &corev1.HostPathVolumeSource{Path: m.Source, Type: &kind}}})
 		c := &spec.Containers[0]
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: readOnly})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: m.Target, ReadOnly: readOnly})
 		return nil
 	}
 	if err := mount(InputsVolume, tCtx.InputReader().InputURI(), true); err != nil {
@@ -153,13 +155,55 @@ func mountFileStorage(ctx context.Context, tCtx plugin.TaskExecutionContext, spe
 	return mount(OutputsVolume, tCtx.OutputWriter().OutputPrefix(), false)
 }
 
+// hostPaths is the action's data store when file storage is mounted.
+func hostPaths(tCtx plugin.TaskExecutionContext) (plugin.HostPathStore, bool) {
+	store, ok := tCtx.DataStore().(plugin.HostPathStore)
+	return store, ok
+}
+
+// attemptID names the attempt's staged mounts: unique across actions and attempts.
+func attemptID(md plugin.TaskExecutionMetadata) string {
+	return fmt.Sprintf("%s-%d", md.Action().UID, md.Attempt())
+}
+
+// collectOutputs moves what the attempt's stopped pod wrote to its output URI.
+func (p Plugin) collectOutputs(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
+	uri := tCtx.OutputWriter().OutputPrefix()
+	store, ok := hostPaths(tCtx)
+	if !p.Config.MountFileStorage || !ok || !strings.HasPrefix(uri, "file://") {
+		return nil
+	}
+	if err := store.CollectOutput(ctx, uri, attemptID(tCtx.Metadata())); err != nil {
+		return fmt.Errorf("container: collecting the outputs: %w", err)
+	}
+	return nil
+}
+
+// FinalizeAttempt implements k8s.AttemptFinalizer: the attempt's staged mounts go.
+func (p Plugin) FinalizeAttempt(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
+	store, ok := hostPaths(tCtx)
+	if !p.Config.MountFileStorage || !ok {
+		return nil
+	}
+	attempt := attemptID(tCtx.Metadata())
+	for _, uri := range []string{tCtx.InputReader().InputURI(), tCtx.OutputWriter().OutputPrefix()} {
+		if !strings.HasPrefix(uri, "file://") {
+			continue
+		}
+		if err := store.Unstage(ctx, uri, attempt); err != nil {
+			return fmt.Errorf("container: removing the staged mounts: %w", err)
+		}
+	}
+	return nil
+}
+
 // GetTaskPhase implements k8s.Plugin.
 func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionContext, obj client.Object) (plugin.PhaseInfo, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return plugin.PhaseInfo{}, fmt.Errorf("container: expected a Pod, got %T", obj)
 	}
-	info, err := phaseOf(ctx, tCtx, pod, p.Config)
+	info, err := p.phaseOf(ctx, tCtx, pod)
 	if err == nil && len(p.Config.LogLinks) > 0 {
 		spec := tCtx.Metadata().Action().Spec
 		info.LogLinks = p.Config.Links(k8s.LogLinkData{
@@ -170,7 +214,14 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionConte
 	return info, err
 }
 
-func phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.Pod, cfg k8s.Config) (plugin.PhaseInfo, error) {
+func (p Plugin) phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, pod *corev1.Pod) (plugin.PhaseInfo, error) {
+	cfg := p.Config
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		// Its containers have stopped: nothing writes in the staged output any more.
+		if err := p.collectOutputs(ctx, tCtx); err != nil {
+			return plugin.PhaseInfo{}, err
+		}
+	}
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
 		return Outcome(ctx, tCtx)

@@ -48,7 +48,7 @@ func TestSecretsInThePod(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "file://" + dir + "/r1",
+			ta := &flytev1.TaskAction{ObjectMeta: metav1.ObjectMeta{UID: "uid"}, Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "file://" + dir + "/r1",
 				Container: &flytev1.ContainerSpec{Image: "busybox", Env: tt.env}, Secrets: tt.secrets}}
 			tCtx := plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store})
 			obj, err := container.Plugin{Config: k8s.Config{MountFileStorage: true}}.BuildResource(ctx, tCtx)
