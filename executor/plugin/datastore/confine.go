@@ -229,8 +229,8 @@ func (r rules) check(uri string, write bool) (place, error) {
 		return place{}, refuse(uri, ReasonReserved, StagingDir+" directories are the executor's own: it stages pods' mounts there")
 	}
 	for _, t := range r.territories {
-		vars, ok := t.Match(loc)
-		if ok && (t.Has(prefix.Project) && vars.Project != r.project || t.Has(prefix.Domain) && vars.Domain != r.domain) {
+		vars, ok := t.Claim(loc)
+		if ok && (vars.Project != "" && vars.Project != r.project || vars.Domain != "" && vars.Domain != r.domain) {
 			return place{}, refuse(uri, ReasonOtherProject,
 				fmt.Sprintf("in the part of %s of project %q, domain %q; the action is of project %q, domain %q", t, vars.Project, vars.Domain, r.project, r.domain))
 		}

@@ -180,7 +180,8 @@ func TestActionViewKeepsProjectsApart(t *testing.T) {
 	d := newDisk(t)
 	shared := "file://" + d.allowed
 	c := confine(t, shared, shared+"/projects/{project}/{domain}", "mem://data/{project}/{domain}/")
-	for _, uri := range []string{shared + "/projects/p2/dev/r9/a0/1/outputs.json", shared + "/projects/p1/prod/r9/a0/1/outputs.json", "mem://data/p2/dev/x"} {
+	for _, uri := range []string{shared + "/projects/p2/dev/r9/a0/1/outputs.json", shared + "/projects/p1/prod/r9/a0/1/outputs.json", "mem://data/p2/dev/x",
+		shared + "/projects/p2/notes.json", shared + "/projects/p1/notes.json"} {
 		if err := c.Write(ctx, uri, []byte("theirs")); err != nil {
 			t.Fatal(err)
 		}
@@ -196,6 +197,11 @@ func TestActionViewKeepsProjectsApart(t *testing.T) {
 		shared + "/projects/p2/dev/r9/a0/1/outputs.json",  // another project
 		shared + "/projects/p1/prod/r9/a0/1/outputs.json", // another domain
 		"mem://data/p2/dev/x",
+		// Above the domain level, where the plain prefix alone would match: the template
+		// gives these paths to project p2, to p2's root, and to p1's domain "notes.json".
+		shared + "/projects/p2/notes.json",
+		shared + "/projects/p2",
+		shared + "/projects/p1/notes.json",
 	} {
 		got, err := view.Read(ctx, uri)
 		var refused *datastore.NotAllowedError

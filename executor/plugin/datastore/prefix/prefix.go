@@ -247,6 +247,41 @@ func (p Prefix) Match(loc Location) (Vars, bool) {
 	return vars, true
 }
 
+// Claim reports whether loc lies on a path the template p gives some project or domain,
+// at any depth: under p, or on the way to it (p's literal segments match as far as loc
+// goes and at least one placeholder is reached). vars holds the placeholders reached.
+// A plain prefix covering a templated one must refuse such a path of another project:
+// /data/projects/b/notes.json is project b's under /data/projects/{project}/{domain},
+// though nothing of the template lies strictly above it.
+func (p Prefix) Claim(loc Location) (vars Vars, ok bool) {
+	if loc.Scheme != p.scheme || loc.Host != p.host {
+		return Vars{}, false
+	}
+	for i, s := range p.segments {
+		if i >= len(loc.Segments) {
+			break
+		}
+		got := loc.Segments[i]
+		switch {
+		case !s.placeholder:
+			if got != s.text {
+				return Vars{}, false
+			}
+		case s.text == Project:
+			if vars.Project != "" && vars.Project != got {
+				return Vars{}, false
+			}
+			vars.Project, ok = got, true
+		case s.text == Domain:
+			if vars.Domain != "" && vars.Domain != got {
+				return Vars{}, false
+			}
+			vars.Domain, ok = got, true
+		}
+	}
+	return vars, ok
+}
+
 // Has reports whether the prefix holds a placeholder, Project or Domain.
 func (p Prefix) Has(placeholder string) bool {
 	return slices.Contains(p.segments, segment{text: placeholder, placeholder: true})

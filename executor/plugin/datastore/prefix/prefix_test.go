@@ -140,3 +140,31 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+func TestClaim(t *testing.T) {
+	p, err := prefix.Parse("file:///data/projects/{project}/{domain}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		uri  string
+		want prefix.Vars
+		ok   bool
+	}{
+		{"file:///data/projects/b/dev/r/a/1/outputs.json", prefix.Vars{Project: "b", Domain: "dev"}, true},
+		{"file:///data/projects/b/notes.json", prefix.Vars{Project: "b", Domain: "notes.json"}, true},
+		{"file:///data/projects/b", prefix.Vars{Project: "b"}, true},
+		{"file:///data/projects", prefix.Vars{}, false},       // above every placeholder
+		{"file:///data/shared/b/dev/x", prefix.Vars{}, false}, // a literal segment differs
+		{"s3://data/projects/b/dev/x", prefix.Vars{}, false},
+	}
+	for _, tt := range tests {
+		loc, err := prefix.ParseURI(tt.uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := p.Claim(loc); got != tt.want || ok != tt.ok {
+			t.Errorf("Claim(%s) = %+v, %v; want %+v, %v", tt.uri, got, ok, tt.want, tt.ok)
+		}
+	}
+}
