@@ -25,8 +25,13 @@ const (
 )
 
 // systemDirs may never lie under a file:// prefix, nor hold one: they hold the process's
-// credentials (/var/run/secrets), its memory and devices, and the node's configuration.
-var systemDirs = []string{"/proc", "/sys", "/dev", "/etc", "/run", "/var/run", "/boot", "/root"}
+// credentials (/var/run/secrets), its memory and devices, the node's configuration and
+// programs, and the node's own state: the kubelet's pods and volumes (their Secrets),
+// etcd's data, the container runtimes' images and snapshots, and pods' logs.
+var systemDirs = []string{"/proc", "/sys", "/dev", "/etc", "/run", "/var/run", "/boot", "/root",
+	"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+	"/var/lib/kubelet", "/var/lib/etcd", "/var/lib/containerd", "/var/lib/docker", "/var/lib/cni", "/opt/cni",
+	"/var/log"}
 
 // Location is a parsed blob URI.
 type Location struct {

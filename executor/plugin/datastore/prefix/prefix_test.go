@@ -64,6 +64,15 @@ func TestParsePrefix(t *testing.T) {
 		{"file:///var", "error: system directory /var/run"},
 		{"file:///var/run/secrets/kubernetes.io", "error: system directory /var/run"},
 		{"file:///etc/", "error: system directory /etc"},
+		// The node's own trees: the kubelet's pods and volumes, etcd's data, the
+		// container runtime's images and snapshots, the system's programs, pods' logs.
+		{"file:///var/lib/kubelet/pods", "error: system directory /var/lib/kubelet"},
+		{"file:///var/lib/etcd", "error: system directory /var/lib/etcd"},
+		{"file:///var/lib/containerd/io.containerd.snapshotter.v1.overlayfs", "error: system directory /var/lib/containerd"},
+		{"file:///var/lib", "error: system directory /var/lib/"},
+		{"file:///usr/local/data", "error: system directory /usr"},
+		{"file:///var/log/pods", "error: system directory /var/log"},
+		{"file:///var/lib/flyte-data", "file:///var/lib/flyte-data/"},
 		{"s3://b/{project}-{domain}/", "error: placeholders must be whole path segments"},
 		{"s3://b/{team}/", "error: unknown placeholder {team}"},
 		{"s3://b/x/../y", `error: "." or ".."`},
