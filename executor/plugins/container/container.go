@@ -166,8 +166,9 @@ func attemptID(md plugin.TaskExecutionMetadata) string {
 	return fmt.Sprintf("%s-%d", md.Action().UID, md.Attempt())
 }
 
-// collectOutputs moves what the attempt's stopped pod wrote to its output URI.
-func (p Plugin) collectOutputs(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
+// CollectOutputs moves what the attempt's pods wrote to its output URI, with
+// k8s.mountFileStorage; call it only once they have all stopped.
+func (p Plugin) CollectOutputs(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
 	uri := tCtx.OutputWriter().OutputPrefix()
 	store, ok := hostPaths(tCtx)
 	if !p.Config.MountFileStorage || !ok || !strings.HasPrefix(uri, "file://") {
@@ -218,7 +219,7 @@ func (p Plugin) phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, p
 	cfg := p.Config
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		// Its containers have stopped: nothing writes in the staged output any more.
-		if err := p.collectOutputs(ctx, tCtx); err != nil {
+		if err := p.CollectOutputs(ctx, tCtx); err != nil {
 			return plugin.PhaseInfo{}, err
 		}
 	}

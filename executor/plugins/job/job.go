@@ -51,9 +51,15 @@ type Plugin struct {
 }
 
 var (
-	_ k8s.Plugin      = Plugin{}
-	_ k8s.EventReader = Plugin{}
+	_ k8s.Plugin           = Plugin{}
+	_ k8s.EventReader      = Plugin{}
+	_ k8s.AttemptFinalizer = Plugin{}
 )
+
+// FinalizeAttempt implements k8s.AttemptFinalizer: the pods' staged mounts go.
+func (p Plugin) FinalizeAttempt(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
+	return p.pods.FinalizeAttempt(ctx, tCtx)
+}
 
 // GetProperties implements k8s.Plugin.
 func (Plugin) GetProperties() k8s.Properties { return k8s.Properties{} }
@@ -120,9 +126,14 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionConte
 			continue
 		}
 		switch c.Type {
-		case batchv1.JobComplete:
-			return container.Outcome(ctx, tCtx)
-		case batchv1.JobFailed:
+		case batchv1.JobComplete, batchv1.JobFailed:
+			// The Job controller sets either only once its pods have stopped.
+			if err := p.pods.CollectOutputs(ctx, tCtx); err != nil {
+				return plugin.PhaseInfo{}, fmt.Errorf("k8s-job: %w", err)
+			}
+			if c.Type == batchv1.JobComplete {
+				return container.Outcome(ctx, tCtx)
+			}
 			return plugin.PhaseInfoUserFailure(or(c.Reason, "JobFailed"), c.Message), nil
 		}
 	}
