@@ -3,9 +3,12 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -278,11 +281,13 @@ func checkDeniedWroteNothing(t *testing.T, s *services, executorToken, deniedPro
 }
 
 // TestTokenFileModeAuthorizesEveryRPC: executors may call everything, viewers only the
-// read RPCs, anyone else nothing, and no or a bad token is Unauthenticated, over Connect,
-// gRPC and gRPC-Web with TLS.
+// read RPCs of a project (not the cluster-wide egress, whose sinks and dead letters are
+// every project's), operators the egress RPCs only, anyone else nothing, and no or a bad
+// token is Unauthenticated, over Connect, gRPC and gRPC-Web with TLS.
 func TestTokenFileModeAuthorizesEveryRPC(t *testing.T) {
 	pg := pgtest.New(t)
 	tokens := servicetest.NewTokens(t)
+	operator := addToken(t, tokens.File, "operator", auth.Operators)
 	s := startServices(t, pg, tokens.AuthConfig(), nil)
 	s.events.RequireMetrics(t, `flyte_rpc_denied_total{procedure="/flyte.events.v1.EventsService/Record",reason="forbidden"} 0`)
 	checkInventedPathsDoNotGrowTheMetric(t, s)
@@ -290,17 +295,41 @@ func TestTokenFileModeAuthorizesEveryRPC(t *testing.T) {
 		{"no-token", "", unauthenticated},
 		{"bad-token", "not-a-token", unauthenticated},
 		{"executor", tokens.Executor, allowed},
-		{"viewer", tokens.Viewer, readOnly},
+		{"viewer", tokens.Viewer, projectReadOnly},
+		{"operator", operator, egressOnly},
 		{"other", tokens.Other, forbidden},
 	})
-	checkCallers(t, s, "team-b", []caller{{"other", tokens.Other, forbidden}, {"viewer", tokens.Viewer, readOnly}})
+	checkCallers(t, s, "team-b", []caller{{"other", tokens.Other, forbidden}, {"viewer", tokens.Viewer, projectReadOnly}})
 	checkDeniedWroteNothing(t, s, tokens.Executor, "team-b")
+}
+
+// addToken appends a caller in group to a token file and returns its token.
+func addToken(t *testing.T, file, name, group string) string {
+	t.Helper()
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	token := hex.EncodeToString(b)
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fmt.Fprintf(f, "%s,%s,uid-%s,%q\n", token, name, name, group)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("adding %s to the token file: %v", name, err)
+	}
+	return token
 }
 
 // TestKubernetesModeAuthorizesEveryRPC checks ServiceAccount tokens with TokenReview and
 // permissions with SubjectAccessReview against the shipped ClusterRoles: the executor
 // may do everything, a viewer bound in one project's namespace may read that project
-// only, tokens for another audience or of a deleted ServiceAccount are refused.
+// only, a viewer bound to every project still may not call the cluster-wide egress,
+// tokens for another audience or of a deleted ServiceAccount are refused.
 func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
 	pg := pgtest.New(t)
 	ctx := context.Background()
@@ -321,17 +350,19 @@ func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
 		}
 		return tr.Status.Token
 	}
-	for _, sa := range []string{"executor", "viewer", "other", "gone", "egress-operator", "cache-check"} {
+	for _, sa := range []string{"executor", "viewer", "every-project-viewer", "other", "gone", "egress-operator", "cache-check"} {
 		if _, err := cs.CoreV1().ServiceAccounts(home).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	bind(t, cs, "", "flyte-services-executor", home, "executor")
 	bind(t, cs, teamA, "flyte-services-viewer", home, "viewer")
+	bind(t, cs, "", "flyte-services-viewer", home, "every-project-viewer")
 	bind(t, cs, "", "flyte-services-egress-operator", home, "egress-operator")
 	bind(t, cs, "", "flyte-services-executor", home, "cache-check")
 	executor, viewer, other := token("executor", "flyte"), token("viewer", "flyte"), token("other", "flyte")
 	operator := token("egress-operator", "flyte")
+	everyProjectViewer := token("every-project-viewer", "flyte")
 	wrongAudience := token("executor", "someone-else")
 	revoked := token("gone", "flyte")
 	if err := cs.CoreV1().ServiceAccounts(home).Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
@@ -346,6 +377,7 @@ func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
 		{"revoked", revoked, unauthenticated},
 		{"executor", executor, projectWide},
 		{"viewer", viewer, projectReadOnly},
+		{"every-project-viewer", everyProjectViewer, projectReadOnly},
 		{"other", other, forbidden},
 		{"egress-operator", operator, egressOnly},
 	})
@@ -353,7 +385,7 @@ func TestKubernetesModeAuthorizesEveryRPC(t *testing.T) {
 	// seconds before would expire from the caches during it.
 	checkDecisionsAreCached(t, cs, s, token("cache-check", "flyte"), teamA)
 	// The viewer's RoleBinding is in team A's namespace only.
-	checkCallers(t, s, teamB, []caller{{"viewer", viewer, forbidden}, {"executor", executor, projectWide}})
+	checkCallers(t, s, teamB, []caller{{"viewer", viewer, forbidden}, {"every-project-viewer", everyProjectViewer, projectReadOnly}, {"executor", executor, projectWide}})
 	checkDeniedWroteNothing(t, s, executor, "no-such-project")
 }
 

@@ -2,8 +2,12 @@ package events_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -94,4 +98,102 @@ func TestEgressOverTheService(t *testing.T) {
 	}
 	eventually.True(t, 20*time.Second, func() bool { return accepted.Load() == 2 && listSinks().GetDeadLetters() == 0 },
 		func() string { return "replaying all left some" })
+}
+
+// TestEgressShowsNoSinkSecrets: an HTTP sink configured without name= whose URL carries
+// secrets in its path and query, and whose receiver echoes the refused request with its
+// bearer token, shows none of them in what the service tells: the sink's name and
+// target (ListSinks), its dead letters' sink and detail (ListDeadLetters), the
+// metrics' labels. The detail of a dead letter kept before details were redacted, under
+// the name the sink had then (its URL's path included), is redacted as it is listed.
+func TestEgressShowsNoSinkSecrets(t *testing.T) {
+	const (
+		token       = "tok-Zq8vN3xL0pR7"
+		pathSecret  = "XXXXsecretXXXXpath"
+		querySecret = "s1gQu3rySecret"
+	)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprintf(w, "%s %s\nAuthorization: %s\n", r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"))
+	}))
+	t.Cleanup(receiver.Close)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hook := receiver.URL + "/services/T000/B000/" + pathSecret
+	sink, err := cloudevents.Parse(hook + "?sig=" + querySecret + "&tokenfile=" + tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbURL := pg.NewDatabase(t)
+	inst := startInstance(t, dbURL, func(c *events.Config) {
+		c.CloudEvents.Sinks = append(c.CloudEvents.Sinks, sink)
+		c.CloudEvents.Poll = 20 * time.Millisecond
+		c.CloudEvents.LeaderCheck = time.Second
+	})
+	egress := eventsv1connect.NewEgressServiceClient(inst.HTTP, inst.URL, connect.WithGRPC())
+	ctx := context.Background()
+	secrets := []string{token, pathSecret, querySecret}
+	requireHidden := func(what, text string) {
+		t.Helper()
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("%s %q shows the secret %q", what, text, s)
+			}
+		}
+	}
+
+	record(t, inst.client, event(actionID("secrets", "a"), 1, queued, 0, 0))
+	var listed *eventsv1.Sink
+	eventually.True(t, 20*time.Second, func() bool {
+		resp, err := egress.ListSinks(ctx, connect.NewRequest(&eventsv1.ListSinksRequest{}))
+		if err != nil || len(resp.Msg.GetSinks()) != 1 {
+			return false
+		}
+		listed = resp.Msg.GetSinks()[0]
+		return listed.GetDeadLetters() == 1
+	}, func() string { return fmt.Sprintf("the refused event is not a dead letter: %v", listed) })
+	requireHidden("the sink's name", listed.GetName())
+	requireHidden("the sink's target", listed.GetTarget())
+
+	letters := listDeadLetters(t, egress, listed.GetName())
+	if len(letters) != 1 || !strings.HasPrefix(letters[0].GetDetail(), "HTTP 422: POST ") {
+		t.Fatalf("dead letters of %q: %v", listed.GetName(), letters)
+	}
+	requireHidden("the dead letter's detail", letters[0].GetDetail())
+
+	resp, err := http.Get(inst.MetricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || !strings.Contains(string(metrics), `sink="`+listed.GetName()+`"`) {
+		t.Fatalf("/metrics has no series of the sink %q (%v)", listed.GetName(), err)
+	}
+	for _, line := range strings.Split(string(metrics), "\n") {
+		requireHidden("the /metrics line", line)
+	}
+
+	// As kept before: under the sink's old name, with the receiver's answer verbatim.
+	_, pool := openStore(t, dbURL)
+	verbatim := "POST /services/T000/B000/" + pathSecret + "?sig=" + querySecret + "\nAuthorization: Bearer " + token
+	if _, err := pool.Exec(ctx, `UPDATE cloudevent_dead_letters SET sink = $1, detail = $2`, hook, "HTTP 422: "+verbatim); err != nil {
+		t.Fatal(err)
+	}
+	letters = listDeadLetters(t, egress, "")
+	if len(letters) != 1 {
+		t.Fatalf("dead letters: %v", letters)
+	}
+	requireHidden("an old dead letter's detail", letters[0].GetDetail())
+}
+
+func listDeadLetters(t *testing.T, egress eventsv1connect.EgressServiceClient, sink string) []*eventsv1.DeadLetter {
+	t.Helper()
+	resp, err := egress.ListDeadLetters(context.Background(), connect.NewRequest(&eventsv1.ListDeadLettersRequest{Sink: sink}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Msg.GetDeadLetters()
 }

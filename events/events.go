@@ -173,8 +173,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		// Before serving: every event acknowledged from now on is queued for every sink
 		// configured here, even before this replica's relay (or any) leads.
 		names := make([]string, len(cfg.CloudEvents.Sinks))
+		renames := map[string]string{}
 		for i, sink := range cfg.CloudEvents.Sinks {
 			names[i] = sink.Name()
+			if legacy := sink.LegacyName(); legacy != "" {
+				renames[legacy] = sink.Name()
+			}
+		}
+		// An HTTP sink's default name held its URL's path before (a credential, often):
+		// what was kept under it moves to the new name, so the sink goes on where it was.
+		if cursors, letters, err := ob.RenameSinks(ctx, renames); err != nil {
+			return nil, err
+		} else if cursors+letters > 0 {
+			log.Info("CloudEvents sinks renamed to names without their URL's path", "cursors", cursors, "dead_letters", letters)
 		}
 		if added, err := ob.AddSinks(ctx, names); err != nil {
 			return nil, err

@@ -270,24 +270,25 @@ func runPrinted(ctx context.Context, t *testing.T, printed string) []bufCall {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var alias string
+	var aliases []string
 	var cmds []string
 	for _, line := range strings.Split(printed, "\n") {
 		line = strings.TrimSpace(line)
 		switch {
-		case strings.HasPrefix(line, "alias bufcurl="):
-			alias = line
-		case strings.HasPrefix(line, "bufcurl "):
+		case strings.HasPrefix(line, "alias bufcurl=") || strings.HasPrefix(line, "alias bufcurl-operator="):
+			aliases = append(aliases, line)
+		case strings.HasPrefix(line, "bufcurl ") || strings.HasPrefix(line, "bufcurl-operator "):
 			cmds = append(cmds, line)
 		}
 	}
-	if alias == "" {
-		t.Error("the sandbox printed no bufcurl alias")
+	if len(aliases) != 2 {
+		t.Errorf("the sandbox printed the aliases %q; want bufcurl and bufcurl-operator", aliases)
 		return nil
 	}
+	alias := strings.Join(aliases, "\n")
 	noToken := regexp.MustCompile(` -H "Authorization: Bearer [^"]*\$\(cat "[^"]*"\)"`).ReplaceAllString(alias, "")
-	if noToken == alias {
-		t.Errorf("the printed alias sends no bearer token: %s", alias)
+	if strings.Count(alias, "Authorization") != 2 || strings.Contains(noToken, "Authorization") {
+		t.Errorf("the printed aliases do not each send a bearer token: %s", alias)
 	}
 	run := func(alias, cmd string) (string, error) {
 		// Aliases apply from the line after their definition.

@@ -2,8 +2,10 @@ package cloudevents
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -81,21 +83,59 @@ type Config struct {
 	phases            []flytecorev1.ActionPhase
 }
 
-// Name is the sink's stable name, its cursor's key: the name= option, or one derived
-// from the URL (scheme, host and path for HTTP; servers and subject or topic for a
-// broker). Changing a derived name's parts gives the sink a new cursor, so set name= to
-// keep a sink's place across a move.
+// Name is the sink's stable name, its cursor's key and its metrics' label: the name=
+// option, or one derived from the URL. For HTTP that is the scheme, the host and a
+// digest of them with the path, as https://host#1a2b3c4d: a webhook URL's path is
+// often its credential, and the name is shown to whoever reads the metrics. The query
+// is left out, as it always was, so rotating a credential there keeps the cursor. For
+// a broker it is its servers and subject or topic. Changing a derived name's parts
+// gives the sink a new cursor, so set name= to keep a sink's place across a move.
 func (c Config) Name() string { return c.name }
 
-// Target is where the sink publishes, without credentials or options (the receiver's
-// own query parameters included): an HTTP receiver's scheme, host and path; a broker's
-// servers and its subject or topic, as nats://host:port/subject or
-// kafka://host:port,host:port/topic. It is also the default name.
-func (c Config) Target() string {
-	if c.kind == "" {
+// LegacyName is the name an HTTP sink without name= had before default names left the
+// path out: scheme, host and path. It holds the path, which may be a credential, so it
+// is for finding what was kept under that name (a cursor, dead letters) and never for
+// showing. It is empty when name= names the sink, and for the other kinds, whose
+// default names have not changed.
+func (c Config) LegacyName() string {
+	if c.kind != KindHTTP || c.name != c.defaultName() {
 		return ""
 	}
+	return c.pathName()
+}
+
+// pathName is an HTTP sink's scheme, host and path: its default name before the path
+// was left out, and what its default name digests.
+func (c Config) pathName() string {
+	return c.target.Scheme + "://" + c.target.Host + c.target.EscapedPath()
+}
+
+// Target is where the sink publishes, without credentials, options or anything that
+// may be one: an HTTP receiver's scheme and host, with its path and its own query's
+// values replaced by REDACTED; a broker's servers and its subject or topic, as
+// nats://host:port/subject or kafka://host:port,host:port/topic.
+func (c Config) Target() string {
+	switch c.kind {
+	case "":
+		return ""
+	case KindHTTP:
+		return redactedURL(c.target)
+	}
 	return c.defaultName()
+}
+
+// RedactKept returns what replaces the sink's secrets in a detail kept before details
+// were redacted: its URL's and its current token's (an earlier token is not known).
+// It reads the token file once, now.
+func (c Config) RedactKept() func(detail string) string {
+	s := secrets(urlSecrets(c.target))
+	if c.tokenFile != "" {
+		if tok, err := readToken(c.tokenFile); err == nil {
+			s = append(s, tok)
+		}
+	}
+	// A kept detail may have been cut in the middle of a secret.
+	return func(detail string) string { return s.redact(detail, true) }
 }
 
 // Kind is the kind of receiver.
@@ -125,7 +165,8 @@ func (c Config) Accepts(ev *eventsv1.ActionEvent) bool {
 	return true
 }
 
-// String describes the sink for logs, with the receiver's query values redacted.
+// String describes the sink for logs, with the receiver's path and query values
+// redacted.
 func (c Config) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s sink %q -> ", c.kind, c.name)
@@ -361,12 +402,19 @@ func parse(raw string) (Config, error) {
 func (c Config) defaultName() string {
 	switch c.kind {
 	case KindHTTP:
-		return c.target.Scheme + "://" + c.target.Host + c.target.EscapedPath()
+		return c.target.Scheme + "://" + c.target.Host + "#" + digest(c.pathName())
 	case KindNATS:
 		return "nats://" + strings.Join(c.servers, ",") + "/" + c.subject
 	default:
 		return "kafka://" + strings.Join(c.servers, ",") + "/" + c.topic
 	}
+}
+
+// digest is the first 8 hex digits of the SHA-256 of s: enough to tell apart the sinks
+// of one service, the same on every start and release, and nothing to read s from.
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:4])
 }
 
 // parseServers reads a broker URL's comma-separated host[:port] list.
@@ -520,24 +568,71 @@ func describeRaw(raw string) string {
 	return strconv.Quote(scheme + "://" + authority)
 }
 
-// redactedURL is u with its password and query values replaced.
+// redacted replaces what a sink's text must not show.
+const redacted = "REDACTED"
+
+// redactedURL is u with its user information, path (an opaque one too) and query
+// values replaced: a webhook URL's path is often its credential. A path of "/" stays.
 func redactedURL(u *url.URL) string {
 	if u == nil {
 		return ""
 	}
 	r := *u
 	if r.User != nil {
-		r.User = url.User("REDACTED")
+		r.User = url.User(redacted)
 	}
+	if r.Path != "" && r.Path != "/" {
+		r.Path, r.RawPath = "/"+redacted, ""
+	}
+	r.Opaque = ""
 	if r.RawQuery != "" {
 		q := r.Query()
 		for k := range q {
-			q[k] = []string{"REDACTED"}
+			q[k] = []string{redacted}
 		}
 		r.RawQuery = q.Encode()
 	}
 	r.Fragment, r.RawFragment = "", ""
 	return r.String()
+}
+
+// Secrets of a URL shorter than these are not looked for in a receiver's answer: they
+// are no credential worth the name, and replacing them would garble the text.
+const (
+	minQuerySecret   = 4 // a query value, or the whole path
+	minSegmentSecret = 8 // one segment of the path
+)
+
+// urlSecrets are the parts of u that may be credentials, in the forms a receiver may
+// echo them: its password, its query's values, its path and the path's longer
+// segments, each as sent (escaped) and decoded.
+func urlSecrets(u *url.URL) []string {
+	if u == nil {
+		return nil
+	}
+	var out []string
+	add := func(minLen int, values ...string) {
+		for _, v := range values {
+			if len(v) >= minLen {
+				out = append(out, v)
+			}
+		}
+	}
+	if pw, ok := u.User.Password(); ok {
+		add(1, pw, url.QueryEscape(pw))
+	}
+	for _, values := range u.Query() {
+		for _, v := range values {
+			add(minQuerySecret, v, url.QueryEscape(v))
+		}
+	}
+	if u.Path != "/" {
+		add(minQuerySecret, u.Path, u.EscapedPath())
+	}
+	for _, path := range []string{u.Path, u.EscapedPath()} {
+		add(minSegmentSecret, strings.Split(path, "/")...)
+	}
+	return out
 }
 
 // tlsConfig is a TLS configuration that trusts only caFile's certificates, or nil (the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -33,24 +34,24 @@ func TestParse(t *testing.T) {
 		want want
 	}{
 		{"http://receiver.example:8080/hook", want{
-			kind: KindHTTP, name: "http://receiver.example:8080/hook", where: "http://receiver.example:8080/hook", target: "http://receiver.example:8080/hook",
+			kind: KindHTTP, name: "http://receiver.example:8080#3ccd089c", where: "http://receiver.example:8080/REDACTED", target: "http://receiver.example:8080/hook",
 			mode: Binary, timeout: DefaultTimeout,
 		}},
 		{"https://receiver.example/hook?code=s3cret&mode=structured&timeout=250ms&name=audit&project=a,b&project=c&domain=production&phase=failed,TIMED_OUT", want{
-			kind: KindHTTP, name: "audit", where: "https://receiver.example/hook", target: "https://receiver.example/hook?code=s3cret",
+			kind: KindHTTP, name: "audit", where: "https://receiver.example/REDACTED?code=REDACTED", target: "https://receiver.example/hook?code=s3cret",
 			mode: Structured, timeout: 250 * time.Millisecond,
 			projects: []string{"a", "b", "c"}, domains: []string{"production"},
 			phases: []flytecorev1.ActionPhase{flytecorev1.ActionPhase_ACTION_PHASE_FAILED, flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT},
 		}},
 		{"https://[::1]:8443/?cafile=/etc/ca.pem&tokenfile=/var/run/token&topic=kept", want{
-			kind: KindHTTP, name: "https://[::1]:8443/", where: "https://[::1]:8443/", target: "https://[::1]:8443/?topic=kept", mode: Binary, timeout: DefaultTimeout,
+			kind: KindHTTP, name: "https://[::1]:8443#6a3d9800", where: "https://[::1]:8443/?topic=REDACTED", target: "https://[::1]:8443/?topic=kept", mode: Binary, timeout: DefaultTimeout,
 		}},
 		{"http://receiver.example/batch?mode=batch", want{
-			kind: KindHTTP, name: "http://receiver.example/batch", where: "http://receiver.example/batch", target: "http://receiver.example/batch",
+			kind: KindHTTP, name: "http://receiver.example#31b16609", where: "http://receiver.example/REDACTED", target: "http://receiver.example/batch",
 			mode: Batched, batchSize: DefaultBatchSize, timeout: DefaultTimeout,
 		}},
 		{"http://receiver.example/batch?batchsize=1000&mode=batch", want{
-			kind: KindHTTP, name: "http://receiver.example/batch", where: "http://receiver.example/batch", target: "http://receiver.example/batch",
+			kind: KindHTTP, name: "http://receiver.example#31b16609", where: "http://receiver.example/REDACTED", target: "http://receiver.example/batch",
 			mode: Batched, batchSize: 1000, timeout: DefaultTimeout,
 		}},
 		{"nats://nats.example", want{
@@ -185,7 +186,8 @@ func TestAccepts(t *testing.T) {
 	}
 }
 
-// The configuration's printed forms never show a token or the receiver's query values.
+// The configuration's printed forms never show a token, the receiver's query values or
+// its path, which in webhook URLs is often the credential.
 func TestConfigRedacts(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
@@ -193,22 +195,75 @@ func TestConfigRedacts(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := mustParse(t, "https://receiver.example/hook?sig=s3cret&tokenfile="+tokenFile)
+	c := mustParse(t, "https://receiver.example/hooks/p4thsecret?sig=s3cret&tokenfile="+tokenFile)
 	sink, err := c.Open(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sink.Close()
 	for _, form := range []string{
-		c.String(), c.Target(), fmt.Sprint(c), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprintf("%s", &c),
-		fmt.Sprintf("%+v", sink),
+		c.Name(), c.String(), c.Target(), fmt.Sprint(c), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprintf("%s", &c),
+		fmt.Sprintf("%+v", sink), sink.Name(),
 	} {
-		if strings.Contains(form, "s3cret") || strings.Contains(form, token) {
-			t.Errorf("%q shows a secret", form)
+		for _, secret := range []string{"s3cret", token, "p4thsecret"} {
+			if strings.Contains(form, secret) {
+				t.Errorf("%q shows the secret %q", form, secret)
+			}
 		}
 	}
-	if s := c.String(); !strings.Contains(s, "https://receiver.example/hook?sig=REDACTED") || !strings.Contains(s, "tokenfile="+tokenFile) {
-		t.Errorf("String() = %q, want the URL with its query redacted and the token file's path", s)
+	if s := c.String(); !strings.Contains(s, "https://receiver.example/REDACTED?sig=REDACTED") || !strings.Contains(s, "tokenfile="+tokenFile) {
+		t.Errorf("String() = %q, want the URL with its path and query redacted and the token file's path", s)
+	}
+}
+
+// TestDefaultNamesHideTheURL: an HTTP sink without name= is named after its scheme,
+// host and a digest of its path, never the path itself (Slack- and Discord-style
+// webhook URLs carry their secret in the path). The name is the cursor's key and the
+// metrics' label, so it stays the same across restarts and releases, tells apart two
+// sinks on one host, and moves neither when an option of the sink's changes nor when a
+// credential in the receiver's query is rotated.
+func TestDefaultNamesHideTheURL(t *testing.T) {
+	const hook = "https://hooks.example.com/services/T000/B000/XXXXsecretXXXX"
+	tests := []struct {
+		name   string
+		raw    string
+		want   string // the name; empty: only that it differs from the hook's
+		target string // Target()
+	}{
+		{"a webhook's secret path", hook, "https://hooks.example.com#b887fb93", "https://hooks.example.com/REDACTED"},
+		{"the sink's own options do not count", hook + "?timeout=1s&mode=structured&phase=failed", "https://hooks.example.com#b887fb93", "https://hooks.example.com/REDACTED"},
+		{"another path on the same host", "https://hooks.example.com/services/T000/B000/YYYYsecretYYYY", "", "https://hooks.example.com/REDACTED"},
+		{"nor does the receiver's query", hook + "?sig=s3cret", "https://hooks.example.com#b887fb93", "https://hooks.example.com/REDACTED?sig=REDACTED"},
+		{"no path", "http://receiver.example:8080", "", "http://receiver.example:8080"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustParse(t, tc.raw)
+			name := c.Name()
+			switch {
+			case tc.want != "" && name != tc.want:
+				t.Errorf("name %q, want %q", name, tc.want)
+			case tc.want == "" && name == "https://hooks.example.com#b887fb93":
+				t.Errorf("name %q is the hook's too", name)
+			}
+			if again := mustParse(t, tc.raw).Name(); again != name {
+				t.Errorf("parsed again, the name is %q, not %q", again, name)
+			}
+			host := strings.SplitN(tc.raw, "/", 4)[2]
+			if !regexp.MustCompile(`^https?://` + regexp.QuoteMeta(host) + `#[0-9a-f]{8}$`).MatchString(name) {
+				t.Errorf("name %q, want scheme://%s#<8 hex digits>", name, host)
+			}
+			if got := c.Target(); got != tc.target {
+				t.Errorf("target %q, want %q", got, tc.target)
+			}
+			for _, secret := range []string{"secret", "s3cret", "T000"} {
+				for _, form := range []string{name, c.Target(), c.String()} {
+					if strings.Contains(form, secret) {
+						t.Errorf("%q shows %q", form, secret)
+					}
+				}
+			}
+		})
 	}
 }
 

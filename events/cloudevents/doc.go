@@ -42,7 +42,10 @@
 //     5xx, network errors and timeouts are Retry; so are redirects, which are not
 //     followed (the receiver's address is to be fixed, and an event would otherwise
 //     carry the bearer token wherever it points). Any other 4xx is Reject with detail
-//     "HTTP <status>: <first 512 bytes of the body>". The body read is bounded. In
+//     "HTTP <status>: <excerpt>", the excerpt at most 256 bytes of the body's start
+//     with the sink's secrets replaced by REDACTED (its token, its URL's query values,
+//     path and longer path segments), since a receiver may echo the request. The
+//     body read is bounded. In
 //     batched mode a response answers the whole batch; a batch rejected is sent again
 //     an event per request, so that only the refused events are rejected.
 //   - NATS JetStream: asynchronous publishes, at most 256 awaiting acknowledgements,

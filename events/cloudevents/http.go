@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 )
 
 const (
-	// detailBody is how much of a refusing response's body goes into the detail.
-	detailBody = 512
+	// detailBody is how much of a refusing response's body is read for the detail: more
+	// than the excerpt shows, so that secrets the receiver echoed are redacted whole
+	// before the excerpt is cut.
+	detailBody = 2 * MaxExcerpt
 	// drainBody is how much more of a response body is read so that the connection can
 	// be reused; a longer body costs a new connection instead of an unbounded read.
 	drainBody = 64 << 10
@@ -29,13 +32,15 @@ const (
 // the previous one's response, which keeps the order): an event per request in binary
 // and structured mode, up to batchSize per request in batched mode.
 type httpSink struct {
-	name      string
-	target    string
-	mode      Mode
-	batchSize int
-	timeout   time.Duration
-	tokenFile string
-	client    *http.Client
+	name   string
+	target string
+	// urlSecrets are the parts of target a detail must not show (urlSecrets).
+	urlSecrets []string
+	mode       Mode
+	batchSize  int
+	timeout    time.Duration
+	tokenFile  string
+	client     *http.Client
 
 	mu sync.Mutex // one Publish at a time
 }
@@ -62,12 +67,13 @@ func openHTTP(c Config) (*httpSink, error) {
 		ExpectContinueTimeout: time.Second,
 	}
 	return &httpSink{
-		name:      c.name,
-		target:    c.target.String(),
-		mode:      c.mode,
-		batchSize: c.batchSize,
-		timeout:   c.timeout,
-		tokenFile: c.tokenFile,
+		name:       c.name,
+		target:     c.target.String(),
+		urlSecrets: urlSecrets(c.target),
+		mode:       c.mode,
+		batchSize:  c.batchSize,
+		timeout:    c.timeout,
+		tokenFile:  c.tokenFile,
 		client: &http.Client{
 			Transport: transport,
 			// A redirect is the receiver's configuration to fix, not something to follow
@@ -87,31 +93,39 @@ func (s *httpSink) Close() error {
 	return nil
 }
 
+// credentials are what one Publish sends with its requests, and so what its details
+// must not show.
+type credentials struct {
+	token   string // empty: none
+	secrets secrets
+}
+
 func (s *httpSink) Publish(ctx context.Context, events []event.Event) ([]Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(events) == 0 {
 		return nil, nil
 	}
-	var token string
+	cred := credentials{secrets: s.urlSecrets}
 	if s.tokenFile != "" {
 		tok, err := readToken(s.tokenFile)
 		if err != nil {
 			return []Result{retry(err.Error())}, nil
 		}
-		token = tok
+		cred.token = tok
+		cred.secrets = append(slices.Clip(cred.secrets), tok)
 	}
 	if s.mode == Batched {
-		return s.publishBatches(ctx, events, token)
+		return s.publishBatches(ctx, events, cred)
 	}
-	return s.publishEach(ctx, events, token)
+	return s.publishEach(ctx, events, cred)
 }
 
 // publishEach sends one event per request.
-func (s *httpSink) publishEach(ctx context.Context, events []event.Event, token string) ([]Result, error) {
+func (s *httpSink) publishEach(ctx context.Context, events []event.Event, cred credentials) ([]Result, error) {
 	results := make([]Result, 0, len(events))
 	for i := range events {
-		r := s.sendOne(ctx, events[i:i+1], token)
+		r := s.sendOne(ctx, events[i:i+1], cred)
 		if r.Outcome == Retry && ctx.Err() != nil {
 			return results, ctx.Err()
 		}
@@ -126,11 +140,11 @@ func (s *httpSink) publishEach(ctx context.Context, events []event.Event, token 
 // publishBatches sends up to batchSize events per request. A request the receiver
 // refuses for good is sent again an event per request, so that only the events it
 // refuses go to the dead letters and not their neighbours.
-func (s *httpSink) publishBatches(ctx context.Context, events []event.Event, token string) ([]Result, error) {
+func (s *httpSink) publishBatches(ctx context.Context, events []event.Event, cred credentials) ([]Result, error) {
 	results := make([]Result, 0, len(events))
 	for start := 0; start < len(events); start += s.batchSize {
 		chunk := events[start:min(start+s.batchSize, len(events))]
-		r := s.sendOne(ctx, chunk, token)
+		r := s.sendOne(ctx, chunk, cred)
 		switch {
 		case r.Outcome == Delivered:
 			for range chunk {
@@ -145,7 +159,7 @@ func (s *httpSink) publishBatches(ctx context.Context, events []event.Event, tok
 		case len(chunk) == 1:
 			results = append(results, r)
 		default:
-			each, err := s.publishEach(ctx, chunk, token)
+			each, err := s.publishEach(ctx, chunk, cred)
 			results = append(results, each...)
 			if err != nil || len(each) < len(chunk) || each[len(each)-1].Outcome == Retry {
 				return results, err
@@ -156,44 +170,55 @@ func (s *httpSink) publishBatches(ctx context.Context, events []event.Event, tok
 }
 
 // sendOne makes one request with events (in batched mode a JSON array of them, else
-// the one event) and classifies its response.
-func (s *httpSink) sendOne(ctx context.Context, events []event.Event, token string) Result {
+// the one event) and classifies its response. Its detail shows none of cred's secrets.
+func (s *httpSink) sendOne(ctx context.Context, events []event.Event, cred credentials) Result {
+	outcome, detail := s.roundTrip(ctx, events, cred)
+	if outcome == Delivered {
+		return delivered()
+	}
+	return Result{Outcome: outcome, Detail: boundDetail(cred.secrets.redact(detail, false))}
+}
+
+// roundTrip makes the request and says what became of it, and why when it failed.
+func (s *httpSink) roundTrip(ctx context.Context, events []event.Event, cred credentials) (Outcome, string) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.target, nil)
 	if err != nil {
-		return retry(fmt.Sprintf("making the request: %v", err))
+		return Retry, fmt.Sprintf("making the request: %v", err)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	if cred.token != "" {
+		req.Header.Set("Authorization", "Bearer "+cred.token)
 	}
 	if err := s.encode(ctx, req, events); err != nil {
-		return reject(fmt.Sprintf("encoding the event: %v", err))
+		return Reject, fmt.Sprintf("encoding the event: %v", err)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return retry(transportDetail(err, s.timeout))
+		return Retry, transportDetail(err, s.timeout)
 	}
-	head, readErr := io.ReadAll(io.LimitReader(resp.Body, detailBody))
+	head, readErr := io.ReadAll(io.LimitReader(resp.Body, detailBody+1))
+	more := len(head) > detailBody
+	head = head[:min(len(head), detailBody)]
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainBody))
 	_ = resp.Body.Close()
 
 	code := resp.StatusCode
-	detail := fmt.Sprintf("HTTP %d: %s", code, head)
+	detail := func() string { return fmt.Sprintf("HTTP %d: %s", code, excerpt(head, more, cred.secrets)) }
 	switch {
 	case code >= 200 && code < 300:
-		return delivered()
+		return Delivered, ""
 	case code >= 300 && code < 400:
-		return retry(fmt.Sprintf("HTTP %d: redirects are not followed (Location: %s)", code, redactedLocation(resp.Header.Get("Location"))))
+		return Retry, fmt.Sprintf("HTTP %d: redirects are not followed (Location: %s)", code, redactedLocation(resp.Header.Get("Location")))
 	case code == http.StatusTooManyRequests, code == http.StatusRequestTimeout, code >= 500:
-		return retry(detail)
+		return Retry, detail()
 	case code >= 400:
 		if readErr != nil && len(head) == 0 {
-			detail = fmt.Sprintf("HTTP %d (body unreadable: %v)", code, readErr)
+			return Reject, fmt.Sprintf("HTTP %d (body unreadable: %v)", code, readErr)
 		}
-		return reject(detail)
+		return Reject, detail()
 	default:
-		return retry(fmt.Sprintf("HTTP %d: unexpected status", code))
+		return Retry, fmt.Sprintf("HTTP %d: unexpected status", code)
 	}
 }
 
@@ -245,7 +270,7 @@ func transportDetail(err error, timeout time.Duration) string {
 	return err.Error()
 }
 
-// redactedLocation is a redirect's target without its query values.
+// redactedLocation is a redirect's target without its path and query values.
 func redactedLocation(loc string) string {
 	u, err := url.Parse(loc)
 	if err != nil {

@@ -2,7 +2,10 @@ package cloudevents
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -235,10 +238,10 @@ func TestHTTPOutcomes(t *testing.T) {
 		{"503 stops the batch", 503, "busy", []Outcome{Delivered, Delivered, Retry}, 3, "HTTP 503: busy"},
 		{"429 stops the batch", 429, "", []Outcome{Delivered, Delivered, Retry}, 3, "HTTP 429: "},
 		{"408 stops the batch", 408, "", []Outcome{Delivered, Delivered, Retry}, 3, "HTTP 408: "},
-		{"a redirect is not followed", 307, "", []Outcome{Delivered, Delivered, Retry}, 3, "HTTP 307: redirects are not followed (Location: /elsewhere?sig=REDACTED)"},
+		{"a redirect is not followed", 307, "", []Outcome{Delivered, Delivered, Retry}, 3, "HTTP 307: redirects are not followed (Location: /REDACTED?sig=REDACTED)"},
 		{"400 rejects one event", 400, "bad thing", []Outcome{Delivered, Delivered, Reject, Delivered, Delivered}, 5, "HTTP 400: bad thing"},
 		{"404 rejects one event", 404, "", []Outcome{Delivered, Delivered, Reject, Delivered, Delivered}, 5, "HTTP 404: "},
-		{"a long body is cut", 422, strings.Repeat("é", 10000), []Outcome{Delivered, Delivered, Reject, Delivered, Delivered}, 5, "HTTP 422: " + strings.Repeat("é", 256)},
+		{"a long body is cut", 422, strings.Repeat("é", 10000), []Outcome{Delivered, Delivered, Reject, Delivered, Delivered}, 5, "HTTP 422: " + strings.Repeat("é", (256-len("…"))/2) + "…"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -255,8 +258,8 @@ func TestHTTPOutcomes(t *testing.T) {
 			if got := len(rc.events()); got != tc.received {
 				t.Errorf("the receiver got %d events, want %d", got, tc.received)
 			}
-			if d := results[2].Detail; !strings.HasPrefix(d, tc.detail) || len(d) > len("HTTP 422: ")+detailBody {
-				t.Errorf("detail %q, want it to start with %q and hold at most %d bytes of body", d, tc.detail, detailBody)
+			if d := results[2].Detail; !strings.HasPrefix(d, tc.detail) || len(d) > len("HTTP 422: ")+256 {
+				t.Errorf("detail %q, want it to start with %q and hold at most 256 bytes of body", d, tc.detail)
 			}
 			for i, r := range results {
 				if r.Outcome == Delivered && r.Detail != "" {
@@ -401,6 +404,82 @@ func TestHTTPBearerToken(t *testing.T) {
 	}
 	if results := publish(); !slices.Equal(outcomes(results), []Outcome{Retry}) || !strings.Contains(results[0].Detail, "tokenfile") {
 		t.Errorf("results %v without a token file, want one Retry naming it", results)
+	}
+}
+
+// TestHTTPDetailHidesTheSinksSecrets: a receiver that echoes the request it refuses (a
+// gateway, a debugging receiver) does not put the sink's credentials into the detail,
+// which is kept with the dead letter, listed by EgressService and logged: not its
+// bearer token, its query's values or its path, wherever the echo puts them, even
+// where the excerpt or the read of the body cuts one in two. The detail is the status
+// and at most 256 bytes of the body, valid UTF-8.
+func TestHTTPDetailHidesTheSinksSecrets(t *testing.T) {
+	const (
+		token       = "tok-Zq8vN3xL0pR7"
+		pathSecret  = "XXXXsecretXXXXpath"
+		querySecret = "s1gQu3rySecret"
+	)
+	longToken := "eyJ" + strings.Repeat("Lg9", 100) // 303 bytes: a JWT's length
+	echo := func(r *http.Request) string {
+		return fmt.Sprintf("%s %s %s\nAuthorization: %s\n", r.Method, r.URL.RequestURI(), r.Proto, r.Header.Get("Authorization"))
+	}
+	tests := []struct {
+		name  string
+		token string
+		body  func(r *http.Request) string
+	}{
+		{"the request echoed", token, echo},
+		{"as JSON", token, func(r *http.Request) string {
+			b, _ := json.Marshal(map[string]any{"url": r.URL.String(), "path": r.URL.Path, "query": r.URL.Query(), "headers": r.Header})
+			return string(b)
+		}},
+		{"a secret across the excerpt's end", token, func(r *http.Request) string {
+			// The token starts twelve bytes before the excerpt's end.
+			return strings.Repeat(".", 256-12) + strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ") + " " + echo(r)
+		}},
+		{"a long token across the end of what is read", longToken, func(r *http.Request) string {
+			return strings.Repeat(r.Header.Get("Authorization")+" ", 20)
+		}},
+		{"the path unescaped and its segments alone", token, func(r *http.Request) string {
+			return "unknown webhook " + pathSecret + " at " + r.URL.Path
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusUnprocessableEntity)
+				_, _ = io.WriteString(w, tc.body(r))
+			}))
+			t.Cleanup(srv.Close)
+			tokenFile := filepath.Join(t.TempDir(), "token")
+			if err := os.WriteFile(tokenFile, []byte(tc.token), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			sink := openSink(t, srv.URL+"/services/T000/B000/"+pathSecret+"?sig="+querySecret+"&tokenfile="+tokenFile)
+			results, err := sink.Publish(context.Background(), cloudEvents(t, 1, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(outcomes(results), []Outcome{Reject}) {
+				t.Fatalf("results %v, want one Reject", results)
+			}
+			d := results[0].Detail
+			body, ok := strings.CutPrefix(d, "HTTP 422: ")
+			if !ok || len(body) > 256 || !utf8.ValidString(d) {
+				t.Errorf("detail %q (%d bytes of body), want HTTP 422 and at most 256 bytes of valid UTF-8", d, len(body))
+			}
+			// Eight bytes of a secret are enough to tell it is there.
+			for _, secret := range []string{tc.token, pathSecret, querySecret} {
+				for i := 0; i+8 <= len(secret); i++ {
+					if strings.Contains(d, secret[i:i+8]) {
+						t.Fatalf("detail %q shows part of the secret %q", d, secret)
+					}
+				}
+			}
+			if !strings.Contains(d, "REDACTED") {
+				t.Errorf("detail %q does not say what it left out", d)
+			}
+		})
 	}
 }
 

@@ -38,14 +38,22 @@ func (o Outcome) String() string {
 // Result is the outcome of publishing one event.
 type Result struct {
 	Outcome Outcome
-	// Detail says why for Retry and Reject: the HTTP status and the start of the body,
-	// or the broker's error. It is at most MaxDetail bytes of valid UTF-8 without NUL
-	// (it goes into a text column) and never holds a credential.
+	// Detail says why for Retry and Reject: the HTTP status and at most MaxExcerpt
+	// bytes of the body, or the broker's error. It is at most MaxDetail bytes of valid
+	// UTF-8 without NUL (it goes into a text column) and never holds the sink's
+	// credentials: a receiver may echo the request, token and URL included.
 	Detail string
 }
 
-// MaxDetail bounds Result.Detail in bytes.
-const MaxDetail = 1024
+const (
+	// MaxDetail bounds Result.Detail in bytes.
+	MaxDetail = 1024
+	// MaxExcerpt bounds the excerpt of a receiver's answer in Result.Detail, in bytes.
+	MaxExcerpt = 256
+	// minPartialSecret is the shortest start of a secret removed from the end of a
+	// text that was cut there: shorter ones are more often words than secrets.
+	minPartialSecret = 4
+)
 
 // Sink publishes CloudEvents to one receiver or broker.
 type Sink interface {
@@ -69,17 +77,84 @@ func reject(detail string) Result { return Result{Outcome: Reject, Detail: bound
 
 // boundDetail makes s fit Result.Detail: valid UTF-8 without NUL, at most MaxDetail
 // bytes, cut at a rune boundary.
-func boundDetail(s string) string {
+func boundDetail(s string) string { return fit(s, MaxDetail) }
+
+// fit makes s valid UTF-8 without NUL of at most n bytes, cut at a rune boundary and
+// marked with an ellipsis where it was cut.
+func fit(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if len(s) <= MaxDetail {
+	if len(s) <= n {
 		return s
 	}
-	cut := MaxDetail - len("…")
+	cut := n - len("…")
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// secrets are the strings a sink's details must not show: its token and what of its
+// URL may be a credential (urlSecrets).
+type secrets []string
+
+// redact replaces every occurrence of a secret in text with REDACTED, overlapping ones
+// as one. cut says text is the start of something longer: a secret's start at its end
+// (the rest cut off) is replaced too.
+func (s secrets) redact(text string, cut bool) string {
+	hidden := make([]bool, len(text))
+	hide := func(from, to int) {
+		for i := from; i < to; i++ {
+			hidden[i] = true
+		}
+	}
+	for _, secret := range s {
+		if secret == "" {
+			continue
+		}
+		for i := 0; ; {
+			j := strings.Index(text[i:], secret)
+			if j < 0 {
+				break
+			}
+			hide(i+j, i+j+len(secret))
+			i += j + 1
+		}
+		if cut {
+			if n := partialSuffix(text, secret); n >= minPartialSecret {
+				hide(len(text)-n, len(text))
+			}
+		}
+	}
+	var b strings.Builder
+	for i := 0; i < len(text); i++ {
+		switch {
+		case !hidden[i]:
+			b.WriteByte(text[i])
+		case i == 0 || !hidden[i-1]:
+			b.WriteString(redacted)
+		}
+	}
+	return b.String()
+}
+
+// partialSuffix is the length of the longest end of text that is a proper start of
+// secret.
+func partialSuffix(text, secret string) int {
+	for i := max(0, len(text)-len(secret)+1); i < len(text); i++ {
+		if strings.HasPrefix(secret, text[i:]) {
+			return len(text) - i
+		}
+	}
+	return 0
+}
+
+// excerpt is what a detail shows of a receiver's answer: head, the body's first bytes
+// (more says the body went on), with s's secrets replaced, as at most MaxExcerpt
+// bytes of valid UTF-8. It is redacted before it is cut, so that no cut leaves half a
+// secret behind.
+func excerpt(head []byte, more bool, s secrets) string {
+	return fit(s.redact(string(head), more), MaxExcerpt)
 }
 
 // prefix returns the results of a batch as Publish reports them: the events with an

@@ -38,6 +38,8 @@ var (
 	registerSinksSQL string
 	//go:embed queries/add_sinks.sql
 	addSinksSQL string
+	//go:embed queries/rename_sink.sql
+	renameSinkSQL string
 	//go:embed queries/read.sql
 	readSQL string
 	//go:embed queries/advance.sql
@@ -141,6 +143,32 @@ func (o *Outbox) AddSinks(ctx context.Context, names []string) ([]string, error)
 		return nil, fmt.Errorf("outbox: adding sinks: %w", err)
 	}
 	return added, nil
+}
+
+// RenameSinks moves the cursor and the dead letters of each sink kept under an old name
+// (a key of renames) to its new name (its value), in one transaction, keeping its place:
+// a sink whose default name changed between releases goes on where it was. It reports
+// how many cursors and dead letters it moved; a name with nothing kept is skipped.
+func (o *Outbox) RenameSinks(ctx context.Context, renames map[string]string) (cursors, letters int64, err error) {
+	for _, name := range renames {
+		if err := checkSinkNames([]string{name}); err != nil {
+			return 0, 0, err
+		}
+	}
+	err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		for old, name := range renames {
+			var c, l int64
+			if err := tx.QueryRow(ctx, renameSinkSQL, pgx.StrictNamedArgs{"old": old, "new": name}).Scan(&c, &l); err != nil {
+				return err
+			}
+			cursors, letters = cursors+c, letters+l
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("outbox: renaming sinks: %w", err)
+	}
+	return cursors, letters, nil
 }
 
 func checkSinkNames(names []string) error {

@@ -489,3 +489,43 @@ func TestLag(t *testing.T) {
 		t.Fatalf("Lag of an unknown sink: %v; want ErrUnknownSink", err)
 	}
 }
+
+// RenameSinks moves a sink's cursor and dead letters to its new name, keeping its place:
+// a sink whose default name changed loses no pending event and no dead letter, and a
+// cursor made under the new name meanwhile (by a replica already upgraded) gives way to
+// the older one.
+func TestRenameSinks(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.register(t, "old", "both-old", "both-new")
+	e.record(t, event("r1", "a0", 0))
+	e.record(t, event("r1", "a0", 1))
+	letters := e.deadLetters(t, "old", "r2", 1)
+	if len(letters) != 1 {
+		t.Fatalf("%d dead letters made; want 1", len(letters))
+	}
+	e.advance(t, "both-new", e.read(t, "both-new", 10)[1].Position)
+	renames := map[string]string{"old": "new", "both-old": "both-new", "absent": "still-absent"}
+	for range 2 { // the second finds nothing to move
+		if _, _, err := e.box.RenameSinks(ctx, renames); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.drain(t, "new"); len(got) != 2 {
+		t.Errorf("the renamed sink read %q; want its two pending events", names(got))
+	}
+	if got := e.drain(t, "both-new"); len(got) != 3 {
+		t.Errorf("the sink renamed onto a newer cursor read %q; want all three events, from the older cursor", names(got))
+	}
+	for _, gone := range []string{"old", "both-old", "still-absent"} {
+		if _, err := e.box.Read(ctx, gone, 1); !errors.Is(err, outbox.ErrUnknownSink) {
+			t.Errorf("Read(%s): %v; want ErrUnknownSink", gone, err)
+		}
+	}
+	if n, err := e.box.CountDeadLetters(ctx, "new"); err != nil || n != 1 {
+		t.Errorf("dead letters under the new name: %d, %v; want 1", n, err)
+	}
+	if n, err := e.box.CountDeadLetters(ctx, "old"); err != nil || n != 0 {
+		t.Errorf("dead letters under the old name: %d, %v; want none", n, err)
+	}
+}

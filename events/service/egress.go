@@ -65,14 +65,38 @@ func (e *Egress) ListDeadLetters(ctx context.Context, req *connect.Request[event
 		return nil, e.storeError(ctx, "listing dead letters", err)
 	}
 	resp := &eventsv1.ListDeadLettersResponse{NextPageToken: next}
+	redact := e.keptRedactors()
 	for _, dl := range letters {
+		detail := dl.Detail
+		if r, ok := redact[dl.Sink]; ok {
+			detail = r(detail)
+		}
 		resp.DeadLetters = append(resp.DeadLetters, &eventsv1.DeadLetter{
-			Id: dl.ID, Sink: dl.Sink, Event: dl.Entry.Event, Detail: dl.Detail,
+			Id: dl.ID, Sink: dl.Sink, Event: dl.Entry.Event, Detail: detail,
 			FailedAt: timestamppb.New(dl.FailedAt), Attempts: uint32(max(dl.Attempts, 0)),
 			ReplayRequested: !dl.ReplayRequestedAt.IsZero(),
 		})
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// keptRedactors redact, by sink name, the details of dead letters kept before details
+// were redacted, which may hold what a receiver echoed of the request (its token, its
+// URL). A sink's letters of then are kept under its name of then, its LegacyName.
+func (e *Egress) keptRedactors() map[string]func(string) string {
+	redactors := make([]func(string) string, len(e.sinks))
+	out := make(map[string]func(string) string, 2*len(e.sinks))
+	for i, s := range e.sinks {
+		redactors[i] = s.RedactKept()
+		if legacy := s.LegacyName(); legacy != "" {
+			out[legacy] = redactors[i]
+		}
+	}
+	// Second, so that a sink's own name wins over another's old one.
+	for i, s := range e.sinks {
+		out[s.Name()] = redactors[i]
+	}
+	return out
 }
 
 // ReplayDeadLetters implements EgressService.ReplayDeadLetters.

@@ -1,6 +1,6 @@
 // Package devcreds makes the credentials the events and cache services run with on a
 // laptop (`make run`, docker compose): a private certificate authority, a serving
-// certificate it signed, and static bearer tokens for an executor and a viewer in the
+// certificate it signed, and static bearer tokens for an executor, a viewer and an operator of the CloudEvents egress in the
 // services' token-file format. Ensure keeps what a directory already holds while it is
 // still good, so that a CA a user trusted or a token they copied stays valid between runs.
 package devcreds
@@ -38,6 +38,7 @@ const (
 	TokensFile        = "tokens.csv"     // --auth-token-file of both services
 	ExecutorTokenFile = "executor.token" // the executor's serviceTokenFile
 	ViewerTokenFile   = "viewer.token"   // a read-only caller's token, for buf curl
+	OperatorTokenFile = "operator.token" // the CloudEvents egress's operator, for buf curl
 )
 
 // Lifetimes: the serving certificate is renewed by the run that finds it within renewBefore
@@ -56,7 +57,8 @@ type Credentials struct {
 	Dir                                            string
 	CAFile, CertFile, KeyFile                      string
 	TokensFile, ExecutorTokenFile, ViewerTokenFile string
-	ExecutorToken, ViewerToken                     string
+	OperatorTokenFile                              string
+	ExecutorToken, ViewerToken, OperatorToken      string
 	Generated                                      []string // the files this call wrote, by name
 }
 
@@ -85,7 +87,7 @@ func Ensure(dir string, hosts ...string) (*Credentials, error) {
 		Dir:    dir,
 		CAFile: filepath.Join(dir, CAFile), CertFile: filepath.Join(dir, CertFile), KeyFile: filepath.Join(dir, KeyFile),
 		TokensFile: filepath.Join(dir, TokensFile), ExecutorTokenFile: filepath.Join(dir, ExecutorTokenFile),
-		ViewerTokenFile: filepath.Join(dir, ViewerTokenFile),
+		ViewerTokenFile: filepath.Join(dir, ViewerTokenFile), OperatorTokenFile: filepath.Join(dir, OperatorTokenFile),
 	}
 	write := func(name string, data []byte) error {
 		if err := writeFile(filepath.Join(dir, name), data); err != nil {
@@ -133,7 +135,7 @@ func Ensure(dir string, hosts ...string) (*Credentials, error) {
 	for _, t := range []struct {
 		file  string
 		token *string
-	}{{ExecutorTokenFile, &c.ExecutorToken}, {ViewerTokenFile, &c.ViewerToken}} {
+	}{{ExecutorTokenFile, &c.ExecutorToken}, {ViewerTokenFile, &c.ViewerToken}, {OperatorTokenFile, &c.OperatorToken}} {
 		raw, err := os.ReadFile(filepath.Join(dir, t.file))
 		if *t.token = strings.TrimSpace(string(raw)); err == nil && *t.token != "" {
 			continue
@@ -145,7 +147,7 @@ func Ensure(dir string, hosts ...string) (*Credentials, error) {
 			return nil, err
 		}
 	}
-	tokens, err := tokenFile(c.ExecutorToken, c.ViewerToken)
+	tokens, err := tokenFile(c.ExecutorToken, c.ViewerToken, c.OperatorToken)
 	if err != nil {
 		return nil, err
 	}
@@ -158,12 +160,13 @@ func Ensure(dir string, hosts ...string) (*Credentials, error) {
 }
 
 // tokenFile is the services' --auth-token-file: kube-apiserver's static token CSV.
-func tokenFile(executor, viewer string) ([]byte, error) {
+func tokenFile(executor, viewer, operator string) ([]byte, error) {
 	var b bytes.Buffer
 	w := csv.NewWriter(&b)
 	if err := w.WriteAll([][]string{
 		{executor, "executor", "dev-executor", auth.Executors},
 		{viewer, "viewer", "dev-viewer", auth.Viewers},
+		{operator, "operator", "dev-operator", auth.Operators},
 	}); err != nil {
 		return nil, fmt.Errorf("devcreds: token file: %w", err)
 	}

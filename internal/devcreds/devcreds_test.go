@@ -39,7 +39,7 @@ func TestEnsureMakesWhatTheServicesAndTheExecutorRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{c.CAFile, c.CertFile, c.KeyFile, c.TokensFile, c.ExecutorTokenFile, c.ViewerTokenFile} {
+	for _, f := range []string{c.CAFile, c.CertFile, c.KeyFile, c.TokensFile, c.ExecutorTokenFile, c.ViewerTokenFile, c.OperatorTokenFile} {
 		fi, err := os.Stat(f)
 		if err != nil {
 			t.Fatal(err)
@@ -56,7 +56,7 @@ func TestEnsureMakesWhatTheServicesAndTheExecutorRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for token, group := range map[string]string{c.ExecutorToken: auth.Executors, c.ViewerToken: auth.Viewers} {
+	for token, group := range map[string]string{c.ExecutorToken: auth.Executors, c.ViewerToken: auth.Viewers, c.OperatorToken: auth.Operators} {
 		resp, ok, err := tokens.AuthenticateToken(context.Background(), token)
 		if err != nil || !ok || !slices.Contains(resp.User.GetGroups(), group) {
 			t.Errorf("token file: %v %v %+v, want group %s", ok, err, resp, group)
@@ -124,8 +124,8 @@ func TestEnsureKeepsWhatIsGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(first.Generated) != 7 {
-		t.Errorf("the first run wrote %q, want all seven files", first.Generated)
+	if len(first.Generated) != 8 {
+		t.Errorf("the first run wrote %q, want all eight files", first.Generated)
 	}
 	ca, cert := read(t, first.CAFile), read(t, first.CertFile)
 

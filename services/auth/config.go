@@ -14,7 +14,7 @@ const (
 	// SubjectAccessReview, both against the cluster's API server.
 	ModeKubernetes Mode = "kubernetes"
 	// ModeTokenFile checks bearer tokens against a static file in kube-apiserver's
-	// token format and decides by group (Executors, Viewers).
+	// token format and decides by group (Executors, Viewers, Operators).
 	ModeTokenFile Mode = "token-file"
 	// ModeNone lets every caller do everything. Only for a closed laptop set-up.
 	ModeNone Mode = "none"
@@ -24,8 +24,12 @@ const (
 const (
 	// Executors may call every RPC.
 	Executors = "flyte:executors"
-	// Viewers may call the read RPCs only.
+	// Viewers may call the read RPCs of a project, and nothing cluster-wide.
 	Viewers = "flyte:viewers"
+	// Operators may call the CloudEvents egress RPCs (ListSinks, ListDeadLetters,
+	// ReplayDeadLetters), which are cluster-wide: what ClusterRole
+	// flyte-services-egress-operator grants in kubernetes mode.
+	Operators = "flyte:operators"
 )
 
 // DefaultAudience is the audience a ServiceAccount token must be bound to.

@@ -42,7 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprintf(stdout, "wrote %s in %s\n", strings.Join(c.Generated, ", "), c.Dir)
 	}
-	fmt.Fprintf(stdout, "trust %s; send the token of %s (read only) or %s (everything) as \"Authorization: Bearer <token>\"\n",
-		filepath.Base(c.CAFile), filepath.Base(c.ViewerTokenFile), filepath.Base(c.ExecutorTokenFile))
+	fmt.Fprintf(stdout, "trust %s; send the token of %s (read only), %s (the CloudEvents egress) or %s (everything) as \"Authorization: Bearer <token>\"\n",
+		filepath.Base(c.CAFile), filepath.Base(c.ViewerTokenFile), filepath.Base(c.OperatorTokenFile), filepath.Base(c.ExecutorTokenFile))
 	return 0
 }
