@@ -22,16 +22,20 @@ export function setToken(t: string): void {
 }
 
 /**
- * takeTokenFromFragment keeps a token handed over in the URL's fragment (make run prints
+ * takeTokenFromFragment takes a token handed over in the URL's fragment (make run prints
  * such a URL; a fragment never reaches a server or its logs) and removes it from the
- * address bar and the history.
+ * address bar and the history. A tab holding no token, or this one, keeps it. A tab
+ * holding another gets it back instead, for the page to ask before using it: a link
+ * someone else sent must not silently sign the tab in as them.
  */
-export function takeTokenFromFragment(): void {
-  const fragment = new URLSearchParams(location.hash.slice(1));
-  const t = fragment.get("token");
-  if (!t) return;
-  setToken(t);
+export function takeTokenFromFragment(): string {
+  const t = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (!t) return "";
   history.replaceState(null, "", location.pathname + location.search);
+  const held = token();
+  if (held && held !== t) return t;
+  setToken(t);
+  return "";
 }
 
 const bearer: Interceptor = (next) => async (req) => {
@@ -90,13 +94,15 @@ export interface Span {
 
 export interface Trace {
   traceId: string;
+  /** spans are the first the page draws, of spanCount. */
   spans: Span[];
+  spanCount?: number;
   /** uiUrl opens the trace in Jaeger's UI, where one is configured. */
   uiUrl?: string;
 }
 
-/** The traces of one action, or why there are none. */
-export type Traces = { traces: Trace[] } | { unavailable: string } | { failed: Failure };
+/** The traces of one action, or why there are none; busy is the seconds to wait before asking again. */
+export type Traces = { traces: Trace[] } | { unavailable: string } | { busy: number } | { failed: Failure };
 
 /**
  * actionTraces asks the events service for the action's traces, which it looks up in
@@ -119,6 +125,8 @@ export async function actionTraces(
       return { failed: failure(new ConnectError(message, Code.Unauthenticated)) };
     case 403:
       return { failed: failure(new ConnectError(message, Code.PermissionDenied)) };
+    case 429:
+      return { busy: retryAfter(resp.headers.get("Retry-After")) };
     case 404:
     case 502:
     case 503:
@@ -127,4 +135,10 @@ export async function actionTraces(
     default:
       return { failed: { kind: "other", message: `${resp.status}: ${message}` } };
   }
+}
+
+/** retryAfter reads a Retry-After of seconds, kept between 1 and 30. */
+function retryAfter(header: string | null): number {
+  const seconds = Number(header);
+  return Number.isFinite(seconds) ? Math.min(Math.max(seconds, 1), 30) : 2;
 }

@@ -1,16 +1,25 @@
 // The console's entry: the query string names the view, so every view has a link
 // (?project=P&domain=D, then &run=R, then &action=A; &phase=NAME filters lists).
 
-import { takeTokenFromFragment } from "./api";
+import { setToken, takeTokenFromFragment } from "./api";
 import { h, replace } from "./dom";
 import { actionPage } from "./pages/action";
 import { runPage } from "./pages/run";
 import { runsPage } from "./pages/runs";
 
 function start(): void {
-  takeTokenFromFragment();
   const root = document.getElementById("app");
   if (!root) return;
+  const offered = takeTokenFromFragment();
+  if (offered) {
+    replace(root, confirmToken(offered, () => show(root)));
+    return;
+  }
+  show(root);
+}
+
+/** show starts the view the query string names. */
+function show(root: HTMLElement): void {
   const q = new URLSearchParams(location.search);
   const project = q.get("project") ?? "";
   const domain = q.get("domain") ?? "";
@@ -46,13 +55,39 @@ function chooser(): HTMLElement {
   );
 }
 
+/**
+ * confirmToken asks whether to replace the token this tab holds with the one a link
+ * brought, which nothing has used yet; then it shows the view.
+ */
+function confirmToken(offered: string, then: () => void): HTMLElement {
+  const choose = (replaceHeld: boolean) => () => {
+    if (replaceHeld) setToken(offered);
+    then();
+  };
+  const keep = h("button", { type: "button", id: "token-keep" }, "Keep the token I use");
+  const use = h("button", { type: "button", id: "token-replace" }, "Use the link's token");
+  keep.addEventListener("click", choose(false));
+  use.addEventListener("click", choose(true));
+  return h(
+    "main",
+    {},
+    h("h1", {}, "Flyte console"),
+    h(
+      "form",
+      { id: "token-confirm", class: "token" },
+      h("p", { role: "alert" }, "This link carries a token other than the one this tab uses."),
+      h("p", {}, "A link someone else sent would show what their token may read, as if it were yours. Use the link's token only if you meant to change it."),
+      keep,
+      " ",
+      use,
+    ),
+  );
+}
+
 // A URL with a token opened in a tab already on that view changes only the fragment,
-// which reloads nothing: the token is taken and the view started again with it.
+// which reloads nothing: the page starts again, and takes (or asks about) the token.
 window.addEventListener("hashchange", () => {
-  if (new URLSearchParams(location.hash.slice(1)).has("token")) {
-    takeTokenFromFragment();
-    location.reload();
-  }
+  if (new URLSearchParams(location.hash.slice(1)).has("token")) location.reload();
 });
 
 start();

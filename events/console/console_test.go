@@ -378,8 +378,11 @@ func TestTokenIsAskedForAndABadOneRefused(t *testing.T) {
 	do(t, ctx, chromedp.SetValue("#token", s.tokens.Other), chromedp.Click(`#token-form button`))
 	waitFor(t, ctx, `document.querySelector("#notice .error")?.innerText.includes("may not read")`)
 
-	// The viewer's token is kept for the session: the page needs it only once.
+	// The viewer's token, brought by a link to a tab holding another, is used once the
+	// page has asked; it is kept for the session: the page needs it only once.
 	do(t, ctx, chromedp.Navigate(s.page("project=demo&domain=development", s.tokens.Viewer)))
+	waitFor(t, ctx, `document.getElementById("token-confirm") !== null`)
+	do(t, ctx, chromedp.Click("#token-replace"))
 	waitFor(t, ctx, `document.querySelectorAll("#runs tbody tr").length === 2`)
 	do(t, ctx, chromedp.Navigate(s.page("project=demo&domain=development&run=train-model", "")))
 	waitFor(t, ctx, `document.querySelectorAll("#actions tbody tr").length === 2`)

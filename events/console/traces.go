@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -43,6 +44,43 @@ const (
 	// lookBefore widens the search before the action's first event: the executor's
 	// first reconciles come before it.
 	lookBefore = 10 * time.Minute
+	// maxLookups bounds the lookups reading Jaeger's answers at once, in the whole
+	// process: beyond it a lookup is turned away (429) rather than queued, so viewers
+	// asking together hold a bounded amount of memory, however many they are.
+	maxLookups = 4
+	// retryAfter is how long a lookup turned away is told to wait: about one lookup.
+	retryAfter = 2 * time.Second
+	// What is kept of a trace is what the page draws: its first 400 spans (the earliest),
+	// each with a few attributes of a few hundred bytes. A lookup holds that, not
+	// Jaeger's answer, which it reads a span at a time (jaeger.go).
+	maxShownSpans = 400
+	maxAttributes = 16
+	maxTextBytes  = 256
+	// maxProcesses bounds the service names kept of a trace's processes.
+	maxProcesses = 1024
+)
+
+// lookups holds a slot for each lookup reading Jaeger's answer. It is the process's,
+// not a handler's: the bound is on the process's memory.
+var lookups = make(chan struct{}, maxLookups)
+
+// startLookup takes a lookup's slot, or reports that every one is taken.
+func startLookup() (done func(), ok bool) {
+	select {
+	case lookups <- struct{}{}:
+		return func() { <-lookups }, true
+	default:
+		return nil, false
+	}
+}
+
+// The page is told what failed in general terms; the details, which name Jaeger's
+// address and what it answered, go to the log.
+var (
+	errTooLarge       = errors.New("the answer is larger than a lookup reads")
+	errStoreDown      = errors.New("the trace store is unavailable")
+	errTracesTooLarge = errors.New("the action's traces are too large to show")
+	errBusy           = errors.New("the events service is looking up as many traces as it may at once: try again shortly")
 )
 
 var traceIDPattern = regexp.MustCompile(`^[0-9a-f]{16,32}$`)
@@ -54,6 +92,7 @@ type traceLookup struct {
 	service string
 	client  *http.Client
 	now     func() time.Time
+	log     *slog.Logger
 }
 
 func newTraceLookup(cfg Config) (*traceLookup, error) {
@@ -69,6 +108,7 @@ func newTraceLookup(cfg Config) (*traceLookup, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		now: time.Now,
+		log: cfg.Log,
 	}
 	if cfg.JaegerQueryURL != "" {
 		u, err := url.Parse(cfg.JaegerQueryURL)
@@ -95,12 +135,18 @@ type span struct {
 	Duration   int64             `json:"duration"`
 	Error      bool              `json:"error,omitempty"`
 	Attributes map[string]string `json:"attributes,omitempty"`
+
+	// Resolved once the whole trace is read: Jaeger may send a trace's processes after
+	// its spans, and its ID after both.
+	processID, parentTrace string
 }
 
 type trace struct {
 	TraceID string `json:"traceId"`
 	Spans   []span `json:"spans"`
-	UIURL   string `json:"uiUrl,omitempty"`
+	// SpanCount is how many spans the trace has; Spans are the first the page draws.
+	SpanCount int    `json:"spanCount"`
+	UIURL     string `json:"uiUrl,omitempty"`
 }
 
 func (t *traceLookup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -121,13 +167,35 @@ func (t *traceLookup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	// Taken once the caller may read the action, so that callers without a token cannot
+	// keep the slots from those with one.
+	done, ok := startLookup()
+	if !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
+		writeError(w, r, connect.NewError(connect.CodeResourceExhausted, errBusy))
+		return
+	}
+	defer done()
 	traces, err := t.search(ctx, id, resp.Msg.GetAction())
 	if err != nil {
-		writeError(w, r, connect.NewError(connect.CodeUnavailable, err))
+		t.failed(w, r, id, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"traces": traces})
+}
+
+// failed logs why a lookup failed and tells the caller only that it did.
+func (t *traceLookup) failed(w http.ResponseWriter, r *http.Request, id *flytecorev1.ActionIdentifier, err error) {
+	if r.Context().Err() == nil { // a caller that left is no failure of Jaeger's
+		t.log.Warn("looking up an action's traces", "project", id.GetProject(), "domain", id.GetDomain(),
+			"run", id.GetRun(), "action", id.GetAction(), "error", err)
+	}
+	public := errStoreDown
+	if errors.Is(err, errTooLarge) {
+		public = errTracesTooLarge
+	}
+	writeError(w, r, connect.NewError(connect.CodeUnavailable, public))
 }
 
 // search asks Jaeger for the traces whose spans name the action, from a little before
@@ -157,126 +225,29 @@ func (t *traceLookup) search(ctx context.Context, id *flytecorev1.ActionIdentifi
 		return nil, fmt.Errorf("asking Jaeger for the action's traces: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJaegerBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading Jaeger's answer: %w", err)
-	}
-	if len(body) > maxJaegerBytes {
-		return nil, fmt.Errorf("jaeger's answer is larger than %d MiB", maxJaegerBytes>>20)
-	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("jaeger answered %s", resp.Status)
 	}
-	var found jaegerTraces
-	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&found); err != nil {
-		return nil, fmt.Errorf("reading Jaeger's answer: %w", err)
+	out, err := readTraces(&cappedReader{r: resp.Body, left: maxJaegerBytes}, want)
+	if err != nil {
+		return nil, fmt.Errorf("reading Jaeger's answer (at most %d MiB): %w", maxJaegerBytes>>20, err)
 	}
-	out := []trace{}
-	for _, jt := range found.Data {
-		if !traceIDPattern.MatchString(jt.TraceID) || !jt.names(want) {
-			continue
+	if t.ui != "" {
+		for i := range out {
+			out[i].UIURL = t.ui + "/trace/" + out[i].TraceID
 		}
-		tr := trace{TraceID: jt.TraceID, Spans: jt.spans()}
-		if t.ui != "" {
-			tr.UIURL = t.ui + "/trace/" + jt.TraceID
-		}
-		out = append(out, tr)
 	}
 	// Newest first: the action's current incarnation leads.
 	slices.SortFunc(out, func(a, b trace) int { return cmp.Compare(firstStart(b), firstStart(a)) })
 	return out, nil
 }
 
+// firstStart is when the trace began: its spans come earliest first.
 func firstStart(t trace) int64 {
 	if len(t.Spans) == 0 {
 		return 0
 	}
-	return slices.MinFunc(t.Spans, func(a, b span) int { return cmp.Compare(a.Start, b.Start) }).Start
-}
-
-// jaegerTraces is the part of Jaeger's /api/traces answer the page needs.
-type jaegerTraces struct {
-	Data []jaegerTrace `json:"data"`
-}
-
-type jaegerTrace struct {
-	TraceID string `json:"traceID"`
-	Spans   []struct {
-		SpanID        string `json:"spanID"`
-		OperationName string `json:"operationName"`
-		References    []struct {
-			RefType string `json:"refType"`
-			TraceID string `json:"traceID"`
-			SpanID  string `json:"spanID"`
-		} `json:"references"`
-		StartTime int64       `json:"startTime"`
-		Duration  int64       `json:"duration"`
-		Tags      []jaegerTag `json:"tags"`
-		ProcessID string      `json:"processID"`
-	} `json:"spans"`
-	Processes map[string]struct {
-		ServiceName string `json:"serviceName"`
-	} `json:"processes"`
-}
-
-type jaegerTag struct {
-	Key   string `json:"key"`
-	Value any    `json:"value"`
-}
-
-func (v jaegerTag) String() string {
-	switch x := v.Value.(type) {
-	case string:
-		return x
-	case nil:
-		return ""
-	default:
-		return fmt.Sprint(x)
-	}
-}
-
-// names reports whether one of the trace's spans carries every one of want's tags: the
-// trace is the action's, not only what Jaeger's search matched.
-func (jt jaegerTrace) names(want map[string]string) bool {
-	for _, s := range jt.Spans {
-		n := 0
-		for _, tag := range s.Tags {
-			if v, ok := want[tag.Key]; ok && tag.String() == v {
-				n++
-			}
-		}
-		if n == len(want) {
-			return true
-		}
-	}
-	return false
-}
-
-func (jt jaegerTrace) spans() []span {
-	out := make([]span, 0, len(jt.Spans))
-	for _, s := range jt.Spans {
-		sp := span{SpanID: s.SpanID, Name: s.OperationName, Start: s.StartTime, Duration: s.Duration,
-			Service: jt.Processes[s.ProcessID].ServiceName}
-		for _, ref := range s.References {
-			if ref.RefType == "CHILD_OF" && ref.TraceID == jt.TraceID {
-				sp.ParentID = ref.SpanID
-				break
-			}
-		}
-		for _, tag := range s.Tags {
-			switch {
-			case tag.Key == "error" && tag.String() == "true", tag.Key == "otel.status_code" && tag.String() == "ERROR":
-				sp.Error = true
-			case strings.HasPrefix(tag.Key, "flyte."), tag.Key == "otel.status_description", tag.Key == "rpc.method":
-				if sp.Attributes == nil {
-					sp.Attributes = map[string]string{}
-				}
-				sp.Attributes[tag.Key] = tag.String()
-			}
-		}
-		out = append(out, sp)
-	}
-	return out
+	return t.Spans[0].Start
 }
 
 // writeError answers as a Connect unary error (JSON code and message, the code's HTTP

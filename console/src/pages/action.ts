@@ -4,7 +4,7 @@
 
 import type { Action, ActionEvent } from "../gen/flyte/events/v1/events_pb";
 import type { ExecutionError } from "../gen/flyte/core/v1/error_pb";
-import { actionTraces, events, failure, isAbort } from "../api";
+import { actionTraces, events, failure, isAbort, type Traces } from "../api";
 import { externalLink, h, replace, type Child } from "../dom";
 import { cacheLabel, errorKind, ms, phaseLabel, phaseName, when } from "../format";
 import { LiveActions } from "../live";
@@ -230,11 +230,24 @@ function eventsView(evs: ActionEvent[]): HTMLElement {
   );
 }
 
+/** How many times the trace is asked for while the service is busy with other lookups. */
+const traceTries = 5;
+
+/** askForTraces asks for the action's traces, and again after the wait a busy service names. */
+async function askForTraces(id: Id, signal: AbortSignal, box: HTMLElement): Promise<Traces> {
+  for (let tries = 1; ; tries++) {
+    const result = await actionTraces(id, signal);
+    if (!("busy" in result) || tries === traceTries) return result;
+    replace(box, h("h2", {}, "Trace"), h("p", { class: "empty" }, "The events service is busy looking up other traces: asking again shortly."));
+    await new Promise((resolve) => setTimeout(resolve, result.busy * 1000));
+  }
+}
+
 async function loadTrace(id: Id, box: HTMLElement, f: Frame): Promise<void> {
   const stop = new AbortController();
   let result;
   try {
-    result = await actionTraces(id, stop.signal);
+    result = await askForTraces(id, stop.signal, box);
   } catch (err) {
     replace(box, h("h2", {}, "Trace"), h("p", { class: "empty" }, `The trace could not be read: ${String(err)}`));
     return;
@@ -246,6 +259,10 @@ async function loadTrace(id: Id, box: HTMLElement, f: Frame): Promise<void> {
   }
   if ("unavailable" in result) {
     replace(box, h("h2", {}, "Trace"), h("p", { class: "empty" }, result.unavailable));
+    return;
+  }
+  if ("busy" in result) {
+    replace(box, h("h2", {}, "Trace"), h("p", { class: "empty" }, "The events service is busy looking up other traces: reload the page to ask again."));
     return;
   }
   replace(

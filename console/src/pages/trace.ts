@@ -35,6 +35,8 @@ function ordered(spans: Span[]): { span: Span; depth: number }[] {
 export function traceView(t: Trace): HTMLElement {
   const rows = ordered(t.spans);
   const shown = rows.slice(0, maxSpans);
+  // The events service sends the first spans of a large trace, and how many it has.
+  const total = Math.max(t.spanCount ?? 0, t.spans.length);
   const start = Math.min(...t.spans.map((x) => x.start));
   const end = Math.max(...t.spans.map((x) => x.start + x.duration));
   const plot = width - nameWidth - 8;
@@ -60,11 +62,11 @@ export function traceView(t: Trace): HTMLElement {
     h(
       "p",
       {},
-      `Trace ${t.traceId}: ${t.spans.length} spans over ${duration((end - start) / 1000)}`,
+      `Trace ${t.traceId}: ${total} spans over ${duration((end - start) / 1000)}`,
       t.uiUrl ? " · " : null,
       t.uiUrl ? externalLink("open in Jaeger", t.uiUrl) : null,
     ),
     svg,
-    rows.length > maxSpans ? h("p", { class: "note" }, `The first ${maxSpans} spans are drawn.`) : null,
+    total > shown.length ? h("p", { class: "note" }, `The first ${shown.length} spans are drawn.`) : null,
   );
 }
