@@ -109,11 +109,16 @@ func (x *ListSinksResponse) GetSinks() []*Sink {
 // Sink is one destination of CloudEvents.
 type Sink struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// name identifies the sink's cursor (the URL's name parameter, or one derived from it).
+	// name identifies the sink's cursor and labels its metrics: the URL's name parameter,
+	// or one derived from the URL. An HTTP sink's is scheme://host#<the first 8 hex digits
+	// of the SHA-256 of scheme://host/path>, never the path, which is often the
+	// credential of a webhook; a broker's is its servers and subject or topic.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// kind is http, nats or kafka.
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	// target is where it publishes, without credentials or options.
+	// target is where it publishes, without credentials or options: an HTTP receiver's
+	// scheme and host, its path replaced by /REDACTED and its own query's values by
+	// REDACTED; a broker's servers and subject or topic.
 	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	// pending counts queued events the sink has not been handed yet, up to 100,000 (more
 	// is reported as 100,000).
@@ -326,7 +331,11 @@ type DeadLetter struct {
 	Sink string `protobuf:"bytes,2,opt,name=sink,proto3" json:"sink,omitempty"`
 	// event is the event, as recorded.
 	Event *ActionEvent `protobuf:"bytes,3,opt,name=event,proto3" json:"event,omitempty"`
-	// detail is the sink's answer, such as "HTTP 400: <the start of its body>".
+	// detail is the sink's answer: an HTTP receiver's status and at most 256 bytes of its
+	// body, such as "HTTP 400: <the start of its body>", or a broker's error. The sink's
+	// own secrets (its bearer token, its URL's query values, path and longer path
+	// segments) are replaced by REDACTED, in details that earlier releases stored as
+	// well.
 	Detail string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
 	// failed_at is when the sink last refused it.
 	FailedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=failed_at,json=failedAt,proto3" json:"failed_at,omitempty"`

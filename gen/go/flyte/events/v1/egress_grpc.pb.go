@@ -32,11 +32,17 @@ const (
 // to its sinks (--cloudevents-sink), and lets an operator replay what a sink refused
 // for good. Publishing itself needs no call: every recorded event is queued in the same
 // transaction that stores it and relayed to each sink in order per action.
+//
+// Its RPCs are cluster-wide (the dead letters hold every project's events) and for
+// operators only: in auth mode kubernetes, ClusterRole flyte-services-egress-operator;
+// in auth mode token-file, group flyte:operators (or flyte:executors). A viewer gets
+// PermissionDenied, even one bound in every namespace.
 type EgressServiceClient interface {
 	// ListSinks returns each configured sink and how far behind it is.
 	ListSinks(ctx context.Context, in *ListSinksRequest, opts ...grpc.CallOption) (*ListSinksResponse, error)
 	// ListDeadLetters returns the events a sink refused for good (an HTTP 4xx other than
-	// 429, a message a broker will never take), oldest first, with the sink's answer.
+	// 408 and 429, a message a broker will never take), oldest first, with the sink's
+	// answer.
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
 	// ReplayDeadLetters asks the relay to publish dead letters to their sink again,
 	// before the sink's next new events. A dead letter published is removed; one refused
@@ -90,11 +96,17 @@ func (c *egressServiceClient) ReplayDeadLetters(ctx context.Context, in *ReplayD
 // to its sinks (--cloudevents-sink), and lets an operator replay what a sink refused
 // for good. Publishing itself needs no call: every recorded event is queued in the same
 // transaction that stores it and relayed to each sink in order per action.
+//
+// Its RPCs are cluster-wide (the dead letters hold every project's events) and for
+// operators only: in auth mode kubernetes, ClusterRole flyte-services-egress-operator;
+// in auth mode token-file, group flyte:operators (or flyte:executors). A viewer gets
+// PermissionDenied, even one bound in every namespace.
 type EgressServiceServer interface {
 	// ListSinks returns each configured sink and how far behind it is.
 	ListSinks(context.Context, *ListSinksRequest) (*ListSinksResponse, error)
 	// ListDeadLetters returns the events a sink refused for good (an HTTP 4xx other than
-	// 429, a message a broker will never take), oldest first, with the sink's answer.
+	// 408 and 429, a message a broker will never take), oldest first, with the sink's
+	// answer.
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
 	// ReplayDeadLetters asks the relay to publish dead letters to their sink again,
 	// before the sink's next new events. A dead letter published is removed; one refused

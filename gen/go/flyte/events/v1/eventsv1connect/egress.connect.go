@@ -48,7 +48,8 @@ type EgressServiceClient interface {
 	// ListSinks returns each configured sink and how far behind it is.
 	ListSinks(context.Context, *connect.Request[v1.ListSinksRequest]) (*connect.Response[v1.ListSinksResponse], error)
 	// ListDeadLetters returns the events a sink refused for good (an HTTP 4xx other than
-	// 429, a message a broker will never take), oldest first, with the sink's answer.
+	// 408 and 429, a message a broker will never take), oldest first, with the sink's
+	// answer.
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
 	// ReplayDeadLetters asks the relay to publish dead letters to their sink again,
 	// before the sink's next new events. A dead letter published is removed; one refused
@@ -118,7 +119,8 @@ type EgressServiceHandler interface {
 	// ListSinks returns each configured sink and how far behind it is.
 	ListSinks(context.Context, *connect.Request[v1.ListSinksRequest]) (*connect.Response[v1.ListSinksResponse], error)
 	// ListDeadLetters returns the events a sink refused for good (an HTTP 4xx other than
-	// 429, a message a broker will never take), oldest first, with the sink's answer.
+	// 408 and 429, a message a broker will never take), oldest first, with the sink's
+	// answer.
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
 	// ReplayDeadLetters asks the relay to publish dead letters to their sink again,
 	// before the sink's next new events. A dead letter published is removed; one refused
