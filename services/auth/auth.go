@@ -65,7 +65,7 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 		log.Warn("authentication is off (auth-mode none): every caller that reaches this port may do everything")
 		a.authz = allowAll
 	case ModeTokenFile:
-		tokens, err := newReloadingTokenFile(cfg.TokenFile, log)
+		tokens, err := newReloadingTokenFile(cfg.TokenFile, reg, log)
 		if err != nil {
 			return nil, err
 		}

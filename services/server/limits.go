@@ -10,15 +10,33 @@ import (
 	"connectrpc.com/connect"
 )
 
-// guard wraps an RPC handler with what must happen before its body is read: the
-// configured middleware (authentication), then the limits on in-flight bytes and on
-// stalled writes.
+// guard wraps an RPC handler with what must happen before its body is read: the limit
+// on calls in progress, the configured middleware (authentication), then the limits on
+// in-flight bytes and on stalled writes.
 func (s *Server) guard(h http.Handler) http.Handler {
 	h = s.limit(h)
 	if s.cfg.Middleware != nil {
 		h = s.cfg.Middleware(h)
 	}
-	return h
+	return s.limitCalls(h)
+}
+
+var errTooManyCalls = errors.New("the service has too many calls in progress right now; retry later")
+
+// limitCalls refuses a call when MaxConcurrentCalls are in progress, before anything
+// else is spent on it: a stream's goroutine and buffers cost memory even while its client
+// sends nothing, and a connection limit alone lets through every stream of every
+// connection.
+func (s *Server) limitCalls(h http.Handler) http.Handler {
+	errs := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.calls.TryAcquire(1) {
+			_ = errs.Write(w, r, connect.NewError(connect.CodeResourceExhausted, errTooManyCalls))
+			return
+		}
+		defer s.calls.Release(1)
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) guardPath(path string, h http.Handler) (string, http.Handler) {

@@ -296,13 +296,20 @@ func TestStalledReaderIsDropped(t *testing.T) {
 	}
 }
 
-// TestNegativeLimitsAreRefused: a negative limit would switch its protection off.
+// TestNegativeLimitsAreRefused: a negative limit would switch its protection off, and a
+// window the transport does not take would be replaced by its default.
 func TestNegativeLimitsAreRefused(t *testing.T) {
 	for name, cfg := range map[string]server.Config{
 		"body read timeout":   {BodyReadTimeout: -time.Second},
 		"write stall timeout": {WriteStallTimeout: -time.Second},
 		"concurrent streams":  {MaxConcurrentStreams: -1},
 		"in-flight bytes":     {MaxInFlightBytes: -1},
+		"connections":         {MaxConnections: -1},
+		"health watches":      {MaxHealthWatches: -1},
+		// The transport would take its own default for these, silently.
+		"connection window too small":         {ConnReceiveWindow: 1 << 10},
+		"connection window too large":         {ConnReceiveWindow: 4 << 20},
+		"stream window over the connection's": {ConnReceiveWindow: 64 << 10, StreamReceiveWindow: 128 << 10},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg.Addr = "127.0.0.1:0"
@@ -311,4 +318,80 @@ func TestNegativeLimitsAreRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConnectionsBeyondTheLimitWait: a connection past MaxConnections is not served
+// until one of those served closes.
+func TestConnectionsBeyondTheLimitWait(t *testing.T) {
+	addr := strings.TrimPrefix(startWith(t, server.Config{MaxConnections: 2}, &testService{}), "http://")
+	healthz := func(conn net.Conn, wait time.Duration) error {
+		t.Helper()
+		_ = conn.SetDeadline(time.Now().Add(wait))
+		if _, err := fmt.Fprint(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}
+	dial := func() net.Conn {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return conn
+	}
+	var served []net.Conn
+	for range 2 {
+		conn := dial()
+		if err := healthz(conn, 5*time.Second); err != nil {
+			t.Fatalf("a connection within the limit: %v", err)
+		}
+		served = append(served, conn) // kept alive, so still counted
+	}
+	third := dial()
+	if _, err := fmt.Fprint(third, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	answer := bufio.NewReader(third)
+	_ = third.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := answer.ReadByte(); err == nil {
+		t.Fatal("a third connection was served while two were open")
+	}
+	_ = served[0].Close()
+	_ = third.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := http.ReadResponse(answer, nil); err != nil {
+		t.Fatalf("the third connection after one of the two closed: %v", err)
+	}
+}
+
+// TestCallsBeyondTheLimitAreRefused: with MaxConcurrentCalls calls waiting for their
+// bodies, one more is refused at once with ResourceExhausted.
+func TestCallsBeyondTheLimitAreRefused(t *testing.T) {
+	url := startWith(t, server.Config{MaxConcurrentCalls: 2}, &testService{})
+	client := servicetest.H2CClient()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 2 {
+		body, closeBody := stalledEnvelope(1<<10, 0)
+		defer closeBody()
+		go func() { _ = grpcRecord(ctx, client, url, body) }()
+	}
+	// Until both are in progress, a third may take a place and wait for its body.
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
+		body, closeBody := stalledEnvelope(1<<10, 0)
+		err = grpcRecord(attempt, client, url, body)
+		closeBody()
+		cancelAttempt()
+		if err != nil && strings.Contains(err.Error(), `grpc-status "8"`) {
+			return
+		}
+	}
+	t.Fatalf("a third call while two wait for their bodies: %v; want ResourceExhausted", err)
 }

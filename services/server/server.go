@@ -43,6 +43,20 @@ type Config struct {
 	MaxMessageBytes int
 	// MaxConcurrentStreams bounds the HTTP/2 streams one client connection may open.
 	MaxConcurrentStreams int
+	// MaxConcurrentCalls bounds the calls in progress at once over all connections
+	// (health checks aside); more are refused with ResourceExhausted. Each holds a
+	// goroutine and its buffers even while its client sends nothing.
+	MaxConcurrentCalls int
+	// MaxConnections bounds the client connections served at once; more wait to be
+	// accepted until one closes.
+	MaxConnections int
+	// ConnReceiveWindow and StreamReceiveWindow are the HTTP/2 flow-control windows: the
+	// request bytes a client may send on one connection, and on one stream, that no
+	// handler has read yet. The transport buffers them outside MaxInFlightBytes, at most
+	// MaxConnections × ConnReceiveWindow in all.
+	ConnReceiveWindow, StreamReceiveWindow int
+	// MaxHealthWatches bounds the grpc.health.v1 Watch streams open at once.
+	MaxHealthWatches int
 	// BodyReadTimeout bounds how long a client may take to send a request body, so a
 	// stalled body cannot hold memory or a goroutine.
 	BodyReadTimeout time.Duration
@@ -50,7 +64,8 @@ type Config struct {
 	// response may take longer.
 	WriteStallTimeout time.Duration
 	// MaxInFlightBytes bounds the request bytes all calls in progress may hold at once;
-	// a call that would exceed it fails with ResourceExhausted.
+	// a call that would exceed it fails with ResourceExhausted. A message is read into a
+	// buffer that grows by doubling, so the heap may hold up to twice this.
 	MaxInFlightBytes int64
 	// TLSCertFile and TLSKeyFile, when set, serve TLS with this PEM certificate and key,
 	// re-read when the files change; otherwise the listener speaks h2c.
@@ -76,9 +91,14 @@ func (c Config) WithDefaults() Config {
 	c.MaxHeaderBytes = cmp.Or(c.MaxHeaderBytes, 64<<10)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, 8<<20)
 	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, 100)
+	c.MaxConcurrentCalls = cmp.Or(c.MaxConcurrentCalls, 2048)
+	c.MaxConnections = cmp.Or(c.MaxConnections, 128)
+	c.ConnReceiveWindow = cmp.Or(c.ConnReceiveWindow, 128<<10)
+	c.StreamReceiveWindow = cmp.Or(c.StreamReceiveWindow, 64<<10)
+	c.MaxHealthWatches = cmp.Or(c.MaxHealthWatches, 8)
 	c.BodyReadTimeout = cmp.Or(c.BodyReadTimeout, 30*time.Second)
 	c.WriteStallTimeout = cmp.Or(c.WriteStallTimeout, 30*time.Second)
-	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, 64<<20)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, 16<<20)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 20*time.Second)
 	c.StreamDrainDelay = cmp.Or(c.StreamDrainDelay, time.Second)
 	return c
@@ -91,8 +111,12 @@ func (c Config) validate() error {
 	if c.BodyReadTimeout < 0 || c.WriteStallTimeout < 0 || c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
 		return errors.New("server: timeouts must be positive (0 takes the default)")
 	}
-	if c.MaxConcurrentStreams < 0 || c.MaxInFlightBytes < 0 || c.MaxMessageBytes < 0 || c.MaxHeaderBytes < 0 {
+	if c.MaxConcurrentStreams < 0 || c.MaxInFlightBytes < 0 || c.MaxMessageBytes < 0 || c.MaxHeaderBytes < 0 ||
+		c.MaxConnections < 0 || c.MaxConcurrentCalls < 0 || c.MaxHealthWatches < 0 {
 		return errors.New("server: limits must be positive (0 takes the default)")
+	}
+	if err := c.validateWindows(); err != nil {
+		return err
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return errors.New("server: tls-cert-file and tls-key-file go together")
@@ -102,6 +126,19 @@ func (c Config) validate() error {
 	}
 	if c.StreamDrainDelay > c.ShutdownTimeout {
 		return fmt.Errorf("server: StreamDrainDelay (%s) must not exceed ShutdownTimeout (%s)", c.StreamDrainDelay, c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// validateWindows refuses windows the HTTP/2 transport would silently replace with its
+// own defaults, and a stream window larger than its connection's, which could never fill.
+func (c Config) validateWindows() error {
+	const minConn, max = 64 << 10, 4 << 20 // what net/http takes
+	if c.ConnReceiveWindow < minConn || c.ConnReceiveWindow >= max {
+		return fmt.Errorf("server: ConnReceiveWindow (%d) must be at least %d and less than %d", c.ConnReceiveWindow, minConn, max)
+	}
+	if c.StreamReceiveWindow <= 0 || c.StreamReceiveWindow > c.ConnReceiveWindow {
+		return fmt.Errorf("server: StreamReceiveWindow (%d) must be positive and at most ConnReceiveWindow (%d)", c.StreamReceiveWindow, c.ConnReceiveWindow)
 	}
 	return nil
 }
@@ -118,6 +155,8 @@ type Server struct {
 	listener net.Listener
 	certs    *certwatcher.CertWatcher // nil without TLS
 	inFlight *semaphore.Weighted
+	calls    *semaphore.Weighted
+	watches  *semaphore.Weighted // grpc.health.v1 Watch streams
 
 	// draining is cancelled when shutdown has begun and StreamDrainDelay has passed;
 	// it ends the open streams, which would otherwise hold shutdown until its timeout.
@@ -166,9 +205,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		log:        log,
 		mux:        http.NewServeMux(),
 		health:     grpchealth.NewStaticChecker(),
-		listener:   lis,
+		listener:   newLimitListener(lis, cfg.MaxConnections),
 		certs:      certs,
 		inFlight:   semaphore.NewWeighted(cfg.MaxInFlightBytes),
+		calls:      semaphore.NewWeighted(int64(cfg.MaxConcurrentCalls)),
+		watches:    semaphore.NewWeighted(int64(cfg.MaxHealthWatches)),
 		options: []connect.HandlerOption{
 			// Tracing first, so that rejected requests still show up as spans, and internal
 			// failures are logged with the trace in their context.
@@ -247,7 +288,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	reflector := grpcreflect.NewStaticReflector(append(slices.Clone(s.names), grpchealth.HealthV1ServiceName)...)
 	s.mux.Handle(s.guardPath(grpcreflect.NewHandlerV1(reflector)))
 	s.mux.Handle(s.guardPath(grpcreflect.NewHandlerV1Alpha(reflector)))
-	s.mux.Handle(grpchealth.NewHandler(s.health))
+	s.mux.Handle(s.healthHandler())
 
 	defer s.endStreams()
 
@@ -267,8 +308,14 @@ func (s *Server) Serve(ctx context.Context) error {
 		ReadTimeout:    s.cfg.BodyReadTimeout,
 		IdleTimeout:    s.cfg.IdleTimeout,
 		MaxHeaderBytes: s.cfg.MaxHeaderBytes,
+		// What a client sends ahead of the handlers is buffered here: bounded per stream
+		// and per connection, and so, with MaxConnections, in all.
 		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams: s.cfg.MaxConcurrentStreams,
+			MaxConcurrentStreams:          s.cfg.MaxConcurrentStreams,
+			MaxReceiveBufferPerConnection: s.cfg.ConnReceiveWindow,
+			MaxReceiveBufferPerStream:     s.cfg.StreamReceiveWindow,
+			// The smallest frame: a connection's read buffer grows to its largest frame.
+			MaxReadFrameSize: 16 << 10,
 		},
 		// Requests must not inherit ctx: its cancellation starts a graceful shutdown,
 		// which lets in-flight calls finish.
