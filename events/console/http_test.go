@@ -1,10 +1,13 @@
 package console_test
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,6 +19,42 @@ import (
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/server"
 )
+
+// TestAbsoluteFormTargetsAreHostChecked: a request line naming an authority
+// ("GET http://host/... HTTP/1.1") is routed by that authority, not by the Host header,
+// and the loopback check must judge the one routed by.
+func TestAbsoluteFormTargetsAreHostChecked(t *testing.T) {
+	s := startService(t)
+	addr := strings.TrimPrefix(strings.TrimSuffix(s.console, "/console/"), "http://")
+	for _, c := range []struct {
+		name, target, host string
+		status             int
+	}{
+		{"an outside authority, a loopback Host", "http://attacker.example/console/", addr, http.StatusMisdirectedRequest},
+		{"a loopback authority, an outside Host", "http://" + addr + "/console/", "attacker.example", http.StatusOK},
+		{"origin form, an outside Host", "/console/", "attacker.example", http.StatusMisdirectedRequest},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = conn.Close() }()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", c.target, c.host); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != c.status {
+				t.Errorf("status %d, want %d", resp.StatusCode, c.status)
+			}
+		})
+	}
+}
 
 // What the console's listener answers, read without a browser.
 func TestConsoleListenerAnswers(t *testing.T) {
