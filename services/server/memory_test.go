@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,6 +125,11 @@ func TestStalledStreamsStayUnderTheMemoryLimit(t *testing.T) {
 	}
 	deployed := eventsDeployment(t)
 	pki := servicetest.NewPKI(t)
+	t.Cleanup(func() {
+		if childExe != "" {
+			_ = os.Remove(childExe)
+		}
+	})
 	const bodyTimeout = 6 * time.Second
 	tests := []struct {
 		name           string
@@ -234,10 +240,7 @@ type memoryChild struct {
 // GOMEMLIMIT and CPUs; it is stopped when the test ends.
 func startMemoryChild(t *testing.T, d deployment, pki *servicetest.PKI, review, bodyTimeout time.Duration) *memoryChild {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := childExecutable(t)
 	cmd := exec.Command(exe, "-test.run=^TestMemoryChild$")
 	cmd.Env = append(os.Environ(),
 		memoryChildEnv+"=1", childCertEnv+"="+pki.CertFile, childKeyEnv+"="+pki.KeyFile,
@@ -348,4 +351,45 @@ func stalledRecord(ctx context.Context, client *http.Client, url string, sent in
 	defer func() { _ = resp.Body.Close() }()
 	_, err = io.Copy(io.Discard, resp.Body)
 	return err
+}
+
+var (
+	childOnce sync.Once
+	childExe  string
+	childErr  error
+)
+
+// childExecutable is this test binary, or, when it runs with the race detector (which
+// multiplies the memory a process takes several times over, as make test runs it), the
+// same tests built without it: the figure measured must be the server's, as deployed.
+func childExecutable(t *testing.T) string {
+	t.Helper()
+	if !raceEnabled {
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return exe
+	}
+	childOnce.Do(func() {
+		// Kept in the user's cache, one file overwritten by each run, not one per run.
+		dir, err := os.UserCacheDir()
+		if err == nil {
+			dir = filepath.Join(dir, "flyte-executor", "server-memory-test")
+			err = os.MkdirAll(dir, 0o755)
+		}
+		if err != nil {
+			childErr = err
+			return
+		}
+		childExe = filepath.Join(dir, fmt.Sprintf("server.%d.test", os.Getpid()))
+		build := exec.Command("go", "test", "-c", "-o", childExe, ".")
+		if out, err := build.CombinedOutput(); err != nil {
+			childErr = fmt.Errorf("building the tests without the race detector: %w\n%s", err, out)
+		}
+	})
+	if childErr != nil {
+		t.Fatal(childErr)
+	}
+	return childExe
 }
