@@ -29,7 +29,10 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/services/server"
 )
 
 //go:embed assets
@@ -277,6 +280,10 @@ func isLoopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// MaxConnections bounds the connections the console serves at once: a browser opens a
+// few, and each holds buffers and flow-control windows in the events process.
+const MaxConnections = 32
+
 // ValidateAddress checks the console's listen address: any address when it speaks
 // TLS, a loopback one when it does not (see the package comment).
 func ValidateAddress(addr string, encrypted bool) error {
@@ -294,7 +301,17 @@ func ValidateAddress(addr string, encrypted bool) error {
 // closes the listener after letting requests in flight finish for a few seconds (the
 // service's drain has already ended the streams).
 func Serve(ctx context.Context, lis net.Listener, h http.Handler, tlsConfig *tls.Config, log *slog.Logger) error {
+	lis = netutil.LimitListener(lis, MaxConnections)
+	// The RPC port's flow-control windows: what a client sends ahead of the handler is
+	// buffered here, bounded per stream and per connection, and so in all.
+	limits := server.Config{}.WithDefaults()
 	srv := &http.Server{
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          limits.MaxConcurrentStreams,
+			MaxReceiveBufferPerConnection: limits.ConnReceiveWindow,
+			MaxReceiveBufferPerStream:     limits.StreamReceiveWindow,
+			MaxReadFrameSize:              16 << 10,
+		},
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		// For HTTP/1.1 this bounds reading the whole request, not writing a stream.

@@ -303,3 +303,50 @@ func TestConsoleAddressIsCheckedAgainstItsProtocol(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleConnectionsBeyondTheLimitWait: the console's listener serves at most
+// console.MaxConnections connections at once, so a flood of them cannot each hold its
+// buffers and flow-control windows in the events process; the next waits for one to go.
+func TestConsoleConnectionsBeyondTheLimitWait(t *testing.T) {
+	s := startService(t)
+	addr := strings.TrimPrefix(strings.TrimSuffix(s.console, "/console/"), "http://")
+	request := func(conn net.Conn) {
+		t.Helper()
+		if _, err := fmt.Fprintf(conn, "GET /console/ HTTP/1.1\r\nHost: %s\r\n\r\n", addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var served []net.Conn
+	for range console.MaxConnections {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		request(conn)
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("a connection within the limit: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		served = append(served, conn) // kept alive, so still counted
+	}
+	next, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = next.Close() })
+	request(next)
+	answer := bufio.NewReader(next)
+	_ = next.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := answer.ReadByte(); err == nil {
+		t.Fatalf("connection %d was served while %d were open", console.MaxConnections+1, console.MaxConnections)
+	}
+	_ = served[0].Close()
+	_ = next.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := http.ReadResponse(answer, nil); err != nil {
+		t.Fatalf("the waiting connection after one closed: %v", err)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"connectrpc.com/otelconnect"
 	"connectrpc.com/validate"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/semaphore"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
@@ -205,7 +206,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		log:        log,
 		mux:        http.NewServeMux(),
 		health:     grpchealth.NewStaticChecker(),
-		listener:   newLimitListener(lis, cfg.MaxConnections),
+		listener:   netutil.LimitListener(lis, cfg.MaxConnections),
 		certs:      certs,
 		inFlight:   semaphore.NewWeighted(cfg.MaxInFlightBytes),
 		calls:      semaphore.NewWeighted(int64(cfg.MaxConcurrentCalls)),
