@@ -95,3 +95,33 @@ func TestTerminatingPodCostsConstantWrites(t *testing.T) {
 		t.Fatalf("%d TaskAction writes for 20 updates of a terminating pod; want at most 1", w)
 	}
 }
+
+// TestCacheHoldsNoManagedFields: the executor never reads an object's managed fields,
+// and they are nearly half of a TaskAction's bytes, so its cache holds none: not of its
+// actions, nor of its pods. The API server keeps them.
+func TestCacheHoldsNoManagedFields(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	_, mgr := start(t, testConfig(), ns, runOptions{})
+	ta := containerAction(ns, "kept", 0)
+	if err := env.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{}
+	eventually.True(t, 30*time.Second, func() bool {
+		return mgr.GetCache().Get(ctx, client.ObjectKey{Namespace: ns, Name: "kept-1"}, pod) == nil
+	}, func() string { return "the action's pod never reached the cache" })
+	cached := &flytev1.TaskAction{}
+	if err := mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(ta), cached); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []client.Object{cached, pod} {
+		if n := len(obj.GetManagedFields()); n != 0 {
+			t.Errorf("the cached %T %s holds %d managed-fields entries; want none", obj, obj.GetName(), n)
+		}
+	}
+	stored := &flytev1.TaskAction{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ta), stored); err != nil || len(stored.GetManagedFields()) == 0 {
+		t.Fatalf("the API server's copy has %d managed-fields entries (%v); want them kept", len(stored.GetManagedFields()), err)
+	}
+}

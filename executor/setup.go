@@ -162,7 +162,10 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	// executor manages, so their memory does not grow with the cluster. The controller
 	// watches the same reg.Watches(), so no kind is watched without this restriction.
 	managed := labels.SelectorFromSet(labels.Set{plugin.LabelManagedBy: plugin.ManagedByValue})
-	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{}}
+	// Managed fields are nearly half of a finished TaskAction's bytes, and the executor
+	// never reads them (it writes with merge patches and updates, which keep them on the
+	// API server): the cache holds none, of any kind.
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{}, DefaultTransform: cache.TransformStripManagedFields()}
 	for _, obj := range reg.Watches() {
 		cacheOpts.ByObject[obj] = cache.ByObject{Label: managed}
 	}
