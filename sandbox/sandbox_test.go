@@ -29,15 +29,6 @@ import (
 	"github.com/flytekube/backend/sandbox"
 )
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	p, err := ports.Free(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p[0]
-}
-
 // TestSandboxRunsTheExamples is `make run` from start to end, as a newcomer gets it:
 // every program as its own process, the examples applied, each ending as its file says
 // (the sleep and the flaky one succeed, the second echo is a cache hit, the invalid one
@@ -314,11 +305,17 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 	var out bytes.Buffer
 	scraped := map[string]string{}
 	var calls []bufCall
+	// Found together, so that no two are the same (one at a time, each is free when
+	// found but may be handed out twice: the receiver and the events metrics once were).
+	p, err := ports.Free(11)
+	if err != nil {
+		t.Fatal(err)
+	}
 	o := sandbox.Options{
 		Dir: t.TempDir(), Kubeconfig: kubeconfig, UntilSettled: true, Timeout: 2 * time.Minute, CredentialsDir: credentials,
-		EventsPort: freePort(t), CachePort: freePort(t), ExecutorHealthPort: freePort(t), ExecutorMetricsPort: freePort(t),
-		JaegerQueryPort: freePort(t), JaegerOTLPPort: freePort(t), EventsMetricsPort: freePort(t), CacheMetricsPort: freePort(t),
-		ConsolePort: freePort(t), NATSPort: freePort(t), CloudEventsReceiverPort: freePort(t),
+		EventsPort: p[0], CachePort: p[1], ExecutorHealthPort: p[2], ExecutorMetricsPort: p[3],
+		JaegerQueryPort: p[4], JaegerOTLPPort: p[5], EventsMetricsPort: p[6], CacheMetricsPort: p[7],
+		ConsolePort: p[8], NATSPort: p[9], CloudEventsReceiverPort: p[10],
 		Settled: func(ctx context.Context, e sandbox.Endpoints) error {
 			for name, url := range map[string]string{"executor": e.ExecutorMetrics, "events": e.EventsMetrics, "cacheservice": e.CacheMetrics} {
 				scraped[name] = scrape(t, url)
@@ -331,7 +328,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	err := sandbox.Run(ctx, o, &out)
+	err = sandbox.Run(ctx, o, &out)
 	t.Log(out.String())
 	if err != nil {
 		for _, name := range []string{"executor", "events", "cacheservice", "nats-server"} {
