@@ -48,20 +48,29 @@ const (
 // it the headroom the service has, and no more.
 const eventsCodeRSS = 45 << 20
 
-// TestMemoryChild is the server TestStalledStreamsStayUnderTheMemoryLimit measures: the
-// events service's server with its defaults and TLS, whose token review takes as long
-// as childReviewEnv says. It serves until its standard input closes.
-func TestMemoryChild(t *testing.T) {
-	if os.Getenv(memoryChildEnv) == "" {
-		t.Skip("started by TestStalledStreamsStayUnderTheMemoryLimit in a process of its own")
+// TestMain runs the server TestStalledStreamsStayUnderTheMemoryLimit measures when this
+// binary is started as its child, and the tests otherwise.
+func TestMain(m *testing.M) {
+	if os.Getenv(memoryChildEnv) != "" {
+		if err := serveMemoryChild(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
+	os.Exit(m.Run())
+}
+
+// serveMemoryChild is the events service's server with its defaults and TLS, whose token
+// review takes as long as childReviewEnv says. It serves until its standard input closes.
+func serveMemoryChild() error {
 	review, err := time.ParseDuration(os.Getenv(childReviewEnv))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	bodyTimeout, err := time.ParseDuration(os.Getenv(childBodyEnv))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	srv, err := server.New(server.Config{
 		Addr:            "127.0.0.1:0",
@@ -80,38 +89,41 @@ func TestMemoryChild(t *testing.T) {
 		},
 	}, slog.New(slog.DiscardHandler))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	server.Handle(srv, &testService{}, eventsv1connect.NewEventsServiceHandler)
-	padResidentSet(t, eventsCodeRSS)
+	if err := padResidentSet(eventsCodeRSS); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
 	fmt.Printf("%s%s\n", childListenLine, srv.Addr())
-	if err := srv.Serve(ctx); err != nil {
-		t.Fatal(err)
-	}
+	return srv.Serve(ctx)
 }
 
 // padResidentSet makes this process hold size bytes resident that GOMEMLIMIT does not
 // count: its resident file pages, and anonymous pages the Go runtime does not manage for
 // what they fall short.
-func padResidentSet(t testing.TB, size int64) {
-	t.Helper()
-	self := &memoryChild{pid: os.Getpid()}
-	missing := size - self.status(t, "RssFile")
+func padResidentSet(size int64) error {
+	rss, err := statusField(os.Getpid(), "RssFile")
+	if err != nil {
+		return err
+	}
+	missing := size - rss
 	if missing <= 0 {
-		return
+		return nil
 	}
 	pad, err := syscall.Mmap(-1, 0, int(missing), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("padding the resident set: %w", err)
 	}
 	for i := 0; i < len(pad); i += os.Getpagesize() {
 		pad[i] = 1 // resident once written
 	}
+	return nil
 }
 
 // TestStalledStreamsStayUnderTheMemoryLimit: the events service's server, run as its
@@ -120,9 +132,6 @@ func padResidentSet(t testing.TB, size int64) {
 // Record body and stall, whether their bodies are read at once or wait on a slow token
 // review, and while thousands of streams send headers and nothing more.
 func TestStalledStreamsStayUnderTheMemoryLimit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("takes a minute")
-	}
 	deployed := eventsDeployment(t)
 	pki := servicetest.NewPKI(t)
 	t.Cleanup(func() {
@@ -241,7 +250,7 @@ type memoryChild struct {
 func startMemoryChild(t *testing.T, d deployment, pki *servicetest.PKI, review, bodyTimeout time.Duration) *memoryChild {
 	t.Helper()
 	exe := childExecutable(t)
-	cmd := exec.Command(exe, "-test.run=^TestMemoryChild$")
+	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(),
 		memoryChildEnv+"=1", childCertEnv+"="+pki.CertFile, childKeyEnv+"="+pki.KeyFile,
 		childReviewEnv+"="+review.String(), childBodyEnv+"="+bodyTimeout.String(),
@@ -293,21 +302,29 @@ func startMemoryChild(t *testing.T, d deployment, pki *servicetest.PKI, review, 
 // resident set now) or VmHWM (the most it has been).
 func (c *memoryChild) status(t testing.TB, field string) int64 {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.pid))
+	v, err := statusField(c.pid, field)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return v
+}
+
+// statusField reads a size field (in kB) of /proc/<pid>/status, in bytes.
+func statusField(pid int, field string) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
 	}
 	for line := range strings.Lines(string(data)) {
 		if value, ok := strings.CutPrefix(line, field+":"); ok {
 			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
 			if err != nil {
-				t.Fatalf("%s: %v", field, err)
+				return 0, fmt.Errorf("%s: %w", field, err)
 			}
-			return kib << 10
+			return kib << 10, nil
 		}
 	}
-	t.Fatalf("/proc/%d/status has no %s", c.pid, field)
-	return 0
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
 
 // zeros is what the stalled bodies send; the pipes only read it.
