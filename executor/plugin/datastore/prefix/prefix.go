@@ -226,12 +226,34 @@ type Vars struct {
 // Match reports whether loc lies strictly under p (the prefix itself is no object under
 // it), with the values its placeholders matched; a placeholder matches one segment.
 func (p Prefix) Match(loc Location) (Vars, bool) {
-	var vars Vars
 	if loc.Scheme != p.scheme || loc.Host != p.host || len(loc.Segments) <= len(p.segments) {
 		return Vars{}, false
 	}
-	for i, s := range p.segments {
-		got := loc.Segments[i]
+	return p.bind(loc.Segments)
+}
+
+// Claim reports whether loc lies on a path the template p gives some project or domain,
+// at any depth: under p, or on the way to it (p's literal segments match as far as loc
+// goes and at least one placeholder is reached). vars holds the placeholders reached.
+// A plain prefix covering a templated one must refuse such a path of another project:
+// /data/projects/b/notes.json is project b's under /data/projects/{project}/{domain},
+// though nothing of the template lies strictly above it.
+func (p Prefix) Claim(loc Location) (Vars, bool) {
+	if loc.Scheme != p.scheme || loc.Host != p.host {
+		return Vars{}, false
+	}
+	n := min(len(loc.Segments), len(p.segments))
+	vars, ok := p.bind(loc.Segments[:n])
+	reached := slices.ContainsFunc(p.segments[:n], func(s segment) bool { return s.placeholder })
+	return vars, ok && reached
+}
+
+// bind matches segs against p's first len(segs) segments, literal for literal, and
+// returns what the placeholders among them took (each one value throughout).
+func (p Prefix) bind(segs []string) (Vars, bool) {
+	var vars Vars
+	for i, got := range segs[:min(len(segs), len(p.segments))] {
+		s := p.segments[i]
 		switch {
 		case !s.placeholder:
 			if got != s.text {
@@ -250,41 +272,6 @@ func (p Prefix) Match(loc Location) (Vars, bool) {
 		}
 	}
 	return vars, true
-}
-
-// Claim reports whether loc lies on a path the template p gives some project or domain,
-// at any depth: under p, or on the way to it (p's literal segments match as far as loc
-// goes and at least one placeholder is reached). vars holds the placeholders reached.
-// A plain prefix covering a templated one must refuse such a path of another project:
-// /data/projects/b/notes.json is project b's under /data/projects/{project}/{domain},
-// though nothing of the template lies strictly above it.
-func (p Prefix) Claim(loc Location) (vars Vars, ok bool) {
-	if loc.Scheme != p.scheme || loc.Host != p.host {
-		return Vars{}, false
-	}
-	for i, s := range p.segments {
-		if i >= len(loc.Segments) {
-			break
-		}
-		got := loc.Segments[i]
-		switch {
-		case !s.placeholder:
-			if got != s.text {
-				return Vars{}, false
-			}
-		case s.text == Project:
-			if vars.Project != "" && vars.Project != got {
-				return Vars{}, false
-			}
-			vars.Project, ok = got, true
-		case s.text == Domain:
-			if vars.Domain != "" && vars.Domain != got {
-				return Vars{}, false
-			}
-			vars.Domain, ok = got, true
-		}
-	}
-	return vars, ok
 }
 
 // Has reports whether the prefix holds a placeholder, Project or Domain.
