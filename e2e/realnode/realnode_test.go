@@ -145,11 +145,11 @@ func TestContainerTaskRunsAsARealPod(t *testing.T) {
 		return ta
 	}
 	// It runs for a few seconds: the kubelet posts its events asynchronously, and the
-	// executor reports those that exist at each change of phase, so a container that
-	// ended at once on a loaded machine could finish before its Started event is written
-	// (3 s was not always enough beside the other test packages).
+	// executor reports those that exist at each change of phase. The kubelet's Started
+	// often falls in the same second as the scheduler's Scheduled, with a coarser time,
+	// which is what this test caught.
 	ta := onDisk(containerAction(ns, "hello", 0, `echo hello from $HOSTNAME; out=${FLYTE_OUTPUT_PREFIX#file://}; `+
-		`sed 's/"name"/"greeting"/' ${FLYTE_INPUT_URI#file://} > $out/outputs.json; sleep 8`))
+		`sed 's/"name"/"greeting"/' ${FLYTE_INPUT_URI#file://} > $out/outputs.json; sleep 3`))
 	failing := onDisk(containerAction(ns, "refuses", 0, `echo '{"code": "BadName", "message": "no such name"}' > ${FLYTE_OUTPUT_PREFIX#file://}/error.json`))
 	create(t, ta)
 	create(t, failing)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,10 +54,38 @@ type managerState struct {
 	Created bool `json:"created"`
 	// QuotaRefusals counts creates a ResourceQuota refused, for the backoff.
 	QuotaRefusals int `json:"quotaRefusals,omitempty"`
-	// Reported is the phase (and version) last reported, and EventsUntil the time of
-	// the newest Kubernetes event reported with it.
-	Reported    string    `json:"reported,omitempty"`
-	EventsUntil time.Time `json:"eventsUntil,omitempty"`
+	// Reported is the phase (and version) last reported, and Events marks the
+	// Kubernetes events reported with it.
+	Reported string    `json:"reported,omitempty"`
+	Events   eventMark `json:"events,omitzero"`
+}
+
+// eventMark marks the Kubernetes events already reported: all up to the second Until
+// and, of that second, those named in Seen. Event times are compared at whole
+// seconds because their precision differs: the scheduler's EventTime has
+// microseconds, the kubelet's LastTimestamp whole seconds, so a later event of the
+// same second can carry an earlier time than one already reported.
+type eventMark struct {
+	Until time.Time `json:"until,omitzero"`
+	Seen  []string  `json:"seen,omitempty"`
+}
+
+// maxSeenEvents bounds eventMark.Seen, which is kept in the action's status: past it,
+// an event of an overfull second may be reported twice.
+const maxSeenEvents = 2 * flytev1.MaxClusterEvents
+
+// reported reports whether e was reported before, and key is how the mark names it:
+// an event repeated (its count raised) is news again.
+func (m eventMark) reported(e *corev1.Event) (done bool, key string) {
+	key = string(e.UID) + "/" + strconv.Itoa(int(e.Count))
+	at := eventTime(e).Truncate(time.Second)
+	switch {
+	case at.Before(m.Until):
+		return true, key
+	case at.After(m.Until):
+		return false, key
+	}
+	return slices.Contains(m.Seen, key), key
 }
 
 // Entry adapts a Kubernetes plugin to the core registry.
@@ -156,7 +185,7 @@ func (m *PluginManager) Handle(ctx context.Context, tCtx plugin.TaskExecutionCon
 	// the previous change: one read per change, not per reconcile.
 	if reported := reportedAs(info); reported != st.Reported {
 		st.Created, st.Reported = true, reported
-		info.ClusterEvents, st.EventsUntil = clusterEvents(events, st.EventsUntil)
+		info.ClusterEvents, st.Events = clusterEvents(events, st.Events)
 		if err := tCtx.PluginStateWriter().Put(stateVersion, st); err != nil {
 			return plugin.Transition{}, err
 		}
@@ -200,22 +229,27 @@ func ListEvents(ctx context.Context, reader client.Reader, obj client.Object) ([
 	return events, nil
 }
 
-// clusterEvents are the events newer than since, the newest last, at most
-// flytev1.MaxClusterEvents of them. They are context for people, so a failed read reports none.
-func clusterEvents(events func() ([]corev1.Event, error), since time.Time) ([]plugin.ClusterEvent, time.Time) {
+// clusterEvents are the events not yet reported, the newest last, at most
+// flytev1.MaxClusterEvents of them, and the mark that includes them. They are
+// context for people, so a failed read reports none.
+func clusterEvents(events func() ([]corev1.Event, error), mark eventMark) ([]plugin.ClusterEvent, eventMark) {
 	list, err := events()
 	if err != nil {
-		return nil, since
+		return nil, mark
 	}
 	var out []plugin.ClusterEvent
-	newest := since
+	next := eventMark{Until: mark.Until, Seen: slices.Clone(mark.Seen)}
 	for _, e := range list {
-		at := eventTime(&e)
-		if !at.After(since) {
+		done, key := mark.reported(&e)
+		if done {
 			continue
 		}
-		if at.After(newest) {
-			newest = at
+		at := eventTime(&e)
+		switch second := at.Truncate(time.Second); {
+		case second.After(next.Until):
+			next = eventMark{Until: second, Seen: []string{key}}
+		case second.Equal(next.Until) && len(next.Seen) < maxSeenEvents:
+			next.Seen = append(next.Seen, key)
 		}
 		out = append(out, plugin.ClusterEvent{OccurredAt: at, Object: e.InvolvedObject.Kind + "/" + e.InvolvedObject.Name,
 			Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count})
@@ -224,7 +258,7 @@ func clusterEvents(events func() ([]corev1.Event, error), since time.Time) ([]pl
 	if len(out) > flytev1.MaxClusterEvents {
 		out = out[len(out)-flytev1.MaxClusterEvents:]
 	}
-	return out, newest
+	return out, next
 }
 
 func eventTime(e *corev1.Event) time.Time {

@@ -1,8 +1,15 @@
 package k8s
 
 import (
+	"encoding/json"
+	"slices"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flytekube/backend/executor/plugin"
 )
 
 func TestOverHardLimit(t *testing.T) {
@@ -37,5 +44,53 @@ func TestQuotaWaitGrowsAndIsCapped(t *testing.T) {
 			t.Fatalf("the wait shrank at %d", n)
 		}
 		prev = upper
+	}
+}
+
+// The scheduler's events carry micro-second EventTime and the kubelet's whole-second
+// LastTimestamp, so a later event of the same second can look older than one reported.
+func TestClusterEventsReportsEachEventOnce(t *testing.T) {
+	base := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	scheduled := corev1.Event{ObjectMeta: metav1.ObjectMeta{UID: "e1"}, Reason: "Scheduled", Count: 1,
+		EventTime: metav1.NewMicroTime(base.Add(500 * time.Millisecond))}
+	started := corev1.Event{ObjectMeta: metav1.ObjectMeta{UID: "e2"}, Reason: "Started", Count: 1,
+		LastTimestamp: metav1.NewTime(base)}
+	backoff := corev1.Event{ObjectMeta: metav1.ObjectMeta{UID: "e3"}, Reason: "BackOff", Count: 1,
+		LastTimestamp: metav1.NewTime(base.Add(2 * time.Second))}
+	backoffAgain := backoff
+	backoffAgain.Count = 2
+	backoffAgain.LastTimestamp = metav1.NewTime(base.Add(2 * time.Second))
+
+	lists := func(events ...corev1.Event) func() ([]corev1.Event, error) {
+		return func() ([]corev1.Event, error) { return events, nil }
+	}
+	reasons := func(events []plugin.ClusterEvent) []string {
+		var out []string
+		for _, e := range events {
+			out = append(out, e.Reason)
+		}
+		return out
+	}
+	var mark eventMark
+	steps := []struct {
+		list []corev1.Event
+		want []string
+	}{
+		{[]corev1.Event{scheduled}, []string{"Scheduled"}},
+		{[]corev1.Event{scheduled, started}, []string{"Started"}},
+		{[]corev1.Event{scheduled, started}, nil},
+		{[]corev1.Event{scheduled, started, backoff}, []string{"BackOff"}},
+		{[]corev1.Event{scheduled, started, backoffAgain}, []string{"BackOff"}},
+		{[]corev1.Event{scheduled, started, backoffAgain}, nil},
+	}
+	for i, s := range steps {
+		var got []plugin.ClusterEvent
+		got, mark = clusterEvents(lists(s.list...), mark)
+		if !slices.Equal(reasons(got), s.want) {
+			t.Errorf("step %d: reported %v; want %v", i, reasons(got), s.want)
+		}
+	}
+	if _, err := json.Marshal(mark); err != nil {
+		t.Fatal(err)
 	}
 }
