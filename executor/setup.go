@@ -285,8 +285,9 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	}
 	if cfg.GC.Interval.Duration > 0 {
 		gc := &controller.GarbageCollector{Reader: mgr.GetCache(), Writer: mgr.GetClient(),
-			Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration, Clock: clk, Log: log.With("component", "gc"),
-			Metrics: instruments}
+			Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration,
+			MaxFinished: cfg.GC.MaxFinished, MaxFinishedPerNamespace: cfg.GC.MaxFinishedPerNamespace,
+			DeletesPerSecond: cfg.GC.DeletesPerSecond, Clock: clk, Log: log.With("component", "gc"), Metrics: instruments}
 		if r.Events != nil {
 			gc.Delivered = r.Events.Delivered
 		}

@@ -275,6 +275,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	cfg.MetricsSecure = false                                          // plain HTTP on the loopback, so curl can read it
 	cfg.RetryBackoff.Base = metav1.Duration{Duration: 2 * time.Second} // retries a person can watch
 	cfg.Cluster = "sandbox"
+	// An hour of finished actions, so that the printed kubectl commands show the
+	// examples for as long as someone is likely to look.
+	cfg.GC.MaxTTL = metav1.Duration{Duration: time.Hour}
 	// The examples' inputs and outputs, and nothing else of the directory (its
 	// kubeconfig least of all): file:// is refused unless a prefix names it.
 	cfg.Storage.AllowedPrefixes = []string{"file://" + filepath.ToSlash(filepath.Join(o.Dir, "inputs")), "file://" + filepath.ToSlash(filepath.Join(o.Dir, "outputs"))}

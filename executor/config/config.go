@@ -172,12 +172,23 @@ type RetryBackoff struct {
 	Cap metav1.Duration `json:"cap"`
 }
 
-// GCConfig controls the garbage collection of finished actions.
+// GCConfig controls the garbage collection of finished actions. A finished action is
+// deleted once its history is delivered to the events service, which keeps it, and
+// either MaxTTL has passed or it is among the oldest over a bound.
 type GCConfig struct {
-	// Interval is how often garbage collection runs; 0 disables it. Default 30m.
+	// Interval is how often garbage collection runs; 0 disables it. Default 10s.
 	Interval metav1.Duration `json:"interval"`
-	// MaxTTL is how long a finished action is kept before it is deleted. Default 1h.
+	// MaxTTL is how long a finished action is kept before it is deleted. Default 5m.
 	MaxTTL metav1.Duration `json:"maxTTL"`
+	// MaxFinished bounds the finished actions held in all, MaxFinishedPerNamespace in
+	// each namespace: over either, the oldest delivered go first. 0 is no bound.
+	// Defaults 5000 and 2000.
+	MaxFinished             int `json:"maxFinished"`
+	MaxFinishedPerNamespace int `json:"maxFinishedPerNamespace"`
+	// DeletesPerSecond spreads the deletes; 0 does not. Default 200: above the rate at
+	// which actions finish, so that the bounds hold, and below what crowds out the
+	// reconciler's writes.
+	DeletesPerSecond float64 `json:"deletesPerSecond"`
 }
 
 // Default returns the configuration used for every field the file leaves out. It builds a
@@ -205,8 +216,11 @@ func Default() Config {
 			MissingSecretGracePeriod: metav1.Duration{Duration: 30 * time.Second},
 		},
 		GC: GCConfig{
-			Interval: metav1.Duration{Duration: 30 * time.Minute},
-			MaxTTL:   metav1.Duration{Duration: time.Hour},
+			Interval:                metav1.Duration{Duration: 10 * time.Second},
+			MaxTTL:                  metav1.Duration{Duration: 5 * time.Minute},
+			MaxFinished:             5000,
+			MaxFinishedPerNamespace: 2000,
+			DeletesPerSecond:        200,
 		},
 	}
 }

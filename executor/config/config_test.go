@@ -85,6 +85,9 @@ retryBackoff:
 gc:
   interval: 10m
   maxTTL: 24h
+  maxFinished: 20000
+  maxFinishedPerNamespace: 4000
+  deletesPerSecond: 50.5
 defaultForTaskTypes:
   python-task: container
   sql: sqlite
@@ -128,7 +131,8 @@ k8s:
 		MaxSystemFailures:       0,
 		MaxConcurrentReconciles: 48,
 		RetryBackoff:            config.RetryBackoff{Base: duration(500 * time.Millisecond), Cap: duration(2 * time.Minute)},
-		GC:                      config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour)},
+		GC:                      config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour),
+			MaxFinished: 20000, MaxFinishedPerNamespace: 4000, DeletesPerSecond: 50.5},
 		DefaultForTaskTypes:     map[string]string{"python-task": "container", "sql": "sqlite"},
 		LogLinks:                []config.LogLink{{Name: "Kubernetes", URITemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}"}},
 		K8s: config.K8sPluginConfig{
@@ -213,7 +217,7 @@ func TestLoadPartialFileKeepsDefaults(t *testing.T) {
 			name:    "bare zero disables gc",
 			content: "gc:\n  interval: 0\n  maxTTL: 0\n",
 			modify: func(c *config.Config) {
-				c.GC = config.GCConfig{}
+				c.GC.Interval, c.GC.MaxTTL = duration(0), duration(0)
 			},
 		},
 		{
@@ -267,6 +271,9 @@ func TestLoadRejects(t *testing.T) {
 		{"negative image pull grace period", "k8s:\n  imagePullGracePeriod: -1s\n", "k8s.imagePullGracePeriod: must not be negative"},
 		{"negative gc interval", "gc:\n  interval: -1m\n", "gc.interval: must not be negative"},
 		{"negative gc maxTTL", "gc:\n  maxTTL: -1h\n", "gc.maxTTL: must not be negative"},
+		{"negative gc bound", "gc:\n  maxFinishedPerNamespace: -1\n", "gc.maxFinishedPerNamespace: must not be negative"},
+		{"gc bound not a number", "gc:\n  maxFinished: lots\n", "gc.maxFinished: must be a number"},
+		{"negative gc delete rate", "gc:\n  deletesPerSecond: -5\n", "gc.deletesPerSecond: must not be negative"},
 		{"maxConcurrentReconciles 0", "maxConcurrentReconciles: 0\n", "maxConcurrentReconciles: must be at least 1"},
 		{"log link template that does not parse", "logLinks:\n  - name: k\n    uriTemplate: \"{{.Pod\"\n", "logLinks[0].uriTemplate"},
 		{"log link that renders no URI", "logLinks:\n  - name: k\n    uriTemplate: \"{{.PodName}}\"\n", "logLinks[0].uriTemplate: must render an absolute URI"},
@@ -413,7 +420,7 @@ func TestDefaultReturnsIndependentValues(t *testing.T) {
 	a := config.Default()
 	a.DefaultForTaskTypes = map[string]string{"x": "y"}
 	a.GC.Interval = duration(time.Second)
-	if b := config.Default(); b.DefaultForTaskTypes != nil || b.GC.Interval.Duration != 30*time.Minute {
+	if b := config.Default(); b.DefaultForTaskTypes != nil || b.GC.Interval.Duration != 10*time.Second {
 		t.Errorf("changing one Default() result changed another: %+v", b)
 	}
 }

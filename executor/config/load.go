@@ -84,7 +84,30 @@ func (b *RetryBackoff) UnmarshalJSON(data []byte) error {
 // UnmarshalJSON decodes the members present in data, keeping the current value of the rest.
 // It exists so that a bad duration is reported with its YAML path; see decodeDurations.
 func (g *GCConfig) UnmarshalJSON(data []byte) error {
-	return decodeDurations(data, "gc", map[string]*metav1.Duration{
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(data, &members); err != nil {
+		return fmt.Errorf("gc: must be a mapping")
+	}
+	numbers := map[string]any{"maxFinished": &g.MaxFinished, "maxFinishedPerNamespace": &g.MaxFinishedPerNamespace,
+		"deletesPerSecond": &g.DeletesPerSecond}
+	durations := map[string]json.RawMessage{}
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		field, ok := numbers[name]
+		switch raw := members[name]; {
+		case !ok:
+			durations[name] = raw
+		case strings.TrimSpace(string(raw)) == "null":
+		default:
+			if err := json.Unmarshal(raw, field); err != nil {
+				return fmt.Errorf("gc.%s: must be a number, got %s", name, raw)
+			}
+		}
+	}
+	rest, err := json.Marshal(durations)
+	if err != nil {
+		return fmt.Errorf("gc: %w", err)
+	}
+	return decodeDurations(rest, "gc", map[string]*metav1.Duration{
 		"interval": &g.Interval,
 		"maxTTL":   &g.MaxTTL,
 	})

@@ -137,6 +137,15 @@ func (c Config) Validate() error {
 		// their outcome.
 		fail("gc.maxTTL", "must be positive when gc.interval is set")
 	}
+	for _, bound := range []struct {
+		name  string
+		value float64
+	}{{"gc.maxFinished", float64(c.GC.MaxFinished)}, {"gc.maxFinishedPerNamespace", float64(c.GC.MaxFinishedPerNamespace)},
+		{"gc.deletesPerSecond", c.GC.DeletesPerSecond}} {
+		if bound.value < 0 {
+			fail(bound.name, "must not be negative (0 is no bound), got %v", bound.value)
+		}
+	}
 
 	// An action's phase keeps at most 8 links, and the events service refuses a link
 	// whose name is empty or long, or whose URI is not absolute: such a link would hold

@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
+	"slices"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,11 +20,15 @@ import (
 	"github.com/flytekube/backend/executor/metrics"
 )
 
-// GarbageCollector deletes finished TaskActions some time after they finished, so that
-// the API server does not fill up with history (the events service keeps it). It is a
-// manager runnable that only the leader runs. It walks the actions the informer cache
-// already holds and picks the finished ones by their status, so collecting costs the API
-// server nothing but the deletes.
+// GarbageCollector deletes finished TaskActions, so that the API server holds the work
+// and not its record (the events service keeps that): each one a short MaxTTL after it
+// finished, and, over a bound on finished actions held (per namespace and in all), the
+// oldest first, however recent. An action whose history is not yet delivered is never
+// deleted. It collects continuously, every Interval, its deletes spread at
+// DeletesPerSecond rather than in bursts that would crowd out the reconciler's writes.
+// It is a manager runnable that only the leader runs. It walks the actions the informer
+// cache already holds and picks the finished ones by their status, so collecting costs
+// the API server nothing but the deletes.
 type GarbageCollector struct {
 	// Reader lists the actions: the manager's informer cache.
 	Reader client.Reader
@@ -31,10 +39,19 @@ type GarbageCollector struct {
 	Delivered func(*flytev1.TaskAction) bool
 	// Interval is how often to collect; MaxTTL how long a finished action is kept.
 	Interval, MaxTTL time.Duration
+	// MaxFinished and MaxFinishedPerNamespace bound the finished actions held; 0 is no
+	// bound.
+	MaxFinished, MaxFinishedPerNamespace int
+	// DeletesPerSecond spreads the deletes; 0 does not. One pass deletes at most what
+	// this rate allows in an Interval, so that the next pass, on a fresher walk, picks
+	// what goes next.
+	DeletesPerSecond float64
 	Clock            clock.PassiveClock
 	Log              *slog.Logger
 	// Metrics records each collection; nil records nothing.
 	Metrics *metrics.Metrics
+
+	limiter *rate.Limiter
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: one collector is enough.
@@ -49,60 +66,64 @@ func (g *GarbageCollector) Start(ctx context.Context) error {
 
 func (g *GarbageCollector) collectAndLog(ctx context.Context) {
 	c, err := g.Collect(ctx)
-	g.Metrics.Collected(c.Walk, c.Deleted, c.Undelivered)
+	g.Metrics.Collected(c.Walk, c.Finished, c.Deleted, c.Undelivered)
 	switch {
 	case err != nil && ctx.Err() != nil:
 	case err != nil:
 		g.Log.Warn("garbage collection failed", "error", err, "deleted", c.Deleted)
 	case c.Deleted > 0 || c.Undelivered > 0:
 		g.Log.Info("garbage collected finished actions", "deleted", c.Deleted,
-			"keptUndelivered", c.Undelivered, "maxTTL", g.MaxTTL.String())
+			"keptUndelivered", c.Undelivered, "finished", c.Finished, "maxTTL", g.MaxTTL.String())
 	}
 }
 
 // Collection is what one Collect did.
 type Collection struct {
-	// Walked is how many cached actions were looked at, in Walk.
-	Walked int
-	Walk   time.Duration
-	// Deleted actions were old enough and delivered; Undelivered ones were old enough
-	// but kept, their history not yet recorded.
+	// Walked is how many cached actions were looked at, in Walk, and Finished how many of
+	// them had finished.
+	Walked, Finished int
+	Walk             time.Duration
+	// Deleted actions were expired or over a bound, and delivered; Undelivered ones were
+	// expired but kept, their history not yet recorded.
 	Deleted, Undelivered int
 }
 
-// expired is what is needed to delete one action, copied out of the cache.
-type expired struct {
-	key types.NamespacedName
-	uid types.UID
+// finished is what the collector needs of a finished action, copied out of the cache.
+type finished struct {
+	key       types.NamespacedName
+	uid       types.UID
+	at        time.Time
+	delivered bool
+	doomed    bool
 }
 
-// Collect deletes every finished action older than MaxTTL whose history is delivered.
-// Deleting a finished action aborts nothing: its plugin finalized when it finished, and
-// it carries no finalizer, so it goes at once and records no Aborted phase.
+// Collect deletes the finished actions whose history is delivered and that finished
+// more than MaxTTL ago or are the oldest over a bound. Deleting a finished action aborts
+// nothing: its plugin finalized when it finished, and it carries no finalizer, so it
+// goes at once and records no Aborted phase.
 func (g *GarbageCollector) Collect(ctx context.Context) (Collection, error) {
 	var c Collection
-	cutoff := g.Clock.Now().Add(-g.MaxTTL)
 	started := time.Now()
-	// The cache's own objects, not copies: only read, and only until the walk ends.
-	var actions flytev1.TaskActionList
-	if err := g.Reader.List(ctx, &actions, client.UnsafeDisableDeepCopy); err != nil {
-		return c, fmt.Errorf("listing actions: %w", err)
+	held, err := g.finished(ctx, &c)
+	if err != nil {
+		return c, err
 	}
-	var doomed []expired
-	for i := range actions.Items {
-		ta := &actions.Items[i]
-		done := ta.Status.CompletedAt
-		if !ta.Status.Phase.IsTerminal() || done == nil || done.After(cutoff) || !ta.DeletionTimestamp.IsZero() {
-			continue
+	c.Walk = time.Since(started)
+	doomed := g.pick(held, &c)
+	if g.DeletesPerSecond > 0 {
+		if g.limiter == nil {
+			g.limiter = rate.NewLimiter(rate.Limit(g.DeletesPerSecond), 1)
 		}
-		if g.Delivered != nil && !g.Delivered(ta) {
-			c.Undelivered++
-			continue
+		if perPass := int(math.Ceil(g.DeletesPerSecond * g.Interval.Seconds())); len(doomed) > perPass {
+			doomed = doomed[:perPass]
 		}
-		doomed = append(doomed, expired{key: client.ObjectKeyFromObject(ta), uid: ta.UID})
 	}
-	c.Walked, c.Walk = len(actions.Items), time.Since(started)
 	for _, d := range doomed {
+		if g.limiter != nil {
+			if err := g.limiter.Wait(ctx); err != nil {
+				return c, err
+			}
+		}
 		ta := &flytev1.TaskAction{}
 		ta.Namespace, ta.Name = d.key.Namespace, d.key.Name
 		// The UID precondition spares an action created again under the same name.
@@ -116,4 +137,74 @@ func (g *GarbageCollector) Collect(ctx context.Context) (Collection, error) {
 		}
 	}
 	return c, nil
+}
+
+// finished lists the finished actions not being deleted, oldest first.
+func (g *GarbageCollector) finished(ctx context.Context, c *Collection) ([]finished, error) {
+	// The cache's own objects, not copies: only read, and only until the walk ends.
+	var actions flytev1.TaskActionList
+	if err := g.Reader.List(ctx, &actions, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing actions: %w", err)
+	}
+	c.Walked = len(actions.Items)
+	var held []finished
+	for i := range actions.Items {
+		ta := &actions.Items[i]
+		done := ta.Status.CompletedAt
+		if !ta.Status.Phase.IsTerminal() || done == nil || !ta.DeletionTimestamp.IsZero() {
+			continue
+		}
+		held = append(held, finished{key: client.ObjectKeyFromObject(ta), uid: ta.UID, at: done.Time,
+			delivered: g.Delivered == nil || g.Delivered(ta)})
+	}
+	c.Finished = len(held)
+	slices.SortFunc(held, func(a, b finished) int { return a.at.Compare(b.at) })
+	return held, nil
+}
+
+// pick marks what goes, oldest first: the expired, then the oldest of each namespace over
+// its bound, then the oldest over the bound in all. Undelivered actions count against
+// the bounds but stay.
+func (g *GarbageCollector) pick(held []finished, c *Collection) []finished {
+	cutoff := g.Clock.Now().Add(-g.MaxTTL)
+	kept := len(held)
+	perNamespace := map[string]int{}
+	for i := range held {
+		f := &held[i]
+		switch {
+		case !f.at.Before(cutoff):
+			perNamespace[f.key.Namespace]++
+		case f.delivered:
+			f.doomed = true
+			kept--
+		default:
+			c.Undelivered++
+			perNamespace[f.key.Namespace]++
+		}
+	}
+	if limit := g.MaxFinishedPerNamespace; limit > 0 {
+		for i := range held {
+			f := &held[i]
+			if f.delivered && !f.doomed && perNamespace[f.key.Namespace] > limit {
+				f.doomed = true
+				perNamespace[f.key.Namespace]--
+				kept--
+			}
+		}
+	}
+	if limit := g.MaxFinished; limit > 0 {
+		for i := 0; i < len(held) && kept > limit; i++ {
+			if f := &held[i]; f.delivered && !f.doomed {
+				f.doomed = true
+				kept--
+			}
+		}
+	}
+	var doomed []finished
+	for _, f := range held {
+		if f.doomed {
+			doomed = append(doomed, f)
+		}
+	}
+	return doomed
 }

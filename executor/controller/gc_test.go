@@ -97,3 +97,90 @@ func TestGarbageCollectorDeletesOnlyOldDeliveredFinishedActions(t *testing.T) {
 		}
 	}
 }
+
+// twoNamespaces lists the actions of two namespaces only, so that a collector sees this
+// test's actions and not other tests'.
+type twoNamespaces struct {
+	client.Client
+	a, b string
+}
+
+func (r twoNamespaces) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	var all flytev1.TaskActionList
+	for _, ns := range []string{r.a, r.b} {
+		var one flytev1.TaskActionList
+		if err := r.Client.List(ctx, &one, append(opts, client.InNamespace(ns))...); err != nil {
+			return err
+		}
+		all.Items = append(all.Items, one.Items...)
+	}
+	*list.(*flytev1.TaskActionList) = all
+	return nil
+}
+
+// Over a bound on finished actions held, per namespace or in all, the collector deletes
+// the oldest delivered ones first, long before their TTL; an undelivered one is counted
+// but kept. Deletes are spread at DeletesPerSecond.
+func TestGarbageCollectorBoundsFinishedActionsHeld(t *testing.T) {
+	ctx := context.Background()
+	a, b := env.Namespace(t), env.Namespace(t)
+	now := time.Now()
+	type seed struct {
+		ns, name    string
+		finished    time.Duration // ago
+		undelivered bool
+		wantGone    bool
+	}
+	seeds := []seed{
+		// a holds 7 finished, 4 allowed: its undelivered oldest stays, its three oldest
+		// delivered go.
+		{a, "a-10m-undelivered", 10 * time.Minute, true, false},
+		{a, "a-6m", 6 * time.Minute, false, true},
+		{a, "a-5m", 5 * time.Minute, false, true},
+		{a, "a-4m", 4 * time.Minute, false, true},
+		{a, "a-3m", 3 * time.Minute, false, false},
+		{a, "a-2m", 2 * time.Minute, false, false},
+		{a, "a-1m", 1 * time.Minute, false, false},
+		// Then both hold 7, 6 allowed in all: the oldest delivered of both goes.
+		{b, "b-210s", 210 * time.Second, false, true},
+		{b, "b-150s", 150 * time.Second, false, false},
+		{b, "b-90s", 90 * time.Second, false, false},
+	}
+	undelivered := map[string]bool{}
+	for _, s := range seeds {
+		ta := newAction(s.ns, s.name, "test-finalizer", nil)
+		create(t, ta)
+		ta = waitFor(t, ta, "running", func(a *flytev1.TaskAction) bool { return a.Status.Phase == flytev1.PhaseRunning })
+		done := metav1.NewTime(now.Add(-s.finished))
+		ta.Status = flytev1.TaskActionStatus{Phase: flytev1.PhaseSucceeded, Attempts: 1, PhaseHistory: ta.Status.PhaseHistory, CompletedAt: &done}
+		if err := env.Client.Status().Update(ctx, ta); err != nil {
+			t.Fatal(err)
+		}
+		undelivered[s.name] = s.undelivered
+	}
+	both := twoNamespaces{Client: env.Client, a: a, b: b}
+	gc := &controller.GarbageCollector{Reader: both, Writer: env.Client, Interval: time.Hour, MaxTTL: time.Hour,
+		MaxFinished: 6, MaxFinishedPerNamespace: 4, DeletesPerSecond: 4,
+		Delivered: func(ta *flytev1.TaskAction) bool { return !undelivered[ta.Name] },
+		Clock:     clocktesting.NewFakePassiveClock(now), Log: slog.New(slog.DiscardHandler)}
+	began := time.Now()
+	c, err := gc.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four deletes at 4/s with a burst of one take at least 0.75 s.
+	if took := time.Since(began); took < 700*time.Millisecond {
+		t.Errorf("4 deletes took %s at 4/s; want them spread", took)
+	}
+	if c.Deleted != 4 || c.Finished != 10 {
+		t.Fatalf("deleted %d of %d finished; want 4 of 10", c.Deleted, c.Finished)
+	}
+	for _, s := range seeds {
+		var ta flytev1.TaskAction
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.name}, &ta)
+		gone := apierrors.IsNotFound(err) || (err == nil && !ta.DeletionTimestamp.IsZero())
+		if gone != s.wantGone {
+			t.Errorf("%s: gone %v (err %v); want %v", s.name, gone, err, s.wantGone)
+		}
+	}
+}

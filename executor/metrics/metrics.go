@@ -45,6 +45,7 @@ type Metrics struct {
 	refused             prometheus.Counter
 	gcDeleted           prometheus.Counter
 	gcUndelivered       prometheus.Gauge
+	gcFinished          prometheus.Gauge
 	gcWalk              prometheus.Histogram
 }
 
@@ -91,13 +92,15 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 			"Finished actions the garbage collector deleted."),
 		gcUndelivered: instrument.Gauge("flyte_executor_gc_kept_undelivered_actions",
 			"Finished actions old enough to collect that the last collection kept, their history not yet delivered to the events service."),
+		gcFinished: instrument.Gauge("flyte_executor_gc_finished_actions",
+			"Finished actions held in the API server at the last collection, before it deleted any (bounded by gc.maxFinished)."),
 		gcWalk: instrument.Histogram("flyte_executor_gc_walk_seconds",
 			"Time one collection took to walk the cached actions.",
 			[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5}),
 	}
 	collectors := []prometheus.Collector{m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
 		m.cacheOutputsRefused, m.cachePuts, m.outbox, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
-		m.gcDeleted, m.gcUndelivered, m.gcWalk}
+		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk}
 	if actions != nil {
 		collectors = append(collectors, &actionsByPhase{reader: actions, desc: prometheus.NewDesc("flyte_executor_actions",
 			"TaskActions in the executor's informer cache, by phase (finished ones until they are deleted).", []string{"phase"}, nil)})
@@ -219,12 +222,13 @@ func (m *Metrics) DeliveryFailed() {
 	}
 }
 
-// Collected records one garbage collection: its walk over the cache, the actions it
-// deleted and those it kept for want of delivery.
-func (m *Metrics) Collected(walk time.Duration, deleted, undelivered int) {
+// Collected records one garbage collection: its walk over the cache, the finished
+// actions it found, those it deleted and those it kept for want of delivery.
+func (m *Metrics) Collected(walk time.Duration, finished, deleted, undelivered int) {
 	if m == nil {
 		return
 	}
+	m.gcFinished.Set(float64(finished))
 	m.gcWalk.Observe(walk.Seconds())
 	m.gcDeleted.Add(float64(deleted))
 	m.gcUndelivered.Set(float64(undelivered))
