@@ -131,10 +131,10 @@ k8s:
 		MaxSystemFailures:       0,
 		MaxConcurrentReconciles: 48,
 		RetryBackoff:            config.RetryBackoff{Base: duration(500 * time.Millisecond), Cap: duration(2 * time.Minute)},
-		GC:                      config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour),
+		GC: config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour),
 			MaxFinished: 20000, MaxFinishedPerNamespace: 4000, DeletesPerSecond: 50.5},
-		DefaultForTaskTypes:     map[string]string{"python-task": "container", "sql": "sqlite"},
-		LogLinks:                []config.LogLink{{Name: "Kubernetes", URITemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}"}},
+		DefaultForTaskTypes: map[string]string{"python-task": "container", "sql": "sqlite"},
+		LogLinks:            []config.LogLink{{Name: "Kubernetes", URITemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}"}},
 		K8s: config.K8sPluginConfig{
 			DefaultCPURequest: resource.MustParse("250m"), DefaultMemoryRequest: resource.MustParse("256Mi"),
 			DefaultLabels: map[string]string{"team": "ml"}, DefaultAnnotations: map[string]string{"example.com/owner": "platform"},
