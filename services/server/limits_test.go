@@ -376,10 +376,20 @@ func TestCallsBeyondTheLimitAreRefused(t *testing.T) {
 	client := servicetest.H2CClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Two calls that wait for their bodies hold both places. One refused (a third took
+	// its place first) calls again, until the test ends.
+	var holders sync.WaitGroup
+	defer holders.Wait()
+	defer cancel()
 	for range 2 {
-		body, closeBody := stalledEnvelope(1<<10, 0)
-		defer closeBody()
-		go func() { _ = grpcRecord(ctx, client, url, body) }()
+		holders.Go(func() {
+			for ctx.Err() == nil {
+				body, closeBody := stalledEnvelope(1<<10, 0)
+				_ = grpcRecord(ctx, client, url, body)
+				closeBody()
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
 	// Until both are in progress, a third may take a place and wait for its body.
 	var err error
@@ -392,6 +402,8 @@ func TestCallsBeyondTheLimitAreRefused(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), `grpc-status "8"`) {
 			return
 		}
+		// The place it held goes back to a holder, which calls again sooner.
+		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("a third call while two wait for their bodies: %v; want ResourceExhausted", err)
 }
