@@ -114,7 +114,7 @@ func (g *GarbageCollector) Collect(ctx context.Context) (Collection, error) {
 		if g.limiter == nil {
 			g.limiter = rate.NewLimiter(rate.Limit(g.DeletesPerSecond), 1)
 		}
-		if perPass := int(math.Ceil(g.DeletesPerSecond * g.Interval.Seconds())); len(doomed) > perPass {
+		if perPass := int(math.Ceil(g.DeletesPerSecond * g.Interval.Seconds())); g.Interval > 0 && len(doomed) > perPass {
 			doomed = doomed[:perPass]
 		}
 	}

@@ -375,7 +375,6 @@ func TestCallsBeyondTheLimitAreRefused(t *testing.T) {
 	url := startWith(t, server.Config{MaxConcurrentCalls: 2}, &testService{})
 	client := servicetest.H2CClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	// Two calls that wait for their bodies hold both places. One refused (a third took
 	// its place first) calls again, until the test ends.
 	var holders sync.WaitGroup

@@ -74,18 +74,18 @@ type eventMark struct {
 // an event of an overfull second may be reported twice.
 const maxSeenEvents = 2 * flytev1.MaxClusterEvents
 
-// reported reports whether e was reported before, and key is how the mark names it:
-// an event repeated (its count raised) is news again.
-func (m eventMark) reported(e *corev1.Event) (done bool, key string) {
-	key = string(e.UID) + "/" + strconv.Itoa(int(e.Count))
-	at := eventTime(e).Truncate(time.Second)
+// eventKey names an event in a mark: an event repeated (its count raised) is news again.
+func eventKey(e *corev1.Event) string { return string(e.UID) + "/" + strconv.Itoa(int(e.Count)) }
+
+// reported reports whether the event of key, of the whole second second, was reported.
+func (m eventMark) reported(second time.Time, key string) bool {
 	switch {
-	case at.Before(m.Until):
-		return true, key
-	case at.After(m.Until):
-		return false, key
+	case second.Before(m.Until):
+		return true
+	case second.After(m.Until):
+		return false
 	}
-	return slices.Contains(m.Seen, key), key
+	return slices.Contains(m.Seen, key)
 }
 
 // Entry adapts a Kubernetes plugin to the core registry.
@@ -240,12 +240,12 @@ func clusterEvents(events func() ([]corev1.Event, error), mark eventMark) ([]plu
 	var out []plugin.ClusterEvent
 	next := eventMark{Until: mark.Until, Seen: slices.Clone(mark.Seen)}
 	for _, e := range list {
-		done, key := mark.reported(&e)
-		if done {
+		at, key := eventTime(&e), eventKey(&e)
+		second := at.Truncate(time.Second)
+		if mark.reported(second, key) {
 			continue
 		}
-		at := eventTime(&e)
-		switch second := at.Truncate(time.Second); {
+		switch {
 		case second.After(next.Until):
 			next = eventMark{Until: second, Seen: []string{key}}
 		case second.Equal(next.Until) && len(next.Seen) < maxSeenEvents:
