@@ -39,6 +39,7 @@ import (
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/eventsink"
+	"github.com/flytekube/backend/executor/fairqueue"
 	executormetrics "github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/datastore"
@@ -77,6 +78,9 @@ type Hooks struct {
 	// Delivered hears of each finished action whose whole history the events service
 	// acknowledged (benchmarks time actions by it).
 	Delivered func(*flytev1.TaskAction)
+	// FirstInFirstOutQueue gives the controller controller-runtime's own work queue
+	// instead of the fair one (benchmarks measure the fair queue against it).
+	FirstInFirstOutQueue bool
 	// TracerProvider receives the executor's spans instead of the global provider (which
 	// a binary sets up with services/telemetry), for tests that run it beside other
 	// traced services in one process.
@@ -240,6 +244,10 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
+	queueMetrics, err := fairqueue.NewMetrics(registry)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
 	r := &controller.TaskActionReconciler{
 		Client: mgr.GetClient(), Registry: reg, Metrics: instruments, DataStore: store,
 		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe, TracerProvider: hooks.TracerProvider,
@@ -249,6 +257,9 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			MaxSystemFailures:       int32(cfg.MaxSystemFailures),
 			MaxConcurrentReconciles: cfg.MaxConcurrentReconciles,
 			SkipNameValidation:      hooks.SeveralInProcess,
+			QueueWeights:            cfg.QueueWeights,
+			QueueMetrics:            queueMetrics,
+			FirstInFirstOutQueue:    hooks.FirstInFirstOutQueue,
 			Backoff:                 backoff.Backoff{Base: cfg.RetryBackoff.Base.Duration, Cap: cfg.RetryBackoff.Cap.Duration},
 		},
 	}

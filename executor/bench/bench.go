@@ -54,11 +54,14 @@ type Options struct {
 	// FlatActions is how many actions the part that samples what is kept per gone action
 	// runs, in five rounds.
 	FlatActions int
+	// FairnessBacklog is the size of the fan-out in the fairness part.
+	FairnessBacklog int
 	// HeapProfiles, when set, is a directory where that part writes a heap profile after
 	// each round.
 	HeapProfiles string
-	// Only runs one part: "noop", "container", "gc", "memory", "flat" or "realnode"; all
-	// but flat (minutes long) and realnode (which needs root) when empty.
+	// Only runs one part: "noop", "container", "gc", "memory", "flat", "scale" or
+	// "realnode"; all but flat and scale (minutes long) and realnode (which needs root)
+	// when empty.
 	Only string
 	// APIServerProfile, when set, is where a CPU profile of the API server is written,
 	// taken over the first executor scenario (the API server serves /debug/pprof).
@@ -192,6 +195,14 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	}
 	if o.Only == "flat" {
 		r, err := runFlat(ctx, env, o, eventsURL, cacheURL, progress)
+		if err != nil {
+			return err
+		}
+		r.write(w)
+		return nil
+	}
+	if o.Only == "scale" {
+		r, err := runFairness(ctx, env, o, eventsURL, progress)
 		if err != nil {
 			return err
 		}

@@ -92,6 +92,12 @@ type Config struct {
 	// reconciles mostly wait on the API server and the services, so workers overlap.
 	MaxConcurrentReconciles int `json:"maxConcurrentReconciles"`
 
+	// QueueWeights weighs namespaces in the work queue, which serves the namespaces with
+	// actions waiting in turn, each as many actions in a row as its weight (default 1):
+	// {"prod": 4} gives prod four actions for every one of each other namespace with
+	// work waiting. Weights run from 1 to MaxQueueWeight.
+	QueueWeights map[string]int `json:"queueWeights,omitempty"`
+
 	// RetryBackoff spaces out the attempts of a failing action.
 	RetryBackoff RetryBackoff `json:"retryBackoff"`
 
@@ -111,6 +117,10 @@ type Config struct {
 	// they create.
 	K8s K8sPluginConfig `json:"k8s"`
 }
+
+// MaxQueueWeight bounds a namespace's weight in the work queue: its turn is that many
+// actions, so a weight much larger makes every other namespace wait as a backlog would.
+const MaxQueueWeight = 100
 
 // K8sPluginConfig holds the cluster's defaults for the objects Kubernetes plugins create.
 type K8sPluginConfig struct {

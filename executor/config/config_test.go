@@ -79,6 +79,7 @@ cluster: prod-eu-1
 defaultServiceAccount: flyte-tasks
 maxSystemFailures: 0
 maxConcurrentReconciles: 48
+queueWeights: {team-a: 3}
 retryBackoff:
   base: 500ms
   cap: 2m
@@ -130,6 +131,7 @@ k8s:
 		DefaultServiceAccount:   "flyte-tasks",
 		MaxSystemFailures:       0,
 		MaxConcurrentReconciles: 48,
+		QueueWeights:            map[string]int{"team-a": 3},
 		RetryBackoff:            config.RetryBackoff{Base: duration(500 * time.Millisecond), Cap: duration(2 * time.Minute)},
 		GC: config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour),
 			MaxFinished: 20000, MaxFinishedPerNamespace: 4000, DeletesPerSecond: 50.5},
@@ -230,6 +232,13 @@ func TestLoadPartialFileKeepsDefaults(t *testing.T) {
 			content: "storage:\n  allowedPrefixes:\n    - s3://flyte-data/{project}/{domain}/\n    - file:///srv/flyte\n",
 			modify: func(c *config.Config) {
 				c.Storage.AllowedPrefixes = []string{"s3://flyte-data/{project}/{domain}/", "file:///srv/flyte"}
+			},
+		},
+		{
+			name:    "queue weights",
+			content: "queueWeights:\n  prod: 4\n  batch: 1\n",
+			modify: func(c *config.Config) {
+				c.QueueWeights = map[string]int{"prod": 4, "batch": 1}
 			},
 		},
 		{
@@ -399,6 +408,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	c.MaxConcurrentReconciles = 0
 	c.GC.MaxTTL = duration(0)
 	c.DefaultForTaskTypes = map[string]string{"": ""}
+	c.QueueWeights = map[string]int{"Prod": 1, "batch": 0, "ml": 101}
 
 	err := c.Validate()
 	if err == nil {
@@ -409,6 +419,9 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		"gc.maxTTL: must be positive when gc.interval is set",
 		`defaultForTaskTypes[""]: task type must not be empty`,
 		`defaultForTaskTypes[""]: plugin ID must not be empty`,
+		`queueWeights["Prod"]: not a namespace name`,
+		`queueWeights["batch"]: must be from 1 to 100, got 0`,
+		`queueWeights["ml"]: must be from 1 to 100, got 101`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %q, want it to contain %q", err, want)

@@ -183,6 +183,16 @@ func (c Config) Validate() error {
 		}
 	}
 
+	for _, namespace := range slices.Sorted(maps.Keys(c.QueueWeights)) {
+		path := fmt.Sprintf("queueWeights[%q]", namespace)
+		if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
+			fail(path, "not a namespace name: %s", strings.Join(errs, "; "))
+		}
+		if w := c.QueueWeights[namespace]; w < 1 || w > MaxQueueWeight {
+			fail(path, "must be from 1 to %d, got %d", MaxQueueWeight, w)
+		}
+	}
+
 	k := c.K8s
 	if k.DefaultCPURequest.Sign() < 0 {
 		fail("k8s.defaultCpuRequest", "must not be negative, got %s", k.DefaultCPURequest.String())

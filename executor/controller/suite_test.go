@@ -147,6 +147,10 @@ func (e *eventsService) client() eventsv1connect.EventsServiceClient {
 }
 
 // publisher is the package's event sink, and reconciler its reconciler.
+// slowNamespaces holds, by namespace, how long each reconcile of its actions takes at
+// least: a worker busy that long, as on a loaded cluster.
+var slowNamespaces sync.Map
+
 var (
 	publisher  *eventsink.Publisher
 	reconciler *controller.TaskActionReconciler
@@ -205,6 +209,9 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 			Backoff: backoff.Backoff{Base: 50 * time.Millisecond, Cap: 400 * time.Millisecond, Rand: func() float64 { return 0.5 }},
 		},
 		Observe: func(req ctrl.Request) {
+			if d, ok := slowNamespaces.Load(req.Namespace); ok {
+				time.Sleep(d.(time.Duration))
+			}
 			countMu.Lock()
 			defer countMu.Unlock()
 			v, _ := reconciles.LoadOrStore(req.String(), new(int64))

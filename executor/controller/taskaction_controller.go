@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -29,6 +30,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cache"
+	"github.com/flytekube/backend/executor/fairqueue"
 	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/tracing"
@@ -61,6 +63,13 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
+	// QueueWeights weighs namespaces in the work queue (default 1 each).
+	QueueWeights map[string]int
+	// QueueMetrics records the work queue's depth and wait by namespace; nil records
+	// nothing.
+	QueueMetrics *fairqueue.Metrics
+	// FirstInFirstOutQueue uses controller-runtime's queue instead (benchmarks).
+	FirstInFirstOutQueue bool
 }
 
 // EventSink delivers the phase history the reconciler writes to the events service; a
@@ -178,6 +187,22 @@ func (r *TaskActionReconciler) tracer() trace.Tracer {
 // uidIndex indexes the cached actions by UID.
 const uidIndex = "metadata.uid"
 
+// newQueue returns what makes the controller's work queue: fair across namespaces.
+func (r *TaskActionReconciler) newQueue() func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+	if r.Options.FirstInFirstOutQueue {
+		return nil // controller-runtime's default
+	}
+	weights, metrics := r.Options.QueueWeights, r.Options.QueueMetrics
+	return func(_ string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+		return fairqueue.New(fairqueue.Options[reconcile.Request]{
+			TenantOf:    func(req reconcile.Request) string { return req.Namespace },
+			Weight:      func(namespace string) int { return weights[namespace] },
+			RateLimiter: limiter,
+			Metrics:     metrics,
+		})
+	}
+}
+
 // actionOf maps an object a plugin created to its action: the owner reference's target,
 // or the cached action whose UID the object's labels name.
 func (r *TaskActionReconciler) actionOf(ctx context.Context, obj client.Object) []reconcile.Request {
@@ -255,6 +280,9 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				Cap: max(r.Options.Backoff.Cap, transientRetryBase)}),
 			MaxConcurrentReconciles: max(r.Options.MaxConcurrentReconciles, 1),
 			SkipNameValidation:      &r.Options.SkipNameValidation,
+			// Namespaces are served in turn, so that one's backlog does not hold up
+			// another's actions (controller-runtime's queue is first in, first out).
+			NewQueue: r.newQueue(),
 		}).
 		Complete(r)
 }

@@ -24,8 +24,9 @@ func main() {
 	flag.IntVar(&o.FinishedActions, "finished-actions", 10000, "finished actions in the garbage collection part")
 	flag.IntVar(&o.FlatActions, "flat-actions", 50000, "actions in the part that samples what is kept per gone action (five rounds)")
 	flag.StringVar(&o.HeapProfiles, "flat-heap-profiles", "", "a directory for a heap profile after each round of the flat part")
+	flag.IntVar(&o.FairnessBacklog, "fairness-backlog", 5000, "the fan-out of one namespace in the scale part's fairness measurement")
 	flag.IntVar(&o.RealNodeActions, "realnode-actions", 100, "container actions in the real-node part")
-	flag.StringVar(&o.Only, "only", "", "run one part only: noop, container, gc, memory, flat (not part of a full run), or realnode (a real node, as root; not part of a full run)")
+	flag.StringVar(&o.Only, "only", "", "run one part only: noop, container, gc, memory, flat or scale (not part of a full run), or realnode (a real node, as root; not part of a full run)")
 	flag.StringVar(&o.APIServerProfile, "apiserver-cpuprofile", "", "write a CPU profile of the API server, taken over 10 s of the first executor scenario, to this file")
 	benchutil.Main("executor-bench", func() error {
 		return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
