@@ -54,8 +54,11 @@ type Options struct {
 	// FlatActions is how many actions the part that samples what is kept per gone action
 	// runs, in five rounds.
 	FlatActions int
-	// FairnessBacklog is the size of the fan-out in the fairness part.
+	// FairnessBacklog is the size of the fan-out in the scale part's fairness runs.
 	FairnessBacklog int
+	// ScaleRate and ScaleDuration are the scale part's sustained load.
+	ScaleRate     float64
+	ScaleDuration time.Duration
 	// HeapProfiles, when set, is a directory where that part writes a heap profile after
 	// each round.
 	HeapProfiles string
@@ -202,11 +205,16 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		return nil
 	}
 	if o.Only == "scale" {
-		r, err := runFairness(ctx, env, o, eventsURL, progress)
+		f, err := runFairness(ctx, env, o, eventsURL, progress)
 		if err != nil {
 			return err
 		}
-		r.write(w)
+		f.write(w)
+		s, err := runSustained(ctx, env, o, eventsURL, progress)
+		if err != nil {
+			return err
+		}
+		s.write(w)
 		return nil
 	}
 	if o.Only == "memory" || o.Only == "gc" {

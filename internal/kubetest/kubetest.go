@@ -104,6 +104,10 @@ func Start(opts Options) (*Env, error) {
 	return &Env{Config: cfg, Client: c, Scheme: scheme, env: env}, nil
 }
 
+// EtcdURL is etcd's client URL, which also serves its metrics and its JSON gateway
+// (benchmarks read the store's size there).
+func (e *Env) EtcdURL() string { return e.env.ControlPlane.Etcd.URL.String() }
+
 // Stop stops the control plane.
 func (e *Env) Stop() error { return e.env.Stop() }
 

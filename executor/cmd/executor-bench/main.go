@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"os"
+	"time"
 
 	"github.com/flytekube/backend/executor/bench"
 	"github.com/flytekube/backend/internal/benchutil"
@@ -25,6 +26,8 @@ func main() {
 	flag.IntVar(&o.FlatActions, "flat-actions", 50000, "actions in the part that samples what is kept per gone action (five rounds)")
 	flag.StringVar(&o.HeapProfiles, "flat-heap-profiles", "", "a directory for a heap profile after each round of the flat part")
 	flag.IntVar(&o.FairnessBacklog, "fairness-backlog", 5000, "the fan-out of one namespace in the scale part's fairness measurement")
+	flag.Float64Var(&o.ScaleRate, "scale-rate", 100, "actions per second offered in the scale part's sustained load")
+	flag.DurationVar(&o.ScaleDuration, "scale-duration", 9*time.Minute, "how long the scale part's sustained load lasts")
 	flag.IntVar(&o.RealNodeActions, "realnode-actions", 100, "container actions in the real-node part")
 	flag.StringVar(&o.Only, "only", "", "run one part only: noop, container, gc, memory, flat or scale (not part of a full run), or realnode (a real node, as root; not part of a full run)")
 	flag.StringVar(&o.APIServerProfile, "apiserver-cpuprofile", "", "write a CPU profile of the API server, taken over 10 s of the first executor scenario, to this file")
