@@ -210,7 +210,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			return err
 		}
 		f.write(w)
-		s, err := runSustained(ctx, env, o, eventsURL, progress)
+		s, err := runSustained(ctx, env, o, eventsURL, pg.URL, progress)
 		if err != nil {
 			return err
 		}

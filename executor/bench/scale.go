@@ -10,12 +10,15 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -51,6 +54,8 @@ type sustainedResult struct {
 	emptiedIn           time.Duration
 	maxStored           int
 	maxEtcd             int64
+	// tables: the events database at the end (no retention: every event of the run).
+	tables []tableSize
 }
 
 type sustainedSample struct {
@@ -68,7 +73,10 @@ type heapSample struct {
 // runSustained offers o.ScaleRate actions a second (core-sleep 0s, spread over four
 // namespaces) for o.ScaleDuration to one executor with the default configuration, and
 // samples what the API server and etcd hold and the process's heap.
-func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL string, progress io.Writer) (sustainedResult, error) {
+func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL, databaseURL string, progress io.Writer) (sustainedResult, error) {
+	if o.HeapProfiles != "" {
+		runtime.MemProfileRate = 4096 // finer than the default, so that what each action costs shows
+	}
 	cfg := config.Default()
 	r := sustainedResult{rate: o.ScaleRate, duration: o.ScaleDuration, namespaces: 4, gc: cfg.GC}
 	suffix := time.Now().UnixNano() % 1e6
@@ -203,6 +211,11 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL s
 		return r, err
 	}
 	r.heldHeap = liveHeap()
+	if o.HeapProfiles != "" {
+		if err := writeHeapProfile(filepath.Join(o.HeapProfiles, "heap-held.pprof")); err != nil {
+			return r, err
+		}
+	}
 
 	time.Sleep(time.Until(last.Add(3 * time.Minute)))
 	if r.afterLast, err = stored(); err != nil {
@@ -227,7 +240,42 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL s
 		return r, err
 	}
 	r.emptyHeap = liveHeap()
-	return r, nil
+	if o.HeapProfiles != "" {
+		if err := writeHeapProfile(filepath.Join(o.HeapProfiles, "heap-empty.pprof")); err != nil {
+			return r, err
+		}
+	}
+	r.tables, err = tableSizes(ctx, databaseURL)
+	return r, err
+}
+
+// tableSize is what one of the events service's tables holds.
+type tableSize struct {
+	name  string
+	rows  int64
+	bytes int64 // with its indexes and TOAST
+}
+
+// tableSizes reads the events service's tables' sizes, vacuumed so that dead rows and
+// free space do not count.
+func tableSizes(ctx context.Context, databaseURL string) ([]tableSize, error) {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	var sizes []tableSize
+	for _, table := range []string{"action_events", "actions"} {
+		if _, err := conn.Exec(ctx, "VACUUM (FULL, ANALYZE) "+table); err != nil {
+			return nil, fmt.Errorf("postgres: vacuum %s: %w", table, err)
+		}
+		t := tableSize{name: table}
+		if err := conn.QueryRow(ctx, "SELECT count(*), pg_total_relation_size($1::regclass) FROM "+table, table).Scan(&t.rows, &t.bytes); err != nil {
+			return nil, fmt.Errorf("postgres: size of %s: %w", table, err)
+		}
+		sizes = append(sizes, t)
+	}
+	return sizes, nil
 }
 
 // etcdStore reads etcd's size through its metrics and compacts it through its JSON
@@ -322,6 +370,11 @@ func (r sustainedResult) write(w io.Writer) {
 			ratio = fmt.Sprintf(" (%.2f× the first)", float64(h.heap)/float64(r.heaps[0].heap))
 		}
 		fmt.Fprintf(w, "| process heap after %d delivered | %.1f MB%s |\n", h.delivered, float64(h.heap)/1e6, ratio)
+	}
+	for _, t := range r.tables {
+		if t.rows > 0 {
+			fmt.Fprintf(w, "| events database: `%s`, %d rows (every action of the bench) | %.0f B a row, indexes included |\n", t.name, t.rows, float64(t.bytes)/float64(t.rows))
+		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| time | delivered | stored | etcd in use |")

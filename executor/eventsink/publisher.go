@@ -108,6 +108,9 @@ type Publisher struct {
 // far its history has been delivered.
 type state struct {
 	key types.NamespacedName
+	// id is the action's identity to the events service (its spec's, which never
+	// changes): a new object under the same name that has another is another action.
+	id identity
 	// pending is the newest state the reconciler wrote, kept until all of its history is
 	// delivered: the informer cache may not have it yet, and the action may be deleted
 	// meanwhile. Nil when nothing is left to deliver.
@@ -121,8 +124,8 @@ type state struct {
 	// wake, when set, is the deleted action to wake the reconciler for once pending is
 	// delivered (ReleaseWhenDelivered).
 	wake *flytev1.TaskAction
-	// last is what is kept of the newest snapshot once it is delivered (see compact):
-	// enough to close its history should the action vanish unfinished.
+	// last is what is kept of the newest snapshot of an unfinished action once it is
+	// delivered (see compact): enough to close its history should the action vanish.
 	last *flytev1.TaskAction
 	// refusals counts the tries the events service refused as invalid since the last
 	// delivery.
@@ -204,11 +207,11 @@ func (p *Publisher) stateOf(ta *flytev1.TaskAction) (st *state, predecessor type
 		// An incarnation with the same identity in the events service continues its
 		// predecessor's record there, so an Aborted closing the old one would compete
 		// with the new one's outcome.
-		if p.forgetLocked(old, !sameAction(p.states[old].snapshot(), ta)) {
+		if p.forgetLocked(old, p.states[old].id != identityOf(ta)) {
 			predecessor = old
 		}
 	}
-	st = &state{key: key}
+	st = &state{key: key, id: identityOf(ta)}
 	p.states[ta.UID] = st
 	p.names[key] = ta.UID
 	return st, predecessor
@@ -223,10 +226,11 @@ func (st *state) snapshot() *flytev1.TaskAction {
 	return st.last
 }
 
-// sameAction reports whether a and b are one action to the events service.
-func sameAction(a, b *flytev1.TaskAction) bool {
-	return a != nil && a.Spec.Project == b.Spec.Project && a.Spec.Domain == b.Spec.Domain &&
-		a.Spec.RunName == b.Spec.RunName && a.Spec.ActionName == b.Spec.ActionName
+// identity is what makes two TaskActions one action to the events service.
+type identity struct{ project, domain, run, action string }
+
+func identityOf(ta *flytev1.TaskAction) identity {
+	return identity{ta.Spec.Project, ta.Spec.Domain, ta.Spec.RunName, ta.Spec.ActionName}
 }
 
 // setPending changes a state's pending snapshot, keeping the backlog's count and gauge.
@@ -627,7 +631,12 @@ func (p *Publisher) acknowledged(ctx context.Context, w pending) bool {
 		p.mu.Unlock()
 		return true
 	}
-	st.last = compact(w.action)
+	// A finished action's history needs no closing: what is kept of it is its state's
+	// marks alone, about a fifth of a compact snapshot, for as long as it is stored.
+	st.last = nil
+	if !w.action.Status.Phase.IsTerminal() {
+		st.last = compact(w.action)
+	}
 	p.setPending(st, nil)
 	wake := st.wake
 	st.wake = nil

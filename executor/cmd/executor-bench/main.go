@@ -24,7 +24,7 @@ func main() {
 	flag.IntVar(&o.ManagedPods, "managed-pods", 1000, "pods of the executor in the cluster, for the memory measurement")
 	flag.IntVar(&o.FinishedActions, "finished-actions", 10000, "finished actions in the garbage collection part")
 	flag.IntVar(&o.FlatActions, "flat-actions", 50000, "actions in the part that samples what is kept per gone action (five rounds)")
-	flag.StringVar(&o.HeapProfiles, "flat-heap-profiles", "", "a directory for a heap profile after each round of the flat part")
+	flag.StringVar(&o.HeapProfiles, "flat-heap-profiles", "", "a directory for a heap profile after each round of the flat part, and of the scale part with the store at its bound (heap-held.pprof) and empty (heap-empty.pprof)")
 	flag.IntVar(&o.FairnessBacklog, "fairness-backlog", 5000, "the fan-out of one namespace in the scale part's fairness measurement")
 	flag.Float64Var(&o.ScaleRate, "scale-rate", 100, "actions per second offered in the scale part's sustained load")
 	flag.DurationVar(&o.ScaleDuration, "scale-duration", 9*time.Minute, "how long the scale part's sustained load lasts")
