@@ -205,11 +205,16 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		return nil
 	}
 	if o.Only == "scale" {
-		f, err := runFairness(ctx, env, o, eventsURL, progress)
-		if err != nil {
-			return err
+		if o.FairnessBacklog > 0 {
+			f, err := runFairness(ctx, env, o, eventsURL, progress)
+			if err != nil {
+				return err
+			}
+			f.write(w)
 		}
-		f.write(w)
+		if o.ScaleDuration <= 0 {
+			return nil
+		}
 		s, err := runSustained(ctx, env, o, eventsURL, pg.URL, progress)
 		if err != nil {
 			return err

@@ -31,6 +31,7 @@ type fairnessRow struct {
 type fairnessResult struct {
 	backlog, interactive int
 	interval             time.Duration
+	workers              int // 0: the default
 	rows                 []fairnessRow
 }
 
@@ -49,7 +50,7 @@ type fairnessScenario struct {
 // controller-runtime's first-in-first-out queue and with the fair one, each on a fresh
 // executor; and the same interactive actions alone, the baseline.
 func runFairness(ctx context.Context, env *kubetest.Env, o Options, eventsURL string, progress io.Writer) (fairnessResult, error) {
-	r := fairnessResult{backlog: o.FairnessBacklog, interactive: 50, interval: 100 * time.Millisecond}
+	r := fairnessResult{backlog: o.FairnessBacklog, interactive: 50, interval: 100 * time.Millisecond, workers: o.Workers}
 	for _, sc := range []fairnessScenario{
 		{name: "interactive alone", backlog: ""},
 		{name: "fan-out arriving while the executor runs", fifo: true, backlog: "arriving"},
@@ -62,7 +63,7 @@ func runFairness(ctx context.Context, env *kubetest.Env, o Options, eventsURL st
 			queue = "first in, first out (controller-runtime's)"
 		}
 		fmt.Fprintf(progress, "fairness: %s, %s queue\n", sc.name, queue)
-		row, err := fairnessRun(ctx, env, r, sc, eventsURL)
+		row, err := fairnessRun(ctx, env, r, sc, o.Workers, eventsURL)
 		if err != nil {
 			return r, fmt.Errorf("fairness: %s: %w", sc.name, err)
 		}
@@ -72,7 +73,7 @@ func runFairness(ctx context.Context, env *kubetest.Env, o Options, eventsURL st
 	return r, nil
 }
 
-func fairnessRun(ctx context.Context, env *kubetest.Env, r fairnessResult, sc fairnessScenario, eventsURL string) (fairnessRow, error) {
+func fairnessRun(ctx context.Context, env *kubetest.Env, r fairnessResult, sc fairnessScenario, workers int, eventsURL string) (fairnessRow, error) {
 	suffix := time.Now().UnixNano() % 1e6
 	batch, interactive := fmt.Sprintf("batch-%d", suffix), fmt.Sprintf("interactive-%d", suffix)
 	for _, ns := range []string{batch, interactive} {
@@ -102,6 +103,9 @@ func fairnessRun(ctx context.Context, env *kubetest.Env, r fairnessResult, sc fa
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
 	cfg.EventsServiceURL = eventsURL
 	cfg.GC.Interval = metav1.Duration{}
+	if workers > 0 {
+		cfg.MaxConcurrentReconciles = workers
+	}
 	restConfig := rest.CopyConfig(env.Config)
 	restConfig.QPS, restConfig.Burst = 1000, 2000
 
@@ -204,7 +208,11 @@ func fairnessRun(ctx context.Context, env *kubetest.Env, r fairnessResult, sc fa
 func (r fairnessResult) write(w io.Writer) {
 	fmt.Fprintf(w, "### Fairness: %d interactive actions, one per %s, in one namespace while another's fan-out of %d drains\n\n",
 		r.interactive, r.interval, r.backlog)
-	fmt.Fprintln(w, "Each row a fresh executor (default configuration: 32 workers); every action a core-sleep 0s; an")
+	workers := "the default configuration: 32 workers"
+	if r.workers > 0 {
+		workers = fmt.Sprintf("the default configuration but %d workers", r.workers)
+	}
+	fmt.Fprintf(w, "Each row a fresh executor (%s); every action a core-sleep 0s; an\n", workers)
 	fmt.Fprintln(w, "interactive action's time runs from its create to the events service's acknowledgement of its")
 	fmt.Fprintln(w, "last event. The fan-out is created by 16 clients.")
 	fmt.Fprintln(w)
