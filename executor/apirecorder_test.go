@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -82,6 +83,22 @@ func (a *apiRecorder) writes(resource string) int {
 		}
 	}
 	return n
+}
+
+// writeKinds lists the kinds of write requests to a resource that reached the server,
+// with how many of each were accepted, for a failure to say which write was one too many.
+func (a *apiRecorder) writeKinds(resource string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var kinds []string
+	for kind, c := range a.counts {
+		method, res, _ := strings.Cut(kind, " ")
+		if method != http.MethodGet && (res == resource || strings.HasPrefix(res, resource+"/")) {
+			kinds = append(kinds, fmt.Sprintf("%s: %d (%d accepted)", kind, c, a.succeeded[kind]))
+		}
+	}
+	slices.Sort(kinds)
+	return strings.Join(kinds, ", ")
 }
 
 func (a *apiRecorder) RoundTrip(r *http.Request) (*http.Response, error) {

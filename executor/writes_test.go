@@ -72,7 +72,7 @@ func TestWritesPerAction(t *testing.T) {
 			}
 			time.Sleep(300 * time.Millisecond) // a write that should not come would come by now
 			if w := rec.writes("taskactions"); w != tt.taskActionWrites {
-				t.Errorf("%d TaskAction writes; want %d", w, tt.taskActionWrites)
+				t.Errorf("%d TaskAction writes (%s); want %d", w, rec.writeKinds("taskactions"), tt.taskActionWrites)
 			}
 			if w := rec.writes("events"); w != 0 {
 				t.Errorf("%d Kubernetes Event writes for an action that succeeded; want none", w)
