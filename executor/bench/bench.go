@@ -26,6 +26,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/events"
@@ -535,21 +536,14 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	var reconciles atomic.Int64
 	// An action is done when its whole history is delivered: after its last status write.
 	delivered := make(chan *flytev1.TaskAction, o.Actions)
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	mgr, err := executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
+	_, stop, err := startExecutor(ctx, cfg, restConfig, executor.Hooks{
 		Namespaces: []string{ns}, SeveralInProcess: true, Observe: func(ctrl.Request) { reconciles.Add(1) },
 		Delivered: func(ta *flytev1.TaskAction) { delivered <- ta },
 	})
 	if err != nil {
 		return Result{}, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	defer func() { stop(); <-done }()
-	if !mgr.GetCache().WaitForCacheSync(mctx) {
-		return Result{}, fmt.Errorf("executor cache did not sync")
-	}
+	defer stop()
 	if kubelet {
 		kctx, stopKubelet := context.WithCancel(ctx)
 		defer stopKubelet()
@@ -654,4 +648,23 @@ func waitNoFinalizers(ctx context.Context, c client.Client, ns string) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// startExecutor sets an executor up as its binary does and runs it until the returned
+// stop, once its cache is in sync.
+func startExecutor(ctx context.Context, cfg config.Config, restConfig *rest.Config, hooks executor.Hooks) (mgr manager.Manager, stop func(), err error) {
+	mctx, cancel := context.WithCancel(ctx)
+	mgr, err = executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), hooks)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	stop = func() { cancel(); <-done }
+	if !mgr.GetCache().WaitForCacheSync(mctx) {
+		stop()
+		return nil, nil, fmt.Errorf("the executor's cache did not sync")
+	}
+	return mgr, stop, nil
 }

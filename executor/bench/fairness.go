@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -116,9 +115,7 @@ func fairnessRun(ctx context.Context, env *kubetest.Env, r fairnessResult, sc fa
 			return fairnessRow{}, err
 		}
 	}
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	mgr, err := executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
+	_, stop, err := startExecutor(ctx, cfg, restConfig, executor.Hooks{
 		Namespaces: []string{batch, interactive}, SeveralInProcess: true, FirstInFirstOutQueue: sc.fifo,
 		Delivered: func(ta *flytev1.TaskAction) {
 			now := time.Now()
@@ -137,12 +134,7 @@ func fairnessRun(ctx context.Context, env *kubetest.Env, r fairnessResult, sc fa
 	if err != nil {
 		return fairnessRow{}, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	defer func() { stop(); <-done }()
-	if !mgr.GetCache().WaitForCacheSync(mctx) {
-		return fairnessRow{}, fmt.Errorf("executor cache did not sync")
-	}
+	defer stop()
 
 	backlogCreated := make(chan error, 1)
 	if sc.backlog == "arriving" {

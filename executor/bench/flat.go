@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -56,18 +55,11 @@ func runFlat(ctx context.Context, env *kubetest.Env, o Options, eventsURL, cache
 	}
 	restConfig := rest.CopyConfig(env.Config)
 	restConfig.QPS, restConfig.Burst = 1000, 2000
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	mgr, err := executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+	mgr, stop, err := startExecutor(ctx, cfg, restConfig, executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
 	if err != nil {
 		return flatResult{}, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	defer func() { stop(); <-done }()
-	if !mgr.GetCache().WaitForCacheSync(mctx) {
-		return flatResult{}, fmt.Errorf("executor cache did not sync")
-	}
+	defer stop()
 
 	if o.HeapProfiles != "" {
 		// Finer than the default 512 KiB, so that tens of bytes per action show.

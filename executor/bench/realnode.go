@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -93,18 +92,11 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 	cfg.EventsServiceURL, cfg.CacheServiceURL = "", ""
 	cfg.GC.Interval = metav1.Duration{}
 	cfg.LeaderElect = false
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	mgr, err := executor.Setup(mctx, cfg, node.Config, slog.New(slog.DiscardHandler), executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+	_, stop, err := startExecutor(ctx, cfg, node.Config, executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("real node: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	defer func() { stop(); <-done }()
-	if !mgr.GetCache().WaitForCacheSync(mctx) {
-		return res, fmt.Errorf("real node: the executor's cache did not sync")
-	}
+	defer stop()
 	res.executor, err = createAndWait(ctx, wc, ns, o, &flytev1.TaskActionList{}, func(i int) *flytev1.TaskAction {
 		ta := action(ns, fmt.Sprintf("p%05d", i), "container")
 		ta.Spec.Container = &flytev1.ContainerSpec{Image: image, Command: []string{"sh", "-c", "true"}}

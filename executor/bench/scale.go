@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"path/filepath"
 	"runtime"
@@ -94,9 +93,7 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL, 
 	restConfig.QPS, restConfig.Burst = 1000, 2000
 	var delivered atomic.Int64
 	var lastDelivered atomic.Int64 // unix nanoseconds
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	mgr, err := executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
+	_, stop, err := startExecutor(ctx, cfg, restConfig, executor.Hooks{
 		Namespaces: namespaces, SeveralInProcess: true,
 		Delivered: func(*flytev1.TaskAction) {
 			delivered.Add(1)
@@ -106,12 +103,7 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL, 
 	if err != nil {
 		return r, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	defer func() { stop(); <-done }()
-	if !mgr.GetCache().WaitForCacheSync(mctx) {
-		return r, fmt.Errorf("executor cache did not sync")
-	}
+	defer stop()
 	etcd := etcdStore{url: env.EtcdURL()}
 	stored := func() (int, error) {
 		n := 0
