@@ -38,8 +38,12 @@ type Config struct {
 	RetentionTTL time.Duration
 	// RetentionInterval is how often retention looks for finished actions.
 	RetentionInterval time.Duration
-	// RetentionBatch bounds the actions deleted per transaction.
+	// RetentionBatch bounds the actions deleted (or re-filed) per transaction.
 	RetentionBatch int
+	// PartitionWidth is the span of filing times one partition of the events table
+	// holds (store.DefaultPartitionWidth): retention drops a partition once every action
+	// filed in it finished RetentionTTL ago, so history is kept at most this much longer.
+	PartitionWidth time.Duration
 	// WatchBuffer bounds the updates queued for one watcher before it is ended.
 	WatchBuffer int
 	// MaxWatchers bounds the WatchActions streams open on this replica.
@@ -77,6 +81,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
+// minPartitionWidth keeps partitions few: tests use seconds, deployments hours or days.
+const minPartitionWidth = time.Second
+
 // minResponseBytes is the smallest response cap: room for a page token beside its items.
 const minResponseBytes = 64 << 10
 
@@ -89,7 +96,10 @@ func (c Config) WithDefaults() Config {
 		c.RetentionInterval = time.Minute
 	}
 	if c.RetentionBatch == 0 {
-		c.RetentionBatch = 500
+		c.RetentionBatch = 5000
+	}
+	if c.PartitionWidth == 0 {
+		c.PartitionWidth = store.DefaultPartitionWidth
 	}
 	if c.WatchBuffer == 0 {
 		c.WatchBuffer = 1024
@@ -117,6 +127,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("retention-interval: must be positive, got %s", c.RetentionInterval)
 	case c.RetentionBatch <= 0:
 		return fmt.Errorf("retention-batch: must be positive, got %d", c.RetentionBatch)
+	case c.PartitionWidth < minPartitionWidth || c.PartitionWidth%time.Second != 0:
+		return fmt.Errorf("partition-width: must be a whole number of seconds, at least %s, got %s", minPartitionWidth, c.PartitionWidth)
 	case c.WatchBuffer <= 0:
 		return fmt.Errorf("watch-buffer: must be positive, got %d", c.WatchBuffer)
 	case c.MaxWatchers <= 0:
@@ -162,7 +174,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		if err != nil {
 			return nil, err
 		}
-		st := store.New(d.Pool)
+		st := store.New(d.Pool, store.Options{PartitionWidth: cfg.PartitionWidth})
+		// Before serving, so that Record finds a partition for the present.
+		if _, err := st.MaintainPartitions(ctx, time.Now()); err != nil {
+			return nil, err
+		}
 		hub := watch.NewHub(d.Pool, st, watch.Config{
 			Buffer: cfg.WatchBuffer, MaxWatchers: cfg.MaxWatchers, MaxWatchersPerIdentity: cfg.MaxWatchersPerIdentity,
 		}, log.With("component", "watch"), metrics.Watch())
@@ -208,12 +224,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		if serveConsole != nil {
 			loops = append(loops, serveConsole)
 		}
-		if cfg.RetentionTTL > 0 {
-			rlog := log.With("component", "retention")
-			loops = append(loops, func(ctx context.Context) {
-				app.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { deleteFinished(ctx, st, cfg, rlog) })
-			})
-		}
+		plog := log.With("component", "partitions")
+		loops = append(loops, func(ctx context.Context) {
+			app.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { maintain(ctx, st, cfg, plog) })
+		})
 		return loops, nil
 	}, started)
 }
@@ -247,23 +261,28 @@ func startConsole(cfg Config, api http.Handler, tlsConfig *tls.Config, log *slog
 	}, nil
 }
 
-// deleteFinished deletes finished actions older than the TTL, a batch at a time.
-func deleteFinished(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
-	total := 0
-	for {
-		n, err := st.DeleteFinished(ctx, time.Now().Add(-cfg.RetentionTTL), cfg.RetentionBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("deleting finished actions", "error", err)
-			}
-			break
+// maintain makes the partitions ahead and, with a TTL, drops those past it.
+func maintain(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
+	now := time.Now()
+	made, err := st.MaintainPartitions(ctx, now)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("making partitions", "error", err)
 		}
-		total += n
-		if n < cfg.RetentionBatch {
-			break
-		}
+		return
 	}
-	if total > 0 {
-		log.Info("deleted finished actions", "actions", total, "ttl", cfg.RetentionTTL.String())
+	if len(made) > 0 {
+		log.Info("made partitions", "partitions", made)
+	}
+	if cfg.RetentionTTL == 0 {
+		return
+	}
+	res, err := st.DropExpired(ctx, now, cfg.RetentionTTL, cfg.RetentionBatch)
+	if err != nil && ctx.Err() == nil {
+		log.Warn("dropping expired partitions", "error", err)
+	}
+	if res.Partitions+res.Refiled > 0 {
+		log.Info("dropped expired partitions", "partitions", res.Partitions, "actions", res.Actions,
+			"refiled", res.Refiled, "ttl", cfg.RetentionTTL.String())
 	}
 }

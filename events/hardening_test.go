@@ -197,12 +197,19 @@ func TestEventPaginationAtTheEdgesOfTime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = pool.Exec(context.Background(), `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, id.GetProject(), id.GetDomain(), id.GetRun(), id.GetAction(),
+			// Filed as the table's rows from before it was partitioned are.
+			_, err = pool.Exec(context.Background(), `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event, filed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, '-infinity')`, id.GetProject(), id.GetDomain(), id.GetRun(), id.GetAction(),
 				int32(e.GetAttempt()), int16(e.GetPhase()), int32(e.GetVersion()), e.GetOccurredAt().AsTime(), encoded)
 			if err != nil {
 				t.Fatal(err)
 			}
+		}
+		last := evs[len(evs)-1]
+		if _, err := pool.Exec(context.Background(), `INSERT INTO actions (project, domain, run, action, attempt, phase, version, rank, occurred_at, created_at, event, filed_at)
+VALUES ($1, $2, $3, $4, 2, $5, 0, 5, $6, $6, '', '-infinity')`, id.GetProject(), id.GetDomain(), id.GetRun(), id.GetAction(),
+			int16(last.GetPhase()), last.GetOccurredAt().AsTime()); err != nil {
+			t.Fatal(err)
 		}
 		requireEachOnce(t, listAllEvents(t, inst.client, id, 1, 2*len(evs), nil), evs)
 	})

@@ -24,9 +24,9 @@ func TestListActionsWalksTheIndexOfItsFilters(t *testing.T) {
 	_, setup := openStore(t, db) // migrates
 	// 200 runs of 100 actions, the first of every ten still running.
 	if _, err := setup.Exec(ctx, `
-INSERT INTO actions (project, domain, run, action, attempt, phase, version, rank, occurred_at, created_at, event)
+INSERT INTO actions (project, domain, run, action, attempt, phase, version, rank, occurred_at, created_at, event, filed_at)
 SELECT 'demo', 'development', 'r' || (i / 100), 'a' || (i % 100), 1,
-       CASE WHEN i % 10 = 0 THEN 4 ELSE 6 END, 0, CASE WHEN i % 10 = 0 THEN 4 ELSE 5 END, now(), now(), ''
+       CASE WHEN i % 10 = 0 THEN 4 ELSE 6 END, 0, CASE WHEN i % 10 = 0 THEN 4 ELSE 5 END, now(), now(), '', now()
 FROM generate_series(0, 19999) i;
 ANALYZE actions`); err != nil {
 		t.Fatal(err)

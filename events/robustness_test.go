@@ -10,13 +10,10 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/events/store"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/servicetest"
 )
@@ -175,35 +172,6 @@ func TestRestartLosesNoAcknowledgedEvent(t *testing.T) {
 		t.Fatalf("%d of %d acknowledged events are missing after a restart", missing, len(acked))
 	}
 	t.Logf("%d acknowledged events across a restart, none lost", len(acked))
-}
-
-func TestRetentionDeletesOnlyOldFinishedActions(t *testing.T) {
-	db := pg.NewDatabase(t)
-	inst := startInstance(t, db, func(c *events.Config) {
-		c.RetentionTTL = time.Hour
-		c.RetentionInterval = 50 * time.Millisecond
-		c.RetentionBatch = 2 // several batches per pass
-	})
-	old := time.Now().Add(-2 * time.Hour)
-	var batch []*eventsv1.ActionEvent
-	at := func(e *eventsv1.ActionEvent, ts time.Time) *eventsv1.ActionEvent {
-		e.OccurredAt = timestamppb.New(ts)
-		return e
-	}
-	for i := range 5 {
-		id := actionID("old", fmt.Sprintf("done%d", i))
-		batch = append(batch, at(event(id, 1, running, 0, 0), old.Add(-time.Minute)), at(event(id, 1, succeeded, 0, 0), old))
-	}
-	stillRunning := actionID("old", "running")
-	recentlyDone := actionID("new", "done")
-	batch = append(batch, at(event(stillRunning, 1, running, 0, 0), old), at(event(recentlyDone, 1, failed, 0, 0), time.Now()))
-	record(t, inst.client, batch...)
-
-	var evs, acts int
-	eventually.True(t, 30*time.Second, func() bool { evs, acts = countRows(t, db); return evs == 2 && acts == 2 },
-		func() string { return fmt.Sprintf("retention left %d events and %d actions; want 2 and 2", evs, acts) })
-	getAction(t, inst.client, stillRunning)
-	getAction(t, inst.client, recentlyDone)
 }
 
 func TestMetricsEndpoint(t *testing.T) {

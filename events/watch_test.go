@@ -13,9 +13,11 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/events/watch"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/pgtest"
 )
 
 // openWatch starts a watch and waits until the server has established it.
@@ -254,4 +256,18 @@ func TestHubNudgesOnEveryNotification(t *testing.T) {
 		}
 	}
 	eventually.True(t, 10*time.Second, func() bool { return len(nudges) == 1 }, func() string { return "no nudge waiting after unread notifications" })
+}
+
+// A replica that could not announce some changes says so with store.ResyncPayload, and
+// every watcher, on every replica, is ended to re-list rather than left with a stale view.
+func TestResyncNotificationEndsWatchers(t *testing.T) {
+	db := pg.NewDatabase(t)
+	inst := startInstance(t, db)
+	stream, _ := openWatch(t, inst, &eventsv1.WatchActionsRequest{Project: "demo", Domain: "development"})
+	pgtest.Exec(t, db, fmt.Sprintf("SELECT pg_notify('%s', '%s')", store.NotifyChannel, store.ResyncPayload))
+	for stream.Receive() {
+	}
+	if connect.CodeOf(stream.Err()) != connect.CodeUnavailable || !strings.Contains(stream.Err().Error(), "resume from ListActions") {
+		t.Fatalf("stream ended with %v; want Unavailable, to resume from ListActions", stream.Err())
+	}
 }

@@ -200,8 +200,8 @@ func TestUndecodableEventBecomesADeadLetter(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.register(t, "http")
-	pgtest.Exec(t, e.url, `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event)
-		VALUES ('demo', 'development', 'r1', 'a0', 1, 1, 0, now(), '\xff'::bytea)`)
+	pgtest.Exec(t, e.url, `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event, filed_at)
+		VALUES ('demo', 'development', 'r1', 'a0', 1, 1, 0, now(), '\xff'::bytea, '-infinity')`)
 	entries := e.read(t, "http", 10)
 	if len(entries) != 1 || entries[0].DecodeErr == nil || entries[0].Event != nil {
 		t.Fatalf("read %+v; want one entry with a decoding error", entries)

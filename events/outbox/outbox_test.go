@@ -257,8 +257,8 @@ func insertEvent(t *testing.T, tx pgx.Tx, run string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tx.Exec(context.Background(), `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event)
-		VALUES ('demo', 'development', $1, 'a0', 1, 1, 0, now(), $2)`, run, encoded)
+	_, err = tx.Exec(context.Background(), `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event, filed_at)
+		VALUES ('demo', 'development', $1, 'a0', 1, 1, 0, now(), $2, '-infinity')`, run, encoded)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,9 @@
 // action_events (a redelivered event is absorbed by its primary key), and every action
 // they touch is folded into the actions table, where a state is replaced only by a
 // greater one (see Rank). Changed actions are announced with NOTIFY on NotifyChannel,
-// several to a notification, delivered when the transaction commits, so watchers on
-// every replica hear of them.
+// several to a notification, once the transaction has committed, so watchers on every
+// replica hear of them. action_events is partitioned by filing time, so that retention
+// drops partitions (partitions.go).
 package store
 
 import (
@@ -17,14 +18,17 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/utils/clock"
 
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
@@ -115,11 +119,44 @@ func IsTerminal(phase flytecorev1.ActionPhase) bool {
 
 // Store reads and writes events and actions.
 type Store struct {
-	pool *pgxpool.Pool
+	pool     *pgxpool.Pool
+	opts     Options
+	notifier *notifier
+	// newestTo is the end of the newest partition seen, in Unix microseconds (0: none
+	// seen yet); see filingTime.
+	newestTo atomic.Int64
+}
+
+// Options tune a store; the zero value takes the defaults.
+type Options struct {
+	// PartitionWidth is the span of filing times one partition of action_events holds
+	// (DefaultPartitionWidth); retention keeps an action's history at most this much
+	// beyond its TTL.
+	PartitionWidth time.Duration
+	// PartitionsAhead is how many partitions beyond the present's MaintainPartitions
+	// keeps ready (DefaultPartitionsAhead).
+	PartitionsAhead int
+	// Clock gives Record its filing times (tests move it).
+	Clock clock.PassiveClock
 }
 
 // New returns a store over a migrated database.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func New(pool *pgxpool.Pool, opts ...Options) *Store {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.PartitionWidth <= 0 {
+		o.PartitionWidth = DefaultPartitionWidth
+	}
+	if o.PartitionsAhead <= 0 {
+		o.PartitionsAhead = DefaultPartitionsAhead
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return &Store{pool: pool, opts: o, notifier: newNotifier(pool)}
+}
 
 // RecordResult says what a batch added.
 type RecordResult struct {
@@ -145,11 +182,11 @@ var (
 	listActionEventsSQL string
 	//go:embed queries/actions_by_key.sql
 	actionsByKeySQL string
-	//go:embed queries/delete_finished.sql
-	deleteFinishedSQL string
+	//go:embed queries/filings.sql
+	filingsSQL string
 )
 
-var eventColumns = []string{"project", "domain", "run", "action", "attempt", "phase", "version", "occurred_at", "event"}
+var eventColumns = []string{"project", "domain", "run", "action", "attempt", "phase", "version", "occurred_at", "event", "filed_at"}
 
 // row is one event ready for the database.
 type row struct {
@@ -189,13 +226,17 @@ func (k Key) compare(o Key) int {
 // hold faithfully fails the batch with an *InvalidEventError; fields the schema does not
 // name are dropped, in ev itself.
 //
-// New events, the common case, are copied in with COPY, the fastest way into Postgres,
-// and folded (fold.sql) in the same transaction. When the copy finds an event already
-// stored (a redelivery), the transaction is rolled back and another inserts the events
-// with insert_events.sql, which absorbs what is already there, then folds them. The
-// fold's winners are chosen among all of the batch's events: a redelivered event was
-// folded when it was first recorded, so the conditional upsert finds it no greater than
-// the stored state.
+// Each action the batch touches is folded first (fold.sql), which files a new action and
+// locks an existing one, so its events then go to its partition. New events, the common
+// case, are then copied in with COPY, the fastest way into Postgres. When the copy finds
+// an event already stored (a redelivery), the transaction is rolled back and another
+// folds again and inserts the events with insert_events.sql, which absorbs what is
+// already there. The fold's winners are chosen among all of the batch's events: a
+// redelivered event was folded when it was first recorded, so the conditional upsert
+// finds it no greater than the stored state.
+//
+// Once the transaction has committed, the changed actions are announced on NotifyChannel
+// (see notifier: not within the transaction, which would serialize every commit).
 func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (RecordResult, error) {
 	rows, err := prepare(events)
 	if err != nil {
@@ -203,55 +244,156 @@ func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (Rec
 	}
 	unique := dedupe(rows) // a repeat inside the batch would fail the copy
 	winners, created := fold(rows)
+	b := &batch{rows: unique, winners: winners, created: created, filedAt: s.filingTime()}
 
-	changed, err := s.copyAndFold(ctx, unique, winners, created)
-	recorded := len(unique)
-	if isUniqueViolation(err) {
-		recorded, changed, err = s.insertAndFold(ctx, unique, winners, created)
+	var changed []int64
+	for try := 0; ; try++ {
+		changed, err = s.copyAndFold(ctx, b)
+		recorded := len(unique)
+		if isUniqueViolation(err) {
+			recorded, changed, err = s.insertAndFold(ctx, b)
+		}
+		if isNoPartition(err) && try == 0 {
+			// Maintenance is behind (or never ran against this database): make the
+			// partitions and try once more.
+			if _, merr := s.maintainPartitions(ctx, s.opts.Clock.Now(), true); merr != nil {
+				return RecordResult{}, fmt.Errorf("store: recording %d events: %w (making partitions: %w)", len(events), err, merr)
+			}
+			b.filedAt = s.filingTime()
+			continue
+		}
+		if err != nil {
+			return RecordResult{}, fmt.Errorf("store: recording %d events: %w", len(events), err)
+		}
+		keys := make([]Key, len(changed))
+		for i, ord := range changed {
+			keys[i] = winners.key(int(ord - 1))
+		}
+		s.notifier.announce(keys)
+		return RecordResult{Recorded: recorded, Duplicates: len(events) - recorded, Changed: len(changed)}, nil
 	}
-	if err != nil {
-		return RecordResult{}, fmt.Errorf("store: recording %d events: %w", len(events), err)
-	}
-	return RecordResult{Recorded: recorded, Duplicates: len(events) - recorded, Changed: changed}, nil
 }
 
-func (s *Store) copyAndFold(ctx context.Context, rows []row, winners *columns, created []time.Time) (changed int, err error) {
+// batch is one Record's rows, folded.
+type batch struct {
+	rows    []row // deduplicated, in key order
+	winners *columns
+	created []time.Time
+	// filedAt files the batch's new actions.
+	filedAt time.Time
+}
+
+func (s *Store) copyAndFold(ctx context.Context, b *batch) (changed []int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"action_events"}, eventColumns, copySource(rows)); err != nil {
+		var filings []pgtype.Timestamptz
+		if changed, filings, err = foldInto(ctx, tx, b); err != nil {
 			return err
 		}
-		changed, err = foldInto(ctx, tx, winners, created)
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"action_events"}, eventColumns, copySource(b.rows, filings))
 		return err
 	})
 	return changed, err
 }
 
-func (s *Store) insertAndFold(ctx context.Context, rows []row, winners *columns, created []time.Time) (recorded, changed int, err error) {
-	ev := newColumns(len(rows))
-	for _, r := range rows {
-		ev.add(r)
-	}
+func (s *Store) insertAndFold(ctx context.Context, b *batch) (recorded int, changed []int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var filings []pgtype.Timestamptz
+		if changed, filings, err = foldInto(ctx, tx, b); err != nil {
+			return err
+		}
+		ev := newColumns(len(b.rows))
+		filed := make([]pgtype.Timestamptz, 0, len(b.rows))
+		eachAction(b.rows, func(i, action int) {
+			ev.add(b.rows[i])
+			filed = append(filed, filings[action])
+		})
 		tag, err := tx.Exec(ctx, insertEventsSQL,
-			ev.projects, ev.domains, ev.runs, ev.actions, ev.attempts, ev.phases, ev.versions, ev.occurred, ev.encoded)
+			ev.projects, ev.domains, ev.runs, ev.actions, ev.attempts, ev.phases, ev.versions, ev.occurred, ev.encoded, filed)
 		if err != nil {
 			return err
 		}
 		recorded = int(tag.RowsAffected())
-		changed, err = foldInto(ctx, tx, winners, created)
-		return err
+		return nil
 	})
 	return recorded, changed, err
 }
 
-// foldInto runs fold.sql for the winners and each action's earliest occurrence.
-func foldInto(ctx context.Context, tx pgx.Tx, winners *columns, created []time.Time) (changed int, err error) {
-	err = tx.QueryRow(ctx, foldSQL,
-		winners.projects, winners.domains, winners.runs, winners.actions, winners.attempts, winners.phases,
-		winners.versions, winners.ranks, winners.occurred, created, winners.encoded,
-		keysPerNotification, NotifyChannel,
-	).Scan(&changed)
-	return changed, err
+// eachAction calls f with each row's index and the index of its action among the
+// batch's (rows are in key order, as the winners are).
+func eachAction(rows []row, f func(i, action int)) {
+	action := -1
+	for i, r := range rows {
+		if i == 0 || rows[i-1].key != r.key {
+			action++
+		}
+		f(i, action)
+	}
+}
+
+// foldInto runs fold.sql for the winners and each action's earliest occurrence, and
+// returns the places (from 1) of the actions that changed and every action's filing.
+func foldInto(ctx context.Context, tx pgx.Tx, b *batch) (changed []int64, filings []pgtype.Timestamptz, err error) {
+	w := b.winners
+	rows, err := tx.Query(ctx, foldSQL,
+		w.projects, w.domains, w.runs, w.actions, w.attempts, w.phases,
+		w.versions, w.ranks, w.occurred, b.created, w.encoded, b.filedAt,
+	)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A filing may be -infinity (actions from before partitioning), which time.Time
+	// cannot hold.
+	filings = make([]pgtype.Timestamptz, len(w.projects))
+	var (
+		ord     int64
+		filedAt pgtype.Timestamptz
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&ord, &filedAt}, func() error {
+		changed = append(changed, ord)
+		filings[ord-1] = filedAt
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	if len(changed) < len(filings) {
+		if err := unchangedFilings(ctx, tx, w, filings); err != nil {
+			return nil, nil, err
+		}
+	}
+	slices.Sort(changed)
+	return changed, filings, nil
+}
+
+// unchangedFilings reads the filings of the actions the fold left as they were.
+func unchangedFilings(ctx context.Context, tx pgx.Tx, w *columns, filings []pgtype.Timestamptz) error {
+	var projects, domains, runs, actions []string
+	var ords []int64
+	for i, f := range filings {
+		if !f.Valid {
+			projects, domains, runs, actions = append(projects, w.projects[i]), append(domains, w.domains[i]), append(runs, w.runs[i]), append(actions, w.actions[i])
+			ords = append(ords, int64(i+1))
+		}
+	}
+	rows, err := tx.Query(ctx, filingsSQL, projects, domains, runs, actions, ords)
+	if err != nil {
+		return err
+	}
+	var (
+		ord     int64
+		filedAt pgtype.Timestamptz
+		found   int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&ord, &filedAt}, func() error {
+		filings[ord-1] = filedAt
+		found++
+		return nil
+	}); err != nil {
+		return err
+	}
+	if found != len(ords) {
+		return fmt.Errorf("%d of the batch's actions have no state after the fold", len(ords)-found)
+	}
+	return nil
 }
 
 func isUniqueViolation(err error) bool {
@@ -341,17 +483,20 @@ func fold(rows []row) (*columns, []time.Time) {
 	return win, created
 }
 
-// copySource feeds rows to COPY.
-func copySource(rows []row) pgx.CopyFromSource {
-	i := -1
+// copySource feeds rows to COPY, each with its action's filing.
+func copySource(rows []row, filings []pgtype.Timestamptz) pgx.CopyFromSource {
+	i, action := -1, -1
 	return pgx.CopyFromFunc(func() ([]any, error) {
 		i++
 		if i == len(rows) {
 			return nil, nil
 		}
 		r := rows[i]
+		if i == 0 || rows[i-1].key != r.key {
+			action++
+		}
 		return []any{r.key.Project, r.key.Domain, r.key.Run, r.key.Action,
-			r.fold.attempt, r.fold.phase, r.fold.version, r.occurred, r.encoded}, nil
+			r.fold.attempt, r.fold.phase, r.fold.version, r.occurred, r.encoded, filings[action]}, nil
 	})
 }
 
@@ -379,6 +524,11 @@ func newColumns(capacity int) *columns {
 		phases: make([]int16, 0, capacity), ranks: make([]int16, 0, capacity),
 		occurred: make([]time.Time, 0, capacity), encoded: make([][]byte, 0, capacity),
 	}
+}
+
+// key is the i-th row's key.
+func (c *columns) key(i int) Key {
+	return Key{c.projects[i], c.domains[i], c.runs[i], c.actions[i]}
 }
 
 func (c *columns) add(r row) {
@@ -612,16 +762,4 @@ func (s *Store) ActionsByKey(ctx context.Context, keys []Key) ([]*eventsv1.Actio
 		return nil, fmt.Errorf("store: reading %d actions: %w", n, err)
 	}
 	return out, nil
-}
-
-// DeleteFinished deletes up to limit actions that finished before cutoff, with their
-// events, and returns how many actions went. Small batches keep each transaction short.
-func (s *Store) DeleteFinished(ctx context.Context, cutoff time.Time, limit int) (int, error) {
-	var n int
-	err := s.pool.QueryRow(ctx, deleteFinishedSQL,
-		pgx.StrictNamedArgs{"cutoff": cutoff, "terminal_rank": terminalRank, "limit": limit}).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("store: deleting finished actions: %w", err)
-	}
-	return n, nil
 }

@@ -299,6 +299,11 @@ func (h *Hub) listen(ctx context.Context) (listened bool, _ error) {
 		if err != nil {
 			return true, fmt.Errorf("watch: waiting for notifications: %w", err)
 		}
+		if n.Payload == store.ResyncPayload {
+			// A replica could not announce some changes: nobody's view can be trusted.
+			h.endAll(ErrResync, "resync")
+			continue
+		}
 		keys, err := store.ParseKeys(n.Payload)
 		if err != nil {
 			h.log.Warn("ignoring malformed notification", "payload", n.Payload)

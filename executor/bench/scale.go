@@ -264,7 +264,9 @@ func tableSizes(ctx context.Context, databaseURL string) ([]tableSize, error) {
 			return nil, fmt.Errorf("postgres: vacuum %s: %w", table, err)
 		}
 		t := tableSize{name: table}
-		if err := conn.QueryRow(ctx, "SELECT count(*), pg_total_relation_size($1::regclass) FROM "+table, table).Scan(&t.rows, &t.bytes); err != nil {
+		// Summed over the partitions: a partitioned table holds no rows of its own.
+		if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+table+`),
+	(SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint FROM pg_partition_tree($1::regclass))`, table).Scan(&t.rows, &t.bytes); err != nil {
 			return nil, fmt.Errorf("postgres: size of %s: %w", table, err)
 		}
 		sizes = append(sizes, t)

@@ -15,6 +15,9 @@ SELECT attempt, occurred_at, phase, version, event FROM (
     FROM (
         SELECT attempt, occurred_at, phase, version, event FROM action_events
         WHERE project = @project AND domain = @domain AND run = @run AND action = @action
+          -- Only the action's partition is read: the filing is known before the scan.
+          AND filed_at = (SELECT filed_at FROM actions
+                          WHERE project = @project AND domain = @domain AND run = @run AND action = @action)
           AND (attempt, occurred_at, phase, version) > (@attempt, @occurred_at, @phase, @version)
         ORDER BY attempt, occurred_at, phase, version
         LIMIT @limit

@@ -1,0 +1,388 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/events/outbox"
+	"github.com/flytekube/backend/events/store"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/services/postgres"
+)
+
+// day0 is a noon after the migrations ran: the first partition holds every earlier time.
+var day0 = time.Now().UTC().AddDate(0, 0, 30).Truncate(24 * time.Hour).Add(12 * time.Hour)
+
+// openStoreAt opens a store whose filing clock the test moves.
+func openStoreAt(t *testing.T, dbURL string, clk *clocktesting.FakeClock) (*store.Store, *pgxpool.Pool) {
+	t.Helper()
+	_, pool := openStore(t, dbURL)
+	st := store.New(pool, store.Options{Clock: clk})
+	if _, err := st.MaintainPartitions(context.Background(), clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return st, pool
+}
+
+func storeRecord(t *testing.T, st *store.Store, evs ...*eventsv1.ActionEvent) store.RecordResult {
+	t.Helper()
+	res, err := st.Record(context.Background(), evs)
+	if err != nil {
+		t.Fatalf("Record: %v", err)
+	}
+	return res
+}
+
+func eventsOf(t *testing.T, st *store.Store, e *eventsv1.ActionEvent) int {
+	t.Helper()
+	got, _, err := st.ListActionEvents(context.Background(), storeKey(e), store.EventCursor{}, store.Page{Limit: 1000, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(got)
+}
+
+func partitionNames(t *testing.T, st *store.Store) []string {
+	t.Helper()
+	parts, err := st.Partitions(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range parts {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+func occurredAt(e *eventsv1.ActionEvent, at time.Time) *eventsv1.ActionEvent {
+	e.OccurredAt = timestamppb.New(at)
+	return e
+}
+
+// Retention drops a day's partition with the actions that finished in it, and re-files
+// the one still running, whose history stays whole, idempotent and unpublished.
+func TestRetentionDropsPartitionsAndRefilesWhatRuns(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	clk := clocktesting.NewFakeClock(day0)
+	st, pool := openStoreAt(t, db, clk)
+	if _, err := outbox.New(pool).AddSinks(ctx, []string{"audit"}); err != nil {
+		t.Fatal(err)
+	}
+
+	var finished []*eventsv1.ActionEvent
+	for i := range 20 {
+		id := actionID("day0", fmt.Sprintf("done%d", i))
+		finished = append(finished, occurredAt(event(id, 1, running, 0, 0), day0), occurredAt(event(id, 1, succeeded, 0, 0), day0.Add(time.Minute)))
+	}
+	storeRecord(t, st, finished...)
+	longRunning := []*eventsv1.ActionEvent{
+		occurredAt(event(actionID("day0", "long"), 1, queued, 0, 0), day0),
+		occurredAt(event(actionID("day0", "long"), 1, running, 0, 0), day0.Add(time.Second)),
+	}
+	storeRecord(t, st, longRunning...)
+	day0Partition := partitionNames(t, st)[1] // after the one from before partitioning
+	outboxBefore := outboxEvents(t, db)
+
+	// Two days on, with a TTL of one: day 0's partition is past it.
+	now := day0.Add(48 * time.Hour)
+	clk.SetTime(now)
+	if _, err := st.MaintainPartitions(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.DropExpired(ctx, now, 24*time.Hour, 7) // several batches
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Actions != 20 || res.Refiled != 1 || res.Partitions < 2 {
+		t.Fatalf("retention did %+v; want 20 actions deleted, 1 re-filed, day 0's partition and the first dropped", res)
+	}
+	if names := partitionNames(t, st); strings.Contains(strings.Join(names, " "), day0Partition) {
+		t.Fatalf("partitions %v still hold %s", names, day0Partition)
+	}
+	for _, e := range finished {
+		if _, err := st.GetAction(ctx, storeKey(e)); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("GetAction(%s) = %v; want ErrNotFound", storeKey(e), err)
+		}
+	}
+	if n := eventsOf(t, st, longRunning[0]); n != 2 {
+		t.Fatalf("the re-filed action lists %d events; want 2", n)
+	}
+	if got := outboxEvents(t, db); got != outboxBefore {
+		t.Fatalf("re-filing queued %d events for the sinks; want none", got-outboxBefore)
+	}
+	// Its redelivered events are still recognised as such.
+	if res := storeRecord(t, st, longRunning...); res.Duplicates != 2 || res.Recorded != 0 {
+		t.Fatalf("redelivery after re-filing: %+v; want 2 duplicates", res)
+	}
+
+	// Once it finishes and a TTL passes, it goes too.
+	storeRecord(t, st, occurredAt(event(actionID("day0", "long"), 1, succeeded, 0, 0), now))
+	if n := eventsOf(t, st, longRunning[0]); n != 3 {
+		t.Fatalf("the re-filed action lists %d events; want 3", n)
+	}
+	later := now.Add(72 * time.Hour)
+	if _, err := st.MaintainPartitions(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.DropExpired(ctx, later, 24*time.Hour, 7); err != nil || res.Actions != 1 {
+		t.Fatalf("retention did %+v (%v); want the last action deleted", res, err)
+	}
+	if evs, acts := countRows(t, db); evs+acts != 0 {
+		t.Fatalf("%d events and %d actions left; want none", evs, acts)
+	}
+}
+
+func outboxEvents(t *testing.T, dbURL string) int {
+	t.Helper()
+	var n int
+	pgtest.QueryRow(t, dbURL, "SELECT coalesce(sum(count), 0) FROM event_outbox", &n)
+	return n
+}
+
+// Records of actions that never finish race retention passes that re-file them again and
+// again (a partition a second wide, a TTL of a second): no acknowledged event is lost,
+// and none is stored twice. The seed is logged; TEST_SEED replays one.
+func TestRefilingRacingRecordLosesNothing(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	_, pool := openStore(t, db)
+	writer := store.New(pool, store.Options{PartitionWidth: time.Second})
+	retention := store.New(pool, store.Options{PartitionWidth: time.Second})
+	if _, err := retention.MaintainPartitions(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, seed))
+
+	stop := make(chan struct{})
+	var (
+		wg     sync.WaitGroup
+		passes int
+		res    store.RetentionResult
+		retErr error
+	)
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			now := time.Now()
+			if _, err := retention.MaintainPartitions(ctx, now); err != nil {
+				retErr = err
+				return
+			}
+			r, err := retention.DropExpired(ctx, now, time.Second, 3)
+			if err != nil {
+				retErr = err
+				return
+			}
+			passes++
+			res.Partitions += r.Partitions
+			res.Refiled += r.Refiled
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+
+	const actions = 12
+	acked := map[store.Key]int{}
+	deadline := time.Now().Add(5 * time.Second)
+	for version := 0; time.Now().Before(deadline); version++ {
+		var batch []*eventsv1.ActionEvent
+		for a := range actions {
+			if rng.IntN(2) == 0 {
+				continue
+			}
+			e := event(actionID("forever", fmt.Sprintf("a%d", a)), 1, running, uint32(version), version)
+			batch = append(batch, e)
+			if rng.IntN(4) == 0 { // a redelivery in the same batch now and then
+				batch = append(batch, proto.Clone(e).(*eventsv1.ActionEvent))
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		if _, err := writer.Record(ctx, batch); err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("seed %d: Record: %v", seed, err)
+		}
+		seen := map[string]bool{}
+		for _, e := range batch {
+			if id := fmt.Sprint(storeKey(e), e.GetVersion()); !seen[id] {
+				seen[id] = true
+				acked[storeKey(e)]++
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if retErr != nil {
+		t.Fatalf("seed %d: retention: %v", seed, retErr)
+	}
+	if res.Refiled == 0 || res.Partitions == 0 {
+		t.Fatalf("seed %d: %d passes re-filed %d actions and dropped %d partitions; the race was not run", seed, passes, res.Refiled, res.Partitions)
+	}
+	for key, want := range acked {
+		got, _, err := writer.ListActionEvents(ctx, key, store.EventCursor{}, store.Page{Limit: 10000, MaxBytes: 64 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != want {
+			t.Errorf("seed %d: %s lists %d events; %d were acknowledged", seed, key, len(got), want)
+		}
+	}
+	var stored, all int
+	pgtest.QueryRow(t, db, "SELECT count(*), (SELECT count(*) FROM action_events) FROM (SELECT DISTINCT project, domain, run, action, attempt, phase, version FROM action_events) e", &stored, &all)
+	if stored != all {
+		t.Errorf("seed %d: %d events stored under %d identities", seed, all, stored)
+	}
+	t.Logf("seed %d: %d passes, %d partitions dropped, %d re-filings", seed, passes, res.Partitions, res.Refiled)
+}
+
+// A database from before partitioning keeps its history through the migration, and its
+// old table is dropped as a partition once what it holds has expired.
+func TestMigrationToPartitionsKeepsHistory(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	pool, err := postgres.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	all := store.Migrations()
+	before := fstest.MapFS{}
+	for _, name := range []string{"00001_events.sql", "00002_outbox.sql"} {
+		b, err := fs.ReadFile(all.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[name] = &fstest.MapFile{Data: b}
+	}
+	if _, err := postgres.Migrate(ctx, pool, postgres.Migrations{Service: all.Service, FS: before}, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	// What Record wrote before, three days ago: the events and their fold.
+	day0 := time.Now().Add(-72 * time.Hour)
+	old := []*eventsv1.ActionEvent{
+		occurredAt(event(actionID("old", "done"), 1, running, 0, 0), day0),
+		occurredAt(event(actionID("old", "done"), 1, succeeded, 0, 0), day0.Add(time.Minute)),
+		occurredAt(event(actionID("old", "running"), 1, running, 0, 0), day0),
+	}
+	for _, e := range old {
+		b, err := proto.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := storeKey(e)
+		if _, err := pool.Exec(ctx, `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event)
+VALUES ($1, $2, $3, $4, 1, $5, 0, $6, $7)`, k.Project, k.Domain, k.Run, k.Action, int16(e.GetPhase()), e.GetOccurredAt().AsTime(), b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO actions (project, domain, run, action, attempt, phase, version, rank, occurred_at, created_at, event)
+VALUES ($1, $2, $3, $4, 1, $5, 0, $6, $7, $7, $8)
+ON CONFLICT (project, domain, run, action) DO UPDATE SET phase = EXCLUDED.phase, rank = EXCLUDED.rank, occurred_at = EXCLUDED.occurred_at, event = EXCLUDED.event`,
+			k.Project, k.Domain, k.Run, k.Action, int16(e.GetPhase()), store.Rank(e.GetPhase()), e.GetOccurredAt().AsTime(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if _, err := postgres.Migrate(ctx, pool, all, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	st := store.New(pool, store.Options{Clock: clk})
+	if _, err := st.MaintainPartitions(ctx, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := eventsOf(t, st, old[0]); n != 2 {
+		t.Fatalf("the old finished action lists %d events after the migration; want 2", n)
+	}
+	if res := storeRecord(t, st, old...); res.Duplicates != 3 {
+		t.Fatalf("old events recorded again: %+v; want 3 duplicates", res)
+	}
+	if res := storeRecord(t, st, occurredAt(event(actionID("old", "running"), 1, running, 1, 0), day0)); res.Recorded != 1 {
+		t.Fatalf("a new event of an old action: %+v; want it recorded", res)
+	}
+	if n := eventsOf(t, st, old[2]); n != 2 {
+		t.Fatalf("the old running action lists %d events; want 2", n)
+	}
+
+	now := clk.Now().Add(48 * time.Hour)
+	clk.SetTime(now)
+	if _, err := st.MaintainPartitions(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.DropExpired(ctx, now, 24*time.Hour, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Actions != 1 || res.Refiled != 1 {
+		t.Fatalf("retention did %+v; want the old finished action deleted and the running one re-filed", res)
+	}
+	if names := partitionNames(t, st); strings.Contains(strings.Join(names, " "), "before_partitioning") {
+		t.Fatalf("the table from before partitioning is still a partition: %v", names)
+	}
+	if n := eventsOf(t, st, old[2]); n != 2 {
+		t.Fatalf("the re-filed old action lists %d events; want 2", n)
+	}
+}
+
+// The service makes its partitions before it serves and drops expired ones as it runs.
+func TestServiceDropsExpiredPartitions(t *testing.T) {
+	db := pg.NewDatabase(t)
+	inst := startInstance(t, db, func(c *events.Config) {
+		c.PartitionWidth = time.Second
+		c.RetentionTTL = time.Second
+		c.RetentionInterval = 100 * time.Millisecond
+	})
+	done := event(actionID("svc", "done"), 1, succeeded, 0, 0)
+	done.OccurredAt = timestamppb.Now()
+	stillRunning := event(actionID("svc", "running"), 1, running, 0, 0)
+	record(t, inst.client, done, stillRunning)
+
+	var evs, acts int
+	eventually.True(t, 30*time.Second, func() bool { evs, acts = countRows(t, db); return evs == 1 && acts == 1 },
+		func() string { return fmt.Sprintf("retention left %d events and %d actions; want 1 and 1", evs, acts) })
+	getAction(t, inst.client, stillRunning.GetId())
+	var partitions int
+	pgtest.QueryRow(t, db, "SELECT count(*) FROM pg_inherits WHERE inhparent = 'action_events'::regclass", &partitions)
+	if partitions > 6 {
+		t.Errorf("%d partitions of one second are kept; want the present's, a few ahead and at most a few past", partitions)
+	}
+}
+
+// testSeed is TEST_SEED when set, so that a failing run replays, else a fresh one.
+func testSeed(t *testing.T) uint64 {
+	t.Helper()
+	if s := os.Getenv("TEST_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("TEST_SEED: %v", err)
+		}
+		return seed
+	}
+	return rand.Uint64()
+}

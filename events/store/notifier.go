@@ -1,0 +1,148 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ResyncPayload is a notification that says announcements were lost: a watcher that
+// hears it can no longer trust its view and must re-list.
+const ResyncPayload = "resync"
+
+// maxPendingKeys bounds the changed actions waiting to be announced while Postgres
+// refuses the notifications; beyond it they are dropped, and the next notification that
+// goes through is ResyncPayload.
+const maxPendingKeys = 1 << 16
+
+// notifier announces changed actions after their transactions commit.
+//
+// A NOTIFY inside Record's transaction would hold Postgres's notification lock, which
+// is global to the cluster, from the moment it queues to the end of the commit, the
+// flush of the WAL included: every Record would then commit one after another, without
+// group commit. With fsync on, 16 clients inserting a row per transaction commit 9,100–
+// 11,800 times a second without a NOTIFY and 1,200–1,650 with one (pgbench, this
+// machine; docs/benchmarks.md). So Record only hands its changed actions here; one
+// sender at a time takes all that is waiting and announces it in a transaction of its
+// own, so the lock is taken once per round however many Records it covers.
+//
+// The cost is that a process that dies between a commit and the next round leaves that
+// round's actions unannounced: watchers on other replicas see those changes only with
+// their next one, or when they re-list. A round is one round trip.
+type notifier struct {
+	pool *pgxpool.Pool
+
+	mu      sync.Mutex
+	pending []Key
+	sending bool
+	lost    bool // keys were dropped: the next round starts with ResyncPayload
+	idle    *sync.Cond
+}
+
+func newNotifier(pool *pgxpool.Pool) *notifier {
+	n := &notifier{pool: pool}
+	n.idle = sync.NewCond(&n.mu)
+	return n
+}
+
+// announce queues keys and starts a sender when none runs.
+func (n *notifier) announce(keys []Key) {
+	if len(keys) == 0 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.pending)+len(keys) > maxPendingKeys {
+		n.pending, n.lost = nil, true
+	} else {
+		n.pending = append(n.pending, keys...)
+	}
+	if !n.sending {
+		n.sending = true
+		go n.send()
+	}
+}
+
+// send announces what is pending, round after round, until nothing is; a round that
+// fails is retried a few times, then its keys are dropped for a resync.
+func (n *notifier) send() {
+	failures := 0
+	for {
+		n.mu.Lock()
+		keys, lost := n.pending, n.lost
+		n.pending, n.lost = nil, false
+		if len(keys) == 0 && !lost {
+			n.sending = false
+			n.idle.Broadcast()
+			n.mu.Unlock()
+			return
+		}
+		n.mu.Unlock()
+
+		if err := n.round(keys, lost); err != nil {
+			failures++
+			n.mu.Lock()
+			if failures >= 3 || len(n.pending)+len(keys) > maxPendingKeys {
+				n.lost = true
+			} else {
+				n.pending = append(keys, n.pending...)
+				n.lost = n.lost || lost
+			}
+			n.mu.Unlock()
+			time.Sleep(time.Duration(failures) * 100 * time.Millisecond)
+			if failures >= 3 {
+				failures = 0
+			}
+			continue
+		}
+		failures = 0
+	}
+}
+
+// round sends keys (after ResyncPayload when lost) in notifications of at most
+// keysPerNotification keys, in one transaction.
+func (n *notifier) round(keys []Key, lost bool) error {
+	payloads := make([]string, 0, 1+len(keys)/keysPerNotification+1)
+	if lost {
+		payloads = append(payloads, ResyncPayload)
+	}
+	var b strings.Builder
+	for i, k := range keys {
+		if i%keysPerNotification != 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(k.String())
+		if i%keysPerNotification == keysPerNotification-1 || i == len(keys)-1 {
+			payloads = append(payloads, b.String())
+			b.Reset()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := n.pool.Exec(ctx, "SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p", NotifyChannel, payloads)
+	return err
+}
+
+// Flush waits until every change recorded so far has been announced (or given up on),
+// or ctx ends.
+func (s *Store) Flush(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		n := s.notifier
+		n.mu.Lock()
+		for n.sending {
+			n.idle.Wait()
+		}
+		n.mu.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

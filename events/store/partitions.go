@@ -1,0 +1,379 @@
+package store
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// action_events is partitioned by range of filed_at (migration 00003_partitions.sql):
+// every action is filed at the time it was first recorded, and its events carry that
+// time, so they all live in the partition whose range holds it. Retention then drops a
+// partition once every action filed in it finished before the cutoff, which costs the
+// same whatever the partition holds; an action still running (or finished since the
+// cutoff) is first re-filed at the present, its events moved with it, so that one
+// straggler does not keep a whole partition.
+//
+// The partitions' DDL runs under one session-level advisory lock, so replicas take
+// turns; a replica that finds it held skips its turn.
+
+// partitionLockKey names the advisory lock of partition maintenance.
+const partitionLockKey = "flyte-events-partitions"
+
+// partitionPrefix starts the name of every partition the service makes.
+const partitionPrefix = "action_events_p"
+
+// DefaultPartitionWidth is the span of filing times one partition holds.
+const DefaultPartitionWidth = 24 * time.Hour
+
+// DefaultPartitionsAhead is how many partitions beyond the present's are kept ready.
+const DefaultPartitionsAhead = 2
+
+// Partition is one partition of action_events: it holds the events of actions filed in
+// [From, To). From is the zero time for the first, which holds all earlier times.
+type Partition struct {
+	Name     string
+	From, To time.Time
+	// DetachPending says a detach was interrupted; retention finishes it.
+	DetachPending bool
+}
+
+var (
+	//go:embed queries/partitions.sql
+	partitionsSQL string
+	//go:embed queries/refile_actions.sql
+	refileActionsSQL string
+	//go:embed queries/refile_events.sql
+	refileEventsSQL string
+	//go:embed queries/delete_filed.sql
+	deleteFiledSQL string
+	//go:embed queries/orphan_partitions.sql
+	orphanPartitionsSQL string
+)
+
+// Partitions lists action_events' partitions, oldest first.
+func (s *Store) Partitions(ctx context.Context) ([]Partition, error) {
+	return listPartitions(ctx, s.pool)
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func listPartitions(ctx context.Context, q querier) ([]Partition, error) {
+	rows, err := q.Query(ctx, partitionsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("store: listing partitions: %w", err)
+	}
+	var (
+		out  []Partition
+		p    Partition
+		from *time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&p.Name, &p.DetachPending, &from, &p.To}, func() error {
+		p.From = time.Time{}
+		if from != nil {
+			p.From = *from
+		}
+		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: listing partitions: %w", err)
+	}
+	return out, nil
+}
+
+// withPartitionLock runs f on a connection of its own holding the partitions' advisory
+// lock; ok is false, and f not run, when another session holds it, unless wait asks to
+// wait for it.
+func withPartitionLock(ctx context.Context, pool *pgxpool.Pool, wait bool, f func(conn *pgx.Conn) error) (ok bool, err error) {
+	pooled, err := pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("store: acquiring a connection for partitions: %w", err)
+	}
+	defer pooled.Release()
+	conn := pooled.Conn()
+	take := "SELECT pg_try_advisory_lock(hashtext($1))"
+	if wait {
+		take = "SELECT true FROM pg_advisory_lock(hashtext($1))"
+	}
+	if err := conn.QueryRow(ctx, take, partitionLockKey).Scan(&ok); err != nil {
+		return false, fmt.Errorf("store: taking the partitions' lock: %w", err)
+	}
+	if !ok {
+		return false, nil
+	}
+	defer func() {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext($1))", partitionLockKey); uerr != nil {
+			// A session that cannot unlock is broken; closing it frees the lock.
+			_ = conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	return true, f(conn)
+}
+
+// MaintainPartitions makes the partitions for now and the next ones (Options.PartitionsAhead)
+// when they are missing, and returns the names it made. It does nothing when another
+// replica is at it.
+func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) ([]string, error) {
+	return s.maintainPartitions(ctx, now, false)
+}
+
+// maintainPartitions is MaintainPartitions; wait waits for another replica's turn to
+// end and then looks again, rather than skip.
+func (s *Store) maintainPartitions(ctx context.Context, now time.Time, wait bool) ([]string, error) {
+	var made []string
+	_, err := withPartitionLock(ctx, s.pool, wait, func(conn *pgx.Conn) error {
+		// A table made but never attached (a crash between the two) would be in the way.
+		if err := dropOrphans(ctx, conn); err != nil {
+			return err
+		}
+		parts, err := listPartitions(ctx, conn)
+		if err != nil {
+			return err
+		}
+		s.observePartitions(parts)
+		width := s.opts.PartitionWidth
+		from := now.Truncate(width)
+		if n := len(parts); n > 0 && parts[n-1].To.After(from) {
+			from = parts[n-1].To
+		}
+		until := now.Add(time.Duration(s.opts.PartitionsAhead+1) * width)
+		for from.Before(until) {
+			to := from.Truncate(width).Add(width)
+			name := partitionPrefix + from.UTC().Format("20060102t150405.000000z")
+			name = sanitizeName(name)
+			// Made apart and then attached: CREATE TABLE ... PARTITION OF would lock the
+			// whole table, and wait for every query on it; ATTACH only keeps other DDL out.
+			ident := pgx.Identifier{name}.Sanitize()
+			if _, err := conn.Exec(ctx, "CREATE TABLE "+ident+" (LIKE action_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)"); err != nil {
+				return fmt.Errorf("store: making partition %s: %w", name, err)
+			}
+			attach := fmt.Sprintf("ALTER TABLE action_events ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')",
+				ident, from.UTC().Format(time.RFC3339Nano), to.UTC().Format(time.RFC3339Nano))
+			if _, err := conn.Exec(ctx, attach); err != nil {
+				return fmt.Errorf("store: attaching partition %s: %w", name, err)
+			}
+			made = append(made, name)
+			parts = append(parts, Partition{Name: name, From: from, To: to})
+			from = to
+		}
+		s.observePartitions(parts)
+		return nil
+	})
+	return made, err
+}
+
+// sanitizeName keeps a partition's name to letters, digits and underscores.
+func sanitizeName(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// observePartitions keeps the end of the newest partition, which bounds the filing
+// times Record may give.
+func (s *Store) observePartitions(parts []Partition) {
+	if n := len(parts); n > 0 {
+		s.newestTo.Store(parts[n-1].To.UnixMicro())
+	}
+}
+
+// filingTime is when Record files a new action: now, unless maintenance has fallen so
+// far behind that no partition holds now, in which case the newest partition's last
+// microsecond, so that events are still taken.
+func (s *Store) filingTime() time.Time {
+	now := s.opts.Clock.Now().Truncate(time.Microsecond)
+	if to := s.newestTo.Load(); to != 0 && now.UnixMicro() >= to {
+		return time.UnixMicro(to - 1)
+	}
+	return now
+}
+
+// isNoPartition says whether err is an insert that found no partition for its row.
+func isNoPartition(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation && pgErr.ConstraintName == ""
+}
+
+// RetentionResult says what one retention pass did.
+type RetentionResult struct {
+	// Partitions counts the partitions dropped.
+	Partitions int
+	// Actions counts the actions deleted with them.
+	Actions int
+	// Refiled counts actions re-filed at the present because they had not finished
+	// before the cutoff.
+	Refiled int
+}
+
+// DropExpired drops every partition whose actions were all filed before now-ttl, after
+// re-filing at now those of its actions that had not finished by then and deleting the
+// others' states, batch at a time. Retention thus keeps an action's history at least
+// ttl after it finished, and at most ttl plus one partition's width. It does nothing
+// when another replica is at it.
+func (s *Store) DropExpired(ctx context.Context, now time.Time, ttl time.Duration, batch int) (RetentionResult, error) {
+	var res RetentionResult
+	cutoff := now.Add(-ttl)
+	_, err := withPartitionLock(ctx, s.pool, false, func(conn *pgx.Conn) error {
+		if err := dropOrphans(ctx, conn); err != nil {
+			return err
+		}
+		parts, err := listPartitions(ctx, conn)
+		if err != nil {
+			return err
+		}
+		for i, p := range parts {
+			// The newest partition stays, whatever its age: filing falls back to it.
+			if i == len(parts)-1 || p.To.After(cutoff) {
+				break
+			}
+			if err := s.dropPartition(ctx, conn, p, now, cutoff, batch, &res); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return res, err
+}
+
+func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, now, cutoff time.Time, batch int, res *RetentionResult) error {
+	if !p.DetachPending {
+		// The first partition's range starts at MINVALUE: -infinity is its least filing.
+		from := pgtype.Timestamptz{Time: p.From, Valid: true}
+		if p.From.IsZero() {
+			from = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+		}
+		r := filedRange{from: from, to: p.To, cutoff: cutoff, now: s.clampToNewest(now), limit: batch}
+		// Re-file the stragglers, then delete the rest, until nothing is filed here; a
+		// late event may make a finished action a straggler between the two.
+		for {
+			refiled, err := refile(ctx, conn, r)
+			if err != nil {
+				return fmt.Errorf("store: re-filing actions of %s: %w", p.Name, err)
+			}
+			res.Refiled += refiled
+			tag, err := conn.Exec(ctx, deleteFiledSQL, pgx.StrictNamedArgs{
+				"from": r.from, "to": r.to, "cutoff": r.cutoff, "terminal_rank": terminalRank, "limit": r.limit,
+			})
+			if err != nil {
+				return fmt.Errorf("store: deleting actions of %s: %w", p.Name, err)
+			}
+			res.Actions += int(tag.RowsAffected())
+			if refiled == 0 && tag.RowsAffected() == 0 {
+				var left bool
+				if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM actions WHERE filed_at >= $1 AND filed_at < $2)", r.from, r.to).Scan(&left); err != nil {
+					return fmt.Errorf("store: checking %s is empty: %w", p.Name, err)
+				}
+				if !left {
+					break
+				}
+				// Only actions a Record holds are left: try again once it is done.
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}
+	}
+	// Concurrently: Record and the queries go on while the partition leaves the table;
+	// a plain DETACH or DROP would lock the whole table until every query on it ended.
+	verb := "CONCURRENTLY"
+	if p.DetachPending {
+		verb = "FINALIZE"
+	}
+	name := pgx.Identifier{p.Name}.Sanitize()
+	if _, err := conn.Exec(ctx, "ALTER TABLE action_events DETACH PARTITION "+name+" "+verb); err != nil {
+		return fmt.Errorf("store: detaching %s: %w", p.Name, err)
+	}
+	if _, err := conn.Exec(ctx, "DROP TABLE "+name); err != nil {
+		return fmt.Errorf("store: dropping %s: %w", p.Name, err)
+	}
+	res.Partitions++
+	return nil
+}
+
+// filedRange is one partition's range and what retention does with it.
+type filedRange struct {
+	from        pgtype.Timestamptz
+	to          time.Time
+	cutoff, now time.Time
+	limit       int
+}
+
+// clampToNewest keeps a re-filing time inside the newest partition known.
+func (s *Store) clampToNewest(now time.Time) time.Time {
+	now = now.Truncate(time.Microsecond)
+	if to := s.newestTo.Load(); to != 0 && now.UnixMicro() >= to {
+		return time.UnixMicro(to - 1)
+	}
+	return now
+}
+
+// refile moves up to a batch of a partition's unfinished actions, and their events, to
+// the present, in one transaction: actions first, as Record locks them, then in a second
+// statement (whose snapshot sees what Records holding those actions committed) their
+// events.
+func refile(ctx context.Context, conn *pgx.Conn, r filedRange) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, refileActionsSQL, pgx.StrictNamedArgs{
+			"from": r.from, "to": r.to, "cutoff": r.cutoff, "now": r.now, "terminal_rank": terminalRank, "limit": r.limit,
+		})
+		if err != nil {
+			return err
+		}
+		var (
+			projects, domains, runs, actions []string
+			k                                Key
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&k.Project, &k.Domain, &k.Run, &k.Action}, func() error {
+			projects, domains, runs, actions = append(projects, k.Project), append(domains, k.Domain), append(runs, k.Run), append(actions, k.Action)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if n = len(projects); n == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, refileEventsSQL, pgx.StrictNamedArgs{
+			"from": r.from, "to": r.to, "now": r.now,
+			"projects": projects, "domains": domains, "runs": runs, "actions": actions,
+		})
+		return err
+	})
+	return n, err
+}
+
+// dropOrphans drops partitions a crash left detached but not dropped.
+func dropOrphans(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, orphanPartitionsSQL, strings.ReplaceAll(partitionPrefix, "_", `\_`)+"%")
+	if err != nil {
+		return fmt.Errorf("store: finding detached partitions: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("store: finding detached partitions: %w", err)
+	}
+	for _, name := range names {
+		if _, err := conn.Exec(ctx, "DROP TABLE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			return fmt.Errorf("store: dropping detached %s: %w", name, err)
+		}
+	}
+	return nil
+}
