@@ -49,12 +49,14 @@ as_owner() {
 # With FLYTE_PG_DURABLE=1 a commit waits for its WAL to reach the operating system
 # (synchronous_commit=on), so that a server killed at once (pg_ctl -m immediate, as the
 # chaos soak does) loses nothing it acknowledged; fsync stays off, which only an
-# operating system crash would notice.
+# operating system crash would notice. With FLYTE_PG_DURABLE=full, fsync and full page
+# writes are on too, as on a deployment (benchmarks of what a commit costs).
 run_server() {
-  local commit=off
+  local commit=off fsync=off
   [[ "${FLYTE_PG_DURABLE:-}" == 1 ]] && commit=on
+  [[ "${FLYTE_PG_DURABLE:-}" == full ]] && commit=on fsync=on
   as_owner "$(pg_bin)/pg_ctl" -D "$1/data" -l "$1/postgres.log" -w -t 30 start -o \
-    "-p 5432 -c listen_addresses= -c unix_socket_directories=$1 -c fsync=off -c synchronous_commit=$commit -c full_page_writes=off -c max_connections=300" >/dev/null
+    "-p 5432 -c listen_addresses= -c unix_socket_directories=$1 -c fsync=$fsync -c synchronous_commit=$commit -c full_page_writes=$fsync -c max_connections=300" >/dev/null
 }
 
 start() {

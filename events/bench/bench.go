@@ -61,13 +61,17 @@ type Options struct {
 	Egress bool
 	// EgressSize sizes it.
 	EgressSize EgressSize
-	// Only runs one part: "ingest" (with its comparisons), "queries" or "egress"; empty
-	// runs them all.
+	// ScaleSize sizes the scale part (scale.go).
+	ScaleSize ScaleSize
+	// NotifyClients, NotifyBatch and NotifyEvents size the notify part (scale.go).
+	NotifyClients, NotifyBatch, NotifyEvents int
+	// Only runs one part: "ingest" (with its comparisons), "queries", "egress", "scale" or
+	// "notify"; empty runs the first three.
 	Only string
 }
 
 // Parts are the values Options.Only takes.
-var Parts = []string{"ingest", "queries", "egress"}
+var Parts = []string{"ingest", "queries", "egress", "scale", "notify"}
 
 // runs says whether the run includes part.
 func (o Options) runs(part string) bool { return o.Only == "" || o.Only == part }
@@ -87,9 +91,15 @@ var phases = []struct {
 // generate makes n events: actions of runsOf actions per run, five events each, named
 // with prefix so that rounds do not collide.
 func generate(prefix string, n, actionsPerRun int) []*eventsv1.ActionEvent {
+	return generateFrom(prefix, 0, n, actionsPerRun)
+}
+
+// generateFrom is generate starting at the first-th action (from 0), so that a store
+// can be grown in steps.
+func generateFrom(prefix string, first, n, actionsPerRun int) []*eventsv1.ActionEvent {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	out := make([]*eventsv1.ActionEvent, 0, n)
-	for i := 0; len(out) < n; i++ {
+	for i := first; len(out) < n; i++ {
 		id := &flytecorev1.ActionIdentifier{
 			Project: "bench", Domain: "development",
 			Run:    fmt.Sprintf("%s-r%d", prefix, i/actionsPerRun),
@@ -328,11 +338,16 @@ func Queries(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service, p
 	}
 	fmt.Fprintf(progress, "loaded %d events in %s\n", len(evs), time.Since(start).Round(time.Second))
 
-	actions := len(evs) / len(phases)
+	return measureQueries(ctx, o, svc, "q", len(evs)/len(phases), actionsPerRun)
+}
+
+// measureQueries measures each query from o.Clients concurrent clients over a store
+// holding actions actions named by generateFrom(prefix, 0, ...).
+func measureQueries(ctx context.Context, o Options, svc *service, prefix string, actions, actionsPerRun int) ([]Latency, error) {
 	runs := actions / actionsPerRun
 	idOf := func(i int) *flytecorev1.ActionIdentifier {
 		i = (i * 7919) % actions // spread over the whole key space
-		return &flytecorev1.ActionIdentifier{Project: "bench", Domain: "development", Run: fmt.Sprintf("q-r%d", i/actionsPerRun), Action: fmt.Sprintf("a%d", i%actionsPerRun)}
+		return &flytecorev1.ActionIdentifier{Project: "bench", Domain: "development", Run: fmt.Sprintf("%s-r%d", prefix, i/actionsPerRun), Action: fmt.Sprintf("a%d", i%actionsPerRun)}
 	}
 	queries := []struct {
 		name string
@@ -346,8 +361,8 @@ func Queries(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service, p
 			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "bench", Domain: "development", PageSize: 100}))
 			return err
 		}},
-		{"ListActions, one run (200 actions), page of 100", func(c eventsv1connect.EventsServiceClient, i int) error {
-			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "bench", Domain: "development", Run: fmt.Sprintf("q-r%d", (i*31)%runs), PageSize: 100}))
+		{fmt.Sprintf("ListActions, one run (%d actions), page of 100", actionsPerRun), func(c eventsv1connect.EventsServiceClient, i int) error {
+			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "bench", Domain: "development", Run: fmt.Sprintf("%s-r%d", prefix, (i*31)%runs), PageSize: 100}))
 			return err
 		}},
 		{"ListActions, phase filter, first page of 100", func(c eventsv1connect.EventsServiceClient, _ int) error {
@@ -355,7 +370,10 @@ func Queries(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service, p
 			return err
 		}},
 		{"ListActionEvents (5 events)", func(c eventsv1connect.EventsServiceClient, i int) error {
-			_, err := c.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: idOf(i)}))
+			resp, err := c.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: idOf(i)}))
+			if err == nil && len(resp.Msg.GetEvents()) != len(phases) {
+				err = fmt.Errorf("%v lists %d events; want %d", idOf(i), len(resp.Msg.GetEvents()), len(phases))
+			}
 			return err
 		}},
 	}
@@ -407,6 +425,22 @@ func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error 
 		if err := runService(ctx, o, pool, w, progress); err != nil {
 			return err
 		}
+	}
+	switch o.Only {
+	case "scale":
+		r, err := Scale(ctx, o, pool, progress)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		WriteScale(w, o, r)
+		return nil
+	case "notify":
+		r, err := Notify(ctx, o, pool, progress)
+		if err != nil {
+			return fmt.Errorf("notify: %w", err)
+		}
+		WriteNotify(w, o, r)
+		return nil
 	}
 	if o.Only == "egress" || (o.Only == "" && o.Egress) {
 		// After the service above has stopped: its relay would lead, and unregister

@@ -102,10 +102,21 @@ func (n *notifier) send() {
 	}
 }
 
-// round sends keys (after ResyncPayload when lost) in notifications of at most
-// keysPerNotification keys, in one transaction.
+// round sends keys (after ResyncPayload when lost) in one transaction.
 func (n *notifier) round(keys []Key, lost bool) error {
-	payloads := make([]string, 0, 1+len(keys)/keysPerNotification+1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := n.pool.Exec(ctx, notifySQL, NotifyChannel, payloadsOf(keys, lost))
+	return err
+}
+
+// notifySQL sends each of $2 as a notification on $1.
+const notifySQL = "SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p"
+
+// payloadsOf joins keys into notifications of at most keysPerNotification keys, after
+// ResyncPayload when lost.
+func payloadsOf(keys []Key, lost bool) []string {
+	payloads := make([]string, 0, 2+len(keys)/keysPerNotification)
 	if lost {
 		payloads = append(payloads, ResyncPayload)
 	}
@@ -120,10 +131,7 @@ func (n *notifier) round(keys []Key, lost bool) error {
 			b.Reset()
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := n.pool.Exec(ctx, "SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p", NotifyChannel, payloads)
-	return err
+	return payloads
 }
 
 // Flush waits until every change recorded so far has been announced (or given up on),

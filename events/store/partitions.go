@@ -219,6 +219,18 @@ type RetentionResult struct {
 	// Refiled counts actions re-filed at the present because they had not finished
 	// before the cutoff.
 	Refiled int
+	// Dropped says what each dropped partition cost.
+	Dropped []DroppedPartition
+}
+
+// DroppedPartition is one partition retention dropped.
+type DroppedPartition struct {
+	Name string
+	// Actions and Refiled count its actions deleted and re-filed.
+	Actions, Refiled int
+	// States is how long re-filing and deleting its actions' states took, in batches;
+	// Drop how long detaching and dropping it (its events) took.
+	States, Drop time.Duration
 }
 
 // DropExpired drops every partition whose actions were all filed before now-ttl, after
@@ -252,6 +264,8 @@ func (s *Store) DropExpired(ctx context.Context, now time.Time, ttl time.Duratio
 }
 
 func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, now, cutoff time.Time, batch int, res *RetentionResult) error {
+	d := DroppedPartition{Name: p.Name}
+	start := time.Now()
 	if !p.DetachPending {
 		// The first partition's range starts at MINVALUE: -infinity is its least filing.
 		from := pgtype.Timestamptz{Time: p.From, Valid: true}
@@ -266,14 +280,14 @@ func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, 
 			if err != nil {
 				return fmt.Errorf("store: re-filing actions of %s: %w", p.Name, err)
 			}
-			res.Refiled += refiled
+			d.Refiled += refiled
 			tag, err := conn.Exec(ctx, deleteFiledSQL, pgx.StrictNamedArgs{
 				"from": r.from, "to": r.to, "cutoff": r.cutoff, "terminal_rank": terminalRank, "limit": r.limit,
 			})
 			if err != nil {
 				return fmt.Errorf("store: deleting actions of %s: %w", p.Name, err)
 			}
-			res.Actions += int(tag.RowsAffected())
+			d.Actions += int(tag.RowsAffected())
 			if refiled == 0 && tag.RowsAffected() == 0 {
 				var left bool
 				if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM actions WHERE filed_at >= $1 AND filed_at < $2)", r.from, r.to).Scan(&left); err != nil {
@@ -291,6 +305,8 @@ func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, 
 			}
 		}
 	}
+	d.States = time.Since(start)
+	start = time.Now()
 	// Concurrently: Record and the queries go on while the partition leaves the table;
 	// a plain DETACH or DROP would lock the whole table until every query on it ended.
 	verb := "CONCURRENTLY"
@@ -304,7 +320,11 @@ func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, 
 	if _, err := conn.Exec(ctx, "DROP TABLE "+name); err != nil {
 		return fmt.Errorf("store: dropping %s: %w", p.Name, err)
 	}
+	d.Drop = time.Since(start)
 	res.Partitions++
+	res.Actions += d.Actions
+	res.Refiled += d.Refiled
+	res.Dropped = append(res.Dropped, d)
 	return nil
 }
 

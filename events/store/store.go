@@ -138,6 +138,9 @@ type Options struct {
 	PartitionsAhead int
 	// Clock gives Record its filing times (tests move it).
 	Clock clock.PassiveClock
+	// NotifyInTransaction announces changes inside Record's transaction, as the store
+	// once did: the benchmark's baseline for the notifier (notifier.go).
+	NotifyInTransaction bool
 }
 
 // New returns a store over a migrated database.
@@ -265,11 +268,9 @@ func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (Rec
 		if err != nil {
 			return RecordResult{}, fmt.Errorf("store: recording %d events: %w", len(events), err)
 		}
-		keys := make([]Key, len(changed))
-		for i, ord := range changed {
-			keys[i] = winners.key(int(ord - 1))
+		if !s.opts.NotifyInTransaction {
+			s.notifier.announce(winners.keysAt(changed))
 		}
-		s.notifier.announce(keys)
 		return RecordResult{Recorded: recorded, Duplicates: len(events) - recorded, Changed: len(changed)}, nil
 	}
 }
@@ -289,10 +290,21 @@ func (s *Store) copyAndFold(ctx context.Context, b *batch) (changed []int64, err
 		if changed, filings, err = foldInto(ctx, tx, b); err != nil {
 			return err
 		}
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"action_events"}, eventColumns, copySource(b.rows, filings))
-		return err
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"action_events"}, eventColumns, copySource(b.rows, filings)); err != nil {
+			return err
+		}
+		return s.notifyInTransaction(ctx, tx, b, changed)
 	})
 	return changed, err
+}
+
+// notifyInTransaction announces the changed actions within tx when the options ask for it.
+func (s *Store) notifyInTransaction(ctx context.Context, tx pgx.Tx, b *batch, changed []int64) error {
+	if !s.opts.NotifyInTransaction || len(changed) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, notifySQL, NotifyChannel, payloadsOf(b.winners.keysAt(changed), false))
+	return err
 }
 
 func (s *Store) insertAndFold(ctx context.Context, b *batch) (recorded int, changed []int64, err error) {
@@ -313,7 +325,7 @@ func (s *Store) insertAndFold(ctx context.Context, b *batch) (recorded int, chan
 			return err
 		}
 		recorded = int(tag.RowsAffected())
-		return nil
+		return s.notifyInTransaction(ctx, tx, b, changed)
 	})
 	return recorded, changed, err
 }
@@ -526,9 +538,14 @@ func newColumns(capacity int) *columns {
 	}
 }
 
-// key is the i-th row's key.
-func (c *columns) key(i int) Key {
-	return Key{c.projects[i], c.domains[i], c.runs[i], c.actions[i]}
+// keysAt returns the keys of the rows at places ords (from 1).
+func (c *columns) keysAt(ords []int64) []Key {
+	keys := make([]Key, len(ords))
+	for i, ord := range ords {
+		j := ord - 1
+		keys[i] = Key{c.projects[j], c.domains[j], c.runs[j], c.actions[j]}
+	}
+	return keys
 }
 
 func (c *columns) add(r row) {

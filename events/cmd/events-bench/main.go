@@ -64,7 +64,30 @@ func main() {
 	flag.IntVar(&o.EgressSize.SlowEvents, "egress-slow-events", 150_000, "events recorded per setup and round beside a slow sink")
 	flag.DurationVar(&o.EgressSize.SlowDelay, "egress-slow-delay", 50*time.Millisecond, "how long the slow HTTP sink takes to answer")
 	flag.DurationVar(&o.EgressSize.DrainTimeout, "egress-drain-timeout", 3*time.Minute, "how long to wait for a consumer to hold every event")
+	o.ScaleSize.Stored = []int{1_000_000, 5_000_000, 20_000_000}
+	flag.Func("scale-stored", "store sizes of the scale part, in events, comma-separated, smallest first (default 1000000,5000000,20000000)", func(v string) error {
+		o.ScaleSize.Stored = nil
+		for _, s := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 || (len(o.ScaleSize.Stored) > 0 && n <= o.ScaleSize.Stored[len(o.ScaleSize.Stored)-1]) {
+				return fmt.Errorf("%q is not a size larger than the one before", s)
+			}
+			o.ScaleSize.Stored = append(o.ScaleSize.Stored, n)
+		}
+		return nil
+	})
+	flag.IntVar(&o.ScaleSize.EventsPerDay, "scale-events-per-day", 5_000_000, "events one day's partition holds in the scale part (a million actions of five events)")
+	flag.IntVar(&o.ScaleSize.RecordEvents, "scale-record-events", 100_000, "new events per Record measurement in the scale part")
+	flag.IntVar(&o.NotifyClients, "notify-clients", 16, "concurrent writers in the notify part")
+	flag.IntVar(&o.NotifyBatch, "notify-batch", 10, "events per Record in the notify part")
+	flag.IntVar(&o.NotifyEvents, "notify-events", 50_000, "events per round in the notify part")
+	durable := flag.Bool("durable", false, "run the throwaway Postgres with fsync and synchronous commit on, as a deployment would (the notify part's setting)")
 	benchutil.Main("events-bench", func() error {
+		if *durable {
+			if err := os.Setenv("FLYTE_PG_DURABLE", "full"); err != nil {
+				return err
+			}
+		}
 		return benchutil.WithDatabase(o.DatabaseURL, func(url string, postgres func(benchutil.Proc) bool) error {
 			o.DatabaseURL, o.Postgres = url, postgres
 			return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
