@@ -66,40 +66,46 @@ func (n *notifier) announce(keys []Key) {
 	}
 }
 
-// send announces what is pending, round after round, until nothing is; a round that
-// fails is retried a few times, then its keys are dropped for a resync.
+// send announces what is pending, round after round, until nothing is. A round that
+// fails is retried twice; then its keys are dropped for a resync, and the sender stops,
+// so that one that cannot reach Postgres (or outlived its pool) does not spin: the next
+// announce starts another, whose first notification is the resync.
 func (n *notifier) send() {
-	failures := 0
-	for {
+	for failures := 0; ; {
 		n.mu.Lock()
 		keys, lost := n.pending, n.lost
 		n.pending, n.lost = nil, false
 		if len(keys) == 0 && !lost {
-			n.sending = false
-			n.idle.Broadcast()
+			n.stopLocked()
 			n.mu.Unlock()
 			return
 		}
 		n.mu.Unlock()
 
-		if err := n.round(keys, lost); err != nil {
-			failures++
-			n.mu.Lock()
-			if failures >= 3 || len(n.pending)+len(keys) > maxPendingKeys {
-				n.lost = true
-			} else {
-				n.pending = append(keys, n.pending...)
-				n.lost = n.lost || lost
-			}
-			n.mu.Unlock()
-			time.Sleep(time.Duration(failures) * 100 * time.Millisecond)
-			if failures >= 3 {
-				failures = 0
-			}
+		err := n.round(keys, lost)
+		if err == nil {
+			failures = 0
 			continue
 		}
-		failures = 0
+		failures++
+		n.mu.Lock()
+		if failures == 3 || len(n.pending)+len(keys) > maxPendingKeys {
+			n.pending, n.lost = nil, true
+			n.stopLocked()
+			n.mu.Unlock()
+			return
+		}
+		n.pending = append(keys, n.pending...)
+		n.lost = n.lost || lost
+		n.mu.Unlock()
+		time.Sleep(time.Duration(failures) * 100 * time.Millisecond)
 	}
+}
+
+// stopLocked marks the sender stopped and wakes Flush.
+func (n *notifier) stopLocked() {
+	n.sending = false
+	n.idle.Broadcast()
 }
 
 // round sends keys (after ResyncPayload when lost) in one transaction.

@@ -229,8 +229,8 @@ type DroppedPartition struct {
 	// Actions and Refiled count its actions deleted and re-filed.
 	Actions, Refiled int
 	// States is how long re-filing and deleting its actions' states took, in batches;
-	// Drop how long detaching and dropping it (its events) took.
-	States, Drop time.Duration
+	// Detach how long detaching it took, Drop how long dropping it (its events) then did.
+	States, Detach, Drop time.Duration
 }
 
 // DropExpired drops every partition whose actions were all filed before now-ttl, after
@@ -288,7 +288,7 @@ func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, 
 				return fmt.Errorf("store: deleting actions of %s: %w", p.Name, err)
 			}
 			d.Actions += int(tag.RowsAffected())
-			if refiled == 0 && tag.RowsAffected() == 0 {
+			if refiled < batch && tag.RowsAffected() < int64(batch) {
 				var left bool
 				if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM actions WHERE filed_at >= $1 AND filed_at < $2)", r.from, r.to).Scan(&left); err != nil {
 					return fmt.Errorf("store: checking %s is empty: %w", p.Name, err)
@@ -296,7 +296,7 @@ func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, 
 				if !left {
 					break
 				}
-				// Only actions a Record holds are left: try again once it is done.
+				// An action changed between the two (a late event): go round again.
 				select {
 				case <-ctx.Done():
 					return ctx.Err()
@@ -317,6 +317,8 @@ func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, 
 	if _, err := conn.Exec(ctx, "ALTER TABLE action_events DETACH PARTITION "+name+" "+verb); err != nil {
 		return fmt.Errorf("store: detaching %s: %w", p.Name, err)
 	}
+	d.Detach = time.Since(start)
+	start = time.Now()
 	if _, err := conn.Exec(ctx, "DROP TABLE "+name); err != nil {
 		return fmt.Errorf("store: dropping %s: %w", p.Name, err)
 	}

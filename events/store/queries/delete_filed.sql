@@ -1,10 +1,11 @@
 -- Retention's deletion of up to @limit actions filed in [@from, @to) that finished before
--- @cutoff; their events go with the partition.
-DELETE FROM actions a
-USING (
-    SELECT project, domain, run, action FROM actions
-    WHERE filed_at >= @from AND filed_at < @to AND rank = @terminal_rank AND occurred_at < @cutoff
-    LIMIT @limit
-    FOR UPDATE SKIP LOCKED
-) d
-WHERE a.project = d.project AND a.domain = d.domain AND a.run = d.run AND a.action = d.action
+-- @cutoff; their events go with the partition. Rows are chosen by their place in the heap
+-- and deleted without a lock taken first: one write per row instead of two, about twice
+-- as fast. A row a Record holds is waited for, and the conditions, repeated here, are
+-- checked again on the version it leaves, so an action that changed is not deleted.
+DELETE FROM actions
+WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM actions
+        WHERE filed_at >= @from AND filed_at < @to AND rank = @terminal_rank AND occurred_at < @cutoff
+        LIMIT @limit))
+  AND filed_at >= @from AND filed_at < @to AND rank = @terminal_rank AND occurred_at < @cutoff
