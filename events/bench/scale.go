@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"strings"
 	"time"
 
@@ -18,16 +19,23 @@ import (
 )
 
 // The scale part grows one store through the sizes of ScaleSize.Stored and, at each,
-// measures the queries and Record's throughput against the same figures at the first
-// size; then it drops the oldest day's partition. The store is filled a day at a time
-// (EventsPerDay, a million actions a day by default) through the store itself, with a
-// clock that files each day's actions on a day of its own, so that the store has the
-// partitions a deployment would; Record and the queries are measured through the
-// service, as clients call it.
+// measures the queries and Record's throughput against a second store, in a database of
+// its own on the same Postgres, held at the first size: rounds alternate between the two,
+// and each figure is the median of the rounds' ratios, so that the machine's drift
+// (which moves a figure by a third between minutes here) falls out. Then it drops the
+// expired partitions, the oldest loaded day's among them.
+//
+// The stores are filled a day at a time (EventsPerDay, a million actions a day by
+// default) through the store itself, with a clock that files each day's actions on a day
+// of its own, so that the store has the partitions a deployment would; Record and the
+// queries are measured through the service, as clients call it. Record's measurement
+// events go to the present's partition of each store; the baseline's are deleted after
+// each size, so that it stays at the first size.
 
 // ScaleSize sizes the scale part.
 type ScaleSize struct {
-	// Stored are the store sizes to measure at, in events, smallest first.
+	// Stored are the store sizes to measure at, in events, smallest first; the first is
+	// the baseline's.
 	Stored []int
 	// EventsPerDay is how many events one day's partition holds.
 	EventsPerDay int
@@ -35,18 +43,23 @@ type ScaleSize struct {
 	RecordEvents int
 }
 
-// ScalePoint is the figures at one store size.
+// ScalePoint is the figures at one store size, each beside the baseline's of the same
+// rounds.
 type ScalePoint struct {
-	Stored     int
-	Partitions int
-	Queries    []Latency
-	// RecordPerSecond is Record's throughput per batch size (median of the rounds).
-	RecordPerSecond map[int]float64
+	Stored, Partitions int
+	// Queries and Base are each query's latency (medians over the rounds) in the grown
+	// store and in the baseline; QueryRatios the medians of the rounds' p99 ratios.
+	Queries, Base []Latency
+	QueryRatios   []float64
+	// Record and RecordBase are events/s per batch size (medians), RecordRatios the
+	// medians of the rounds' ratios.
+	Record, RecordBase, RecordRatios map[int]float64
 }
 
 // ScaleResult is the scale part's figures.
 type ScaleResult struct {
-	Points []ScalePoint
+	BaseStored int
+	Points     []ScalePoint
 	// Dropped is what dropping the expired partitions cost, oldest first, with the
 	// events each held.
 	Dropped []DroppedDay
@@ -60,89 +73,191 @@ type DroppedDay struct {
 
 const scaleActionsPerRun = 200
 
-// Scale runs the scale part on a fresh store.
-func Scale(ctx context.Context, o Options, pool *pgxpool.Pool, progress io.Writer) (*ScaleResult, error) {
+// scaleStore is one of the part's two stores: its service and its loader.
+type scaleStore struct {
+	pool     *pgxpool.Pool
+	svc      *service
+	loader   *store.Store
+	clk      *clocktesting.FakeClock
+	firstDay time.Time
+	loaded   int
+}
+
+// load grows the store to size events, a day's partition at a time.
+func (st *scaleStore) load(ctx context.Context, o Options, size int, progress io.Writer) error {
+	for st.loaded < size {
+		day := st.loaded / o.ScaleSize.EventsPerDay
+		n := min(size, (day+1)*o.ScaleSize.EventsPerDay) - st.loaded
+		when := st.firstDay.AddDate(0, 0, day).Add(time.Hour)
+		st.clk.SetTime(when)
+		if _, err := st.loader.MaintainPartitions(ctx, when); err != nil {
+			return err
+		}
+		start := time.Now()
+		evs := generateFrom("s", st.loaded/len(phases), n, scaleActionsPerRun)
+		if _, err := fanOut(o.Clients, batches(evs, 1000), func(_ int, b []*eventsv1.ActionEvent) error {
+			_, err := st.loader.Record(ctx, b)
+			return err
+		}); err != nil {
+			return fmt.Errorf("loading: %w", err)
+		}
+		st.loaded += n
+		fmt.Fprintf(progress, "scale: loaded %d events (day %d) in %s\n", st.loaded, day, time.Since(start).Round(time.Second))
+	}
+	_, err := st.pool.Exec(ctx, "VACUUM ANALYZE action_events, actions")
+	return err
+}
+
+// record writes RecordEvents new events through the service in batches of batch and
+// returns the rate.
+func (st *scaleStore) record(ctx context.Context, o Options, prefix string, batch int) (float64, error) {
+	evs := generate(prefix, o.ScaleSize.RecordEvents, 100)
+	d, err := fanOut(o.Clients, batches(evs, batch), func(c int, b []*eventsv1.ActionEvent) error {
+		_, err := st.svc.clients[c].Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: b}))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("record: %w", err)
+	}
+	return float64(len(evs)) / d.Seconds(), nil
+}
+
+func openScaleStore(ctx context.Context, o Options, url string, pool *pgxpool.Pool) (*scaleStore, error) {
 	if err := truncate(ctx, pool); err != nil {
 		return nil, err
 	}
-	svc, err := startService(ctx, o)
+	so := o
+	so.DatabaseURL = url
+	svc, err := startService(ctx, so)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = svc.stop() }()
 	// The days of the load come after the service's present, which the first partitions
 	// already cover.
 	firstDay := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, store.DefaultPartitionsAhead+2)
 	clk := clocktesting.NewFakeClock(firstDay)
-	loader := store.New(pool, store.Options{Clock: clk})
+	return &scaleStore{pool: pool, svc: svc, loader: store.New(pool, store.Options{Clock: clk}), clk: clk, firstDay: firstDay}, nil
+}
 
-	res := &ScaleResult{}
-	loaded := 0
+// baselineDatabase makes (anew) a database beside the one at url and returns its URL.
+func baselineDatabase(ctx context.Context, url string) (string, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return "", err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	const name = "events_bench_baseline"
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", err
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+// Scale runs the scale part on a fresh store and a baseline beside it.
+func Scale(ctx context.Context, o Options, pool *pgxpool.Pool, progress io.Writer) (*ScaleResult, error) {
+	baseURL, err := baselineDatabase(ctx, o.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("baseline database: %w", err)
+	}
+	basePool, err := benchutil.OpenMigrated(ctx, baseURL, store.Migrations())
+	if err != nil {
+		return nil, err
+	}
+	defer basePool.Close()
+	base, err := openScaleStore(ctx, o, baseURL, basePool)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = base.svc.stop() }()
+	grown, err := openScaleStore(ctx, o, o.DatabaseURL, pool)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = grown.svc.stop() }()
+	if err := base.load(ctx, o, o.ScaleSize.Stored[0], progress); err != nil {
+		return nil, err
+	}
+
+	res := &ScaleResult{BaseStored: base.loaded}
 	for _, size := range o.ScaleSize.Stored {
-		for loaded < size {
-			day := loaded / o.ScaleSize.EventsPerDay
-			n := min(size, (day+1)*o.ScaleSize.EventsPerDay) - loaded
-			when := firstDay.AddDate(0, 0, day).Add(time.Hour)
-			clk.SetTime(when)
-			if _, err := loader.MaintainPartitions(ctx, when); err != nil {
-				return nil, err
-			}
-			start := time.Now()
-			evs := generateFrom("s", loaded/len(phases), n, scaleActionsPerRun)
-			if _, err := fanOut(o.Clients, batches(evs, 1000), func(_ int, b []*eventsv1.ActionEvent) error {
-				_, err := loader.Record(ctx, b)
-				return err
-			}); err != nil {
-				return nil, fmt.Errorf("loading: %w", err)
-			}
-			loaded += n
-			fmt.Fprintf(progress, "scale: loaded %d events (day %d) in %s\n", loaded, day, time.Since(start).Round(time.Second))
-		}
-		if _, err := pool.Exec(ctx, "VACUUM ANALYZE action_events, actions"); err != nil {
+		if err := grown.load(ctx, o, size, progress); err != nil {
 			return nil, err
 		}
-		parts, err := loader.Partitions(ctx)
+		parts, err := grown.loader.Partitions(ctx)
 		if err != nil {
 			return nil, err
 		}
-		point := ScalePoint{Stored: loaded, Partitions: len(parts), RecordPerSecond: map[int]float64{}}
-		// Each query's median over the rounds of its p50 and p99: one round's p99 is a
-		// few calls, which a pause of the machine's makes.
-		var rounds [][]Latency
+		point := ScalePoint{Stored: grown.loaded, Partitions: len(parts),
+			Record: map[int]float64{}, RecordBase: map[int]float64{}, RecordRatios: map[int]float64{}}
+		// Rounds alternate between the stores; a round's p99 is a few calls, which a
+		// pause of the machine's makes, so each figure is a median of rounds.
+		var grownRounds, baseRounds [][]Latency
+		var ratios [][]float64
 		for range o.Rounds {
-			lats, err := measureQueries(ctx, o, svc, "s", loaded/len(phases), scaleActionsPerRun)
+			b, err := measureQueries(ctx, o, base.svc, "s", base.loaded/len(phases), scaleActionsPerRun)
 			if err != nil {
 				return nil, err
 			}
-			rounds = append(rounds, lats)
+			g, err := measureQueries(ctx, o, grown.svc, "s", grown.loaded/len(phases), scaleActionsPerRun)
+			if err != nil {
+				return nil, err
+			}
+			baseRounds, grownRounds = append(baseRounds, b), append(grownRounds, g)
+			for i := range g {
+				if len(ratios) <= i {
+					ratios = append(ratios, nil)
+				}
+				ratios[i] = append(ratios[i], float64(g[i].P99)/float64(b[i].P99))
+			}
 		}
-		point.Queries = medianLatencies(rounds)
+		point.Queries, point.Base = medianLatencies(grownRounds), medianLatencies(baseRounds)
+		for _, r := range ratios {
+			point.QueryRatios = append(point.QueryRatios, benchutil.Median(r))
+		}
 		for _, batch := range o.BatchSizes {
-			var rates []float64
-			// A round not counted first: the service's connections and Postgres's caches
-			// warm up on it.
+			var g, b, r []float64
+			// A round not counted first: connections and caches warm up on it.
 			for round := -1; round < o.Rounds; round++ {
-				evs := generate(fmt.Sprintf("w%d-%d-%d", size, batch, round+1), o.ScaleSize.RecordEvents, 100)
-				d, err := fanOut(o.Clients, batches(evs, batch), func(c int, b []*eventsv1.ActionEvent) error {
-					_, err := svc.clients[c].Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: b}))
-					return err
-				})
+				prefix := fmt.Sprintf("w%d-%d-%d", size, batch, round+1)
+				rb, err := base.record(ctx, o, prefix, batch)
 				if err != nil {
-					return nil, fmt.Errorf("record: %w", err)
+					return nil, err
+				}
+				rg, err := grown.record(ctx, o, prefix, batch)
+				if err != nil {
+					return nil, err
 				}
 				if round >= 0 {
-					rates = append(rates, float64(len(evs))/d.Seconds())
+					g, b, r = append(g, rg), append(b, rb), append(r, rg/rb)
 				}
 			}
-			point.RecordPerSecond[batch] = benchutil.Median(rates)
+			point.Record[batch], point.RecordBase[batch], point.RecordRatios[batch] = benchutil.Median(g), benchutil.Median(b), benchutil.Median(r)
 		}
-		fmt.Fprintf(progress, "scale: measured at %d events\n", loaded)
+		// The baseline stays at its size.
+		for _, sql := range []string{"DELETE FROM action_events WHERE run LIKE 'w%'", "DELETE FROM actions WHERE run LIKE 'w%'", "VACUUM ANALYZE action_events, actions"} {
+			if _, err := base.pool.Exec(ctx, sql); err != nil {
+				return nil, err
+			}
+		}
+		fmt.Fprintf(progress, "scale: measured at %d events\n", grown.loaded)
 		res.Points = append(res.Points, point)
 	}
 
 	// Expire the first loaded day: the partitions before it (the service's present, with
 	// the events Record wrote above) go first.
-	parts, err := loader.Partitions(ctx)
+	parts, err := grown.loader.Partitions(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -155,8 +270,8 @@ func Scale(ctx context.Context, o Options, pool *pgxpool.Pool, progress io.Write
 		events[p.Name] = n
 	}
 	ttl := 24 * time.Hour
-	now := firstDay.AddDate(0, 0, 1).Add(ttl).Add(time.Minute)
-	dropped, err := loader.DropExpired(ctx, now, ttl, 5000)
+	now := grown.firstDay.AddDate(0, 0, 1).Add(ttl).Add(time.Minute)
+	dropped, err := grown.loader.DropExpired(ctx, now, ttl, 5000)
 	if err != nil {
 		return nil, err
 	}
@@ -184,35 +299,33 @@ func WriteScale(w io.Writer, o Options, r *ScaleResult) {
 	if len(r.Points) == 0 {
 		return
 	}
-	base := r.Points[0]
-	fmt.Fprintf(w, "\n### The store from %d to %d events (%d events a day, a partition each), %d concurrent clients\n\n",
-		base.Stored, r.Points[len(r.Points)-1].Stored, o.ScaleSize.EventsPerDay, o.Clients)
-	fmt.Fprintf(w, "p99 of each query (p50 in brackets), medians of %d rounds of %d calls, and the ratio to the first size's p99:\n", o.Rounds, o.Queries)
-	fmt.Fprintln(w)
-	header := "| query |"
-	rule := "| --- |"
+	fmt.Fprintf(w, "\n### The store from %d to %d events (%d events a day, a partition each), against a baseline of %d, %d concurrent clients\n\n",
+		r.Points[0].Stored, r.Points[len(r.Points)-1].Stored, o.ScaleSize.EventsPerDay, r.BaseStored, o.Clients)
+	fmt.Fprintf(w, "p99 of each query (p50 in brackets; medians of %d rounds of %d calls) in the grown store, and the median of the rounds' ratios to the baseline's p99, measured in turn:\n\n", o.Rounds, o.Queries)
+	header := "| query | baseline, " + fmt.Sprint(r.BaseStored) + " events |"
+	rule := "| --- | ---: |"
 	for _, p := range r.Points {
 		header += fmt.Sprintf(" %d events (%d partitions) |", p.Stored, p.Partitions)
 		rule += " ---: |"
 	}
 	fmt.Fprintln(w, header)
 	fmt.Fprintln(w, rule)
-	for i, q := range base.Queries {
-		row := "| " + q.Query + " |"
+	for i, q := range r.Points[0].Base {
+		row := fmt.Sprintf("| %s | %s (%s) |", q.Query, q.P99.Round(10*time.Microsecond), q.P50.Round(10*time.Microsecond))
 		for _, p := range r.Points {
 			l := p.Queries[i]
-			row += fmt.Sprintf(" %s (%s) %.2f× |", l.P99.Round(10*time.Microsecond), l.P50.Round(10*time.Microsecond), float64(l.P99)/float64(q.P99))
+			row += fmt.Sprintf(" %s (%s) **%.2f×** |", l.P99.Round(10*time.Microsecond), l.P50.Round(10*time.Microsecond), p.QueryRatios[i])
 		}
 		fmt.Fprintln(w, row)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Record, events/s (median of %d rounds of %d new events) and ratio to the first size's:\n\n", o.Rounds, o.ScaleSize.RecordEvents)
+	fmt.Fprintf(w, "Record, events/s (medians of %d rounds of %d new events, after one not counted) in the grown store, and the median of the rounds' ratios to the baseline's:\n\n", o.Rounds, o.ScaleSize.RecordEvents)
 	fmt.Fprintln(w, strings.Replace(header, "| query |", "| batch |", 1))
 	fmt.Fprintln(w, rule)
 	for _, b := range o.BatchSizes {
-		row := fmt.Sprintf("| %d |", b)
+		row := fmt.Sprintf("| %d | %.0f |", b, r.Points[0].RecordBase[b])
 		for _, p := range r.Points {
-			row += fmt.Sprintf(" %.0f %.2f× |", p.RecordPerSecond[b], p.RecordPerSecond[b]/base.RecordPerSecond[b])
+			row += fmt.Sprintf(" %.0f **%.2f×** |", p.Record[b], p.RecordRatios[b])
 		}
 		fmt.Fprintln(w, row)
 	}

@@ -274,34 +274,41 @@ func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, 
 		}
 		r := filedRange{from: from, to: p.To, cutoff: cutoff, now: s.clampToNewest(now), limit: batch}
 		// Re-file the stragglers, then delete the rest, until nothing is filed here; a
-		// late event may make a finished action a straggler between the two.
+		// late event may make a finished action a straggler in between.
 		for {
-			refiled, err := refile(ctx, conn, r)
-			if err != nil {
-				return fmt.Errorf("store: re-filing actions of %s: %w", p.Name, err)
-			}
-			d.Refiled += refiled
-			tag, err := conn.Exec(ctx, deleteFiledSQL, pgx.StrictNamedArgs{
-				"from": r.from, "to": r.to, "cutoff": r.cutoff, "terminal_rank": terminalRank, "limit": r.limit,
-			})
-			if err != nil {
-				return fmt.Errorf("store: deleting actions of %s: %w", p.Name, err)
-			}
-			d.Actions += int(tag.RowsAffected())
-			if refiled < batch && tag.RowsAffected() < int64(batch) {
-				var left bool
-				if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM actions WHERE filed_at >= $1 AND filed_at < $2)", r.from, r.to).Scan(&left); err != nil {
-					return fmt.Errorf("store: checking %s is empty: %w", p.Name, err)
+			for {
+				refiled, err := refile(ctx, conn, r)
+				if err != nil {
+					return fmt.Errorf("store: re-filing actions of %s: %w", p.Name, err)
 				}
-				if !left {
+				d.Refiled += refiled
+				if refiled < batch {
 					break
 				}
-				// An action changed between the two (a late event): go round again.
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(10 * time.Millisecond):
+			}
+			resume := r.from
+			for {
+				var (
+					n    int
+					last pgtype.Timestamptz
+				)
+				if err := conn.QueryRow(ctx, deleteFiledSQL, pgx.StrictNamedArgs{
+					"from": resume, "to": r.to, "cutoff": r.cutoff, "terminal_rank": terminalRank, "limit": r.limit,
+				}).Scan(&n, &last); err != nil {
+					return fmt.Errorf("store: deleting actions of %s: %w", p.Name, err)
 				}
+				d.Actions += n
+				if n < batch {
+					break
+				}
+				resume = last
+			}
+			var left bool
+			if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM actions WHERE filed_at >= $1 AND filed_at < $2)", r.from, r.to).Scan(&left); err != nil {
+				return fmt.Errorf("store: checking %s is empty: %w", p.Name, err)
+			}
+			if !left {
+				break
 			}
 		}
 	}
