@@ -23,11 +23,10 @@ const maxPendingKeys = 1 << 16
 // A NOTIFY inside Record's transaction would hold Postgres's notification lock, which
 // is global to the cluster, from the moment it queues to the end of the commit, the
 // flush of the WAL included: every Record would then commit one after another, without
-// group commit. With fsync on, 16 clients inserting a row per transaction commit 9,100–
-// 11,800 times a second without a NOTIFY and 1,200–1,650 with one (pgbench, this
-// machine; docs/benchmarks.md). So Record only hands its changed actions here; one
-// sender at a time takes all that is waiting and announces it in a transaction of its
-// own, so the lock is taken once per round however many Records it covers.
+// group commit. So Record only hands its changed actions here; one sender at a time
+// takes all that is waiting and announces it in a transaction of its own, so the lock
+// is taken once per round however many Records it covers. `events-bench --only notify`
+// measures the two ways (docs/benchmarks.md).
 //
 // The cost is that a process that dies between a commit and the next round leaves that
 // round's actions unannounced: watchers on other replicas see those changes only with
