@@ -38,13 +38,10 @@ type notifier struct {
 	pending []Key
 	sending bool
 	lost    bool // keys were dropped: the next round starts with ResyncPayload
-	idle    *sync.Cond
 }
 
 func newNotifier(pool *pgxpool.Pool) *notifier {
-	n := &notifier{pool: pool}
-	n.idle = sync.NewCond(&n.mu)
-	return n
+	return &notifier{pool: pool}
 }
 
 // announce queues keys and starts a sender when none runs.
@@ -101,11 +98,8 @@ func (n *notifier) send() {
 	}
 }
 
-// stopLocked marks the sender stopped and wakes Flush.
-func (n *notifier) stopLocked() {
-	n.sending = false
-	n.idle.Broadcast()
-}
+// stopLocked marks the sender stopped.
+func (n *notifier) stopLocked() { n.sending = false }
 
 // round sends keys (after ResyncPayload when lost) in one transaction.
 func (n *notifier) round(keys []Key, lost bool) error {
@@ -137,25 +131,4 @@ func payloadsOf(keys []Key, lost bool) []string {
 		}
 	}
 	return payloads
-}
-
-// Flush waits until every change recorded so far has been announced (or given up on),
-// or ctx ends.
-func (s *Store) Flush(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		n := s.notifier
-		n.mu.Lock()
-		for n.sending {
-			n.idle.Wait()
-		}
-		n.mu.Unlock()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -151,8 +151,7 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time, wait bool
 		until := now.Add(time.Duration(s.opts.PartitionsAhead+1) * width)
 		for from.Before(until) {
 			to := from.Truncate(width).Add(width)
-			name := partitionPrefix + from.UTC().Format("20060102t150405.000000z")
-			name = sanitizeName(name)
+			name := fmt.Sprintf("%s%s_%06dz", partitionPrefix, from.UTC().Format("20060102t150405"), from.Nanosecond()/1000)
 			// Made apart and then attached: CREATE TABLE ... PARTITION OF would lock the
 			// whole table, and wait for every query on it; ATTACH only keeps other DDL out.
 			ident := pgx.Identifier{name}.Sanitize()
@@ -174,17 +173,6 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time, wait bool
 	return made, err
 }
 
-// sanitizeName keeps a partition's name to letters, digits and underscores.
-func sanitizeName(name string) string {
-	b := []byte(name)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			b[i] = '_'
-		}
-	}
-	return string(b)
-}
-
 // observePartitions keeps the end of the newest partition, which bounds the filing
 // times Record may give.
 func (s *Store) observePartitions(parts []Partition) {
@@ -196,13 +184,7 @@ func (s *Store) observePartitions(parts []Partition) {
 // filingTime is when Record files a new action: now, unless maintenance has fallen so
 // far behind that no partition holds now, in which case the newest partition's last
 // microsecond, so that events are still taken.
-func (s *Store) filingTime() time.Time {
-	now := s.opts.Clock.Now().Truncate(time.Microsecond)
-	if to := s.newestTo.Load(); to != 0 && now.UnixMicro() >= to {
-		return time.UnixMicro(to - 1)
-	}
-	return now
-}
+func (s *Store) filingTime() time.Time { return s.clampToNewest(s.opts.Clock.Now()) }
 
 // isNoPartition says whether err is an insert that found no partition for its row.
 func isNoPartition(err error) bool {
@@ -345,7 +327,7 @@ type filedRange struct {
 	limit       int
 }
 
-// clampToNewest keeps a re-filing time inside the newest partition known.
+// clampToNewest keeps a filing time inside the newest partition known.
 func (s *Store) clampToNewest(now time.Time) time.Time {
 	now = now.Truncate(time.Microsecond)
 	if to := s.newestTo.Load(); to != 0 && now.UnixMicro() >= to {
