@@ -200,7 +200,7 @@ func fairnessRun(ctx context.Context, env *kubetest.Env, r fairnessResult, sc fa
 func (r fairnessResult) write(w io.Writer) {
 	fmt.Fprintf(w, "### Fairness: %d interactive actions, one per %s, in one namespace while another's fan-out of %d drains\n\n",
 		r.interactive, r.interval, r.backlog)
-	workers := "the default configuration: 32 workers"
+	workers := fmt.Sprintf("the default configuration: %d workers", config.Default().MaxConcurrentReconciles)
 	if r.workers > 0 {
 		workers = fmt.Sprintf("the default configuration but %d workers", r.workers)
 	}

@@ -88,8 +88,11 @@ type Config struct {
 	// the task's own) an action survives before it fails permanently. Default 3.
 	MaxSystemFailures int `json:"maxSystemFailures"`
 
-	// MaxConcurrentReconciles bounds how many actions are reconciled at once. Default 32:
-	// reconciles mostly wait on the API server and the services, so workers overlap.
+	// MaxConcurrentReconciles bounds how many actions are reconciled at once. Default 8:
+	// reconciles mostly wait on the API server and the services, so workers overlap, but
+	// every worker's writes queue in the API server before another namespace's, so more
+	// workers than the API server writes at once only make interactive actions wait
+	// (docs/benchmarks.md, "Scale"). Raise it with the control plane's write capacity.
 	MaxConcurrentReconciles int `json:"maxConcurrentReconciles"`
 
 	// QueueWeights weighs namespaces in the work queue, which serves the namespaces with
@@ -214,7 +217,7 @@ func Default() Config {
 		EventsServiceURL:        "http://localhost:8090",
 		CacheServiceURL:         "http://localhost:8094",
 		MaxSystemFailures:       3,
-		MaxConcurrentReconciles: 32,
+		MaxConcurrentReconciles: 8,
 		RetryBackoff: RetryBackoff{
 			Base: metav1.Duration{Duration: time.Second},
 			Cap:  metav1.Duration{Duration: 5 * time.Minute},
