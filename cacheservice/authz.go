@@ -20,6 +20,16 @@ func Rules() auth.Rules {
 			return []string{m.(keyed).GetKey().GetProject()}
 		}}
 	}
+	// putKeyed names the project of a PutAndRelease, whose key is in its put.
+	putKeyed := func(resource, verb string) auth.Rule {
+		return auth.Rule{Group: APIGroup, Resource: resource, Verb: verb, Projects: func(m any) []string {
+			return []string{m.(*cachev1.PutAndReleaseRequest).GetPut().GetKey().GetProject()}
+		}}
+	}
+	both := func(first, second auth.Rule) auth.Rule {
+		first.Also = []auth.Rule{second}
+		return first
+	}
 	return auth.Rules{
 		cachev1connect.CacheServiceGetProcedure:    byKey("entries", auth.VerbGet),
 		cachev1connect.CacheServicePutProcedure:    byKey("entries", auth.VerbCreate),
@@ -31,5 +41,8 @@ func Rules() auth.Rules {
 		},
 		cachev1connect.CacheServiceGetOrExtendReservationProcedure: byKey("reservations", auth.VerbUpdate),
 		cachev1connect.CacheServiceReleaseReservationProcedure:     byKey("reservations", auth.VerbUpdate),
+		cachev1connect.CacheServiceLookupOrReserveProcedure:        both(byKey("entries", auth.VerbGet), byKey("reservations", auth.VerbUpdate)),
+		cachev1connect.CacheServicePutAndReleaseProcedure: both(
+			putKeyed("entries", auth.VerbCreate), putKeyed("reservations", auth.VerbUpdate)),
 	}
 }

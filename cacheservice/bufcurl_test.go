@@ -24,6 +24,9 @@ func TestBufCurlCallsEveryRPC(t *testing.T) {
 		{"Get", `{"key":` + key + `}`, `"sourceAttempt": 1`},
 		{"GetOrExtendReservation", `{"key":` + key + `,"ownerId":"r1-a0-1","heartbeatInterval":"5s"}`, `"acquired": true`},
 		{"ReleaseReservation", `{"key":` + key + `,"ownerId":"r1-a0-1"}`, `"released": true`},
+		{"LookupOrReserve", `{"key":` + key + `,"ownerId":"r1-a0-1","heartbeatInterval":"5s"}`, `"outputUri": "s3://bucket/r1/a0/outputs"`},
+		{"LookupOrReserve", `{"key":` + key + `,"ownerId":"r1-a0-1","heartbeatInterval":"5s","action":` + src + `,"skipLookup":true}`, `"acquired": true`},
+		{"PutAndRelease", `{"put":{"key":` + key + `,"outputUri":"s3://bucket/r1/a0/outputs","sourceAction":` + src + `,"sourceAttempt":1,"overwrite":true,"outputBytes":"1024"},"ownerId":"r1-a0-1"}`, `"released": true`},
 		{"Delete", `{"key":` + key + `}`, `"deleted": true`},
 		{"Invalidate", `{"project":"demo","domain":"development","taskName":"demo.train"}`, `{`},
 	}

@@ -40,6 +40,15 @@ type Config struct {
 	CleanupInterval time.Duration
 	// CleanupBatch bounds the rows deleted per statement.
 	CleanupBatch int
+	// ProjectBound bounds every project's cache unless ProjectBounds names the project:
+	// past either of its limits the least recently used entries are evicted, on each
+	// cleanup pass, down to the bound.
+	ProjectBound Bound
+	// ProjectBounds are the bounds of projects that have their own.
+	ProjectBounds map[string]Bound
+	// MaxPendingHits bounds the distinct entries whose hits are held between two cleanup
+	// passes, which write them for eviction's order.
+	MaxPendingHits int
 	// Server holds the RPC server's limits and TLS files; its Addr is taken from Listen.
 	Server server.Config
 	// Auth says how callers are authenticated; required (mode none must be asked for).
@@ -50,6 +59,19 @@ type Config struct {
 	// OTEL_* variables describe (for tests running several services in one process).
 	TracerProvider trace.TracerProvider
 }
+
+// Bound limits one project's cache: its entries, and the total size of their outputs
+// as the writers told it.
+type Bound struct {
+	Entries     int64
+	OutputBytes int64
+}
+
+// Default bounds of a project's cache.
+const (
+	DefaultMaxEntriesPerProject     = 1_000_000
+	DefaultMaxOutputBytesPerProject = 1 << 40 // 1 TiB
+)
 
 // DefaultMaxMessageBytes bounds a request to the cache service. Every field of a request
 // is bounded, so the largest valid one (a Put) is about 12 KiB; anything much larger is
@@ -79,6 +101,15 @@ func (c Config) WithDefaults() Config {
 	if c.CleanupBatch == 0 {
 		c.CleanupBatch = 1000
 	}
+	if c.ProjectBound.Entries == 0 {
+		c.ProjectBound.Entries = DefaultMaxEntriesPerProject
+	}
+	if c.ProjectBound.OutputBytes == 0 {
+		c.ProjectBound.OutputBytes = DefaultMaxOutputBytesPerProject
+	}
+	if c.MaxPendingHits == 0 {
+		c.MaxPendingHits = 100_000
+	}
 	return c
 }
 
@@ -99,6 +130,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cleanup-interval: must be positive, got %s", c.CleanupInterval)
 	case c.CleanupBatch <= 0:
 		return fmt.Errorf("cleanup-batch: must be positive, got %d", c.CleanupBatch)
+	case c.ProjectBound.Entries < 0 || c.ProjectBound.OutputBytes < 0:
+		return fmt.Errorf("max-entries-per-project and max-output-bytes-per-project: must be positive, got %d and %d",
+			c.ProjectBound.Entries, c.ProjectBound.OutputBytes)
+	case c.MaxPendingHits < 0:
+		return fmt.Errorf("max-pending-hits: must be positive, got %d", c.MaxPendingHits)
+	}
+	for project, b := range c.ProjectBounds {
+		if b.Entries <= 0 || b.OutputBytes <= 0 {
+			return fmt.Errorf("project-bound %s: entries and output bytes must be positive, got %d and %d", project, b.Entries, b.OutputBytes)
+		}
 	}
 	return c.Auth.WithDefaults().Validate()
 }
@@ -122,12 +163,66 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}
 		st := store.New(d.Pool)
 		res := service.Reservations{MinHeartbeat: cfg.MinHeartbeat, MaxHeartbeat: cfg.MaxHeartbeat, GraceMultiplier: cfg.HeartbeatGraceMultiplier}
-		server.Handle(d.Server, service.New(st, res, metrics, log), cachev1connect.NewCacheServiceHandler)
+		hits := service.NewHits(cfg.MaxPendingHits)
+		server.Handle(d.Server, service.New(st, res, metrics, hits, log), cachev1connect.NewCacheServiceHandler)
 		clog := log.With("component", "cleanup")
 		return []app.Background{func(ctx context.Context) {
-			app.Every(ctx, cfg.CleanupInterval, func(ctx context.Context) { cleanup(ctx, st, cfg, metrics, clog) })
+			app.Every(ctx, cfg.CleanupInterval, func(ctx context.Context) {
+				cleanup(ctx, st, cfg, metrics, clog)
+				flushHits(ctx, st, hits, metrics, clog)
+				evict(ctx, st, cfg, metrics, clog)
+			})
 		}}, nil
 	}, started)
+}
+
+// flushHits writes the hits noted since the last pass, so that eviction orders entries
+// by their use.
+func flushHits(ctx context.Context, st *store.Store, hits *service.Hits, m *service.Metrics, log *slog.Logger) {
+	_, dropped, err := hits.Flush(ctx, st)
+	m.HitsDropped(dropped)
+	if err != nil && ctx.Err() == nil {
+		log.Warn("recording hits failed; they are kept for the next pass", "error", err)
+	}
+}
+
+// evict brings every project past its bound back to it, least recently used entries
+// first, unless another replica is doing so.
+func evict(ctx context.Context, st *store.Store, cfg Config, m *service.Metrics, log *slog.Logger) {
+	_, err := st.Exclusively(ctx, func(ctx context.Context) error {
+		usage, err := st.ProjectUsage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, u := range usage {
+			bound, ok := cfg.ProjectBounds[u.Project]
+			if !ok {
+				bound = cfg.ProjectBound
+			}
+			entries, bytes := u.Entries-bound.Entries, u.Bytes-bound.OutputBytes
+			var total store.Evicted
+			for entries > 0 || bytes > 0 {
+				e, err := st.Evict(ctx, u.Project, max(entries, 0), max(bytes, 0), cfg.CleanupBatch)
+				if err != nil {
+					return err
+				}
+				m.Evicted(e.Entries, e.Bytes)
+				total.Entries, total.Bytes = total.Entries+e.Entries, total.Bytes+e.Bytes
+				entries, bytes = entries-e.Entries, bytes-e.Bytes
+				if e.Entries == 0 {
+					break // what is left is being written; the next pass sees it
+				}
+			}
+			if total.Entries > 0 {
+				log.Info("evicted least recently used cache entries", "project", u.Project, "entries", total.Entries,
+					"output_bytes", total.Bytes, "bound_entries", bound.Entries, "bound_output_bytes", bound.OutputBytes)
+			}
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		log.Warn("eviction failed", "error", err)
+	}
 }
 
 // cleanup removes expired reservations and, with a TTL, old entries, a batch at a time.

@@ -89,6 +89,17 @@ var (
 	deleteExpiredReservationsSQL string
 	//go:embed queries/delete_old_entries.sql
 	deleteOldEntriesSQL string
+	//go:embed queries/put_and_release.sql
+	releasedAfterPutSQL string
+	//go:embed queries/record_hits.sql
+	recordHitsSQL string
+	//go:embed queries/project_usage.sql
+	projectUsageSQL string
+	//go:embed queries/evict.sql
+	evictSQL string
+
+	// putAndReleaseSQL is put.sql's statement with the release after it.
+	putAndReleaseSQL = "WITH put AS (\n" + putSQL + "\n)\n" + releasedAfterPutSQL
 )
 
 // Store reads and writes entries and reservations.
@@ -153,6 +164,8 @@ type PutRequest struct {
 	Overwrite bool
 	// MaxAge, when positive, lets an entry last written longer ago than this be replaced.
 	MaxAge time.Duration
+	// OutputBytes is the outputs' size, counted against the project's bound.
+	OutputBytes uint64
 }
 
 // PutResult is the stored entry and whether it replaced another.
@@ -165,6 +178,9 @@ func (r PutRequest) check() error {
 	src := r.Source
 	if r.SourceAttempt > math.MaxInt32 {
 		return &FieldError{"source_attempt", "does not fit the stored integer"}
+	}
+	if r.OutputBytes > math.MaxInt64 {
+		return &FieldError{"output_bytes", "does not fit the stored integer"}
 	}
 	return checkTexts(append(r.Key.texts(),
 		textField{"output_uri", r.OutputURI, maxOutputURIBytes},
@@ -179,13 +195,7 @@ func (s *Store) Put(ctx context.Context, r PutRequest) (PutResult, error) {
 	if err := r.check(); err != nil {
 		return PutResult{}, err
 	}
-	src := r.Source
-	row := s.pool.QueryRow(ctx, putSQL, r.Key.args(pgx.StrictNamedArgs{
-		"output_uri":     r.OutputURI,
-		"source_project": src.GetProject(), "source_domain": src.GetDomain(),
-		"source_run": src.GetRun(), "source_action": src.GetAction(), "source_attempt": int32(r.SourceAttempt),
-		"overwrite": r.Overwrite, "max_age_seconds": maxAgeSeconds(r.MaxAge),
-	}))
+	row := s.pool.QueryRow(ctx, putSQL, r.args(nil))
 	var replaced bool
 	out, err := scanOutput(row, r.Key, &replaced)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -195,6 +205,38 @@ func (s *Store) Put(ctx context.Context, r PutRequest) (PutResult, error) {
 		return PutResult{}, fmt.Errorf("store: storing %s: %w", r.Key, err)
 	}
 	return PutResult{Output: out, Replaced: replaced}, nil
+}
+
+// args names put.sql's parameters, and others.
+func (r PutRequest) args(others pgx.StrictNamedArgs) pgx.StrictNamedArgs {
+	src := r.Source
+	args := r.Key.args(pgx.StrictNamedArgs{
+		"output_uri":     r.OutputURI,
+		"source_project": src.GetProject(), "source_domain": src.GetDomain(),
+		"source_run": src.GetRun(), "source_action": src.GetAction(), "source_attempt": int32(r.SourceAttempt),
+		"overwrite": r.Overwrite, "max_age_seconds": maxAgeSeconds(r.MaxAge), "output_bytes": int64(r.OutputBytes),
+	})
+	maps.Copy(args, others)
+	return args
+}
+
+// PutAndRelease stores an entry as Put does and, in the same statement, deletes k's
+// reservation if c holds it, reporting whether it did. When an entry exists that may
+// not be replaced it returns ErrExists and changes nothing: the reservation stays.
+func (s *Store) PutAndRelease(ctx context.Context, r PutRequest, c Claimant) (PutResult, bool, error) {
+	if err := errors.Join(r.check(), c.check()); err != nil {
+		return PutResult{}, false, err
+	}
+	row := s.pool.QueryRow(ctx, putAndReleaseSQL, r.args(pgx.StrictNamedArgs{"owner_id": c.OwnerID, "holder": c.Identity}))
+	var replaced, released bool
+	out, err := scanOutput(row, r.Key, &replaced, &released)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PutResult{}, false, ErrExists
+	}
+	if err != nil {
+		return PutResult{}, false, fmt.Errorf("store: storing %s and releasing it: %w", r.Key, err)
+	}
+	return PutResult{Output: out, Replaced: replaced}, released, nil
 }
 
 // Delete removes the entry for k and reports whether there was one.
@@ -241,21 +283,35 @@ const (
 
 // Claimant is who asks for a reservation: the owner_id it names its work by, and the
 // identity it authenticated as. A reservation is extended or released only when both
-// are the holder's, since an owner_id alone is guessable.
+// are the holder's, since an owner_id alone is guessable. Run and Action, when set,
+// name the action it computes the key for (in the key's project and domain), which
+// those it refuses are told.
 type Claimant struct {
 	OwnerID, Identity string
+	Run, Action       string
 }
 
 func (c Claimant) check() error {
-	return checkTexts(textField{"owner_id", c.OwnerID, maxOwnerIDBytes}, textField{"caller identity", c.Identity, maxIdentityNameBytes})
+	return checkTexts(textField{"owner_id", c.OwnerID, maxOwnerIDBytes}, textField{"caller identity", c.Identity, maxIdentityNameBytes},
+		textField{"action.run", c.Run, maxNameBytes}, textField{"action.action", c.Action, maxNameBytes})
 }
 
-// Reservation is a key's reservation. OwnerID is set only when the caller holds it: who
-// else does is not the caller's to know.
+// Reservation is a key's reservation. OwnerID is set only when the caller holds it: an
+// owner_id is not the others' to know. HolderRun and HolderAction name the action the
+// holder computes for, when it named one, and are told to everyone.
 type Reservation struct {
-	OwnerID   string
-	Heartbeat time.Duration
-	ExpiresAt time.Time
+	OwnerID                 string
+	HolderRun, HolderAction string
+	Heartbeat               time.Duration
+	ExpiresAt               time.Time
+}
+
+// nullIfEmpty is a text parameter that is NULL when empty.
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // GetOrExtendReservation takes k's reservation for c when it is free or expired, extends
@@ -269,18 +325,23 @@ func (s *Store) GetOrExtendReservation(ctx context.Context, k Key, c Claimant, h
 	// it; then nothing comes back, and it is run again.
 	args := k.args(pgx.StrictNamedArgs{
 		"owner_id": c.OwnerID, "holder": c.Identity, "heartbeat_seconds": heartbeat.Seconds(), "grace": grace,
+		"holder_run": nullIfEmpty(c.Run), "holder_action": nullIfEmpty(c.Action),
 	})
 	for range 5 {
 		var (
 			res                          Reservation
+			holderRun, holderAction      *string
 			acquired, inserted, extended bool
 		)
-		err := s.pool.QueryRow(ctx, reserveSQL, args).Scan(&res.Heartbeat, &res.ExpiresAt, &acquired, &inserted, &extended)
+		err := s.pool.QueryRow(ctx, reserveSQL, args).Scan(&res.Heartbeat, &res.ExpiresAt, &holderRun, &holderAction, &acquired, &inserted, &extended)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
 		if err != nil {
 			return Reservation{}, 0, fmt.Errorf("store: reserving %s: %w", k, err)
+		}
+		if holderRun != nil && holderAction != nil {
+			res.HolderRun, res.HolderAction = *holderRun, *holderAction
 		}
 		if !acquired {
 			return res, Refused, nil

@@ -210,6 +210,16 @@ func (a *Auth) authorize(ctx context.Context, rules Rules, procedure string, msg
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is not open to any caller", procedure))
 	}
 	u := UserFrom(ctx)
+	for _, r := range append([]Rule{rule}, rule.Also...) {
+		if err := a.check(ctx, u, r, procedure, msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check authorizes one rule of procedure for msg, in each project it touches.
+func (a *Auth) check(ctx context.Context, u userInfo, rule Rule, procedure string, msg any) error {
 	projects := []string{""}
 	if rule.Projects != nil {
 		if p := rule.Projects(msg); len(p) > 0 {

@@ -22,6 +22,9 @@ type Rule struct {
 	// Projects lists the projects the (validated) request message touches; each one
 	// must be allowed. An empty list checks the rule cluster-wide.
 	Projects func(msg any) []string
+	// Also are further rules the call needs, each checked as this one: an RPC that does
+	// the work of two (a lookup that also reserves) needs what both need.
+	Also []Rule
 }
 
 // Rules maps a procedure ("/package.Service/Method") to its rule. A procedure without a

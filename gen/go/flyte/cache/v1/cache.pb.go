@@ -220,7 +220,10 @@ type Reservation struct {
 	// heartbeat_interval is how often the holder must extend it, as granted by the server.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,3,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
 	// expires_at is when others may take it over unless the holder extends it.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// holder_action is the action the holder said it computes the key for, told to every
+	// caller (so a waiter can say whom it waits on); unset when the holder named none.
+	HolderAction  *v1.ActionIdentifier `protobuf:"bytes,5,opt,name=holder_action,json=holderAction,proto3" json:"holder_action,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +282,13 @@ func (x *Reservation) GetHeartbeatInterval() *durationpb.Duration {
 func (x *Reservation) GetExpiresAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Reservation) GetHolderAction() *v1.ActionIdentifier {
+	if x != nil {
+		return x.HolderAction
 	}
 	return nil
 }
@@ -400,7 +410,11 @@ type PutRequest struct {
 	// overwrite replaces an existing entry instead of failing with AlreadyExists.
 	Overwrite bool `protobuf:"varint,5,opt,name=overwrite,proto3" json:"overwrite,omitempty"`
 	// max_age, when set, lets an existing entry older than this be replaced.
-	MaxAge        *durationpb.Duration `protobuf:"bytes,6,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	MaxAge *durationpb.Duration `protobuf:"bytes,6,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	// output_bytes is the size of the outputs at output_uri, as their writer knows it; it
+	// counts against the project's bound on the outputs' total size, past which the least
+	// recently used entries are evicted.
+	OutputBytes   uint64 `protobuf:"varint,7,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -475,6 +489,13 @@ func (x *PutRequest) GetMaxAge() *durationpb.Duration {
 		return x.MaxAge
 	}
 	return nil
+}
+
+func (x *PutRequest) GetOutputBytes() uint64 {
+	if x != nil {
+		return x.OutputBytes
+	}
+	return 0
 }
 
 // PutResponse holds the stored entry.
@@ -746,8 +767,11 @@ type GetOrExtendReservationRequest struct {
 	// its minimum (1 s unless configured otherwise), so that a reservation does not expire
 	// as it is granted, and at most its maximum.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,3,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// action, when set, is the action the caller computes the key for, told to those the
+	// reservation refuses. It must be in the key's project and domain.
+	Action        *v1.ActionIdentifier `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetOrExtendReservationRequest) Reset() {
@@ -797,6 +821,13 @@ func (x *GetOrExtendReservationRequest) GetOwnerId() string {
 func (x *GetOrExtendReservationRequest) GetHeartbeatInterval() *durationpb.Duration {
 	if x != nil {
 		return x.HeartbeatInterval
+	}
+	return nil
+}
+
+func (x *GetOrExtendReservationRequest) GetAction() *v1.ActionIdentifier {
+	if x != nil {
+		return x.Action
 	}
 	return nil
 }
@@ -959,6 +990,305 @@ func (x *ReleaseReservationResponse) GetReleased() bool {
 	return false
 }
 
+// LookupOrReserveRequest looks a key up and, on a miss, asks for its reservation.
+type LookupOrReserveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key identifies the entry and the computation to reserve.
+	Key *CacheKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// max_age, when set, makes an entry last written longer ago than this count as absent.
+	MaxAge *durationpb.Duration `protobuf:"bytes,2,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	// owner_id identifies the caller, as in GetOrExtendReservation.
+	OwnerId string `protobuf:"bytes,3,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// heartbeat_interval is how often the caller will extend, as in
+	// GetOrExtendReservation.
+	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,4,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
+	// action is the action the caller computes the key for, told to those the reservation
+	// refuses. It must be in the key's project and domain.
+	Action *v1.ActionIdentifier `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
+	// skip_lookup reserves without reading the entry: for a caller that will overwrite it
+	// whatever it holds, or that found a hit's outputs gone.
+	SkipLookup    bool `protobuf:"varint,6,opt,name=skip_lookup,json=skipLookup,proto3" json:"skip_lookup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupOrReserveRequest) Reset() {
+	*x = LookupOrReserveRequest{}
+	mi := &file_flyte_cache_v1_cache_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupOrReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupOrReserveRequest) ProtoMessage() {}
+
+func (x *LookupOrReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flyte_cache_v1_cache_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupOrReserveRequest.ProtoReflect.Descriptor instead.
+func (*LookupOrReserveRequest) Descriptor() ([]byte, []int) {
+	return file_flyte_cache_v1_cache_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *LookupOrReserveRequest) GetKey() *CacheKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *LookupOrReserveRequest) GetMaxAge() *durationpb.Duration {
+	if x != nil {
+		return x.MaxAge
+	}
+	return nil
+}
+
+func (x *LookupOrReserveRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *LookupOrReserveRequest) GetHeartbeatInterval() *durationpb.Duration {
+	if x != nil {
+		return x.HeartbeatInterval
+	}
+	return nil
+}
+
+func (x *LookupOrReserveRequest) GetAction() *v1.ActionIdentifier {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+func (x *LookupOrReserveRequest) GetSkipLookup() bool {
+	if x != nil {
+		return x.SkipLookup
+	}
+	return false
+}
+
+// LookupOrReserveResponse is a hit's entry, or the key's reservation.
+type LookupOrReserveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*LookupOrReserveResponse_Output
+	//	*LookupOrReserveResponse_Reservation
+	Result isLookupOrReserveResponse_Result `protobuf_oneof:"result"`
+	// acquired is true when the caller holds the reservation.
+	Acquired      bool `protobuf:"varint,3,opt,name=acquired,proto3" json:"acquired,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupOrReserveResponse) Reset() {
+	*x = LookupOrReserveResponse{}
+	mi := &file_flyte_cache_v1_cache_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupOrReserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupOrReserveResponse) ProtoMessage() {}
+
+func (x *LookupOrReserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flyte_cache_v1_cache_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupOrReserveResponse.ProtoReflect.Descriptor instead.
+func (*LookupOrReserveResponse) Descriptor() ([]byte, []int) {
+	return file_flyte_cache_v1_cache_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LookupOrReserveResponse) GetResult() isLookupOrReserveResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *LookupOrReserveResponse) GetOutput() *CachedOutput {
+	if x != nil {
+		if x, ok := x.Result.(*LookupOrReserveResponse_Output); ok {
+			return x.Output
+		}
+	}
+	return nil
+}
+
+func (x *LookupOrReserveResponse) GetReservation() *Reservation {
+	if x != nil {
+		if x, ok := x.Result.(*LookupOrReserveResponse_Reservation); ok {
+			return x.Reservation
+		}
+	}
+	return nil
+}
+
+func (x *LookupOrReserveResponse) GetAcquired() bool {
+	if x != nil {
+		return x.Acquired
+	}
+	return false
+}
+
+type isLookupOrReserveResponse_Result interface {
+	isLookupOrReserveResponse_Result()
+}
+
+type LookupOrReserveResponse_Output struct {
+	// output is the cached entry: a hit.
+	Output *CachedOutput `protobuf:"bytes,1,opt,name=output,proto3,oneof"`
+}
+
+type LookupOrReserveResponse_Reservation struct {
+	// reservation is the key's reservation on a miss, the caller's when acquired.
+	Reservation *Reservation `protobuf:"bytes,2,opt,name=reservation,proto3,oneof"`
+}
+
+func (*LookupOrReserveResponse_Output) isLookupOrReserveResponse_Result() {}
+
+func (*LookupOrReserveResponse_Reservation) isLookupOrReserveResponse_Result() {}
+
+// PutAndReleaseRequest stores an entry and gives up the caller's reservation of its key.
+type PutAndReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// put is the entry to store, as Put takes it.
+	Put *PutRequest `protobuf:"bytes,1,opt,name=put,proto3" json:"put,omitempty"`
+	// owner_id must be the holder's, and the caller the identity that took the
+	// reservation, for the reservation to go.
+	OwnerId       string `protobuf:"bytes,2,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutAndReleaseRequest) Reset() {
+	*x = PutAndReleaseRequest{}
+	mi := &file_flyte_cache_v1_cache_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutAndReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutAndReleaseRequest) ProtoMessage() {}
+
+func (x *PutAndReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flyte_cache_v1_cache_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutAndReleaseRequest.ProtoReflect.Descriptor instead.
+func (*PutAndReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_flyte_cache_v1_cache_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PutAndReleaseRequest) GetPut() *PutRequest {
+	if x != nil {
+		return x.Put
+	}
+	return nil
+}
+
+func (x *PutAndReleaseRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+// PutAndReleaseResponse holds the stored entry and whether the reservation went.
+type PutAndReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// output is the entry as stored.
+	Output *CachedOutput `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
+	// released is true when the caller's reservation was removed.
+	Released      bool `protobuf:"varint,2,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutAndReleaseResponse) Reset() {
+	*x = PutAndReleaseResponse{}
+	mi := &file_flyte_cache_v1_cache_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutAndReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutAndReleaseResponse) ProtoMessage() {}
+
+func (x *PutAndReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flyte_cache_v1_cache_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutAndReleaseResponse.ProtoReflect.Descriptor instead.
+func (*PutAndReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_flyte_cache_v1_cache_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PutAndReleaseResponse) GetOutput() *CachedOutput {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *PutAndReleaseResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
 var File_flyte_cache_v1_cache_proto protoreflect.FileDescriptor
 
 const file_flyte_cache_v1_cache_proto_rawDesc = "" +
@@ -981,19 +1311,20 @@ const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xd9\x01\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x9f\x02\n" +
 	"\vReservation\x12*\n" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyR\x03key\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12H\n" +
 	"\x12heartbeat_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x129\n" +
 	"\n" +
-	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"~\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12D\n" +
+	"\rholder_action\x18\x05 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierR\fholderAction\"~\n" +
 	"\n" +
 	"GetRequest\x122\n" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12<\n" +
 	"\amax_age\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\x06maxAge\"C\n" +
 	"\vGetResponse\x124\n" +
-	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputR\x06output\"\xcb\x02\n" +
+	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputR\x06output\"\xfc\x02\n" +
 	"\n" +
 	"PutRequest\x122\n" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12-\n" +
@@ -1002,7 +1333,8 @@ const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\rsource_action\x18\x03 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\fsourceAction\x120\n" +
 	"\x0esource_attempt\x18\x04 \x01(\rB\t\xbaH\x06*\x04\x18o(\x01R\rsourceAttempt\x12\x1c\n" +
 	"\toverwrite\x18\x05 \x01(\bR\toverwrite\x12<\n" +
-	"\amax_age\x18\x06 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\x06maxAge\"C\n" +
+	"\amax_age\x18\x06 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\x06maxAge\x12/\n" +
+	"\foutput_bytes\x18\a \x01(\x04B\f\xbaH\t2\a\x18\x80\x80\x80\x80\x80 R\voutputBytes\"C\n" +
 	"\vPutResponse\x124\n" +
 	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputR\x06output\"C\n" +
 	"\rDeleteRequest\x122\n" +
@@ -1015,11 +1347,13 @@ const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\ttask_name\x18\x03 \x01(\tB+\xbaH(r&\x10\x01\x18\xff\x012\x1f^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$R\btaskName\x12@\n" +
 	"\rcache_version\x18\x04 \x01(\tB\x1b\xbaH\x18\xd8\x01\x01r\x13\x18\x80\x012\x0e^[\\x21-\\x7e]+$R\fcacheVersion\".\n" +
 	"\x12InvalidateResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\xeb\x01\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\xde\x03\n" +
 	"\x1dGetOrExtendReservationRequest\x122\n" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12:\n" +
 	"\bowner_id\x18\x02 \x01(\tB\x1f\xbaH\x1cr\x1a\x10\x01\x18\x80\x022\x13^[^\\x00-\\x1f\\x7f]+$R\aownerId\x12Z\n" +
-	"\x12heartbeat_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x10\xbaH\r\xc8\x01\x01\xaa\x01\a\"\x03\b\x90\x1c*\x00R\x11heartbeatInterval\"{\n" +
+	"\x12heartbeat_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x10\xbaH\r\xc8\x01\x01\xaa\x01\a\"\x03\b\x90\x1c*\x00R\x11heartbeatInterval\x127\n" +
+	"\x06action\x18\x04 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierR\x06action:\xb7\x01\xbaH\xb3\x01\x1a\xb0\x01\n" +
+	"\x15action_in_key_project\x12.action must be in the key's project and domain\x1ag!has(this.action) || (this.action.project == this.key.project && this.action.domain == this.key.domain)\"{\n" +
 	"\x1eGetOrExtendReservationResponse\x12=\n" +
 	"\vreservation\x18\x01 \x01(\v2\x1b.flyte.cache.v1.ReservationR\vreservation\x12\x1a\n" +
 	"\bacquired\x18\x02 \x01(\bR\bacquired\"\x8b\x01\n" +
@@ -1027,7 +1361,27 @@ const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12:\n" +
 	"\bowner_id\x18\x02 \x01(\tB\x1f\xbaH\x1cr\x1a\x10\x01\x18\x80\x022\x13^[^\\x00-\\x1f\\x7f]+$R\aownerId\"8\n" +
 	"\x1aReleaseReservationResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\bR\breleased2\xa6\x04\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"\xb6\x04\n" +
+	"\x16LookupOrReserveRequest\x122\n" +
+	"\x03key\x18\x01 \x01(\v2\x18.flyte.cache.v1.CacheKeyB\x06\xbaH\x03\xc8\x01\x01R\x03key\x12<\n" +
+	"\amax_age\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\x06maxAge\x12:\n" +
+	"\bowner_id\x18\x03 \x01(\tB\x1f\xbaH\x1cr\x1a\x10\x01\x18\x80\x022\x13^[^\\x00-\\x1f\\x7f]+$R\aownerId\x12Z\n" +
+	"\x12heartbeat_interval\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x10\xbaH\r\xc8\x01\x01\xaa\x01\a\"\x03\b\x90\x1c*\x00R\x11heartbeatInterval\x127\n" +
+	"\x06action\x18\x05 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierR\x06action\x12\x1f\n" +
+	"\vskip_lookup\x18\x06 \x01(\bR\n" +
+	"skipLookup:\xb7\x01\xbaH\xb3\x01\x1a\xb0\x01\n" +
+	"\x15action_in_key_project\x12.action must be in the key's project and domain\x1ag!has(this.action) || (this.action.project == this.key.project && this.action.domain == this.key.domain)\"\xb8\x01\n" +
+	"\x17LookupOrReserveResponse\x126\n" +
+	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputH\x00R\x06output\x12?\n" +
+	"\vreservation\x18\x02 \x01(\v2\x1b.flyte.cache.v1.ReservationH\x00R\vreservation\x12\x1a\n" +
+	"\bacquired\x18\x03 \x01(\bR\bacquiredB\b\n" +
+	"\x06result\"\x88\x01\n" +
+	"\x14PutAndReleaseRequest\x124\n" +
+	"\x03put\x18\x01 \x01(\v2\x1a.flyte.cache.v1.PutRequestB\x06\xbaH\x03\xc8\x01\x01R\x03put\x12:\n" +
+	"\bowner_id\x18\x02 \x01(\tB\x1f\xbaH\x1cr\x1a\x10\x01\x18\x80\x022\x13^[^\\x00-\\x1f\\x7f]+$R\aownerId\"i\n" +
+	"\x15PutAndReleaseResponse\x124\n" +
+	"\x06output\x18\x01 \x01(\v2\x1c.flyte.cache.v1.CachedOutputR\x06output\x12\x1a\n" +
+	"\breleased\x18\x02 \x01(\bR\breleased2\xe8\x05\n" +
 	"\fCacheService\x12C\n" +
 	"\x03Get\x12\x1a.flyte.cache.v1.GetRequest\x1a\x1b.flyte.cache.v1.GetResponse\"\x03\x90\x02\x01\x12>\n" +
 	"\x03Put\x12\x1a.flyte.cache.v1.PutRequest\x1a\x1b.flyte.cache.v1.PutResponse\x12L\n" +
@@ -1035,7 +1389,9 @@ const file_flyte_cache_v1_cache_proto_rawDesc = "" +
 	"\n" +
 	"Invalidate\x12!.flyte.cache.v1.InvalidateRequest\x1a\".flyte.cache.v1.InvalidateResponse\"\x03\x90\x02\x02\x12w\n" +
 	"\x16GetOrExtendReservation\x12-.flyte.cache.v1.GetOrExtendReservationRequest\x1a..flyte.cache.v1.GetOrExtendReservationResponse\x12p\n" +
-	"\x12ReleaseReservation\x12).flyte.cache.v1.ReleaseReservationRequest\x1a*.flyte.cache.v1.ReleaseReservationResponse\"\x03\x90\x02\x02B<Z:github.com/flytekube/backend/gen/go/flyte/cache/v1;cachev1b\x06proto3"
+	"\x12ReleaseReservation\x12).flyte.cache.v1.ReleaseReservationRequest\x1a*.flyte.cache.v1.ReleaseReservationResponse\"\x03\x90\x02\x02\x12b\n" +
+	"\x0fLookupOrReserve\x12&.flyte.cache.v1.LookupOrReserveRequest\x1a'.flyte.cache.v1.LookupOrReserveResponse\x12\\\n" +
+	"\rPutAndRelease\x12$.flyte.cache.v1.PutAndReleaseRequest\x1a%.flyte.cache.v1.PutAndReleaseResponseB<Z:github.com/flytekube/backend/gen/go/flyte/cache/v1;cachev1b\x06proto3"
 
 var (
 	file_flyte_cache_v1_cache_proto_rawDescOnce sync.Once
@@ -1049,7 +1405,7 @@ func file_flyte_cache_v1_cache_proto_rawDescGZIP() []byte {
 	return file_flyte_cache_v1_cache_proto_rawDescData
 }
 
-var file_flyte_cache_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_flyte_cache_v1_cache_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_flyte_cache_v1_cache_proto_goTypes = []any{
 	(*CacheKey)(nil),                       // 0: flyte.cache.v1.CacheKey
 	(*CachedOutput)(nil),                   // 1: flyte.cache.v1.CachedOutput
@@ -1066,47 +1422,65 @@ var file_flyte_cache_v1_cache_proto_goTypes = []any{
 	(*GetOrExtendReservationResponse)(nil), // 12: flyte.cache.v1.GetOrExtendReservationResponse
 	(*ReleaseReservationRequest)(nil),      // 13: flyte.cache.v1.ReleaseReservationRequest
 	(*ReleaseReservationResponse)(nil),     // 14: flyte.cache.v1.ReleaseReservationResponse
-	(*v1.ActionIdentifier)(nil),            // 15: flyte.core.v1.ActionIdentifier
-	(*timestamppb.Timestamp)(nil),          // 16: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 17: google.protobuf.Duration
+	(*LookupOrReserveRequest)(nil),         // 15: flyte.cache.v1.LookupOrReserveRequest
+	(*LookupOrReserveResponse)(nil),        // 16: flyte.cache.v1.LookupOrReserveResponse
+	(*PutAndReleaseRequest)(nil),           // 17: flyte.cache.v1.PutAndReleaseRequest
+	(*PutAndReleaseResponse)(nil),          // 18: flyte.cache.v1.PutAndReleaseResponse
+	(*v1.ActionIdentifier)(nil),            // 19: flyte.core.v1.ActionIdentifier
+	(*timestamppb.Timestamp)(nil),          // 20: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 21: google.protobuf.Duration
 }
 var file_flyte_cache_v1_cache_proto_depIdxs = []int32{
 	0,  // 0: flyte.cache.v1.CachedOutput.key:type_name -> flyte.cache.v1.CacheKey
-	15, // 1: flyte.cache.v1.CachedOutput.source_action:type_name -> flyte.core.v1.ActionIdentifier
-	16, // 2: flyte.cache.v1.CachedOutput.created_at:type_name -> google.protobuf.Timestamp
-	16, // 3: flyte.cache.v1.CachedOutput.updated_at:type_name -> google.protobuf.Timestamp
+	19, // 1: flyte.cache.v1.CachedOutput.source_action:type_name -> flyte.core.v1.ActionIdentifier
+	20, // 2: flyte.cache.v1.CachedOutput.created_at:type_name -> google.protobuf.Timestamp
+	20, // 3: flyte.cache.v1.CachedOutput.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 4: flyte.cache.v1.Reservation.key:type_name -> flyte.cache.v1.CacheKey
-	17, // 5: flyte.cache.v1.Reservation.heartbeat_interval:type_name -> google.protobuf.Duration
-	16, // 6: flyte.cache.v1.Reservation.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 7: flyte.cache.v1.GetRequest.key:type_name -> flyte.cache.v1.CacheKey
-	17, // 8: flyte.cache.v1.GetRequest.max_age:type_name -> google.protobuf.Duration
-	1,  // 9: flyte.cache.v1.GetResponse.output:type_name -> flyte.cache.v1.CachedOutput
-	0,  // 10: flyte.cache.v1.PutRequest.key:type_name -> flyte.cache.v1.CacheKey
-	15, // 11: flyte.cache.v1.PutRequest.source_action:type_name -> flyte.core.v1.ActionIdentifier
-	17, // 12: flyte.cache.v1.PutRequest.max_age:type_name -> google.protobuf.Duration
-	1,  // 13: flyte.cache.v1.PutResponse.output:type_name -> flyte.cache.v1.CachedOutput
-	0,  // 14: flyte.cache.v1.DeleteRequest.key:type_name -> flyte.cache.v1.CacheKey
-	0,  // 15: flyte.cache.v1.GetOrExtendReservationRequest.key:type_name -> flyte.cache.v1.CacheKey
-	17, // 16: flyte.cache.v1.GetOrExtendReservationRequest.heartbeat_interval:type_name -> google.protobuf.Duration
-	2,  // 17: flyte.cache.v1.GetOrExtendReservationResponse.reservation:type_name -> flyte.cache.v1.Reservation
-	0,  // 18: flyte.cache.v1.ReleaseReservationRequest.key:type_name -> flyte.cache.v1.CacheKey
-	3,  // 19: flyte.cache.v1.CacheService.Get:input_type -> flyte.cache.v1.GetRequest
-	5,  // 20: flyte.cache.v1.CacheService.Put:input_type -> flyte.cache.v1.PutRequest
-	7,  // 21: flyte.cache.v1.CacheService.Delete:input_type -> flyte.cache.v1.DeleteRequest
-	9,  // 22: flyte.cache.v1.CacheService.Invalidate:input_type -> flyte.cache.v1.InvalidateRequest
-	11, // 23: flyte.cache.v1.CacheService.GetOrExtendReservation:input_type -> flyte.cache.v1.GetOrExtendReservationRequest
-	13, // 24: flyte.cache.v1.CacheService.ReleaseReservation:input_type -> flyte.cache.v1.ReleaseReservationRequest
-	4,  // 25: flyte.cache.v1.CacheService.Get:output_type -> flyte.cache.v1.GetResponse
-	6,  // 26: flyte.cache.v1.CacheService.Put:output_type -> flyte.cache.v1.PutResponse
-	8,  // 27: flyte.cache.v1.CacheService.Delete:output_type -> flyte.cache.v1.DeleteResponse
-	10, // 28: flyte.cache.v1.CacheService.Invalidate:output_type -> flyte.cache.v1.InvalidateResponse
-	12, // 29: flyte.cache.v1.CacheService.GetOrExtendReservation:output_type -> flyte.cache.v1.GetOrExtendReservationResponse
-	14, // 30: flyte.cache.v1.CacheService.ReleaseReservation:output_type -> flyte.cache.v1.ReleaseReservationResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	21, // 5: flyte.cache.v1.Reservation.heartbeat_interval:type_name -> google.protobuf.Duration
+	20, // 6: flyte.cache.v1.Reservation.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 7: flyte.cache.v1.Reservation.holder_action:type_name -> flyte.core.v1.ActionIdentifier
+	0,  // 8: flyte.cache.v1.GetRequest.key:type_name -> flyte.cache.v1.CacheKey
+	21, // 9: flyte.cache.v1.GetRequest.max_age:type_name -> google.protobuf.Duration
+	1,  // 10: flyte.cache.v1.GetResponse.output:type_name -> flyte.cache.v1.CachedOutput
+	0,  // 11: flyte.cache.v1.PutRequest.key:type_name -> flyte.cache.v1.CacheKey
+	19, // 12: flyte.cache.v1.PutRequest.source_action:type_name -> flyte.core.v1.ActionIdentifier
+	21, // 13: flyte.cache.v1.PutRequest.max_age:type_name -> google.protobuf.Duration
+	1,  // 14: flyte.cache.v1.PutResponse.output:type_name -> flyte.cache.v1.CachedOutput
+	0,  // 15: flyte.cache.v1.DeleteRequest.key:type_name -> flyte.cache.v1.CacheKey
+	0,  // 16: flyte.cache.v1.GetOrExtendReservationRequest.key:type_name -> flyte.cache.v1.CacheKey
+	21, // 17: flyte.cache.v1.GetOrExtendReservationRequest.heartbeat_interval:type_name -> google.protobuf.Duration
+	19, // 18: flyte.cache.v1.GetOrExtendReservationRequest.action:type_name -> flyte.core.v1.ActionIdentifier
+	2,  // 19: flyte.cache.v1.GetOrExtendReservationResponse.reservation:type_name -> flyte.cache.v1.Reservation
+	0,  // 20: flyte.cache.v1.ReleaseReservationRequest.key:type_name -> flyte.cache.v1.CacheKey
+	0,  // 21: flyte.cache.v1.LookupOrReserveRequest.key:type_name -> flyte.cache.v1.CacheKey
+	21, // 22: flyte.cache.v1.LookupOrReserveRequest.max_age:type_name -> google.protobuf.Duration
+	21, // 23: flyte.cache.v1.LookupOrReserveRequest.heartbeat_interval:type_name -> google.protobuf.Duration
+	19, // 24: flyte.cache.v1.LookupOrReserveRequest.action:type_name -> flyte.core.v1.ActionIdentifier
+	1,  // 25: flyte.cache.v1.LookupOrReserveResponse.output:type_name -> flyte.cache.v1.CachedOutput
+	2,  // 26: flyte.cache.v1.LookupOrReserveResponse.reservation:type_name -> flyte.cache.v1.Reservation
+	5,  // 27: flyte.cache.v1.PutAndReleaseRequest.put:type_name -> flyte.cache.v1.PutRequest
+	1,  // 28: flyte.cache.v1.PutAndReleaseResponse.output:type_name -> flyte.cache.v1.CachedOutput
+	3,  // 29: flyte.cache.v1.CacheService.Get:input_type -> flyte.cache.v1.GetRequest
+	5,  // 30: flyte.cache.v1.CacheService.Put:input_type -> flyte.cache.v1.PutRequest
+	7,  // 31: flyte.cache.v1.CacheService.Delete:input_type -> flyte.cache.v1.DeleteRequest
+	9,  // 32: flyte.cache.v1.CacheService.Invalidate:input_type -> flyte.cache.v1.InvalidateRequest
+	11, // 33: flyte.cache.v1.CacheService.GetOrExtendReservation:input_type -> flyte.cache.v1.GetOrExtendReservationRequest
+	13, // 34: flyte.cache.v1.CacheService.ReleaseReservation:input_type -> flyte.cache.v1.ReleaseReservationRequest
+	15, // 35: flyte.cache.v1.CacheService.LookupOrReserve:input_type -> flyte.cache.v1.LookupOrReserveRequest
+	17, // 36: flyte.cache.v1.CacheService.PutAndRelease:input_type -> flyte.cache.v1.PutAndReleaseRequest
+	4,  // 37: flyte.cache.v1.CacheService.Get:output_type -> flyte.cache.v1.GetResponse
+	6,  // 38: flyte.cache.v1.CacheService.Put:output_type -> flyte.cache.v1.PutResponse
+	8,  // 39: flyte.cache.v1.CacheService.Delete:output_type -> flyte.cache.v1.DeleteResponse
+	10, // 40: flyte.cache.v1.CacheService.Invalidate:output_type -> flyte.cache.v1.InvalidateResponse
+	12, // 41: flyte.cache.v1.CacheService.GetOrExtendReservation:output_type -> flyte.cache.v1.GetOrExtendReservationResponse
+	14, // 42: flyte.cache.v1.CacheService.ReleaseReservation:output_type -> flyte.cache.v1.ReleaseReservationResponse
+	16, // 43: flyte.cache.v1.CacheService.LookupOrReserve:output_type -> flyte.cache.v1.LookupOrReserveResponse
+	18, // 44: flyte.cache.v1.CacheService.PutAndRelease:output_type -> flyte.cache.v1.PutAndReleaseResponse
+	37, // [37:45] is the sub-list for method output_type
+	29, // [29:37] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_flyte_cache_v1_cache_proto_init() }
@@ -1114,13 +1488,17 @@ func file_flyte_cache_v1_cache_proto_init() {
 	if File_flyte_cache_v1_cache_proto != nil {
 		return
 	}
+	file_flyte_cache_v1_cache_proto_msgTypes[16].OneofWrappers = []any{
+		(*LookupOrReserveResponse_Output)(nil),
+		(*LookupOrReserveResponse_Reservation)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flyte_cache_v1_cache_proto_rawDesc), len(file_flyte_cache_v1_cache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

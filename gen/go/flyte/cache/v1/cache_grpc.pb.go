@@ -25,6 +25,8 @@ const (
 	CacheService_Invalidate_FullMethodName             = "/flyte.cache.v1.CacheService/Invalidate"
 	CacheService_GetOrExtendReservation_FullMethodName = "/flyte.cache.v1.CacheService/GetOrExtendReservation"
 	CacheService_ReleaseReservation_FullMethodName     = "/flyte.cache.v1.CacheService/ReleaseReservation"
+	CacheService_LookupOrReserve_FullMethodName        = "/flyte.cache.v1.CacheService/LookupOrReserve"
+	CacheService_PutAndRelease_FullMethodName          = "/flyte.cache.v1.CacheService/PutAndRelease"
 )
 
 // CacheServiceClient is the client API for CacheService service.
@@ -57,6 +59,20 @@ type CacheServiceClient interface {
 	// authenticated identity) can release it; releasing a missing reservation, or someone
 	// else's, changes nothing and is not an error.
 	ReleaseReservation(ctx context.Context, in *ReleaseReservationRequest, opts ...grpc.CallOption) (*ReleaseReservationResponse, error)
+	// LookupOrReserve is Get and GetOrExtendReservation in one call, for a caller that
+	// would compute the key on a miss: a hit returns the entry; a miss returns the key's
+	// reservation, taken for the caller when nobody holds it, its holder's has expired or
+	// the caller holds it already, and otherwise the holder's, naming the holder's action
+	// and when the reservation expires. Having taken the reservation, the service looks
+	// again, so an entry stored by a holder that released meanwhile is a hit, and the
+	// reservation is given back. Needs both entries get and reservations update.
+	LookupOrReserve(ctx context.Context, in *LookupOrReserveRequest, opts ...grpc.CallOption) (*LookupOrReserveResponse, error)
+	// PutAndRelease is Put and ReleaseReservation in one transaction: the entry is stored
+	// and the caller's reservation of its key given up, or, when an entry exists that may
+	// not be replaced (AlreadyExists), nothing changes. Releasing a reservation the caller
+	// does not hold changes nothing, as ReleaseReservation. Needs both entries create and
+	// reservations update.
+	PutAndRelease(ctx context.Context, in *PutAndReleaseRequest, opts ...grpc.CallOption) (*PutAndReleaseResponse, error)
 }
 
 type cacheServiceClient struct {
@@ -127,6 +143,26 @@ func (c *cacheServiceClient) ReleaseReservation(ctx context.Context, in *Release
 	return out, nil
 }
 
+func (c *cacheServiceClient) LookupOrReserve(ctx context.Context, in *LookupOrReserveRequest, opts ...grpc.CallOption) (*LookupOrReserveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LookupOrReserveResponse)
+	err := c.cc.Invoke(ctx, CacheService_LookupOrReserve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *cacheServiceClient) PutAndRelease(ctx context.Context, in *PutAndReleaseRequest, opts ...grpc.CallOption) (*PutAndReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutAndReleaseResponse)
+	err := c.cc.Invoke(ctx, CacheService_PutAndRelease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CacheServiceServer is the server API for CacheService service.
 // All implementations must embed UnimplementedCacheServiceServer
 // for forward compatibility.
@@ -157,6 +193,20 @@ type CacheServiceServer interface {
 	// authenticated identity) can release it; releasing a missing reservation, or someone
 	// else's, changes nothing and is not an error.
 	ReleaseReservation(context.Context, *ReleaseReservationRequest) (*ReleaseReservationResponse, error)
+	// LookupOrReserve is Get and GetOrExtendReservation in one call, for a caller that
+	// would compute the key on a miss: a hit returns the entry; a miss returns the key's
+	// reservation, taken for the caller when nobody holds it, its holder's has expired or
+	// the caller holds it already, and otherwise the holder's, naming the holder's action
+	// and when the reservation expires. Having taken the reservation, the service looks
+	// again, so an entry stored by a holder that released meanwhile is a hit, and the
+	// reservation is given back. Needs both entries get and reservations update.
+	LookupOrReserve(context.Context, *LookupOrReserveRequest) (*LookupOrReserveResponse, error)
+	// PutAndRelease is Put and ReleaseReservation in one transaction: the entry is stored
+	// and the caller's reservation of its key given up, or, when an entry exists that may
+	// not be replaced (AlreadyExists), nothing changes. Releasing a reservation the caller
+	// does not hold changes nothing, as ReleaseReservation. Needs both entries create and
+	// reservations update.
+	PutAndRelease(context.Context, *PutAndReleaseRequest) (*PutAndReleaseResponse, error)
 	mustEmbedUnimplementedCacheServiceServer()
 }
 
@@ -184,6 +234,12 @@ func (UnimplementedCacheServiceServer) GetOrExtendReservation(context.Context, *
 }
 func (UnimplementedCacheServiceServer) ReleaseReservation(context.Context, *ReleaseReservationRequest) (*ReleaseReservationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseReservation not implemented")
+}
+func (UnimplementedCacheServiceServer) LookupOrReserve(context.Context, *LookupOrReserveRequest) (*LookupOrReserveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LookupOrReserve not implemented")
+}
+func (UnimplementedCacheServiceServer) PutAndRelease(context.Context, *PutAndReleaseRequest) (*PutAndReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutAndRelease not implemented")
 }
 func (UnimplementedCacheServiceServer) mustEmbedUnimplementedCacheServiceServer() {}
 func (UnimplementedCacheServiceServer) testEmbeddedByValue()                      {}
@@ -314,6 +370,42 @@ func _CacheService_ReleaseReservation_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CacheService_LookupOrReserve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LookupOrReserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CacheServiceServer).LookupOrReserve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CacheService_LookupOrReserve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CacheServiceServer).LookupOrReserve(ctx, req.(*LookupOrReserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CacheService_PutAndRelease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutAndReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CacheServiceServer).PutAndRelease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CacheService_PutAndRelease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CacheServiceServer).PutAndRelease(ctx, req.(*PutAndReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CacheService_ServiceDesc is the grpc.ServiceDesc for CacheService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -344,6 +436,14 @@ var CacheService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseReservation",
 			Handler:    _CacheService_ReleaseReservation_Handler,
+		},
+		{
+			MethodName: "LookupOrReserve",
+			Handler:    _CacheService_LookupOrReserve_Handler,
+		},
+		{
+			MethodName: "PutAndRelease",
+			Handler:    _CacheService_PutAndRelease_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -47,6 +47,12 @@ const (
 	// CacheServiceReleaseReservationProcedure is the fully-qualified name of the CacheService's
 	// ReleaseReservation RPC.
 	CacheServiceReleaseReservationProcedure = "/flyte.cache.v1.CacheService/ReleaseReservation"
+	// CacheServiceLookupOrReserveProcedure is the fully-qualified name of the CacheService's
+	// LookupOrReserve RPC.
+	CacheServiceLookupOrReserveProcedure = "/flyte.cache.v1.CacheService/LookupOrReserve"
+	// CacheServicePutAndReleaseProcedure is the fully-qualified name of the CacheService's
+	// PutAndRelease RPC.
+	CacheServicePutAndReleaseProcedure = "/flyte.cache.v1.CacheService/PutAndRelease"
 )
 
 // CacheServiceClient is a client for the flyte.cache.v1.CacheService service.
@@ -73,6 +79,20 @@ type CacheServiceClient interface {
 	// authenticated identity) can release it; releasing a missing reservation, or someone
 	// else's, changes nothing and is not an error.
 	ReleaseReservation(context.Context, *connect.Request[v1.ReleaseReservationRequest]) (*connect.Response[v1.ReleaseReservationResponse], error)
+	// LookupOrReserve is Get and GetOrExtendReservation in one call, for a caller that
+	// would compute the key on a miss: a hit returns the entry; a miss returns the key's
+	// reservation, taken for the caller when nobody holds it, its holder's has expired or
+	// the caller holds it already, and otherwise the holder's, naming the holder's action
+	// and when the reservation expires. Having taken the reservation, the service looks
+	// again, so an entry stored by a holder that released meanwhile is a hit, and the
+	// reservation is given back. Needs both entries get and reservations update.
+	LookupOrReserve(context.Context, *connect.Request[v1.LookupOrReserveRequest]) (*connect.Response[v1.LookupOrReserveResponse], error)
+	// PutAndRelease is Put and ReleaseReservation in one transaction: the entry is stored
+	// and the caller's reservation of its key given up, or, when an entry exists that may
+	// not be replaced (AlreadyExists), nothing changes. Releasing a reservation the caller
+	// does not hold changes nothing, as ReleaseReservation. Needs both entries create and
+	// reservations update.
+	PutAndRelease(context.Context, *connect.Request[v1.PutAndReleaseRequest]) (*connect.Response[v1.PutAndReleaseResponse], error)
 }
 
 // NewCacheServiceClient constructs a client for the flyte.cache.v1.CacheService service. By
@@ -126,6 +146,18 @@ func NewCacheServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyIdempotent),
 			connect.WithClientOptions(opts...),
 		),
+		lookupOrReserve: connect.NewClient[v1.LookupOrReserveRequest, v1.LookupOrReserveResponse](
+			httpClient,
+			baseURL+CacheServiceLookupOrReserveProcedure,
+			connect.WithSchema(cacheServiceMethods.ByName("LookupOrReserve")),
+			connect.WithClientOptions(opts...),
+		),
+		putAndRelease: connect.NewClient[v1.PutAndReleaseRequest, v1.PutAndReleaseResponse](
+			httpClient,
+			baseURL+CacheServicePutAndReleaseProcedure,
+			connect.WithSchema(cacheServiceMethods.ByName("PutAndRelease")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -137,6 +169,8 @@ type cacheServiceClient struct {
 	invalidate             *connect.Client[v1.InvalidateRequest, v1.InvalidateResponse]
 	getOrExtendReservation *connect.Client[v1.GetOrExtendReservationRequest, v1.GetOrExtendReservationResponse]
 	releaseReservation     *connect.Client[v1.ReleaseReservationRequest, v1.ReleaseReservationResponse]
+	lookupOrReserve        *connect.Client[v1.LookupOrReserveRequest, v1.LookupOrReserveResponse]
+	putAndRelease          *connect.Client[v1.PutAndReleaseRequest, v1.PutAndReleaseResponse]
 }
 
 // Get calls flyte.cache.v1.CacheService.Get.
@@ -169,6 +203,16 @@ func (c *cacheServiceClient) ReleaseReservation(ctx context.Context, req *connec
 	return c.releaseReservation.CallUnary(ctx, req)
 }
 
+// LookupOrReserve calls flyte.cache.v1.CacheService.LookupOrReserve.
+func (c *cacheServiceClient) LookupOrReserve(ctx context.Context, req *connect.Request[v1.LookupOrReserveRequest]) (*connect.Response[v1.LookupOrReserveResponse], error) {
+	return c.lookupOrReserve.CallUnary(ctx, req)
+}
+
+// PutAndRelease calls flyte.cache.v1.CacheService.PutAndRelease.
+func (c *cacheServiceClient) PutAndRelease(ctx context.Context, req *connect.Request[v1.PutAndReleaseRequest]) (*connect.Response[v1.PutAndReleaseResponse], error) {
+	return c.putAndRelease.CallUnary(ctx, req)
+}
+
 // CacheServiceHandler is an implementation of the flyte.cache.v1.CacheService service.
 type CacheServiceHandler interface {
 	// Get returns the cached output for a key; NotFound when there is none, or when it is
@@ -193,6 +237,20 @@ type CacheServiceHandler interface {
 	// authenticated identity) can release it; releasing a missing reservation, or someone
 	// else's, changes nothing and is not an error.
 	ReleaseReservation(context.Context, *connect.Request[v1.ReleaseReservationRequest]) (*connect.Response[v1.ReleaseReservationResponse], error)
+	// LookupOrReserve is Get and GetOrExtendReservation in one call, for a caller that
+	// would compute the key on a miss: a hit returns the entry; a miss returns the key's
+	// reservation, taken for the caller when nobody holds it, its holder's has expired or
+	// the caller holds it already, and otherwise the holder's, naming the holder's action
+	// and when the reservation expires. Having taken the reservation, the service looks
+	// again, so an entry stored by a holder that released meanwhile is a hit, and the
+	// reservation is given back. Needs both entries get and reservations update.
+	LookupOrReserve(context.Context, *connect.Request[v1.LookupOrReserveRequest]) (*connect.Response[v1.LookupOrReserveResponse], error)
+	// PutAndRelease is Put and ReleaseReservation in one transaction: the entry is stored
+	// and the caller's reservation of its key given up, or, when an entry exists that may
+	// not be replaced (AlreadyExists), nothing changes. Releasing a reservation the caller
+	// does not hold changes nothing, as ReleaseReservation. Needs both entries create and
+	// reservations update.
+	PutAndRelease(context.Context, *connect.Request[v1.PutAndReleaseRequest]) (*connect.Response[v1.PutAndReleaseResponse], error)
 }
 
 // NewCacheServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -242,6 +300,18 @@ func NewCacheServiceHandler(svc CacheServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyIdempotent),
 		connect.WithHandlerOptions(opts...),
 	)
+	cacheServiceLookupOrReserveHandler := connect.NewUnaryHandler(
+		CacheServiceLookupOrReserveProcedure,
+		svc.LookupOrReserve,
+		connect.WithSchema(cacheServiceMethods.ByName("LookupOrReserve")),
+		connect.WithHandlerOptions(opts...),
+	)
+	cacheServicePutAndReleaseHandler := connect.NewUnaryHandler(
+		CacheServicePutAndReleaseProcedure,
+		svc.PutAndRelease,
+		connect.WithSchema(cacheServiceMethods.ByName("PutAndRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/flyte.cache.v1.CacheService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case CacheServiceGetProcedure:
@@ -256,6 +326,10 @@ func NewCacheServiceHandler(svc CacheServiceHandler, opts ...connect.HandlerOpti
 			cacheServiceGetOrExtendReservationHandler.ServeHTTP(w, r)
 		case CacheServiceReleaseReservationProcedure:
 			cacheServiceReleaseReservationHandler.ServeHTTP(w, r)
+		case CacheServiceLookupOrReserveProcedure:
+			cacheServiceLookupOrReserveHandler.ServeHTTP(w, r)
+		case CacheServicePutAndReleaseProcedure:
+			cacheServicePutAndReleaseHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -287,4 +361,12 @@ func (UnimplementedCacheServiceHandler) GetOrExtendReservation(context.Context, 
 
 func (UnimplementedCacheServiceHandler) ReleaseReservation(context.Context, *connect.Request[v1.ReleaseReservationRequest]) (*connect.Response[v1.ReleaseReservationResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flyte.cache.v1.CacheService.ReleaseReservation is not implemented"))
+}
+
+func (UnimplementedCacheServiceHandler) LookupOrReserve(context.Context, *connect.Request[v1.LookupOrReserveRequest]) (*connect.Response[v1.LookupOrReserveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flyte.cache.v1.CacheService.LookupOrReserve is not implemented"))
+}
+
+func (UnimplementedCacheServiceHandler) PutAndRelease(context.Context, *connect.Request[v1.PutAndReleaseRequest]) (*connect.Response[v1.PutAndReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flyte.cache.v1.CacheService.PutAndRelease is not implemented"))
 }

@@ -1,0 +1,80 @@
+package cacheservice_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/flytekube/backend/cacheservice"
+	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
+	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/pgtest"
+)
+
+// TestEvictionKeepsEachProjectWithinItsBound: past a project's bound on entries, or on
+// its outputs' size, the least recently used entries go, a hit counting as a use; a
+// project within its bound keeps everything.
+func TestEvictionKeepsEachProjectWithinItsBound(t *testing.T) {
+	dbURL := pg.NewDatabase(t)
+	inst := startInstance(t, dbURL, func(c *cacheservice.Config) {
+		c.CleanupInterval = 200 * time.Millisecond
+		c.ProjectBound = cacheservice.Bound{Entries: 3, OutputBytes: 1 << 40}
+		c.ProjectBounds = map[string]cacheservice.Bound{"sized": {Entries: 100, OutputBytes: 1000}}
+	})
+	ctx := context.Background()
+	keyIn := func(project string, n int) *cachev1.CacheKey {
+		k := key("demo.train", "1", fmt.Sprintf("in%d", n))
+		k.Project = project
+		return k
+	}
+	putIn := func(project string, n int, bytes uint64) {
+		t.Helper()
+		k := keyIn(project, n)
+		_, err := put(ctx, inst.client, k, fmt.Sprintf("s3://bucket/%s/%d", project, n), func(p *cachev1.PutRequest) {
+			p.OutputBytes = bytes
+			p.SourceAction.Project = project
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // each written later than the one before
+	}
+	for n := 1; n <= 5; n++ {
+		putIn("counted", n, 0)
+	}
+	for n := 1; n <= 4; n++ {
+		putIn("sized", n, 400)
+	}
+	for n := 1; n <= 2; n++ {
+		putIn("within", n, 0)
+	}
+	// The first two are hit after all were written: the least recently used are now the
+	// third and fourth.
+	for _, n := range []int{1, 2} {
+		if _, err := inst.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: keyIn("counted", n)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	left := func(project string) []string {
+		var hashes []string
+		pgtest.QueryRow(t, dbURL, fmt.Sprintf("SELECT coalesce(array_agg(inputs_hash ORDER BY inputs_hash), '{}') FROM cached_outputs WHERE project = '%s'", project), &hashes)
+		return hashes
+	}
+	want := map[string][]string{"counted": {"in1", "in2", "in5"}, "sized": {"in3", "in4"}, "within": {"in1", "in2"}}
+	eventually.True(t, 10*time.Second, func() bool {
+		for project, w := range want {
+			if !slices.Equal(left(project), w) {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		return fmt.Sprintf("entries left: counted %v, sized %v, within %v; want %v", left("counted"), left("sized"), left("within"), want)
+	})
+	inst.RequireMetrics(t, "flyte_cache_evicted_entries_total 4", "flyte_cache_evicted_bytes_total 800")
+}
