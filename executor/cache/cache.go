@@ -185,70 +185,109 @@ type Decision struct {
 	OutputsURI string
 	// Wait: another owner holds the reservation; look again after Wait.
 	Wait time.Duration
-	// Holder says what is being waited for. The service does not tell a waiter who holds
-	// a reservation (an owner_id is guessable, so it is not told), so this names the
-	// reserved task and cache version.
+	// Holder says what is being waited for: the holder's run and action as the service
+	// tells them ("r1/a0"), or the reserved task and cache version when it names none.
 	Holder string
+	// HolderExpires is when the holder's reservation ends unless it heartbeats.
+	HolderExpires time.Time
 	// Status is the cache status to report when the action runs (Miss, or Skipped when
-	// the cache could not be consulted).
+	// the cache was not read: it could not be consulted, or the action overwrites).
 	Status flytev1.CacheStatus
+	// Stale: the entry's outputs were gone, so the action runs and replaces it.
+	Stale bool
+	// Overwrite: spec.cache.overwrite, so the entry was not read.
+	Overwrite bool
 }
 
 func owner(ta *flytev1.TaskAction) string { return ta.Namespace + "/" + ta.Name + "/" + string(ta.UID) }
+
+// actionOf is the action a reservation is taken for, as waiters are told.
+func actionOf(ta *flytev1.TaskAction) *flytecorev1.ActionIdentifier {
+	return &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName}
+}
 
 // Lookup consults the cache before an action runs. On a hit the cached outputs are
 // copied to outputsURI, through the action's own view of the data store: anyone who can
 // write the cache chooses where a hit's outputs are read from, so outputs where the
 // action may not read (the executor's own files, another project's data) make the hit a
-// miss, logged and counted. For a serializable action it then takes the reservation,
-// heartbeating it until Release, or reports whom to wait for; having taken it, it looks
-// again, and a hit then gives the reservation back.
+// miss, logged and counted. A serializable action looks up and reserves in one call
+// (LookupOrReserve): on a miss it holds the reservation, heartbeating it until Release,
+// or learns whom to wait for. With spec.cache.overwrite nothing is read: a serializable
+// action only reserves.
 func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) Decision {
 	key, err := c.key(ctx, ta)
 	if err != nil {
 		c.log.Warn("cache key unavailable; running without the cache", "action", ta.Name, "error", err)
 		return Decision{Status: flytev1.CacheSkipped}
 	}
-	switch d := c.get(ctx, ta, key, outputsURI); {
-	case d.Hit:
-		c.forgetKey(ta) // done with the cache
-		return d
-	case d.Status == flytev1.CacheSkipped || !ta.Spec.Cache.Serializable:
+	overwrite := ta.Spec.Cache.Overwrite
+	if !ta.Spec.Cache.Serializable {
+		if overwrite {
+			return Decision{Status: flytev1.CacheSkipped, Overwrite: true}
+		}
+		got, err := c.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: key}))
+		switch {
+		case connect.CodeOf(err) == connect.CodeNotFound:
+			return Decision{Status: flytev1.CacheMiss}
+		case err != nil:
+			c.log.Warn("cache service unavailable; treating as a miss", "action", ta.Name, "error", err)
+			return Decision{Status: flytev1.CacheSkipped}
+		}
+		d := c.useHit(ctx, ta, got.Msg.GetOutput(), outputsURI)
+		if d.Hit {
+			c.forgetKey(ta) // done with the cache
+		}
 		return d
 	}
-	res, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
-		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat),
-	}))
+	res, err := c.lookupOrReserve(ctx, ta, key, overwrite)
 	if err != nil {
-		c.log.Warn("reservation unavailable; running without it", "action", ta.Name, "error", err)
-		return Decision{Status: flytev1.CacheMiss}
-	}
-	granted := res.Msg.GetReservation().GetHeartbeatInterval().AsDuration()
-	if !res.Msg.GetAcquired() {
-		return Decision{Wait: granted, Holder: key.GetTaskName() + "@" + key.GetCacheVersion(), Status: flytev1.CacheMiss}
-	}
-	// An identical action may have stored its outputs and released the reservation
-	// between the Get above and this grant: look again, or the work runs twice.
-	if d := c.get(ctx, ta, key, outputsURI); d.Hit {
-		c.Release(ctx, ta)
-		return d
-	}
-	c.keepAlive(ta, key, granted)
-	return Decision{Status: flytev1.CacheMiss}
-}
-
-// get looks key up and, on a hit, copies the outputs as Lookup says. It returns the hit,
-// or Status Skipped when the service could not be asked, or Status Miss.
-func (c *Cache) get(ctx context.Context, ta *flytev1.TaskAction, key *cachev1.CacheKey, outputsURI string) Decision {
-	got, err := c.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: key}))
-	switch {
-	case connect.CodeOf(err) == connect.CodeNotFound:
-		return Decision{Status: flytev1.CacheMiss}
-	case err != nil:
-		c.log.Warn("cache service unavailable; treating as a miss", "action", ta.Name, "error", err)
+		c.log.Warn("cache service unavailable; running without the cache", "action", ta.Name, "error", err)
 		return Decision{Status: flytev1.CacheSkipped}
 	}
-	from := got.Msg.GetOutput().GetOutputUri()
+	var stale bool
+	if out := res.GetOutput(); out != nil {
+		d := c.useHit(ctx, ta, out, outputsURI)
+		if d.Hit {
+			c.forgetKey(ta)
+			return d
+		}
+		// The entry is of no use: reserve past it, so that the outputs are computed once.
+		stale = d.Stale
+		if res, err = c.lookupOrReserve(ctx, ta, key, true); err != nil {
+			c.log.Warn("reservation unavailable; running without it", "action", ta.Name, "error", err)
+			return Decision{Status: flytev1.CacheMiss, Stale: stale}
+		}
+	}
+	r := res.GetReservation()
+	granted := r.GetHeartbeatInterval().AsDuration()
+	if !res.GetAcquired() {
+		holder := key.GetTaskName() + "@" + key.GetCacheVersion()
+		if h := r.GetHolderAction(); h != nil {
+			holder = h.GetRun() + "/" + h.GetAction()
+		}
+		return Decision{Wait: granted, Holder: holder, HolderExpires: r.GetExpiresAt().AsTime(), Status: flytev1.CacheMiss}
+	}
+	c.keepAlive(ta, key, granted)
+	if overwrite {
+		return Decision{Status: flytev1.CacheSkipped, Overwrite: true}
+	}
+	return Decision{Status: flytev1.CacheMiss, Stale: stale}
+}
+
+func (c *Cache) lookupOrReserve(ctx context.Context, ta *flytev1.TaskAction, key *cachev1.CacheKey, skipLookup bool) (*cachev1.LookupOrReserveResponse, error) {
+	res, err := c.client.LookupOrReserve(ctx, connect.NewRequest(&cachev1.LookupOrReserveRequest{
+		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat), Action: actionOf(ta), SkipLookup: skipLookup,
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg, nil
+}
+
+// useHit copies a hit's outputs as Lookup says. It returns the hit, or Status Miss when
+// the outputs cannot be used: gone (Stale, counted and logged), refused or unreadable.
+func (c *Cache) useHit(ctx context.Context, ta *flytev1.TaskAction, out *cachev1.CachedOutput, outputsURI string) Decision {
+	from := out.GetOutputUri()
 	cerr := copyOutputs(ctx, plugin.DataStoreFor(c.store, ta), from, outputsURI)
 	var refused *datastore.NotAllowedError
 	switch {
@@ -260,6 +299,11 @@ func (c *Cache) get(ctx context.Context, ta *flytev1.TaskAction, key *cachev1.Ca
 		c.Metrics.CacheOutputsRefused(refused.Reason)
 		c.log.Warn("cached outputs lie where the action may not read; treating the hit as a miss",
 			"action", ta.Name, "outputs", from, "reason", refused.Reason, "error", cerr)
+	case errors.Is(cerr, plugin.ErrNotFound):
+		src := out.GetSourceAction()
+		c.log.Warn("cached outputs are gone; running the action and replacing the entry", "action", ta.Name,
+			"outputs", from, "source", src.GetRun()+"/"+src.GetAction())
+		return Decision{Status: flytev1.CacheMiss, Stale: true}
 	default:
 		c.log.Warn("cached outputs unreadable; treating as a miss", "action", ta.Name, "error", cerr)
 	}
@@ -281,7 +325,7 @@ func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every t
 	// cache service to record none.
 	unsampled := tracing.SpanContext(ta.UID).WithTraceFlags(0)
 	ctx, cancel := context.WithCancel(trace.ContextWithRemoteSpanContext(context.Background(), unsampled))
-	id := owner(ta)
+	id, action := owner(ta), actionOf(ta)
 	c.holding[ta.UID] = &hold{stop: cancel, key: key, owner: id}
 	// The goroutine must not read ta, which the reconciler changes.
 	uid, name := ta.UID, types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}
@@ -301,7 +345,7 @@ func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every t
 					}
 				}
 				_, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
-					Key: key, OwnerId: id, HeartbeatInterval: durationpb.New(c.heartbeat),
+					Key: key, OwnerId: id, HeartbeatInterval: durationpb.New(c.heartbeat), Action: action,
 				}))
 				if err != nil && ctx.Err() == nil {
 					c.log.Warn("reservation heartbeat failed", "action", name.Name, "error", err)
@@ -350,26 +394,64 @@ func copyOutputs(ctx context.Context, store plugin.DataStore, from, to string) e
 	return store.Write(ctx, to, data)
 }
 
-// Store puts a succeeded action's outputs in the cache and releases its reservation;
-// it returns the cache status to report.
+// Store puts a succeeded action's outputs in the cache and releases its reservation,
+// in one call when it holds one (PutAndRelease); it returns the cache status to report.
 func (c *Cache) Store(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) flytev1.CacheStatus {
-	defer c.Release(ctx, ta)
 	key, err := c.key(ctx, ta)
 	if err != nil {
+		c.Release(ctx, ta)
 		return flytev1.CachePutFailure
 	}
 	// A task without outputs is stored with none: an identical one is a hit all the same.
-	_, err = c.client.Put(ctx, connect.NewRequest(&cachev1.PutRequest{
+	put := &cachev1.PutRequest{
 		Key: key, OutputUri: outputsURI, SourceAttempt: uint32(max(ta.Status.Attempts, 1)),
-		SourceAction: &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName},
+		SourceAction: actionOf(ta), OutputBytes: c.outputBytes(ctx, ta, outputsURI),
 		// A newer run of the same key replaces an entry whose outputs may be gone.
 		Overwrite: true,
-	}))
-	if err != nil {
+	}
+	c.mu.Lock()
+	h, held := c.holding[ta.UID]
+	delete(c.holding, ta.UID)
+	c.mu.Unlock()
+	if !held {
+		defer c.Release(ctx, ta)
+		if _, err := c.client.Put(ctx, connect.NewRequest(put)); err != nil {
+			c.log.Warn("storing outputs in the cache failed", "action", ta.Name, "error", err)
+			return flytev1.CachePutFailure
+		}
+		return flytev1.CachePopulated
+	}
+	h.stop()
+	c.forgetKey(ta)
+	if _, err := c.client.PutAndRelease(ctx, connect.NewRequest(&cachev1.PutAndReleaseRequest{Put: put, OwnerId: h.owner})); err != nil {
 		c.log.Warn("storing outputs in the cache failed", "action", ta.Name, "error", err)
+		c.releaseHeld(ctx, ta, h)
 		return flytev1.CachePutFailure
 	}
 	return flytev1.CachePopulated
+}
+
+// outputBytes is the outputs' size, for the cache's bound per project; 0 when the data
+// store cannot tell it.
+func (c *Cache) outputBytes(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) uint64 {
+	sizer, ok := plugin.DataStoreFor(c.store, ta).(plugin.Sizer)
+	if outputsURI == "" || !ok {
+		return 0
+	}
+	n, err := sizer.Size(ctx, outputsURI)
+	if err != nil {
+		c.log.Warn("the outputs' size is unknown; caching them as empty for the bound", "action", ta.Name, "error", err)
+		return 0
+	}
+	return uint64(max(n, 0))
+}
+
+// releaseHeld gives up a reservation whose heartbeats have stopped.
+func (c *Cache) releaseHeld(ctx context.Context, ta *flytev1.TaskAction, h *hold) {
+	if _, err := c.client.ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: h.key, OwnerId: h.owner})); err != nil {
+		// It expires by itself after its heartbeats stop.
+		c.log.Warn("releasing the reservation failed", "action", ta.Name, "error", err)
+	}
 }
 
 // Resume makes sure a running serializable action's reservation is heartbeated, as
@@ -387,7 +469,7 @@ func (c *Cache) Resume(ctx context.Context, ta *flytev1.TaskAction) {
 		return
 	}
 	res, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
-		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat),
+		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat), Action: actionOf(ta),
 	}))
 	if err != nil || !res.Msg.GetAcquired() {
 		return // lost it; the action runs on regardless, as on any cache failure

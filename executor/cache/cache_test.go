@@ -4,8 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/flytekube/backend/executor/plugin/datastore"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
@@ -34,6 +36,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &pg)) }
 // over a temporary directory, and a client of the service for the test's own checks.
 type env struct {
 	svc   *servicetest.Instance
+	dbURL string
 	store *datastore.Confined
 	dir   string
 	probe cachev1connect.CacheServiceClient
@@ -41,8 +44,9 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	dbURL := pg.NewDatabase(t)
 	svc := servicetest.Run(t, cacheservice.Run, cacheservice.Config{
-		Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t), Auth: auth.Config{Mode: auth.ModeNone},
+		Listen: "127.0.0.1:0", DatabaseURL: dbURL, Auth: auth.Config{Mode: auth.ModeNone},
 	})
 	dir := t.TempDir()
 	// As the executor's: each project and domain with its own part of the storage.
@@ -55,7 +59,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{svc: svc, store: store, dir: dir, probe: probe}
+	return &env{svc: svc, dbURL: dbURL, store: store, dir: dir, probe: probe}
 }
 
 // cache returns the executor's cache over a client of the service that passes its calls
@@ -126,53 +130,148 @@ func (e *env) requireReservationFree(t *testing.T, c *cache.Cache, ta *flytev1.T
 	}
 }
 
-// beforeReserving is an interceptor that calls hook once, just before the first
-// GetOrExtendReservation of the action whose UID is uid goes out.
-func beforeReserving(uid types.UID, hook func()) (connect.Interceptor, *atomic.Bool) {
-	var fired atomic.Bool
-	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+// callsTo is an interceptor that records the cache RPCs made for the action whose UID
+// is uid, by method name.
+func callsTo(uid types.UID) (connect.Interceptor, func() []string) {
+	var (
+		mu    sync.Mutex
+		calls []string
+	)
+	owned := func(msg any) bool {
+		switch r := msg.(type) {
+		case interface{ GetOwnerId() string }:
+			return strings.HasSuffix(r.GetOwnerId(), "/"+string(uid))
+		case interface{ GetSourceAction() *flytecorev1.ActionIdentifier }:
+			return true // a Put without a reservation names no owner
+		}
+		return true
+	}
+	icpt := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if r, ok := req.Any().(*cachev1.GetOrExtendReservationRequest); ok &&
-				strings.HasSuffix(r.GetOwnerId(), "/"+string(uid)) && fired.CompareAndSwap(false, true) {
-				hook()
+			if owned(req.Any()) {
+				mu.Lock()
+				calls = append(calls, req.Spec().Procedure[strings.LastIndex(req.Spec().Procedure, "/")+1:])
+				mu.Unlock()
 			}
 			return next(ctx, req)
 		}
-	}), &fired
+	})
+	return icpt, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(calls)
+	}
 }
 
-// B looks up while A still runs (a miss), then A stores its outputs and releases its
-// reservation, and only then does B ask for the reservation, which is now free: B must
-// find A's outputs rather than run the work again.
-func TestReservationGrantedAfterAStoreIsAHit(t *testing.T) {
+// A serializable action that misses costs two calls of the cache service, the lookup
+// that reserves and the put that releases, and one that hits costs one (five and one
+// before LookupOrReserve and PutAndRelease: Get, GetOrExtendReservation, Get again,
+// Put, ReleaseReservation). The put carries the outputs' size, for the project's bound.
+func TestCallsPerCacheableAction(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	inputs := e.uri("inputs.json")
-	e.write(t, inputs, `{"x": 3}`)
+	e.write(t, inputs, `{"x": 5}`)
 	a, b := e.action("a", inputs), e.action("b", inputs)
 	outA, outB := e.uri("a/outputs.json"), e.uri("b/outputs.json")
+	icptA, callsA := callsTo(a.UID)
+	icptB, callsB := callsTo(b.UID)
+	ca, cb := e.cache(t, icptA), e.cache(t, icptB)
 
-	var c *cache.Cache
-	var stored flytev1.CacheStatus
-	icpt, fired := beforeReserving(b.UID, func() { stored = c.Store(ctx, a, outA) })
-	c = e.cache(t, icpt)
-
-	if d := c.Lookup(ctx, a, outA); d.Hit || d.Wait != 0 || d.Status != flytev1.CacheMiss {
+	if d := ca.Lookup(ctx, a, outA); d.Hit || d.Wait != 0 || d.Status != flytev1.CacheMiss {
 		t.Fatalf("A's lookup = %+v, want a miss that holds the reservation", d)
 	}
-	e.write(t, outA, `{"y": 9}`) // A's work
+	e.write(t, outA, `{"y": 25}`)
+	if got := ca.Store(ctx, a, outA); got != flytev1.CachePopulated {
+		t.Fatalf("A's store = %q", got)
+	}
+	if got, want := callsA(), []string{"LookupOrReserve", "PutAndRelease"}; !slices.Equal(got, want) {
+		t.Fatalf("a miss called %v; want %v", got, want)
+	}
+	if d := cb.Lookup(ctx, b, outB); !d.Hit {
+		t.Fatalf("B's lookup = %+v, want a hit", d)
+	}
+	if got, want := callsB(), []string{"LookupOrReserve"}; !slices.Equal(got, want) {
+		t.Fatalf("a hit called %v; want %v", got, want)
+	}
+	var size int64
+	pgtest.QueryRow(t, e.dbURL, "SELECT output_bytes FROM cached_outputs", &size)
+	if size != int64(len(`{"y": 25}`)) {
+		t.Fatalf("the entry counts %d output bytes; want %d", size, len(`{"y": 25}`))
+	}
+	e.requireReservationFree(t, ca, b)
+}
 
-	d := c.Lookup(ctx, b, outB)
-	if !fired.Load() || stored != flytev1.CachePopulated {
-		t.Fatalf("A did not store between B's lookup and B's reservation (fired %v, stored %q)", fired.Load(), stored)
+// A hit whose outputs are gone is a miss that runs, holding the reservation so that an
+// identical action waits for it, and its outputs replace the entry.
+func TestStaleHitRunsAndReplacesTheEntry(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	inputs := e.uri("inputs.json")
+	e.write(t, inputs, `{"x": 6}`)
+	a, b, c := e.action("a", inputs), e.action("b", inputs), e.action("c", inputs)
+	outA, outB, outC := e.uri("a/outputs.json"), e.uri("b/outputs.json"), e.uri("c/outputs.json")
+	cc := e.cache(t)
+	cc.Lookup(ctx, a, outA)
+	e.write(t, outA, `{"y": 36}`)
+	cc.Store(ctx, a, outA)
+	if err := os.Remove(strings.TrimPrefix(outA, "file://")); err != nil {
+		t.Fatal(err)
 	}
-	if !d.Hit || d.OutputsURI != outB {
-		t.Fatalf("B's lookup = %+v, want a hit with outputs at %s: B would run the work again", d, outB)
+
+	if d := cc.Lookup(ctx, b, outB); d.Hit || !d.Stale || d.Wait != 0 || !cc.Holds(b.UID) {
+		t.Fatalf("B's lookup = %+v (holds %v), want a stale miss holding the reservation", d, cc.Holds(b.UID))
 	}
-	if got := e.read(t, outB); got != `{"y": 9}` {
-		t.Fatalf("B's outputs = %s, want A's", got)
+	if d := cc.Lookup(ctx, c, outC); d.Wait <= 0 || d.Holder != "r1/b" {
+		t.Fatalf("C's lookup = %+v, want a wait on r1/b", d)
 	}
-	e.requireReservationFree(t, c, b)
+	e.write(t, outB, `{"y": 36, "again": true}`)
+	cc.Store(ctx, b, outB)
+	if d := cc.Lookup(ctx, c, outC); !d.Hit {
+		t.Fatalf("C's lookup after B stored = %+v, want a hit", d)
+	}
+	if got := e.read(t, outC); got != `{"y": 36, "again": true}` {
+		t.Fatalf("C's outputs = %s, want B's", got)
+	}
+}
+
+// spec.cache.overwrite runs whatever the cache holds (reserving first, since the action
+// is serializable) and replaces the entry; an identical action that does not overwrite
+// uses the entry there is, the old one until the overwrite is stored.
+func TestOverwriteRunsAndReplacesTheEntry(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	inputs := e.uri("inputs.json")
+	e.write(t, inputs, `{"x": 7}`)
+	a, b, c := e.action("a", inputs), e.action("b", inputs), e.action("c", inputs)
+	b.Spec.Cache.Overwrite = true
+	outA, outB, outC := e.uri("a/outputs.json"), e.uri("b/outputs.json"), e.uri("c/outputs.json")
+	cc := e.cache(t)
+	cc.Lookup(ctx, a, outA)
+	e.write(t, outA, `{"y": 49}`)
+	cc.Store(ctx, a, outA)
+
+	if d := cc.Lookup(ctx, b, outB); d.Hit || !d.Overwrite || d.Status != flytev1.CacheSkipped || !cc.Holds(b.UID) {
+		t.Fatalf("B's lookup = %+v (holds %v), want it to run, holding the reservation, the cache not read", d, cc.Holds(b.UID))
+	}
+	e.write(t, outB, `{"y": 49, "overwritten": true}`)
+	if got := cc.Store(ctx, b, outB); got != flytev1.CachePopulated {
+		t.Fatalf("B's store = %q", got)
+	}
+	if d := cc.Lookup(ctx, c, outC); !d.Hit || e.read(t, outC) != `{"y": 49, "overwritten": true}` {
+		t.Fatalf("C's lookup after B stored = %+v, want a hit on B's outputs", d)
+	}
+
+	// Without serialization nothing is asked before the run.
+	d := e.action("d", inputs)
+	d.Spec.Cache.Serializable, d.Spec.Cache.Overwrite = false, true
+	icpt, calls := callsTo(d.UID)
+	if got := e.cache(t, icpt).Lookup(ctx, d, e.uri("d/outputs.json")); got.Hit || !got.Overwrite {
+		t.Fatalf("D's lookup = %+v, want it to run", got)
+	}
+	if len(calls()) != 0 {
+		t.Fatalf("an overwriting action that is not serializable called %v before running", calls())
+	}
 }
 
 // The plain paths: the first of two identical actions misses and holds the reservation,
@@ -189,8 +288,8 @@ func TestLookupMissWaitHit(t *testing.T) {
 	if d := c.Lookup(ctx, a, outA); d.Hit || d.Wait != 0 || d.Status != flytev1.CacheMiss {
 		t.Fatalf("A's lookup = %+v, want a miss that holds the reservation", d)
 	}
-	if d := c.Lookup(ctx, b, outB); d.Hit || d.Wait <= 0 || d.Holder != "square@v1" {
-		t.Fatalf("B's lookup = %+v, want a wait for square@v1", d)
+	if d := c.Lookup(ctx, b, outB); d.Hit || d.Wait <= 0 || d.Holder != "r1/a" || !d.HolderExpires.After(time.Now()) {
+		t.Fatalf("B's lookup = %+v, want a wait on r1/a, whose reservation runs on", d)
 	}
 	e.write(t, outA, `{"y": 16}`)
 	if got := c.Store(ctx, a, outA); got != flytev1.CachePopulated {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -139,9 +141,12 @@ func (s *scope) consultCache(ctx context.Context) (bool, ctrl.Result, error) {
 	case d.Wait > 0:
 		s.r.Metrics.CacheLookedUp("wait")
 		s.r.Metrics.BackedOff(metrics.WaitResources, d.Wait)
-		s.setPhase(flytev1.PhaseWaitingForResources, flytev1.ReasonWaitingForCache,
-			"an identical action is computing the same outputs: "+d.Holder)
+		s.setPhase(flytev1.PhaseWaitingForResources, flytev1.ReasonWaitingForCache, s.waitingOn(d))
 		return false, ctrl.Result{RequeueAfter: d.Wait}, nil
+	case d.Overwrite:
+		s.r.Metrics.CacheLookedUp("overwrite")
+	case d.Stale:
+		s.r.Metrics.CacheLookedUp("stale")
 	case d.Status == flytev1.CacheSkipped:
 		s.r.Metrics.CacheLookedUp("skipped")
 	default:
@@ -149,6 +154,19 @@ func (s *scope) consultCache(ctx context.Context) (bool, ctrl.Result, error) {
 	}
 	ta.Status.CacheStatus = d.Status
 	return true, goOn, nil
+}
+
+// waitingOn says whom an action waits on for the cache, and until when the holder's
+// reservation runs unless renewed. The holder renews it with every heartbeat, so the
+// expiry is the one seen when the wait on this holder began: a message changed at each
+// look would be a status write at each look.
+func (s *scope) waitingOn(d cache.Decision) string {
+	prefix := "waiting on " + d.Holder + ", an identical action computing the same outputs"
+	if c := meta.FindStatusCondition(s.ta.Status.Conditions, flytev1.ConditionProgressing); c != nil &&
+		c.Reason == flytev1.ReasonWaitingForCache && strings.HasPrefix(c.Message, prefix) {
+		return c.Message
+	}
+	return fmt.Sprintf("%s (its reservation runs to %s unless renewed)", prefix, d.HolderExpires.UTC().Format(time.RFC3339))
 }
 
 // enforceTimeout ends an attempt that ran past spec.timeout.

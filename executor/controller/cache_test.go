@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -78,6 +79,8 @@ func TestIdenticalSerializableActionsRunOnce(t *testing.T) {
 		create(t, ta)
 	}
 	ran, hits := 0, 0
+	var holder string
+	var waited []*flytev1.TaskAction
 	for _, ta := range actions {
 		got := waitFor(t, ta, "finished", terminal)
 		if got.Status.Phase != flytev1.PhaseSucceeded {
@@ -86,8 +89,10 @@ func TestIdenticalSerializableActionsRunOnce(t *testing.T) {
 		switch got.Status.CacheStatus {
 		case flytev1.CachePopulated:
 			ran++
+			holder = got.Spec.RunName + "/" + got.Spec.ActionName
 		case flytev1.CacheHit:
 			hits++
+			waited = append(waited, got)
 			if !containsReason(got, flytev1.ReasonWaitingForCache) {
 				t.Fatalf("%s hit without waiting: %s", ta.Name, history(got))
 			}
@@ -100,6 +105,14 @@ func TestIdenticalSerializableActionsRunOnce(t *testing.T) {
 	}
 	if ran != 1 || hits != 2 {
 		t.Fatalf("%d ran and %d hit; want the work done once", ran, hits)
+	}
+	// The wait names the action it waited on, and when its reservation ran to.
+	for _, got := range waited {
+		for _, h := range got.Status.PhaseHistory {
+			if h.Reason == flytev1.ReasonWaitingForCache && (!strings.Contains(h.Message, "waiting on "+holder+",") || !strings.Contains(h.Message, "reservation runs to")) {
+				t.Fatalf("%s's wait says %q; want it to name %s and the reservation's end", got.Name, h.Message, holder)
+			}
+		}
 	}
 }
 

@@ -70,8 +70,8 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 			"Waits scheduled before an action goes on, by kind: user and system (between attempts), resources (a quota or the cache reservation of an identical action).",
 			[]float64{.1, .5, 1, 2, 5, 10, 30, 60, 120, 300}, "kind", RetryUser, RetrySystem, WaitResources),
 		cacheLookups: instrument.CounterVec("flyte_executor_cache_lookups_total",
-			"Cache lookups before an action runs, by result: hit, miss, wait (an identical action holds the reservation), skipped (the cache could not be consulted).",
-			"result", "hit", "miss", "wait", "skipped"),
+			"Cache lookups before an action runs, by result: hit, miss, wait (an identical action holds the reservation), skipped (the cache could not be consulted), overwrite (spec.cache.overwrite: not read), stale (a hit whose outputs are gone: run and overwritten).",
+			"result", "hit", "miss", "wait", "skipped", "overwrite", "stale"),
 		cacheOutputsRefused: instrument.CounterVec("flyte_executor_cache_outputs_refused_total",
 			"Cache hits treated as misses because their outputs lay where the action may not read, by reason: outside (the allowed storage prefixes), other_project (another project's or domain's part), symlink (a symbolic link leading out). Any is a sign of a forged cache entry.",
 			"reason", "outside", "other_project", "symlink"), // datastore.Reason*

@@ -58,6 +58,12 @@ type DataStore interface {
 	Exists(ctx context.Context, uri string) (bool, error)
 }
 
+// Sizer is a DataStore that tells a blob's size without reading it; errors.Is(err,
+// ErrNotFound) when it does not exist. The cache counts outputs' sizes through it.
+type Sizer interface {
+	Size(ctx context.Context, uri string) (int64, error)
+}
+
 // HostPathStore is a DataStore whose file:// objects lie on this machine's disk, where a
 // pod on the same machine can mount them: a single-node cluster whose executor runs on
 // the node. The kubelet makes a mount later than any check, following symbolic links, so

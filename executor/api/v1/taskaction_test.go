@@ -90,6 +90,7 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 			a.Spec.Container = &flytev1.ContainerSpec{}
 		}, "spec.container.image"},
 		{"enabled cache without a version", func(a *flytev1.TaskAction) { a.Spec.Cache.Version = "" }, "an enabled cache needs a version"},
+		{"overwrite without the cache", func(a *flytev1.TaskAction) { a.Spec.Cache.Enabled, a.Spec.Cache.Overwrite = false, true }, "overwrite writes the cache: it needs enabled"},
 		{"zero timeout", func(a *flytev1.TaskAction) { a.Spec.Timeout = &metav1.Duration{} }, "timeout must be positive"},
 	}
 	for i, tt := range tests {

@@ -116,6 +116,7 @@ type TaskActionSpec struct {
 // CacheSpec makes an action's outputs reusable.
 //
 // +kubebuilder:validation:XValidation:rule="!self.enabled || size(self.version) > 0",message="an enabled cache needs a version"
+// +kubebuilder:validation:XValidation:rule="!has(self.overwrite) || !self.overwrite || self.enabled",message="overwrite writes the cache: it needs enabled"
 type CacheSpec struct {
 	// Enabled looks the outputs up before running and stores them after.
 	Enabled bool `json:"enabled"`
@@ -136,6 +137,12 @@ type CacheSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=set
 	IgnoredInputs []string `json:"ignoredInputs,omitempty"`
+
+	// Overwrite runs the action whatever the cache holds and replaces the entry with its
+	// outputs: the cache is written, never read (a run's "overwrite cache"). A
+	// serializable action still reserves the computation first.
+	// +optional
+	Overwrite bool `json:"overwrite,omitempty"`
 }
 
 // TaskSecret delivers a Secret of the action's namespace to the task: one key as an

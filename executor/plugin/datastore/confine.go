@@ -115,6 +115,11 @@ func (c *Confined) Exists(ctx context.Context, uri string) (bool, error) {
 	return c.exists(ctx, c.rules(), uri)
 }
 
+// Size implements plugin.Sizer, as Read.
+func (c *Confined) Size(ctx context.Context, uri string) (int64, error) {
+	return c.size(ctx, c.rules(), uri)
+}
+
 // Check implements Checker, as Read.
 func (c *Confined) Check(uri string, write bool) error {
 	_, err := c.rules().check(uri, write)
@@ -180,6 +185,7 @@ func (v view) Write(ctx context.Context, uri string, content []byte) error {
 func (v view) Exists(ctx context.Context, uri string) (bool, error) {
 	return v.c.exists(ctx, v.r, uri)
 }
+func (v view) Size(ctx context.Context, uri string) (int64, error) { return v.c.size(ctx, v.r, uri) }
 
 // Check implements Checker.
 func (v view) Check(uri string, write bool) error {
@@ -336,6 +342,29 @@ func (c *Confined) exists(ctx context.Context, r rules, uri string) (bool, error
 		return false, nil
 	}
 	return err == nil && fi.Mode().IsRegular(), err
+}
+
+func (c *Confined) size(ctx context.Context, r rules, uri string) (int64, error) {
+	at, err := r.check(uri, false)
+	if err != nil {
+		return 0, err
+	}
+	if at.loc.Scheme != "file" {
+		return c.store.size(ctx, bucketURL(at.loc), at.loc.Key(), uri)
+	}
+	root, err := openRoot(at.under, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("datastore: sizing %s: %w", uri, plugin.ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("datastore: sizing %s: %w", uri, err)
+	}
+	defer func() { _ = root.Close() }()
+	fi, err := root.Stat(relative(at))
+	if err = fileError("sizing", at, err); err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
 }
 
 func bucketURL(loc prefix.Location) string { return loc.Scheme + "://" + loc.Host }

@@ -144,6 +144,27 @@ func (s *Store) exists(ctx context.Context, bucketURL, key, uri string) (bool, e
 	return ok, nil
 }
 
+// Size implements plugin.Sizer.
+func (s *Store) Size(ctx context.Context, uri string) (int64, error) {
+	bucketURL, key, err := split(uri)
+	if err != nil {
+		return 0, err
+	}
+	return s.size(ctx, bucketURL, key, uri)
+}
+
+func (s *Store) size(ctx context.Context, bucketURL, key, uri string) (int64, error) {
+	b, err := s.bucket(ctx, bucketURL)
+	if err != nil {
+		return 0, err
+	}
+	attrs, err := b.Attributes(ctx, key)
+	if err != nil {
+		return 0, storeError("sizing", uri, err)
+	}
+	return attrs.Size, nil
+}
+
 // storeError wraps a bucket's error with what was done, keeping it (and so its gcerrors
 // code) in the chain, and marks it transient when the store, not the request, failed:
 // the step is then retried after a backoff without charging the action. What retrying
