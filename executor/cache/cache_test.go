@@ -141,7 +141,9 @@ func callsTo(uid types.UID) (connect.Interceptor, func() []string) {
 		switch r := msg.(type) {
 		case interface{ GetOwnerId() string }:
 			return strings.HasSuffix(r.GetOwnerId(), "/"+string(uid))
-		case interface{ GetSourceAction() *flytecorev1.ActionIdentifier }:
+		case interface {
+			GetSourceAction() *flytecorev1.ActionIdentifier
+		}:
 			return true // a Put without a reservation names no owner
 		}
 		return true
