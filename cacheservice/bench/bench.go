@@ -1,6 +1,7 @@
 // Package bench measures the cache service against a baseline taken in the same run:
 // Get over real HTTP/2 beside the same primary-key SELECT issued directly with pgx (the
-// store's own query, no RPC), and GetOrExtendReservation under contention.
+// store's own query, no RPC), GetOrExtendReservation under contention, and what one
+// cacheable action costs on the four-call path against the two-call one (paths.go).
 package bench
 
 import (
@@ -41,7 +42,18 @@ type Options struct {
 	ReservationClients, ReservationKeys int
 	// CompareAuth also measures Get hits with auth mode kubernetes beside auth mode none.
 	CompareAuth bool
+	// Only runs one part: "get" (Get, reservations under contention, the auth
+	// comparison) or "paths" (one cacheable action's calls, four against two).
+	Only string
+	// Postgres chooses the database's processes for CPU accounting; nil when the bench
+	// did not start it.
+	Postgres func(benchutil.Proc) bool
 }
+
+// Parts are the parts Only may name.
+var Parts = []string{"get", "paths"}
+
+func (o Options) runs(part string) bool { return o.Only == "" || o.Only == part }
 
 func entryKey(i int, hit bool) store.Key {
 	prefix := "h"
@@ -117,6 +129,16 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		hops[i] = connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](h, url+"/grpc.health.v1.Health/Check")
 	}
 
+	if o.runs("paths") {
+		r, err := measurePaths(ctx, o, httpClients, url, progress)
+		if err != nil {
+			return fmt.Errorf("paths: %w", err)
+		}
+		WritePaths(w, o, r)
+	}
+	if !o.runs("get") {
+		return nil
+	}
 	st := store.New(pool)
 	var gets []GetResult
 	for _, hit := range []bool{true, false} {

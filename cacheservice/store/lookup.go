@@ -15,6 +15,8 @@ type Lookup struct {
 	Output      *cachev1.CachedOutput
 	Reservation Reservation
 	Outcome     Outcome
+	// late: the reservation was newly taken, and the entry was stored after the read.
+	late bool
 }
 
 // LookupRequest is a lookup that reserves the key on a miss.
@@ -30,31 +32,20 @@ type LookupRequest struct {
 }
 
 // LookupOrReserve returns the entry of r.Key, or else takes or extends its reservation
-// as GetOrExtendReservation does. A reservation it newly takes (granted, or taken over)
-// was free, so a holder may have stored the entry and released it after the first
-// read: it reads again, and on a hit gives the reservation back and returns the hit, so
-// that the work never runs twice for want of a second look.
+// as GetOrExtendReservation does, in one statement. A reservation it newly takes
+// (granted, or taken over) was free, so a holder may have stored the entry and released
+// it after the statement's snapshot: the statement checks, and then the store reads the
+// entry, gives the reservation back and returns the hit, so that the work never runs
+// twice for want of a second look.
 func (s *Store) LookupOrReserve(ctx context.Context, r LookupRequest) (Lookup, error) {
-	if !r.SkipLookup {
-		out, err := s.Get(ctx, r.Key, r.MaxAge)
-		if err == nil {
-			return Lookup{Output: out}, nil
-		}
-		if !errors.Is(err, ErrNotFound) {
-			return Lookup{}, err
-		}
-	}
-	res, outcome, err := s.GetOrExtendReservation(ctx, r.Key, r.Claimant, r.Heartbeat, r.Grace)
-	if err != nil {
-		return Lookup{}, err
-	}
-	if r.SkipLookup || (outcome != Granted && outcome != TakenOver) {
-		return Lookup{Reservation: res, Outcome: outcome}, nil
+	got, err := s.lookupOrReserve(ctx, r)
+	if err != nil || !got.late {
+		return got, err
 	}
 	out, err := s.Get(ctx, r.Key, r.MaxAge)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return Lookup{Reservation: res, Outcome: outcome}, nil
+		return got, nil
 	case err != nil:
 		return Lookup{}, err
 	}

@@ -81,8 +81,8 @@ var (
 	deleteSQL string
 	//go:embed queries/invalidate.sql
 	invalidateSQL string
-	//go:embed queries/reserve.sql
-	reserveSQL string
+	//go:embed queries/lookup_or_reserve.sql
+	lookupOrReserveSQL string
 	//go:embed queries/release_reservation.sql
 	releaseReservationSQL string
 	//go:embed queries/delete_expired_reservations.sql
@@ -318,45 +318,72 @@ func nullIfEmpty(s string) *string {
 // it when c holds it, and otherwise returns the holder's heartbeat and expiry. The
 // reservation lasts heartbeat x grace from now.
 func (s *Store) GetOrExtendReservation(ctx context.Context, k Key, c Claimant, heartbeat time.Duration, grace int) (Reservation, Outcome, error) {
+	got, err := s.lookupOrReserve(ctx, LookupRequest{Key: k, Claimant: c, Heartbeat: heartbeat, Grace: grace, SkipLookup: true})
+	return got.Reservation, got.Outcome, err
+}
+
+// lookupOrReserve runs lookup_or_reserve.sql: r.Key's entry, or else what its upsert of
+// the reservation did.
+func (s *Store) lookupOrReserve(ctx context.Context, r LookupRequest) (Lookup, error) {
+	k, c := r.Key, r.Claimant
 	if err := errors.Join(k.check(), c.check()); err != nil {
-		return Reservation{}, 0, err
+		return Lookup{}, err
 	}
-	// reserve.sql reads the reservation it did not take with a snapshot that may predate
-	// it; then nothing comes back, and it is run again.
 	args := k.args(pgx.StrictNamedArgs{
-		"owner_id": c.OwnerID, "holder": c.Identity, "heartbeat_seconds": heartbeat.Seconds(), "grace": grace,
+		"owner_id": c.OwnerID, "holder": c.Identity, "heartbeat_seconds": r.Heartbeat.Seconds(), "grace": r.Grace,
 		"holder_run": nullIfEmpty(c.Run), "holder_action": nullIfEmpty(c.Action),
+		"skip_lookup": r.SkipLookup, "max_age_seconds": maxAgeSeconds(r.MaxAge),
 	})
+	// The read of a reservation the statement did not take uses a snapshot that may
+	// predate it; then nothing comes back, and it is run again.
 	for range 5 {
 		var (
-			res                          Reservation
-			holderRun, holderAction      *string
-			acquired, inserted, extended bool
+			kind                               string
+			uri, srcProject, srcDomain, srcRun *string
+			srcAction                          *string
+			attempt                            *int32
+			createdAt, updatedAt               *time.Time
+			heartbeat                          *time.Duration
+			expiresAt                          *time.Time
+			holderRun, holderAction            *string
+			acquired, inserted, extended       bool
+			storedSince                        bool
 		)
-		err := s.pool.QueryRow(ctx, reserveSQL, args).Scan(&res.Heartbeat, &res.ExpiresAt, &holderRun, &holderAction, &acquired, &inserted, &extended)
+		err := s.pool.QueryRow(ctx, lookupOrReserveSQL, args).Scan(&kind, &uri, &srcProject, &srcDomain, &srcRun, &srcAction,
+			&attempt, &createdAt, &updatedAt, &heartbeat, &expiresAt, &holderRun, &holderAction, &acquired, &inserted, &extended, &storedSince)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
 		if err != nil {
-			return Reservation{}, 0, fmt.Errorf("store: reserving %s: %w", k, err)
+			return Lookup{}, fmt.Errorf("store: looking up or reserving %s: %w", k, err)
 		}
+		if kind == "hit" {
+			return Lookup{Output: &cachev1.CachedOutput{
+				Key: k.Proto(), OutputUri: *uri, SourceAttempt: uint32(*attempt),
+				SourceAction: &flytecorev1.ActionIdentifier{Project: *srcProject, Domain: *srcDomain, Run: *srcRun, Action: *srcAction},
+				CreatedAt:    timestamp(*createdAt), UpdatedAt: timestamp(*updatedAt),
+			}}, nil
+		}
+		res := Reservation{Heartbeat: *heartbeat, ExpiresAt: *expiresAt}
+		late := storedSince
 		if holderRun != nil && holderAction != nil {
 			res.HolderRun, res.HolderAction = *holderRun, *holderAction
 		}
-		if !acquired {
-			return res, Refused, nil
-		}
-		res.OwnerID = c.OwnerID
 		switch {
+		case !acquired:
+			return Lookup{Reservation: res, Outcome: Refused}, nil
 		case inserted:
-			return res, Granted, nil
+			res.OwnerID = c.OwnerID
+			return Lookup{Reservation: res, Outcome: Granted, late: late}, nil
 		case extended:
-			return res, Extended, nil
+			res.OwnerID = c.OwnerID
+			return Lookup{Reservation: res, Outcome: Extended}, nil
 		default:
-			return res, TakenOver, nil
+			res.OwnerID = c.OwnerID
+			return Lookup{Reservation: res, Outcome: TakenOver, late: late}, nil
 		}
 	}
-	return Reservation{}, 0, fmt.Errorf("store: reserving %s: %w", k, ErrContended)
+	return Lookup{}, fmt.Errorf("store: reserving %s: %w", k, ErrContended)
 }
 
 // ReleaseReservation deletes k's reservation if c holds it, and reports whether it did.

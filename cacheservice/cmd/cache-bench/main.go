@@ -6,7 +6,10 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/flytekube/backend/cacheservice/bench"
@@ -23,9 +26,16 @@ func main() {
 	flag.IntVar(&o.ReservationClients, "reservation-clients", 64, "concurrent GetOrExtendReservation clients")
 	flag.IntVar(&o.ReservationKeys, "reservation-keys", 100, "keys they contend for")
 	flag.BoolVar(&o.CompareAuth, "compare-auth", true, "also measure Get hits with auth mode kubernetes (an API server built by hack/envtest.sh) beside auth mode none")
+	flag.Func("only", "run one part only: "+strings.Join(bench.Parts, ", "), func(v string) error {
+		if !slices.Contains(bench.Parts, v) {
+			return fmt.Errorf("not one of %s", strings.Join(bench.Parts, ", "))
+		}
+		o.Only = v
+		return nil
+	})
 	benchutil.Main("cache-bench", func() error {
-		return benchutil.WithDatabase(o.DatabaseURL, func(url string, _ func(benchutil.Proc) bool) error {
-			o.DatabaseURL = url
+		return benchutil.WithDatabase(o.DatabaseURL, func(url string, postgres func(benchutil.Proc) bool) error {
+			o.DatabaseURL, o.Postgres = url, postgres
 			return bench.Run(context.Background(), o, os.Stdout, os.Stderr)
 		})
 	})
