@@ -129,6 +129,11 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		hops[i] = connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](h, url+"/grpc.health.v1.Health/Check")
 	}
 
+	var tableBytes int64
+	if err := pool.QueryRow(ctx, "SELECT pg_total_relation_size('cached_outputs')").Scan(&tableBytes); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "Stored: %d entries, %d bytes with their indexes, %d bytes an entry.\n\n", o.Entries, tableBytes, tableBytes/int64(o.Entries))
 	if o.runs("paths") {
 		r, err := measurePaths(ctx, o, httpClients, url, progress)
 		if err != nil {

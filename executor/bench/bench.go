@@ -244,15 +244,9 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 				ta.Spec.Config = map[string]string{"duration": "0s"}
 				return nil
 			}},
-			{name: "core-echo, cached (each a miss and a put)", taskType: "core-echo", actions: o.Actions, prepare: func(ta *flytev1.TaskAction, i int) error {
-				path := filepath.Join(dataDir, ta.Namespace, ta.Name+".json")
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					return err
-				}
-				ta.Spec.InputURI = "file://" + path
-				ta.Spec.Cache = &flytev1.CacheSpec{Enabled: true, Version: "1"}
-				return os.WriteFile(path, []byte(fmt.Sprintf(`{"i": %d}`, i)), 0o644)
-			}},
+			{name: "core-echo, cached (each a miss and a put)", taskType: "core-echo", actions: o.Actions, prepare: cachedEcho(dataDir, false)},
+			{name: "core-echo, cached and serializable (each a miss that reserves, and a put that releases)", taskType: "core-echo", actions: o.Actions,
+				prepare: cachedEcho(dataDir, true)},
 		}
 	}
 	if o.Only == "" || o.Only == "container" {
@@ -667,4 +661,18 @@ func startExecutor(ctx context.Context, cfg config.Config, restConfig *rest.Conf
 		return nil, nil, fmt.Errorf("the executor's cache did not sync")
 	}
 	return mgr, stop, nil
+}
+
+// cachedEcho prepares a cacheable core-echo action whose inputs no other action has, so
+// that each is a miss and a put.
+func cachedEcho(dataDir string, serializable bool) func(ta *flytev1.TaskAction, i int) error {
+	return func(ta *flytev1.TaskAction, i int) error {
+		path := filepath.Join(dataDir, ta.Namespace, ta.Name+".json")
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		ta.Spec.InputURI = "file://" + path
+		ta.Spec.Cache = &flytev1.CacheSpec{Enabled: true, Version: "1", Serializable: serializable}
+		return os.WriteFile(path, []byte(fmt.Sprintf(`{"i": %d}`, i)), 0o644)
+	}
 }
