@@ -189,7 +189,7 @@ func flushHits(ctx context.Context, st *store.Store, hits *service.Hits, m *serv
 // evict brings every project past its bound back to it, least recently used entries
 // first, unless another replica is doing so.
 func evict(ctx context.Context, st *store.Store, cfg Config, m *service.Metrics, log *slog.Logger) {
-	_, err := st.Exclusively(ctx, func(ctx context.Context) error {
+	_, err := st.WithEvictionLock(ctx, func(ctx context.Context) error {
 		usage, err := st.ProjectUsage(ctx)
 		if err != nil {
 			return err

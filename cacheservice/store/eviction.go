@@ -100,10 +100,10 @@ func (s *Store) Evict(ctx context.Context, project string, entries, bytes int64,
 // as still to do.
 const evictionLock = "SELECT pg_try_advisory_lock(hashtext('flyte-cache-eviction'))"
 
-// Exclusively runs fn unless another replica holds the eviction lock, and reports
+// WithEvictionLock runs fn unless another replica holds the eviction lock, and reports
 // whether it ran. The lock is a session's, held on a connection of its own for fn's
 // length and given up after, whatever fn returns.
-func (s *Store) Exclusively(ctx context.Context, fn func(ctx context.Context) error) (bool, error) {
+func (s *Store) WithEvictionLock(ctx context.Context, fn func(ctx context.Context) error) (bool, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("store: taking the eviction lock: %w", err)
