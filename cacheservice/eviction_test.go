@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/flytekube/backend/cacheservice"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
@@ -77,4 +78,40 @@ func TestEvictionKeepsEachProjectWithinItsBound(t *testing.T) {
 		return fmt.Sprintf("entries left: counted %v, sized %v, within %v; want %v", left("counted"), left("sized"), left("within"), want)
 	})
 	inst.RequireMetrics(t, "flyte_cache_evicted_entries_total 4", "flyte_cache_evicted_bytes_total 800")
+}
+
+// TestOneReplicaEvictsAtATime: eviction runs under an advisory lock, so while another
+// replica holds it nothing is evicted here; once it lets go, this one evicts.
+func TestOneReplicaEvictsAtATime(t *testing.T) {
+	dbURL := pg.NewDatabase(t)
+	ctx := context.Background()
+	other, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close(ctx) }()
+	if _, err := other.Exec(ctx, "SELECT pg_advisory_lock(hashtext('flyte-cache-eviction'))"); err != nil {
+		t.Fatal(err)
+	}
+	inst := startInstance(t, dbURL, func(c *cacheservice.Config) {
+		c.CleanupInterval = 100 * time.Millisecond
+		c.ProjectBound = cacheservice.Bound{Entries: 1, OutputBytes: 1 << 40}
+	})
+	for n := range 3 {
+		if _, err := put(ctx, inst.client, key("demo.train", "1", fmt.Sprintf("e%d", n)), "s3://bucket/out"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second) // ten passes
+	if n, _ := countRows(t, dbURL); n != 3 {
+		t.Fatalf("%d entries left while another replica held the lock; want all 3", n)
+	}
+	if _, err := other.Exec(ctx, "SELECT pg_advisory_unlock(hashtext('flyte-cache-eviction'))"); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 10*time.Second, func() bool { n, _ := countRows(t, dbURL); return n == 1 },
+		func() string {
+			n, _ := countRows(t, dbURL)
+			return fmt.Sprintf("%d entries left once the lock was free; want 1", n)
+		})
 }
