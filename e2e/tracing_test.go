@@ -228,7 +228,8 @@ func checkTrace(tr jaegertest.Trace, ta *flytev1.TaskAction) []string {
 		return strings.HasPrefix(s.OperationName, "k8s ") && childOf(s, "executor", "")
 	})) > 0, "an executor Kubernetes API span (k8s ...) under another executor span")
 
-	for _, rpc := range []string{"flyte.cache.v1.CacheService/Get", "flyte.cache.v1.CacheService/Put"} {
+	// A serializable action looks up and reserves in one call, and stores and releases in one.
+	for _, rpc := range []string{"flyte.cache.v1.CacheService/LookupOrReserve", "flyte.cache.v1.CacheService/PutAndRelease"} {
 		want(len(find("executor", named(rpc))) > 0, "an executor client span "+rpc)
 		want(len(find("cacheservice", func(s jaegertest.Span) bool {
 			return s.OperationName == rpc && childOf(s, "executor", rpc)
