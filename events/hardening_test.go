@@ -306,7 +306,7 @@ func TestBadTextIsRefused(t *testing.T) {
 		e := event(actionID("r1", "a0"), 1, failed, 0, 1)
 		e.Cluster, e.OutputsUri, e.Message = "east", "s3://bucket/out", "failed"
 		e.Error = &flytecorev1.ExecutionError{Code: "OOMKilled", Kind: flytecorev1.ExecutionError_KIND_USER, Message: "out of memory"}
-		e.ClusterEvents = []*eventsv1.ClusterEvent{{OccurredAt: e.GetOccurredAt(), Object: "Pod/p", Type: "Warning", Reason: "OOMKilling", Message: "killed"}}
+		e.ClusterEvents = []*eventsv1.ClusterEvent{{OccurredAt: e.GetOccurredAt(), Object: "Pod/p", Type: "Warning", Reason: "OOMKilling", Message: "killed", Source: "kubelet"}}
 		e.LogLinks = []*eventsv1.LogLink{{Name: "Kubernetes", Uri: "https://logs.example.com/p"}}
 		return e
 	}
@@ -323,6 +323,8 @@ func TestBadTextIsRefused(t *testing.T) {
 		{"NUL in cluster event type", func(e *eventsv1.ActionEvent) { e.ClusterEvents[0].Type = nul }, "events[0].cluster_events[0].type"},
 		{"NUL in cluster event reason", func(e *eventsv1.ActionEvent) { e.ClusterEvents[0].Reason = nul }, "events[0].cluster_events[0].reason"},
 		{"NUL in cluster event message", func(e *eventsv1.ActionEvent) { e.ClusterEvents[0].Message = nul }, "events[0].cluster_events[0].message"},
+		{"NUL in cluster event source", func(e *eventsv1.ActionEvent) { e.ClusterEvents[0].Source = nul }, "events[0].cluster_events[0].source"},
+		{"cluster event source of 129 bytes", func(e *eventsv1.ActionEvent) { e.ClusterEvents[0].Source = strings.Repeat("x", 129) }, "events[0].cluster_events[0].source"},
 		{"NUL in log link name", func(e *eventsv1.ActionEvent) { e.LogLinks[0].Name = nul }, "events[0].log_links[0].name"},
 		{"NUL in log link URI", func(e *eventsv1.ActionEvent) { e.LogLinks[0].Uri = "https://l/" + nul }, "events[0].log_links[0].uri"},
 		{"NUL in project", func(e *eventsv1.ActionEvent) { e.Id.Project = nul }, "events[0].id.project"},
@@ -357,7 +359,7 @@ func maximalEvent(id *flytecorev1.ActionIdentifier, version uint32) *eventsv1.Ac
 	e.Error = &flytecorev1.ExecutionError{Code: text(256), Kind: flytecorev1.ExecutionError_KIND_SYSTEM, Message: text(65536)}
 	for range 100 {
 		e.ClusterEvents = append(e.ClusterEvents, &eventsv1.ClusterEvent{
-			OccurredAt: e.GetOccurredAt(), Object: text(512), Type: text(32), Reason: text(256), Message: text(4096), Count: math.MaxUint32,
+			OccurredAt: e.GetOccurredAt(), Object: text(512), Type: text(32), Reason: text(256), Message: text(4096), Source: text(128), Count: math.MaxUint32,
 		})
 	}
 	for range 20 {

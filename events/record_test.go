@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
@@ -40,6 +41,31 @@ func TestRecordAbsorbsRedelivery(t *testing.T) {
 	}
 	if got := stateString(getAction(t, inst.client, id)); !strings.HasPrefix(got, "attempt 2 ACTION_PHASE_QUEUED") {
 		t.Fatalf("state %s; want attempt 2 queued", got)
+	}
+}
+
+// TestClusterEventsRoundTrip: every field of a cluster event, the component that reported
+// it among them, is stored and served back as recorded.
+func TestClusterEventsRoundTrip(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	id := actionID("r1", "a0")
+	e := event(id, 1, running, 0, 1)
+	e.ClusterEvents = []*eventsv1.ClusterEvent{
+		{OccurredAt: e.GetOccurredAt(), Object: "Pod/a0-1", Type: "Normal", Reason: "Scheduled", Message: "Successfully assigned ns/a0-1 to node-1", Source: "default-scheduler", Count: 1},
+		{OccurredAt: e.GetOccurredAt(), Object: "Pod/a0-1", Type: "Warning", Reason: "BackOff", Message: "Back-off pulling image", Source: "kubelet", Count: 3},
+	}
+	record(t, inst.client, e)
+	resp, err := inst.client.ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs := resp.Msg.GetEvents(); len(evs) != 1 || len(evs[0].GetClusterEvents()) != 2 {
+		t.Fatalf("listed %v; want the one event with its 2 cluster events", evs)
+	}
+	for i, got := range resp.Msg.GetEvents()[0].GetClusterEvents() {
+		if want := e.GetClusterEvents()[i]; !proto.Equal(got, want) {
+			t.Errorf("cluster event %d served back as %v; recorded %v", i, got, want)
+		}
 	}
 }
 

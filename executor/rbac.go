@@ -11,6 +11,10 @@ package executor
 // namespace is readable: the kubelet delivers an action's secrets to its pod.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get,namespace=flyte
 
+// PodTemplates a platform team keeps in the executor's namespace, for every tenant's
+// actions to name (labelled flyte.org/pod-template=true; the informer reads no others).
+// +kubebuilder:rbac:groups="",resources=podtemplates,verbs=list;watch,namespace=flyte
+
 // Leader election, in the executor's own namespace only (leaderElectionNamespace must
 // stay there).
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=flyte

@@ -247,10 +247,10 @@ func TestMissingSecretOfAVolumeFailsTheAction(t *testing.T) {
 	last := got.Status.PhaseHistory[len(got.Status.PhaseHistory)-1]
 	var reported bool
 	for _, e := range last.ClusterEvents {
-		reported = reported || e.Reason == "FailedMount" && e.Message == message
+		reported = reported || e.Reason == "FailedMount" && e.Message == message && e.Source == "kubelet"
 	}
 	if !reported {
-		t.Fatalf("the failure's history entry carries events %+v; want the FailedMount", last.ClusterEvents)
+		t.Fatalf("the failure's history entry carries events %+v; want the kubelet's FailedMount", last.ClusterEvents)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -44,6 +45,7 @@ import (
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/datastore"
 	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/executor/plugin/k8s/podtemplate"
 	"github.com/flytekube/backend/executor/plugins/container"
 	"github.com/flytekube/backend/executor/plugins/coreecho"
 	"github.com/flytekube/backend/executor/plugins/coresleep"
@@ -147,6 +149,8 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		InjectFinalizer: cfg.K8s.InjectFinalizer, DeleteOnFinalize: cfg.K8s.DeleteOnFinalize,
 		ImagePullGracePeriod: cfg.K8s.ImagePullGracePeriod.Duration, MissingSecretGracePeriod: cfg.K8s.MissingSecretGracePeriod.Duration,
 		MountFileStorage: cfg.K8s.MountFileStorage,
+		PodTemplates: podtemplate.Config{DefaultName: cfg.K8s.DefaultPodTemplateName,
+			ExecutorNamespace: executorNamespace(cfg.ExecutorNamespace), InlineLevel: cfg.K8s.InlinePodTemplateLevel},
 	}
 	for _, l := range cfg.LogLinks {
 		t, err := template.New(l.Name).Option("missingkey=error").Parse(l.URITemplate)
@@ -185,6 +189,14 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
+	// PodTemplates: only those labelled for tasks, in the managed namespaces and the
+	// executor's own, where a platform team keeps the templates every tenant may name.
+	templates := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{podtemplate.Label: "true"})}
+	if ns := k8sCfg.PodTemplates.ExecutorNamespace; len(namespaces) > 0 && ns != "" {
+		templates.Namespaces = maps.Clone(cacheOpts.DefaultNamespaces)
+		templates.Namespaces[ns] = cache.Config{}
+	}
+	cacheOpts.ByObject[&corev1.PodTemplate{}] = templates
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metrics,
@@ -211,6 +223,12 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	clk := hooks.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
+	}
+	// The PodTemplates' informer starts with the manager, which waits for it before any
+	// reconcile: a template is then read from memory, and missing RBAC for them shows at
+	// start rather than as a stuck reconcile.
+	if _, err := mgr.GetCache().GetInformer(ctx, &corev1.PodTemplate{}); err != nil {
+		return nil, fmt.Errorf("executor: PodTemplates' informer: %w", err)
 	}
 	recorder := mgr.GetEventRecorderFor("flyte-executor")
 	if err := reg.Initialize(ctx, setupContext{mgr, recorder}, cfg.DefaultForTaskTypes); err != nil {
@@ -261,6 +279,9 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			QueueMetrics:            queueMetrics,
 			FirstInFirstOutQueue:    hooks.FirstInFirstOutQueue,
 			Backoff:                 backoff.Backoff{Base: cfg.RetryBackoff.Base.Duration, Cap: cfg.RetryBackoff.Cap.Duration},
+
+			// The controller places interruptible actions' attempts, from their system failures.
+			InterruptibleFailureThreshold: int32(cfg.K8s.InterruptibleFailureThreshold),
 		},
 	}
 	if cfg.CacheServiceURL != "" {

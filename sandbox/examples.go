@@ -15,6 +15,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,9 +47,12 @@ type example struct {
 	rejected error
 	// applied is set once the example was sent to the API server.
 	applied bool
+	// templates are the PodTemplates its file holds before it, made before it is applied.
+	templates []*corev1.PodTemplate
 }
 
-// loadExamples reads every TaskAction in the *.yaml files of dir, in file order.
+// loadExamples reads every TaskAction in the *.yaml files of dir, in file order, each
+// with the PodTemplates its file holds before it.
 func loadExamples(dir string) ([]*example, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
@@ -62,6 +66,7 @@ func loadExamples(dir string) ([]*example, error) {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 		docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+		var templates []*corev1.PodTemplate
 		for i := 1; ; i++ {
 			doc, err := docs.Read()
 			if errors.Is(err, io.EOF) {
@@ -73,11 +78,24 @@ func loadExamples(dir string) ([]*example, error) {
 			if asJSON, err := yaml.YAMLToJSON(doc); err == nil && string(asJSON) == "null" {
 				continue // only comments
 			}
+			var kind metav1.TypeMeta
+			if err := yaml.Unmarshal(doc, &kind); err == nil && kind.Kind == "PodTemplate" {
+				var t corev1.PodTemplate
+				if err := yaml.UnmarshalStrict(doc, &t); err != nil {
+					return nil, fmt.Errorf("sandbox: %s, document %d: %w", f, i, err)
+				}
+				templates = append(templates, &t)
+				continue
+			}
 			var ta flytev1.TaskAction
 			if err := yaml.UnmarshalStrict(doc, &ta); err != nil { // strict: a misspelt field is an error
 				return nil, fmt.Errorf("sandbox: %s, document %d: %w", f, i, err)
 			}
-			out = append(out, &example{file: filepath.Base(f), action: &ta})
+			out = append(out, &example{file: filepath.Base(f), action: &ta, templates: templates})
+			templates = nil
+		}
+		if len(templates) > 0 {
+			return nil, fmt.Errorf("sandbox: %s: a PodTemplate with no TaskAction after it", f)
 		}
 	}
 	if len(out) == 0 {
@@ -141,6 +159,12 @@ func apply(ctx context.Context, c client.Client, examples []*example) error {
 		}
 		if after := e.action.Annotations[annotationAfter]; after != "" && !ended[after] {
 			continue
+		}
+		for _, t := range e.templates {
+			t := t.DeepCopy()
+			if err := c.Create(ctx, t); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("sandbox: applying the PodTemplate %s from %s: %w", t.Name, e.file, err)
+			}
 		}
 		e.applied = true
 		ta := e.action.DeepCopy()

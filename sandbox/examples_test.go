@@ -45,6 +45,7 @@ func TestVerdict(t *testing.T) {
 // document of comments only is none; a misspelt field is an error, not a silent default.
 func TestLoadExamples(t *testing.T) {
 	const action = "apiVersion: flyte.org/v1\nkind: TaskAction\nmetadata: {name: %s, namespace: demo}\nspec: {taskType: core-sleep}\n"
+	const podTemplateDoc = "apiVersion: v1\nkind: PodTemplate\nmetadata: {name: t, namespace: demo}\ntemplate: {spec: {containers: [{name: default, image: x}]}}\n"
 	tests := []struct {
 		name    string
 		files   map[string]string
@@ -56,6 +57,9 @@ func TestLoadExamples(t *testing.T) {
 		{"comments only", map[string]string{"a.yaml": fmt.Sprintf(action, "a") + "--- # the end\n# nothing more\n"}, []string{"a"}, ""},
 		{"a misspelt field", map[string]string{"a.yaml": fmt.Sprintf(action, "a") + "---\n" + strings.Replace(fmt.Sprintf(action, "b"), "taskType", "taskTipe", 1)}, nil, "a.yaml, document 2"},
 		{"nothing", map[string]string{"a.yaml": "# nothing\n"}, nil, "no TaskActions"},
+		{"a pod template before its action", map[string]string{"a.yaml": podTemplateDoc + "---\n" + fmt.Sprintf(action, "a")}, []string{"a"}, ""},
+		{"a pod template alone", map[string]string{"a.yaml": fmt.Sprintf(action, "a") + "---\n" + podTemplateDoc}, nil, "a PodTemplate with no TaskAction after it"},
+		{"a misspelt pod template", map[string]string{"a.yaml": strings.Replace(podTemplateDoc, "template:", "templat:", 1) + "---\n" + fmt.Sprintf(action, "a")}, nil, "a.yaml, document 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

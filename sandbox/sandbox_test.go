@@ -32,15 +32,16 @@ import (
 // TestSandboxRunsTheExamples is `make run` from start to end, as a newcomer gets it:
 // every program as its own process, the examples applied, each ending as its file says
 // (the sleep and the flaky one succeed, the second echo is a cache hit, the invalid one
-// is refused; on a real node the container tasks run as pods, one reading a Secret whose
-// value nothing records: checkSecretExample), and everything stopped afterwards.
+// is refused; on a real node the container tasks run as pods, one shaped by a PodTemplate
+// with a sidecar, one reading a Secret whose value nothing records: checkSecretExample),
+// and everything stopped afterwards.
 func TestSandboxRunsTheExamples(t *testing.T) {
 	t.Setenv("KUBECONFIG", "") // the embedded control plane, whatever the caller's shell has
 	out, scraped, calls := runSandbox(t, "", credentials)
 	wants := []string{"echo-again: Succeeded", "Hit", "invalid: Rejected", "every example ended as expected", "bufcurl",
 		"made credentials in " + credentials}
 	if nodetest.Unavailable() == "" { // as root, on a real node, the container examples run for real
-		wants = append(wants, "container: Succeeded", "container-retry: Succeeded", "container-oom: Failed", "OOMKilled", "secret: Succeeded")
+		wants = append(wants, "container: Succeeded", "container-retry: Succeeded", "container-oom: Failed", "OOMKilled", "secret: Succeeded", "pod-template: Succeeded")
 	} else {
 		wants = append(wants, "left out, for want of a node")
 	}
@@ -424,11 +425,11 @@ func checkMetrics(t *testing.T, scraped map[string]string, withNode bool) {
 		t.Errorf("docs/metrics.md lists %d metrics; its tables did not parse", documented)
 	}
 	// flaky retries twice and four examples succeed; on a real node container-retry
-	// retries once more, three more succeed (container, container-retry, secret) and
-	// container-oom fails.
+	// retries once more, four more succeed (container, container-retry, secret,
+	// pod-template) and container-oom fails.
 	userRetries, succeeded, failed := 2, 4, 0
 	if withNode {
-		userRetries, succeeded, failed = 3, 7, 1
+		userRetries, succeeded, failed = 3, 8, 1
 	}
 	for program, series := range map[string][]string{
 		"executor": {fmt.Sprintf(`flyte_executor_retries_total{kind="user"} %d`, userRetries), `flyte_executor_cache_lookups_total{result="hit"} 1`,

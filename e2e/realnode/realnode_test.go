@@ -181,20 +181,20 @@ func TestContainerTaskRunsAsARealPod(t *testing.T) {
 		t.Fatalf("controller reference %+v", ref)
 	}
 	// The history carries the links to the attempt's logs and what the scheduler and
-	// the kubelet said about its pod.
+	// the kubelet said about its pod, each named as the event's source.
 	links, events := map[string]bool{}, map[string]bool{}
 	for _, h := range got.Status.PhaseHistory {
 		for _, l := range h.LogLinks {
 			links[l.Name+" "+l.URI] = true
 		}
 		for _, e := range h.ClusterEvents {
-			events[e.Object+" "+e.Reason] = true
+			events[e.Object+" "+e.Reason+" "+e.Source] = true
 		}
 	}
 	if want := "Kubernetes https://logs.example.com/" + ns + "/hello-1/task?attempt=1"; !links[want] {
 		t.Fatalf("log links %v; want %s", links, want)
 	}
-	if !events["Pod/hello-1 Scheduled"] || !events["Pod/hello-1 Started"] {
+	if !events["Pod/hello-1 Scheduled default-scheduler"] || !events["Pod/hello-1 Started kubelet"] {
 		t.Fatalf("cluster events in the history %v; want the scheduler's Scheduled and the kubelet's Started", events)
 	}
 	if f := waitFinished(t, failing); f.Status.Phase != flytev1.PhaseFailed || f.Status.Error == nil || f.Status.Error.Code != "BadName" {
@@ -242,6 +242,37 @@ func TestOOMKilledContainerIsReported(t *testing.T) {
 	}
 	if e := got.Status.Error; e == nil || !strings.Contains(e.Message, "OOMKilled") {
 		t.Fatalf("error %+v; want OOMKilled named", e)
+	}
+}
+
+// A task killed by a signal, with nothing stopping its pod, is the user's failure named
+// by the signal, the same whether a pod or a Job's pod ran it. The shell that is the
+// container's first process cannot be killed from inside the container, so it runs one
+// that kills itself and exits with its status, 128+N, as a wrapper script would. The
+// kubelet reads "$$" in a container's command as an escaped "$", so "$$$$" reaches the
+// shell as its own PID, "$$".
+func TestContainerKilledByASignalIsNamedByIt(t *testing.T) {
+	ns := node.Namespace(t)
+	runExecutor(t, ns)
+	tests := []struct{ name, taskType, signal, wantCode string }{
+		{name: "killed", taskType: "container", signal: "KILL", wantCode: "KilledBySIGKILL"},
+		{name: "terminated", taskType: "k8s-job", signal: "TERM", wantCode: "KilledBySIGTERM"},
+	}
+	var actions []*flytev1.TaskAction
+	for _, tt := range tests {
+		ta := containerAction(ns, tt.name, 0, `sh -c 'kill -`+tt.signal+` $$$$'; exit $?`)
+		ta.Spec.TaskType = tt.taskType
+		create(t, ta)
+		actions = append(actions, ta)
+	}
+	for i, tt := range tests {
+		got := waitFinished(t, actions[i])
+		if got.Status.Phase != flytev1.PhaseFailed || got.Status.SystemFailures != 0 {
+			t.Fatalf("%s ended %s with %d system failures (%s); want Failed with none", tt.name, got.Status.Phase, got.Status.SystemFailures, history(got))
+		}
+		if e := got.Status.Error; e == nil || e.Kind != flytev1.ErrorKindUser || e.Code != tt.wantCode || !strings.Contains(e.Message, "SIG"+tt.signal) {
+			t.Fatalf("%s (%s): error %+v; want the user's %s naming SIG%s", tt.name, tt.taskType, e, tt.wantCode, tt.signal)
+		}
 	}
 }
 

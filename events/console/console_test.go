@@ -151,7 +151,7 @@ func sample(t *testing.T, s *service, start time.Time) {
 			e.LogLinks = []*eventsv1.LogLink{{Name: "pod logs", Uri: "http://127.0.0.1:9/logs/load-2"}, {Name: "odd", Uri: "javascript:alert(1)"}}
 			e.ClusterEvents = []*eventsv1.ClusterEvent{{
 				OccurredAt: timestamppb.New(start.Add(15 * time.Second)), Object: "Pod/load-2", Type: "Warning",
-				Reason: "BackOff", Message: "Back-off restarting failed container main", Count: 2,
+				Reason: "BackOff", Message: "Back-off restarting failed container main", Source: "kubelet", Count: 2,
 			}}
 		}},
 		step{2, failed, 20, "RetriesExhausted", userError("OOMKilled", oom)},
@@ -302,6 +302,11 @@ func TestActionPageDrawsEachAttemptsPhasesAndItsError(t *testing.T) {
 	}
 	if got := eval[string](t, ctx, `document.getElementById("cluster-events").innerText`); !strings.Contains(got, "Back-off restarting failed container main") {
 		t.Errorf("cluster events: %q", got)
+	}
+	// Each cluster event names the component that reported it.
+	source := eval[[]string](t, ctx, `(() => { const t = document.querySelector("#cluster-events table"), i = [...t.querySelectorAll("th")].findIndex(th => th.textContent === "source"); return [String(i), ...[...t.querySelectorAll("tbody tr")].map(r => i < 0 ? "" : r.cells[i].textContent)]; })()`)
+	if len(source) != 2 || source[0] == "-1" || source[1] != "kubelet" {
+		t.Errorf("the cluster events' source column: %q; want kubelet", source)
 	}
 	waitFor(t, ctx, `document.querySelectorAll("#trace g.span").length === 3`)
 	if got := eval[int](t, ctx, `document.querySelectorAll("#trace g.span.error").length`); got != 1 {

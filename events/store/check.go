@@ -135,6 +135,7 @@ func checkClusterEvent(ce *eventsv1.ClusterEvent) *InvalidEventError {
 	return checkTexts(
 		namedText{".object", ce.GetObject()}, namedText{".type", ce.GetType()},
 		namedText{".reason", ce.GetReason()}, namedText{".message", ce.GetMessage()},
+		namedText{".source", ce.GetSource()},
 	)
 }
 

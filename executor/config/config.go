@@ -139,6 +139,13 @@ type K8sPluginConfig struct {
 	// with spec.interruptible on preemptible nodes. None by default.
 	InterruptibleTolerations  []corev1.Toleration `json:"interruptibleTolerations,omitempty"`
 	InterruptibleNodeSelector map[string]string   `json:"interruptibleNodeSelector,omitempty"`
+	// InterruptibleFailureThreshold moves an interruptible action to on-demand capacity
+	// once preemptible capacity has failed it often enough: a positive N runs its
+	// attempts interruptible while it has had fewer than N system failures (preemptions,
+	// evictions and node shutdowns are system failures); a negative -N, while it has had
+	// fewer than maxSystemFailures less N, so that the last attempts of the system budget
+	// do not meet the same fate. Default 0: interruptible always.
+	InterruptibleFailureThreshold int `json:"interruptibleFailureThreshold,omitempty"`
 	// InjectFinalizer puts the executor's finalizer on every object, so that it cannot
 	// vanish before the executor has read its outcome. Default false.
 	InjectFinalizer bool `json:"injectFinalizer"`
@@ -160,6 +167,19 @@ type K8sPluginConfig struct {
 	// executor does. Never on a shared cluster: pods would write to nodes' disks. It
 	// needs a file:// prefix in storage.allowedPrefixes. Default false.
 	MountFileStorage bool `json:"mountFileStorage"`
+	// DefaultPodTemplateName names the PodTemplate every Kubernetes task's pods start
+	// from, unless the action names another (spec.podTemplateName): looked up in the
+	// action's namespace, then in the executor's, among PodTemplates labelled
+	// flyte.org/pod-template (the only ones the executor reads). A missing default is
+	// not an error. Default empty: none.
+	DefaultPodTemplateName string `json:"defaultPodTemplateName,omitempty"`
+	// InlinePodTemplateLevel is the Pod Security level an action's own
+	// spec.podTemplate is held to: "baseline" refuses host namespaces, privileged
+	// containers, hostPath volumes and added capabilities, since whoever may create a
+	// TaskAction then gets pods the executor creates; "privileged" refuses nothing, for
+	// clusters where that is everyone who may create pods anyway. The cluster's own Pod
+	// Security admission still applies to every pod. Default "baseline".
+	InlinePodTemplateLevel string `json:"inlinePodTemplateLevel"`
 }
 
 // StorageConfig limits the executor's data store. Cached outputs are copied only from
@@ -227,6 +247,7 @@ func Default() Config {
 			DefaultMemoryRequest:     resource.MustParse("128Mi"),
 			ImagePullGracePeriod:     metav1.Duration{Duration: 3 * time.Minute},
 			MissingSecretGracePeriod: metav1.Duration{Duration: 30 * time.Second},
+			InlinePodTemplateLevel:   "baseline",
 		},
 		GC: GCConfig{
 			Interval:                metav1.Duration{Duration: 10 * time.Second},

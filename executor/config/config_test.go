@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -77,7 +78,7 @@ eventsServiceURL: https://events.example.com
 cacheServiceURL: ""
 cluster: prod-eu-1
 defaultServiceAccount: flyte-tasks
-maxSystemFailures: 0
+maxSystemFailures: 5
 maxConcurrentReconciles: 48
 queueWeights: {team-a: 3}
 retryBackoff:
@@ -103,11 +104,14 @@ k8s:
   interruptibleTolerations:
     - {key: spot, operator: Exists, effect: NoSchedule}
   interruptibleNodeSelector: {node.example.com/spot: "true"}
+  interruptibleFailureThreshold: -2
   injectFinalizer: true
   deleteOnFinalize: true
   imagePullGracePeriod: 45s
   missingSecretGracePeriod: 5s
   mountFileStorage: true
+  defaultPodTemplateName: gpu-default
+  inlinePodTemplateLevel: privileged
 `
 	want := config.Config{
 		MetricsBindAddress:      ":9090",
@@ -129,7 +133,7 @@ k8s:
 		Storage:                 config.StorageConfig{AllowedPrefixes: []string{"s3://flyte-data/{project}/{domain}/", "file:///srv/flyte"}},
 		Cluster:                 "prod-eu-1",
 		DefaultServiceAccount:   "flyte-tasks",
-		MaxSystemFailures:       0,
+		MaxSystemFailures:       5,
 		MaxConcurrentReconciles: 48,
 		QueueWeights:            map[string]int{"team-a": 3},
 		RetryBackoff:            config.RetryBackoff{Base: duration(500 * time.Millisecond), Cap: duration(2 * time.Minute)},
@@ -143,6 +147,8 @@ k8s:
 			InterruptibleTolerations:  []corev1.Toleration{{Key: "spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			InterruptibleNodeSelector: map[string]string{"node.example.com/spot": "true"},
 			InjectFinalizer:           true, DeleteOnFinalize: true, ImagePullGracePeriod: duration(45 * time.Second), MissingSecretGracePeriod: duration(5 * time.Second), MountFileStorage: true,
+			DefaultPodTemplateName: "gpu-default", InlinePodTemplateLevel: "privileged",
+			InterruptibleFailureThreshold: -2,
 		},
 	}
 
@@ -310,6 +316,10 @@ func TestLoadRejects(t *testing.T) {
 		{"bad default label value", "k8s:\n  defaultLabels: {team: \"a b\"}\n", `k8s.defaultLabels["team"]: not a valid value`},
 		{"bad node selector key", "k8s:\n  interruptibleNodeSelector: {\"/x\": \"y\"}\n", `k8s.interruptibleNodeSelector["/x"]`},
 		{"unknown k8s field", "k8s:\n  defaultCPU: 1\n", "unknown field"},
+		{"interruptible threshold below the system budget", "maxSystemFailures: 3\nk8s:\n  interruptibleFailureThreshold: -4\n",
+			"k8s.interruptibleFailureThreshold: must not be below -maxSystemFailures (-3), got -4"},
+		{"bad default pod template name", "k8s:\n  defaultPodTemplateName: GPU_default\n", "k8s.defaultPodTemplateName: not a valid name"},
+		{"restricted inline pod templates", "k8s:\n  inlinePodTemplateLevel: restricted\n", "k8s.inlinePodTemplateLevel: must be baseline or privileged"},
 		{"unknown storage field", "storage:\n  prefixes: [s3://b/]\n", "unknown field"},
 		{"prefix that is no URI", "storage:\n  allowedPrefixes: [data/]\n", "storage.allowedPrefixes[0]: \"data/\" is not an absolute URI"},
 		{"the whole file system", "storage:\n  allowedPrefixes: [s3://b/, \"file:///\"]\n", "storage.allowedPrefixes[1]: \"file:///\" opens the whole file system"},
@@ -400,6 +410,38 @@ func TestLoadMissingFile(t *testing.T) {
 	_, err := config.Load(path)
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("Load(%q) error = %v, want one naming the file", path, err)
+	}
+}
+
+// TestInterruptibleFailureThreshold: the threshold counts system failures, so it must be
+// one an action can reach: a positive one at most maxSystemFailures, a negative one
+// counting back no further than it.
+func TestInterruptibleFailureThreshold(t *testing.T) {
+	for _, tt := range []struct {
+		threshold, maxSystemFailures int
+		want                         string // empty: valid
+	}{
+		{threshold: 0, maxSystemFailures: 0},
+		{threshold: 1, maxSystemFailures: 3},
+		{threshold: 3, maxSystemFailures: 3},
+		{threshold: -1, maxSystemFailures: 3},
+		{threshold: -3, maxSystemFailures: 3},
+		{threshold: 4, maxSystemFailures: 3, want: "k8s.interruptibleFailureThreshold: must not exceed maxSystemFailures (3), got 4"},
+		{threshold: 1, maxSystemFailures: 0, want: "k8s.interruptibleFailureThreshold: must not exceed maxSystemFailures (0), got 1"},
+		{threshold: -4, maxSystemFailures: 3, want: "k8s.interruptibleFailureThreshold: must not be below -maxSystemFailures (-3), got -4"},
+		{threshold: -1, maxSystemFailures: 0, want: "k8s.interruptibleFailureThreshold: must not be below -maxSystemFailures (0), got -1"},
+	} {
+		t.Run(fmt.Sprintf("%d of %d", tt.threshold, tt.maxSystemFailures), func(t *testing.T) {
+			c := config.Default()
+			c.K8s.InterruptibleFailureThreshold, c.MaxSystemFailures = tt.threshold, tt.maxSystemFailures
+			err := c.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("Validate() = %v, want it to contain %q", err, tt.want)
+			}
+		})
 	}
 }
 

@@ -112,6 +112,15 @@ func (c Config) Validate() error {
 		// The events contract bounds attempt numbers by what the executor can make:
 		// 1 + 10 retries + 100 system failures.
 		fail("maxSystemFailures", "at most %d, got %d", MaxSystemFailuresLimit, c.MaxSystemFailures)
+	default:
+		// A threshold no action reaches before its system budget runs out would never
+		// move one to on-demand capacity: surely not what was meant.
+		switch m, t := c.MaxSystemFailures, c.K8s.InterruptibleFailureThreshold; {
+		case t > m:
+			fail("k8s.interruptibleFailureThreshold", "must not exceed maxSystemFailures (%d), got %d: no attempt runs after more system failures than that", m, t)
+		case t < -m:
+			fail("k8s.interruptibleFailureThreshold", "must not be below -maxSystemFailures (%d), got %d: a negative threshold counts back from maxSystemFailures", -m, t)
+		}
 	}
 	if c.MaxConcurrentReconciles < 1 {
 		fail("maxConcurrentReconciles", "must be at least 1, got %d", c.MaxConcurrentReconciles)
@@ -224,6 +233,14 @@ func (c Config) Validate() error {
 	checkLabels("k8s.defaultLabels", k.DefaultLabels, true)
 	checkLabels("k8s.defaultAnnotations", k.DefaultAnnotations, false)
 	checkLabels("k8s.interruptibleNodeSelector", k.InterruptibleNodeSelector, true)
+	if n := k.DefaultPodTemplateName; n != "" {
+		if problems := validation.IsDNS1123Subdomain(n); len(problems) > 0 {
+			fail("k8s.defaultPodTemplateName", "not a valid name: %s", strings.Join(problems, "; "))
+		}
+	}
+	if l := k.InlinePodTemplateLevel; l != "" && l != "baseline" && l != "privileged" { // "" is baseline
+		fail("k8s.inlinePodTemplateLevel", "must be baseline or privileged, got %q", l)
+	}
 
 	return errors.Join(errs...)
 }

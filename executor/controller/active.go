@@ -97,7 +97,7 @@ func (s *scope) startAttempt(context.Context) (bool, ctrl.Result, error) {
 	st := &s.ta.Status
 	if st.Attempts == 0 {
 		st.Attempts = 1
-		s.setPhase(flytev1.PhaseQueued, flytev1.ReasonQueued, "")
+		s.setPhase(flytev1.PhaseQueued, flytev1.ReasonQueued, s.onDemand())
 	}
 	if next := st.NextAttemptAt; next != nil {
 		if wait := next.Sub(s.now.Time); wait > 0 {
@@ -245,7 +245,8 @@ func (s *scope) handle(ctx context.Context) (bool, ctrl.Result, error) {
 	for _, e := range info.ClusterEvents {
 		s.clusterEvents = append(s.clusterEvents, flytev1.ClusterEvent{OccurredAt: metav1.NewTime(e.OccurredAt),
 			Object: fitText(e.Object, flytev1.MaxClusterEventObjectLength), Type: fitText(e.Type, flytev1.MaxClusterEventTypeLength),
-			Reason: fitText(e.Reason, flytev1.MaxReasonLength), Message: fitText(e.Message, flytev1.MaxClusterEventMessageLength), Count: e.Count})
+			Reason: fitText(e.Reason, flytev1.MaxReasonLength), Message: fitText(e.Message, flytev1.MaxClusterEventMessageLength),
+			Source: fitText(e.Source, flytev1.MaxClusterEventSourceLength), Count: e.Count})
 	}
 	st.PluginPhase, st.PluginPhaseVersion = info.Phase.String(), int32(info.Version)
 	s.info = info

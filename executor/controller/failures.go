@@ -119,8 +119,13 @@ func (s *scope) relaunch(execErr *flytev1.ExecutionError, n int32) ctrl.Result {
 	s.r.Metrics.BackedOff(kind, wait)
 	next := metav1.NewTime(s.now.Add(wait))
 	st.NextAttemptAt = &next
-	s.setPhase(flytev1.PhaseQueued, flytev1.ReasonRetrying,
-		fmt.Sprintf("attempt %d failed (%s: %s); attempt %d starts in %s", st.Attempts-1, execErr.Code, execErr.Message, st.Attempts, wait.Round(time.Millisecond)))
+	message := fmt.Sprintf("attempt %d failed (%s: %s); attempt %d starts in %s", st.Attempts-1, execErr.Code, execErr.Message, st.Attempts, wait.Round(time.Millisecond))
+	if why := s.onDemand(); why != "" {
+		// Kept whole however long the error: it is why the attempt's pod lands elsewhere.
+		note := fmt.Sprintf("; attempt %d %s", st.Attempts, why)
+		message = fitText(message, flytev1.MaxHistoryMessageLength-len(note)) + note
+	}
+	s.setPhase(flytev1.PhaseQueued, flytev1.ReasonRetrying, message)
 	return ctrl.Result{RequeueAfter: wait}
 }
 

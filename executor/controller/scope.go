@@ -204,5 +204,19 @@ func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
 	return plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{
 		Action: s.ta, Attempt: attempt, DefaultServiceAccount: s.r.Options.DefaultServiceAccount,
 		DataStore: s.r.DataStore, Secrets: s.r.Client, SecretsNamespace: s.r.Options.ExecutorNamespace, Clock: s.r.Clock.Now,
+		Interruptible: s.interruptible(),
 	})
+}
+
+// interruptible is the policy that places the attempts of interruptible actions.
+func (s *scope) interruptible() plugin.InterruptiblePolicy {
+	return plugin.InterruptiblePolicy{FailureThreshold: s.r.Options.InterruptibleFailureThreshold, MaxSystemFailures: s.r.Options.MaxSystemFailures}
+}
+
+// onDemand says, for the history of the attempt about to start, why an interruptible
+// action runs it on on-demand capacity; empty when it does not. It counts the system
+// failures the attempt's pod will be placed by, as the plugin's metadata does.
+func (s *scope) onDemand() string {
+	_, why := s.interruptible().Decide(s.ta)
+	return why
 }

@@ -57,6 +57,10 @@ type Options struct {
 	ExecutorNamespace string
 	// MaxSystemFailures is how many system failures an action survives.
 	MaxSystemFailures int32
+	// InterruptibleFailureThreshold moves interruptible actions to on-demand capacity
+	// after that many system failures (negative: maxSystemFailures less that many);
+	// 0 never does (see plugin.InterruptiblePolicy).
+	InterruptibleFailureThreshold int32
 	// Backoff spaces attempts.
 	Backoff backoff.Backoff
 	// MaxConcurrentReconciles is the number of workers.

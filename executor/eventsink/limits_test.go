@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -115,4 +116,24 @@ func contractMaxAttempt(t *testing.T) int64 {
 		t.Fatalf("ActionEvent.attempt has no uint32 lte rule: %v", rules)
 	}
 	return int64(rules.GetUint32().GetLte())
+}
+
+// A cluster event as long as the CRD lets the history hold it reaches the events service
+// whole, every field (the reporting component among them) within the contract's rules.
+func TestClusterEventsAtTheCRDsLimitsPassTheContract(t *testing.T) {
+	text := func(n int) string { return strings.Repeat("x", n) }
+	ta := action("events", flytev1.PhaseRunning)
+	want := flytev1.ClusterEvent{OccurredAt: metav1.Now(), Object: text(flytev1.MaxClusterEventObjectLength),
+		Type: text(flytev1.MaxClusterEventTypeLength), Reason: text(flytev1.MaxReasonLength),
+		Message: text(flytev1.MaxClusterEventMessageLength), Source: text(flytev1.MaxClusterEventSourceLength), Count: 3}
+	ta.Status.PhaseHistory[0].ClusterEvents = []flytev1.ClusterEvent{want}
+	ev := New(nil, "test", nil, nil).toEvent(ta, ta.Status.PhaseHistory[0], timestamppb.Now())
+	if err := protovalidate.Validate(ev); err != nil {
+		t.Fatal(err)
+	}
+	got := ev.GetClusterEvents()
+	if len(got) != 1 || got[0].GetObject() != want.Object || got[0].GetType() != want.Type || got[0].GetReason() != want.Reason ||
+		got[0].GetMessage() != want.Message || got[0].GetSource() != want.Source || got[0].GetCount() != 3 {
+		t.Fatalf("published %v; want %+v", got, want)
+	}
 }

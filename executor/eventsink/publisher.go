@@ -758,7 +758,7 @@ func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, r
 	}
 	for _, e := range h.ClusterEvents {
 		ev.ClusterEvents = append(ev.ClusterEvents, &eventsv1.ClusterEvent{OccurredAt: timestamppb.New(e.OccurredAt.Time),
-			Object: e.Object, Type: e.Type, Reason: e.Reason, Message: e.Message, Count: uint32(max(e.Count, 0))})
+			Object: e.Object, Type: e.Type, Reason: e.Reason, Message: e.Message, Source: e.Source, Count: uint32(max(e.Count, 0))})
 	}
 	if e := h.Error; e != nil {
 		kind := flytecorev1.ExecutionError_KIND_USER

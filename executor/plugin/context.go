@@ -46,6 +46,10 @@ type TaskExecutionMetadata interface {
 	Labels() map[string]string
 	// Now is the reconciler's clock, so that tests control time.
 	Now() time.Time
+	// IsInterruptible says the attempt may run on preemptible capacity: the action asks
+	// for it (spec.interruptible) and has not had so many system failures that
+	// k8s.interruptibleFailureThreshold moves it to on-demand capacity.
+	IsInterruptible() bool
 }
 
 // DataStore reads and writes blobs by URI.

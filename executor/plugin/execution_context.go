@@ -28,6 +28,9 @@ const (
 	LabelRun       = "flyte.org/run"
 	LabelAction    = "flyte.org/action"
 	LabelAttempt   = "flyte.org/attempt"
+	// LabelTask is the task's name, as TaskLabelValue makes it a label value, so that
+	// metrics of pods (kube_pod_*) join to the tasks they ran.
+	LabelTask = "flyte.org/task"
 	// LabelTaskAction names the owning TaskAction, so its objects can be listed.
 	LabelTaskAction = "flyte.org/task-action"
 	// LabelTaskActionUID ties an object to the TaskAction incarnation that made it, so
@@ -51,6 +54,9 @@ type ExecutionContextOptions struct {
 	SecretsNamespace string
 	// Clock returns now; time.Now when nil.
 	Clock func() time.Time
+	// Interruptible decides whether the attempt of an action with spec.interruptible
+	// runs on preemptible capacity; the zero policy: always.
+	Interruptible InterruptiblePolicy
 }
 
 // ActionScopedDataStore is a DataStore that confines each action to the locations it
@@ -101,6 +107,11 @@ func (m metadata) Action() *flytev1.TaskAction { return m.o.Action }
 func (m metadata) Attempt() int32              { return m.o.Attempt }
 func (m metadata) Now() time.Time              { return m.o.Clock() }
 
+func (m metadata) IsInterruptible() bool {
+	interruptible, _ := m.o.Interruptible.Decide(m.o.Action)
+	return interruptible
+}
+
 // ObjectName is "<action object name>-<attempt>", shortened with a hash of the full
 // name when that would exceed a DNS label, so that it stays unique per attempt.
 func (m metadata) ObjectName() string {
@@ -130,8 +141,26 @@ func (m metadata) Labels() map[string]string {
 	return map[string]string{
 		LabelManagedBy: ManagedByValue, LabelProject: s.Project, LabelDomain: s.Domain,
 		LabelRun: s.RunName, LabelAction: s.ActionName, LabelAttempt: strconv.Itoa(int(m.o.Attempt)),
-		LabelTaskAction: TaskActionLabelValue(m.o.Action.Name),
+		LabelTaskAction: TaskActionLabelValue(m.o.Action.Name), LabelTask: TaskLabelValue(s.TaskName),
 	}
+}
+
+// TaskLabelValue is the LabelTask value of a task name: characters a label value may not
+// hold (the ':' and '/' a task name may) become '_', separators are trimmed from either
+// end, and a name longer than 63 is shortened with a hash of the whole, as
+// AttemptObjectName does.
+func TaskLabelValue(name string) string {
+	v := strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, name)
+	v = strings.Trim(v, "-_.")
+	if len(v) > 63 {
+		v = strings.TrimRight(shorten(v, 63), "-_.")
+	}
+	return v
 }
 
 // TaskActionLabelValue is the LabelTaskAction value of a TaskAction's objects: its name,
@@ -158,7 +187,7 @@ func AttemptObjectName(name string, attempt int32) string {
 // hash of the whole name, so that different long names stay different.
 func shorten(name string, limit int) string {
 	keep := limit - 9
-	return strings.TrimRight(name[:keep], "-.") + "-" + fnv32(name)
+	return strings.TrimRight(name[:keep], "-._") + "-" + fnv32(name)
 }
 
 // fnv32 is the 32-bit FNV-1a hash of s, in hex.

@@ -141,3 +141,33 @@ func TestTaskActionLabelValue(t *testing.T) {
 		seen[got] = tt.name
 	}
 }
+
+// A task's name becomes a label value so that pod metrics join to tasks: characters a
+// label may not hold become '_', and a long name is cut with a hash, as other names are.
+func TestTaskLabelValue(t *testing.T) {
+	tests := []struct {
+		name, want string
+	}{
+		{"my.module.train", "my.module.train"},
+		{"my.module:train", "my.module_train"},
+		{"team/pipelines/train", "team_pipelines_train"},
+		{"_private.task", "private.task"},
+		{"train:", "train"},
+		{"pkg." + strings.Repeat("t", 251), ""},
+		{"a::" + strings.Repeat("t", 252), ""},
+	}
+	seen := map[string]string{}
+	for _, tt := range tests {
+		got := plugin.TaskLabelValue(tt.name)
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 || got == "" {
+			t.Errorf("TaskLabelValue(%q) = %q: %v", tt.name, got, errs)
+		}
+		if tt.want != "" && got != tt.want {
+			t.Errorf("TaskLabelValue(%q) = %q; want %q", tt.name, got, tt.want)
+		}
+		if other, dup := seen[got]; dup {
+			t.Errorf("%q and %q share the value %q", other, tt.name, got)
+		}
+		seen[got] = tt.name
+	}
+}

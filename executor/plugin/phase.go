@@ -97,11 +97,12 @@ type PhaseInfo struct {
 	ClusterEvents []ClusterEvent
 }
 
-// ClusterEvent is a Kubernetes event about one of an attempt's objects.
+// ClusterEvent is a Kubernetes event about one of an attempt's objects. Source is the
+// component that reported it, such as "kubelet".
 type ClusterEvent struct {
-	OccurredAt                    time.Time
-	Object, Type, Reason, Message string
-	Count                         int32
+	OccurredAt                            time.Time
+	Object, Type, Reason, Message, Source string
+	Count                                 int32
 }
 
 // LogLink points at logs of an attempt.

@@ -178,7 +178,7 @@ function clusterEventsView(evs: ActionEvent[]): HTMLElement | null {
     h(
       "table",
       {},
-      h("thead", {}, h("tr", {}, ...["time", "attempt", "object", "type", "reason", "message", "count"].map((c) => h("th", {}, c)))),
+      h("thead", {}, h("tr", {}, ...["time", "attempt", "object", "source", "type", "reason", "message", "count"].map((c) => h("th", {}, c)))),
       h(
         "tbody",
         {},
@@ -189,6 +189,7 @@ function clusterEventsView(evs: ActionEvent[]): HTMLElement | null {
             h("td", {}, when(c.occurredAt)),
             h("td", { class: "num" }, attempt),
             h("td", {}, c.object),
+            h("td", {}, c.source),
             h("td", {}, c.type),
             h("td", {}, c.reason),
             h("td", {}, c.message),

@@ -23,6 +23,9 @@ const (
 	MaxClusterEventObjectLength  = 512
 	MaxClusterEventTypeLength    = 32
 	MaxClusterEventMessageLength = 1024
+	// MaxClusterEventSourceLength bounds the component that reported an event. Their
+	// names are short ("kubelet", "default-scheduler"); a longer one is cut.
+	MaxClusterEventSourceLength = 128
 	// MaxConditionMessageLength is metav1.Condition's own limit on a message.
 	MaxConditionMessageLength = 32768
 )

@@ -40,6 +40,7 @@ func TestLimitsMatchTheCRD(t *testing.T) {
 		{"phaseHistory[].clusterEvents[].type", event.Properties["type"], false, flytev1.MaxClusterEventTypeLength},
 		{"phaseHistory[].clusterEvents[].reason", event.Properties["reason"], false, flytev1.MaxReasonLength},
 		{"phaseHistory[].clusterEvents[].message", event.Properties["message"], false, flytev1.MaxClusterEventMessageLength},
+		{"phaseHistory[].clusterEvents[].source", event.Properties["source"], false, flytev1.MaxClusterEventSourceLength},
 		{"conditions[].message", status.Properties["conditions"].Items.Schema.Properties["message"], false, flytev1.MaxConditionMessageLength},
 	}
 	for _, tt := range tests {

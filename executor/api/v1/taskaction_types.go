@@ -3,6 +3,7 @@ package v1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // TaskActionSpec says what to run. It cannot change once the action exists: a different
@@ -70,7 +71,9 @@ type TaskActionSpec struct {
 	// +kubebuilder:validation:Maximum=10
 	Retries int32 `json:"retries,omitempty"`
 
-	// Interruptible lets the action run on preemptible capacity.
+	// Interruptible lets the action run on preemptible capacity; once it has had the
+	// executor's k8s.interruptibleFailureThreshold system failures, its next attempts
+	// run on on-demand capacity.
 	// +optional
 	Interruptible bool `json:"interruptible,omitempty"`
 
@@ -111,6 +114,55 @@ type TaskActionSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	Config map[string]string `json:"config,omitempty"`
+
+	// PodTemplateName names a PodTemplate, labelled flyte.org/pod-template=true, that the
+	// pods of a Kubernetes task start from: looked up in the action's namespace, then in
+	// the executor's. It replaces the executor's k8s.defaultPodTemplateName; a name
+	// that is found in neither fails the action (PodTemplateNotFound).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	PodTemplateName string `json:"podTemplateName,omitempty"`
+
+	// PodTemplate changes this action's pods only, merged over the named or default
+	// PodTemplate; the action's own fields (container, env, resources) win over both.
+	// +optional
+	PodTemplate *PodTemplate `json:"podTemplate,omitempty"`
+}
+
+// PodTemplate is a fragment of a PodTemplateSpec. Its spec is checked when the executor
+// builds the action's first pod, strictly (an unknown field is an error), rather than
+// by the API server: the schema of a whole PodSpec would make this CRD 660 KB, past the
+// 256 KB that `kubectl apply` can record.
+type PodTemplate struct {
+	// Metadata holds labels and annotations for the pods.
+	// +optional
+	Metadata PodTemplateMetadata `json:"metadata,omitempty"`
+
+	// Spec is a corev1.PodSpec fragment. A container named "default" applies to the
+	// task's container, as does one named "task"; sidecars go in initContainers, with
+	// restartPolicy Always.
+	// It may not ask for what Pod Security's baseline level forbids (host namespaces,
+	// privileged containers, hostPath volumes, added capabilities), unless the executor
+	// is configured otherwise (k8s.inlinePodTemplateLevel).
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Spec runtime.RawExtension `json:"spec,omitempty"`
+}
+
+// PodTemplateMetadata is what a PodTemplate may set of its pods' metadata.
+type PodTemplateMetadata struct {
+	// Labels go on the pods; the executor's own labels win over them.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Annotations go on the pods.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // CacheSpec makes an action's outputs reusable.
@@ -374,6 +426,11 @@ type ClusterEvent struct {
 	// Count is how often it was seen.
 	// +optional
 	Count int32 `json:"count,omitempty"`
+	// Source is the component that reported it, such as "kubelet" or
+	// "default-scheduler".
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Source string `json:"source,omitempty"`
 }
 
 // LogLink points at logs of an attempt.

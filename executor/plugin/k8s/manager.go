@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -252,13 +253,22 @@ func clusterEvents(events func() ([]corev1.Event, error), mark eventMark) ([]plu
 			next.Seen = append(next.Seen, key)
 		}
 		out = append(out, plugin.ClusterEvent{OccurredAt: at, Object: e.InvolvedObject.Kind + "/" + e.InvolvedObject.Name,
-			Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count})
+			Type: e.Type, Reason: e.Reason, Message: e.Message, Source: eventSource(&e), Count: e.Count})
 	}
 	slices.SortFunc(out, func(a, b plugin.ClusterEvent) int { return a.OccurredAt.Compare(b.OccurredAt) })
 	if len(out) > flytev1.MaxClusterEvents {
 		out = out[len(out)-flytev1.MaxClusterEvents:]
 	}
 	return out, next
+}
+
+// eventSource is the component that reported e: its source's, or for an event written
+// through events.k8s.io, which leaves the source empty, its reporting controller.
+func eventSource(e *corev1.Event) string {
+	if e.Source.Component != "" {
+		return e.Source.Component
+	}
+	return e.ReportingController
 }
 
 func eventTime(e *corev1.Event) time.Time {
@@ -282,8 +292,16 @@ func (m *PluginManager) ours(obj client.Object, md plugin.TaskExecutionMetadata)
 func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionContext, st managerState) (plugin.Transition, error) {
 	md := tCtx.Metadata()
 	obj, err := m.plugin.BuildResource(ctx, tCtx)
+	if plugin.IsTransient(err) {
+		return plugin.Transition{}, err
+	}
 	if err != nil {
-		return plugin.DoTransition(plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "BadTaskSpec", err.Error())), nil
+		code := CodeBadTaskSpec
+		var bad *badSpecError
+		if errors.As(err, &bad) {
+			code = bad.code
+		}
+		return plugin.DoTransition(plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, code, err.Error())), nil
 	}
 	m.decorate(obj, md)
 	err = m.client.Create(ctx, obj)
@@ -336,6 +354,23 @@ func (m *PluginManager) create(ctx context.Context, tCtx plugin.TaskExecutionCon
 	}
 	return plugin.DoTransition(info), nil
 }
+
+// CodeBadTaskSpec is the error code of an action whose object cannot be built, unless
+// the plugin names another with BadSpec.
+const CodeBadTaskSpec = "BadTaskSpec"
+
+// badSpecError is a BuildResource error with its own code.
+type badSpecError struct {
+	code string
+	err  error
+}
+
+func (e *badSpecError) Error() string { return e.err.Error() }
+func (e *badSpecError) Unwrap() error { return e.err }
+
+// BadSpec marks err, returned by BuildResource, as the action's user error code: the
+// action fails at once with it, rather than with BadTaskSpec.
+func BadSpec(code string, err error) error { return &badSpecError{code: code, err: err} }
 
 // reportedAs is how managerState.Reported names a reported phase.
 func reportedAs(info plugin.PhaseInfo) string { return fmt.Sprintf("%s/%d", info.Phase, info.Version) }
@@ -435,7 +470,9 @@ func (m *PluginManager) podDefaults(spec *corev1.PodSpec, md plugin.TaskExecutio
 			}
 		}
 	}
-	if md.Action().Spec.Interruptible {
+	// Not the spec alone: past k8s.interruptibleFailureThreshold an interruptible
+	// action's attempts run on on-demand capacity.
+	if md.IsInterruptible() {
 		spec.Tolerations = append(spec.Tolerations, m.cfg.InterruptibleTolerations...)
 		if len(m.cfg.InterruptibleNodeSelector) > 0 {
 			if spec.NodeSelector == nil {

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -92,5 +93,27 @@ func TestClusterEventsReportsEachEventOnce(t *testing.T) {
 	}
 	if _, err := json.Marshal(mark); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A cluster event names the component that reported it: a core/v1 event's source, or,
+// for one written through events.k8s.io (whose source is empty), its reporting controller.
+func TestClusterEventsNameTheirSource(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	events := []corev1.Event{
+		{ObjectMeta: metav1.ObjectMeta{UID: "e1"}, Reason: "Started", LastTimestamp: at, Source: corev1.EventSource{Component: "kubelet", Host: "node-1"}},
+		{ObjectMeta: metav1.ObjectMeta{UID: "e2"}, Reason: "Scheduled", LastTimestamp: at, ReportingController: "default-scheduler"},
+		{ObjectMeta: metav1.ObjectMeta{UID: "e3"}, Reason: "SuccessfulCreate", LastTimestamp: at,
+			Source: corev1.EventSource{Component: "job-controller"}, ReportingController: "batch.kubernetes.io/job-controller"},
+		{ObjectMeta: metav1.ObjectMeta{UID: "e4"}, Reason: "Anonymous", LastTimestamp: at},
+	}
+	got, _ := clusterEvents(func() ([]corev1.Event, error) { return events, nil }, eventMark{})
+	sources := map[string]string{}
+	for _, e := range got {
+		sources[e.Reason] = e.Source
+	}
+	want := map[string]string{"Started": "kubelet", "Scheduled": "default-scheduler", "SuccessfulCreate": "job-controller", "Anonymous": ""}
+	if !maps.Equal(sources, want) {
+		t.Fatalf("sources %v; want %v", sources, want)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/plugin/k8s/podtemplate"
 )
 
 // Plugin builds and reads one kind of object.
@@ -109,6 +110,9 @@ type Config struct {
 	// LogLinks are templates of links to an attempt's logs (text/template over
 	// LogLinkData), such as a cluster's log viewer.
 	LogLinks []LogLinkTemplate
+	// PodTemplates says which PodTemplates shape the pods of container and k8s-job
+	// actions (see package podtemplate).
+	PodTemplates podtemplate.Config
 }
 
 // LogLinkTemplate makes one log link.

@@ -19,6 +19,7 @@ import (
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/datastore"
 	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/executor/plugin/k8s/podtemplate"
 	"github.com/flytekube/backend/executor/plugin/tasksecrets"
 )
 
@@ -39,17 +40,26 @@ const (
 	EnvAction       = "FLYTE_ACTION"
 )
 
-// Entry registers the plugin as the default one.
+// Entry registers the plugin as the default one. It reads PodTemplates from the
+// executor's cache.
 func Entry(cfg k8s.Config) plugin.Entry {
 	return k8s.Entry(k8s.PluginEntry{
-		ID: ID, RegisteredTaskTypes: []string{ID}, ResourceToWatch: &corev1.Pod{}, Plugin: Plugin{Config: cfg}, IsDefault: true,
+		ID: ID, RegisteredTaskTypes: []string{ID}, ResourceToWatch: &corev1.Pod{}, IsDefault: true,
+		Load: func(setup plugin.SetupContext) (k8s.Plugin, error) { return New(cfg, setup.Client()), nil },
 	}, cfg)
+}
+
+// New returns the plugin, reading PodTemplates with templates (nil reads none).
+func New(cfg k8s.Config, templates client.Reader) Plugin {
+	return Plugin{Config: cfg, Templates: podtemplate.Source{Config: cfg.PodTemplates, Reader: templates}}
 }
 
 // Plugin builds and reads task Pods.
 type Plugin struct {
 	// Config supplies the log link templates.
 	Config k8s.Config
+	// Templates are the PodTemplates task pods start from.
+	Templates podtemplate.Source
 }
 
 var (
@@ -112,7 +122,51 @@ func (p Plugin) BuildResource(ctx context.Context, tCtx plugin.TaskExecutionCont
 	if err := tasksecrets.Apply(&pod.Spec, spec.Secrets, ContainerName); err != nil {
 		return nil, err
 	}
+	if err := p.applyTemplates(ctx, md.Action(), pod); err != nil {
+		return nil, err
+	}
 	return pod, nil
+}
+
+// applyTemplates lays pod over the action's PodTemplates: the named or default one,
+// then its inline fragment. A template the action cannot run with fails it, with the
+// template's code; a failed read of the cache is retried.
+func (p Plugin) applyTemplates(ctx context.Context, action *flytev1.TaskAction, pod *corev1.Pod) error {
+	base, err := p.Templates.Base(ctx, action)
+	if err != nil {
+		return templateError(err)
+	}
+	inline, err := p.Templates.Inline(action)
+	if err != nil {
+		return templateError(err)
+	}
+	merged, err := podtemplate.Merge(base, inline, ContainerName)
+	if err != nil {
+		return templateError(err)
+	}
+	if merged == nil {
+		return nil
+	}
+	if err := podtemplate.Apply(merged, pod, ContainerName); err != nil {
+		return templateError(err)
+	}
+	// A pod ends when all its containers have: a second one that serves the task would
+	// keep it running after the task ended. Kubernetes' sidecars stop with the task.
+	if len(pod.Spec.Containers) > 1 {
+		return k8s.BadSpec(podtemplate.CodeInvalid, fmt.Errorf("the pod template adds the container %q beside the task's: "+
+			"put a sidecar in initContainers with restartPolicy: Always, which stops when the task does", pod.Spec.Containers[1].Name))
+	}
+	return nil
+}
+
+// templateError gives a template's problem its code, and marks anything else (a read
+// of the cache) transient.
+func templateError(err error) error {
+	var perr *podtemplate.Error
+	if errors.As(err, &perr) {
+		return k8s.BadSpec(perr.Code, err)
+	}
+	return plugin.Transient(fmt.Errorf("container: %w", err))
 }
 
 // Names of the volumes that mount an action's file:// data.
@@ -227,14 +281,11 @@ func (p Plugin) phaseOf(ctx context.Context, tCtx plugin.TaskExecutionContext, p
 	case corev1.PodSucceeded:
 		return Outcome(ctx, tCtx)
 	case corev1.PodFailed:
-		if reason, message, ok := disrupted(pod); ok {
-			// Stopped by a deletion, preemption, eviction or node shutdown: the kubelet
-			// marks such a pod Failed (its container exits on SIGTERM or SIGKILL), but the
-			// task did not fail. Its containers have stopped, so a new attempt, on the
-			// system budget, cannot run beside it.
-			return plugin.PhaseInfoSystemFailure(reason, message+exitOf(pod)), nil
-		}
-		return failed(pod), nil
+		// Stopped by a deletion, preemption, eviction or node shutdown, the kubelet marks
+		// a pod Failed (its container exits on SIGTERM or SIGKILL), but the task did not
+		// fail: FailureOf makes that a system failure. Its containers have stopped, so a
+		// new attempt cannot run beside it.
+		return FailureOf(pod), nil
 	}
 	if pod.DeletionTimestamp != nil {
 		// A pod being deleted gracefully has not failed: it may still finish, and a new
@@ -269,16 +320,6 @@ func disrupted(pod *corev1.Pod) (reason, message string, ok bool) {
 		return "Terminating", fmt.Sprintf("pod %s is being deleted", pod.Name), true
 	}
 	return "", "", false
-}
-
-// exitOf describes how the task's container ended, if it did.
-func exitOf(pod *corev1.Pod) string {
-	for _, cs := range pod.Status.ContainerStatuses {
-		if t := cs.State.Terminated; cs.Name == ContainerName && t != nil {
-			return fmt.Sprintf(" (container exited with %d, %s)", t.ExitCode, t.Reason)
-		}
-	}
-	return ""
 }
 
 // Waiting reasons of a container whose image cannot be had: a name that can never be an
@@ -428,19 +469,6 @@ func MountingSecrets(pod *corev1.Pod, secrets []flytev1.TaskSecret) bool {
 		}
 	}
 	return false
-}
-
-func failed(pod *corev1.Pod) plugin.PhaseInfo {
-	for _, cs := range pod.Status.ContainerStatuses {
-		if t := cs.State.Terminated; cs.Name == ContainerName && t != nil {
-			code := fmt.Sprintf("ExitCode%d", t.ExitCode)
-			if t.Reason == "OOMKilled" {
-				code = "OOMKilled"
-			}
-			return plugin.PhaseInfoUserFailure(code, fmt.Sprintf("container %s exited with %d (%s) %s", cs.Name, t.ExitCode, t.Reason, t.Message))
-		}
-	}
-	return plugin.PhaseInfoSystemFailure(or(pod.Status.Reason, "PodFailed"), pod.Status.Message)
 }
 
 // errorDocument is what a task writes to its error URI to report a user error.

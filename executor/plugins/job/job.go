@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -38,7 +39,7 @@ func Entry(cfg k8s.Config) plugin.Entry {
 	return k8s.Entry(k8s.PluginEntry{
 		ID: ID, RegisteredTaskTypes: []string{ID}, ResourceToWatch: &batchv1.Job{},
 		Load: func(setup plugin.SetupContext) (k8s.Plugin, error) {
-			return Plugin{pods: container.Plugin{Config: cfg}, reader: setup.APIReader()}, nil
+			return Plugin{pods: container.New(cfg, setup.Client()), reader: setup.APIReader()}, nil
 		},
 	}, cfg)
 }
@@ -88,15 +89,20 @@ func (p Plugin) BuildResource(ctx context.Context, tCtx plugin.TaskExecutionCont
 	if err != nil {
 		return nil, err
 	}
-	// The Job's pods carry the action's labels but not managed-by: they are the Job
-	// controller's, and the executor watches the Job, not them.
-	labels := maps.Clone(tCtx.Metadata().Labels())
+	// The Job's pods carry their templates' labels and annotations, then the action's
+	// labels but not managed-by: they are the Job controller's, and the executor watches
+	// the Job, not them.
+	labels := pod.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, tCtx.Metadata().Labels())
 	delete(labels, plugin.LabelManagedBy)
 	return &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{Kind: "Job", APIVersion: "batch/v1"},
 		Spec: batchv1.JobSpec{
 			Parallelism: parallelism, Completions: completions, BackoffLimit: new(int32),
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod.Spec},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: pod.Annotations}, Spec: pod.Spec},
 		},
 	}, nil
 }
@@ -134,7 +140,7 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionConte
 			if c.Type == batchv1.JobComplete {
 				return container.Outcome(ctx, tCtx)
 			}
-			return plugin.PhaseInfoUserFailure(or(c.Reason, "JobFailed"), c.Message), nil
+			return p.failure(ctx, job, c)
 		}
 	}
 	if job.DeletionTimestamp != nil {
@@ -159,6 +165,69 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx plugin.TaskExecutionConte
 	default:
 		return plugin.PhaseInfoInitializing(0, "Pending", ""), nil
 	}
+}
+
+// failure is the failure of a Job that failed (condition c). The Job's reason says only
+// that a pod failed (BackoffLimitExceeded, since the Job never retries one), so its
+// failed pods are read and classified as the container plugin classifies a task's pod
+// (container.FailureOf): the same ending is the same failure whichever plugin ran the
+// task, and a preempted or evicted pod is the platform's failure, not the task's. Without
+// a failed pod to read, it is the user's failure under the Job's reason.
+func (p Plugin) failure(ctx context.Context, job *batchv1.Job, c batchv1.JobCondition) (plugin.PhaseInfo, error) {
+	reason := or(c.Reason, "JobFailed")
+	if p.reader != nil {
+		pods, err := p.jobPods(ctx, job)
+		if err != nil {
+			return plugin.PhaseInfo{}, err
+		}
+		if info, ok := podsFailure(pods); ok {
+			return info, nil
+		}
+	}
+	return plugin.PhaseInfoUserFailure(reason, c.Message), nil
+}
+
+// podsFailure is the failure of the failed pods of a Job: a pod's user failure first (when
+// a task fails, the Job controller stops the other pods, which then look disrupted), then a
+// disruption other than a deletion (a preemption that failed the Job, rather than the
+// deletions that followed), the first to end among equals.
+func podsFailure(pods []corev1.Pod) (plugin.PhaseInfo, bool) {
+	var best plugin.PhaseInfo
+	var bestRank int
+	var bestEnd time.Time
+	found := false
+	for i := range pods {
+		pod := &pods[i]
+		if pod.Status.Phase != corev1.PodFailed {
+			continue
+		}
+		info := container.FailureOf(pod)
+		rank := 2
+		switch {
+		case info.Err.Kind == plugin.ErrorKindUser:
+			rank = 0
+		case info.Err.Code != "Terminating":
+			rank = 1
+		}
+		end := endOf(pod)
+		if !found || rank < bestRank || rank == bestRank && end.Before(bestEnd) {
+			info.Message = fmt.Sprintf("pod %s: %s", pod.Name, info.Message)
+			info.Err.Message = info.Message
+			best, bestRank, bestEnd, found = info, rank, end, true
+		}
+	}
+	return best, found
+}
+
+// endOf is when the pod's task container ended; without one, the end of time, so that a
+// pod with one is preferred.
+func endOf(pod *corev1.Pod) time.Time {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; cs.Name == container.ContainerName && t != nil && !t.FinishedAt.IsZero() {
+			return t.FinishedAt.Time
+		}
+	}
+	return time.Unix(1<<40, 0)
 }
 
 // ReasonPodsPending is the reason of a Job whose pods have started, none ready yet.

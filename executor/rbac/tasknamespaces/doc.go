@@ -21,6 +21,10 @@ package tasknamespaces
 // +kubebuilder:rbac:groups="",resources=pods,verbs=create;get;list;watch;delete;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=create;get;list;watch;delete;patch
 
+// PodTemplates labelled flyte.org/pod-template=true, which shape task pods: read from a
+// label-filtered informer.
+// +kubebuilder:rbac:groups="",resources=podtemplates,verbs=list;watch
+
 // Events: recorded on actions (core/v1, through GetEventRecorderFor), and the events
 // about an attempt's pod listed by field selector.
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list

@@ -220,7 +220,10 @@ type ClusterEvent struct {
 	// message is the event's text.
 	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// count is how many times the event was seen.
-	Count         uint32 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	Count uint32 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	// source is the component that reported the event, such as "kubelet",
+	// "default-scheduler" or "job-controller".
+	Source        string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,6 +298,13 @@ func (x *ClusterEvent) GetCount() uint32 {
 		return x.Count
 	}
 	return 0
+}
+
+func (x *ClusterEvent) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
 }
 
 // LogLink points at logs of an attempt.
@@ -1100,7 +1110,7 @@ const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"r\b\x18\x80\x80\x04\xba\x01\x01\x00R\amessage\x12N\n" +
 	"\x0ecluster_events\x18\r \x03(\v2\x1d.flyte.events.v1.ClusterEventB\b\xbaH\x05\x92\x01\x02\x10dR\rclusterEvents\x12?\n" +
 	"\tlog_links\x18\x0e \x03(\v2\x18.flyte.events.v1.LogLinkB\b\xbaH\x05\x92\x01\x02\x10\x14R\blogLinks\x12)\n" +
-	"\ttask_type\x18\x0f \x01(\tB\f\xbaH\tr\a\x18\x80\x01\xba\x01\x01\x00R\btaskType\"\x8e\x02\n" +
+	"\ttask_type\x18\x0f \x01(\tB\f\xbaH\tr\a\x18\x80\x01\xba\x01\x01\x00R\btaskType\"\xb4\x02\n" +
 	"\fClusterEvent\x12S\n" +
 	"\voccurred_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampB\x16\xbaH\x13\xb2\x01\x10\x1a\x06\b\x80\x99\xfd\x93\x1b2\x06\b\x80\x87\xb5\xc3\x03R\n" +
 	"occurredAt\x12$\n" +
@@ -1108,7 +1118,8 @@ const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"\x04type\x18\x03 \x01(\tB\v\xbaH\br\x06\x18 \xba\x01\x01\x00R\x04type\x12$\n" +
 	"\x06reason\x18\x04 \x01(\tB\f\xbaH\tr\a\x18\x80\x02\xba\x01\x01\x00R\x06reason\x12&\n" +
 	"\amessage\x18\x05 \x01(\tB\f\xbaH\tr\a\x18\x80 \xba\x01\x01\x00R\amessage\x12\x14\n" +
-	"\x05count\x18\x06 \x01(\rR\x05count\"R\n" +
+	"\x05count\x18\x06 \x01(\rR\x05count\x12$\n" +
+	"\x06source\x18\a \x01(\tB\f\xbaH\tr\a\x18\x80\x01\xba\x01\x01\x00R\x06source\"R\n" +
 	"\aLogLink\x12%\n" +
 	"\x04name\x18\x01 \x01(\tB\x11\xbaH\x0e\xc8\x01\x01r\t\x10\x01\x18\x80\x01\xba\x01\x01\x00R\x04name\x12 \n" +
 	"\x03uri\x18\x02 \x01(\tB\x0e\xbaH\v\xc8\x01\x01r\x06\x18\x80\x10\x88\x01\x01R\x03uri\"\x93\x04\n" +
