@@ -65,6 +65,13 @@ tools: ## Build buf, which tests also run (go tool caches the binary).
 build: ## Build every package and binary.
 	$(GO) build ./...
 
+REPOSITORY ?= ghcr.io/flytekube
+TAG        ?= dev
+.PHONY: images
+images: ## Build the images without Docker: build/images/<program>.tar (REPOSITORY, TAG; PUSH=1 pushes them).
+	$(GO) run ./hack/images --out build/images --repository $(REPOSITORY) --tag $(TAG) \
+		--revision "$$(git rev-parse HEAD 2>/dev/null || echo unknown)" $(if $(PUSH),--push)
+
 .PHONY: generate
 generate: proto-generate crd-generate console-generate ## Regenerate all generated code.
 
