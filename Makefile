@@ -58,8 +58,9 @@ jaeger: ## Build Jaeger, which the tracing tests run (once; cached outside the c
 	@hack/jaeger.sh build >/dev/null
 
 .PHONY: tools
-tools: ## Build buf, which tests also run (go tool caches the binary).
+tools: ## Build buf and promtool, which tests also run (go tool caches the binaries).
 	@$(BUF) --version >/dev/null
+	@$(GO) tool -modfile=tools/prometheus/go.mod promtool --version >/dev/null
 
 .PHONY: build
 build: ## Build every package and binary.

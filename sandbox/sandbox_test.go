@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/internal/chromium"
 	"github.com/flytekube/backend/internal/kubetest"
@@ -442,6 +444,55 @@ func checkMetrics(t *testing.T, scraped map[string]string, withNode bool) {
 			if !strings.Contains(scraped[program], s) {
 				t.Errorf("%s's /metrics lacks %s", program, s)
 			}
+		}
+	}
+	checkAlertMetrics(t, scraped)
+}
+
+// checkAlertMetrics holds the alert rules to the running programs: every metric a rule
+// reads is served by one of them (a histogram by its name without _bucket, _sum or
+// _count), so that no alert watches a series that can never exist.
+func checkAlertMetrics(t *testing.T, scraped map[string]string) {
+	t.Helper()
+	path, err := repo.Path("deploy", "kustomize", "components", "monitoring", "rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rule struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct{ Expr string }
+			}
+		}
+	}
+	if err := yaml.Unmarshal(raw, &rule); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			for _, m := range regexp.MustCompile(`\bflyte_[a-z0-9_]+`).FindAllString(r.Expr, -1) {
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					m = strings.TrimSuffix(m, suffix)
+				}
+				names[m] = true
+			}
+		}
+	}
+	if len(names) < 8 {
+		t.Fatalf("found %d metrics in the rules; their expressions did not parse", len(names))
+	}
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		served := false
+		for _, body := range scraped {
+			served = served || strings.Contains(body, "# TYPE "+name+" ")
+		}
+		if !served {
+			t.Errorf("the alert rules read %s, which no program serves", name)
 		}
 	}
 }

@@ -116,6 +116,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started
 	if err != nil {
 		return fmt.Errorf("%s: %w", cfg.Name, err)
 	}
+	if err := srv.RegisterMetrics(tel.Registry); err != nil {
+		return fmt.Errorf("%s: %w", cfg.Name, err)
+	}
 	loops, err := setup(Deps{Pool: pool, Server: srv, Registry: tel.Registry, Log: log})
 	if err != nil {
 		return fmt.Errorf("%s: %w", cfg.Name, err)

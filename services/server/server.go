@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"connectrpc.com/grpcreflect"
 	"connectrpc.com/otelconnect"
 	"connectrpc.com/validate"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/semaphore"
@@ -242,6 +244,43 @@ func (s *Server) TLSConfig() *tls.Config {
 		GetCertificate: s.certs.GetCertificate,
 		NextProtos:     []string{"h2", "http/1.1"},
 	}
+}
+
+// CertificateExpiryMetric is the metric RegisterMetrics registers.
+const CertificateExpiryMetric = "flyte_tls_certificate_expiry_timestamp_seconds"
+
+// RegisterMetrics registers the server's own metrics on reg: when the certificate it
+// serves stops being valid, read at each scrape (so a rotation shows at once), for an
+// alert to fire before a rotation that did not happen leaves every client refusing it.
+// Without TLS it registers nothing.
+func (s *Server) RegisterMetrics(reg prometheus.Registerer) error {
+	if s.certs == nil {
+		return nil
+	}
+	err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: CertificateExpiryMetric,
+		Help: "When the TLS certificate the server serves stops being valid (Unix time).",
+	}, s.certificateExpiry))
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	return nil
+}
+
+// certificateExpiry is the served certificate's NotAfter in Unix seconds; 0 if it
+// cannot be read, which an expiry alert takes for expired.
+func (s *Server) certificateExpiry() float64 {
+	cert, err := s.certs.GetCertificate(nil)
+	if err != nil || cert == nil || len(cert.Certificate) == 0 {
+		return 0
+	}
+	leaf := cert.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return 0
+		}
+	}
+	return float64(leaf.NotAfter.Unix())
 }
 
 // Addr is the address the server listens on.

@@ -3,18 +3,24 @@ package server_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/services/server"
 )
 
 // servedCertificate opens a new connection and returns the host names of the certificate
@@ -58,4 +64,58 @@ func TestTLSCertificateRotatesWithoutRestart(t *testing.T) {
 		names, _ := servedCertificate(t, pki, url)
 		return slices.Contains(names, "rotated.example")
 	}, func() string { return "the server still presents the old certificate after the files changed" })
+}
+
+// TestCertificateExpiryIsExported: the served certificate's end is a metric, read at
+// each scrape, so a rotated certificate's end shows without a restart.
+func TestCertificateExpiryIsExported(t *testing.T) {
+	pki := servicetest.NewPKI(t)
+	cfg := pki.ServerConfig()
+	cfg.Addr = "127.0.0.1:0"
+	srv, err := server.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := srv.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	expiry := func() float64 {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == server.CertificateExpiryMetric {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("%s not gathered", server.CertificateExpiryMetric)
+		return 0
+	}
+	raw, err := os.ReadFile(pki.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(raw)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := expiry(); got != float64(cert.NotAfter.Unix()) {
+		t.Fatalf("%s = %v; want the certificate's NotAfter %d", server.CertificateExpiryMetric, got, cert.NotAfter.Unix())
+	}
+
+	// Without TLS there is nothing to expire.
+	plain, err := server.New(server.Config{Addr: "127.0.0.1:0"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := prometheus.NewRegistry()
+	if err := plain.RegisterMetrics(empty); err != nil {
+		t.Fatal(err)
+	}
+	if families, _ := empty.Gather(); len(families) != 0 {
+		t.Fatalf("gathered %d families without TLS; want none", len(families))
+	}
 }
