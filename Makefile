@@ -74,7 +74,11 @@ images: ## Build the images without Docker: build/images/<program>.tar (REPOSITO
 		--revision "$$(git rev-parse HEAD 2>/dev/null || echo unknown)" $(if $(PUSH),--push)
 
 .PHONY: generate
-generate: proto-generate crd-generate console-generate ## Regenerate all generated code.
+generate: proto-generate crd-generate console-generate dashboard-generate ## Regenerate all generated code.
+
+.PHONY: dashboard-generate
+dashboard-generate: ## Regenerate the Grafana dashboard (internal/dashboard) in deploy/kustomize/components/monitoring.
+	$(GO) run ./hack/dashboard deploy/kustomize/components/monitoring/dashboard.json
 
 .PHONY: crd-generate
 crd-generate: ## Regenerate the TaskAction deepcopy code, CRD (deploy/crd) and RBAC.

@@ -5,14 +5,17 @@ package deploy_test
 // against the running programs' /metrics by sandbox's TestSandboxRunsTheExamples.
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/flytekube/backend/internal/dashboard"
 	"github.com/flytekube/backend/internal/repo"
 )
 
@@ -102,11 +105,11 @@ func TestAlertRules(t *testing.T) {
 }
 
 // TestMonitoringComponentRenders: an overlay of the base with the component renders, with
-// a ServiceMonitor for each program's Service and the rules.
+// a ServiceMonitor for each program's Service, the rules and the dashboard.
 func TestMonitoringComponentRenders(t *testing.T) {
 	objs := render(t, "deploy/testdata/monitoring")
 	monitors, services := map[string]bool{}, map[string]bool{}
-	rules := 0
+	rules, dashboards := 0, 0
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ServiceMonitor":
@@ -120,6 +123,10 @@ func TestMonitoringComponentRenders(t *testing.T) {
 			}
 		case "PrometheusRule":
 			rules++
+		case "ConfigMap":
+			if o.GetName() == "flyte-dashboard" && o.GetLabels()["grafana_dashboard"] == "1" {
+				dashboards++
+			}
 		}
 	}
 	for _, program := range []string{"executor", "events", "cacheservice"} {
@@ -127,7 +134,38 @@ func TestMonitoringComponentRenders(t *testing.T) {
 			t.Errorf("%s: ServiceMonitor %v, Service %v; want both", program, monitors[program], services[program])
 		}
 	}
-	if rules != 1 {
-		t.Errorf("%d PrometheusRules; want 1", rules)
+	if rules != 1 || dashboards != 1 {
+		t.Errorf("%d PrometheusRules and %d dashboard ConfigMaps; want 1 of each", rules, dashboards)
 	}
+}
+
+// TestDashboardQueriesParse: every query of the dashboard parses with Prometheus's own
+// parser (promtool checks them as recording rules), with Grafana's $__rate_interval
+// given a value.
+func TestDashboardQueriesParse(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []map[string]string
+	for _, row := range dashboard.Rows {
+		for _, p := range row.Panels {
+			for _, q := range p.Queries {
+				expr := strings.ReplaceAll(q.Expr, "$__rate_interval", "5m")
+				rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query_%d", len(rules)), "expr": expr})
+			}
+		}
+	}
+	if len(rules) < 20 {
+		t.Fatalf("%d dashboard queries; want the panels' queries", len(rules))
+	}
+	out, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "dashboard-rules.yaml")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	promtool(t, root, "check", "rules", path)
 }

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/internal/chromium"
+	"github.com/flytekube/backend/internal/dashboard"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/nodetest"
 	"github.com/flytekube/backend/internal/ports"
@@ -449,9 +450,9 @@ func checkMetrics(t *testing.T, scraped map[string]string, withNode bool) {
 	checkAlertMetrics(t, scraped)
 }
 
-// checkAlertMetrics holds the alert rules to the running programs: every metric a rule
-// reads is served by one of them (a histogram by its name without _bucket, _sum or
-// _count), so that no alert watches a series that can never exist.
+// checkAlertMetrics holds the alert rules and the dashboard to the running programs:
+// every metric a rule or a panel reads is served by one of them (a histogram by its name
+// without _bucket, _sum or _count), so that nothing watches a series that cannot exist.
 func checkAlertMetrics(t *testing.T, scraped map[string]string) {
 	t.Helper()
 	path, err := repo.Path("deploy", "kustomize", "components", "monitoring", "rules.yaml")
@@ -472,29 +473,59 @@ func checkAlertMetrics(t *testing.T, scraped map[string]string) {
 	if err := yaml.Unmarshal(raw, &rule); err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]bool{}
+	readers := map[string][]string{} // metric → the rules and panels that read it
 	for _, g := range rule.Spec.Groups {
 		for _, r := range g.Rules {
-			for _, m := range regexp.MustCompile(`\bflyte_[a-z0-9_]+`).FindAllString(r.Expr, -1) {
-				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-					m = strings.TrimSuffix(m, suffix)
-				}
-				names[m] = true
+			for _, m := range metricNames(r.Expr) {
+				readers[m] = append(readers[m], "rules.yaml")
 			}
 		}
 	}
-	if len(names) < 8 {
-		t.Fatalf("found %d metrics in the rules; their expressions did not parse", len(names))
+	for _, row := range dashboard.Rows {
+		for _, p := range row.Panels {
+			for _, q := range p.Queries {
+				for _, m := range metricNames(q.Expr) {
+					readers[m] = append(readers[m], "dashboard panel "+p.Title)
+				}
+			}
+		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(names)) {
+	if len(readers) < 15 {
+		t.Fatalf("found %d metrics in the rules and the dashboard; their expressions did not parse", len(readers))
+	}
+	for _, name := range slices.Sorted(maps.Keys(readers)) {
 		served := false
 		for _, body := range scraped {
 			served = served || strings.Contains(body, "# TYPE "+name+" ")
 		}
 		if !served {
-			t.Errorf("the alert rules read %s, which no program serves", name)
+			t.Errorf("%s read %s, which no program serves", strings.Join(slices.Compact(readers[name]), ", "), name)
 		}
 	}
+}
+
+// metricNames are the metrics a PromQL expression of ours reads: the names left once
+// label matchers, ranges, strings and grouping clauses are taken out, and functions and
+// keywords passed over; a histogram's series name its family.
+func metricNames(expr string) []string {
+	expr = regexp.MustCompile(`\{[^}]*\}|\[[^\]]*\]|"[^"]*"`).ReplaceAllString(expr, " ")
+	expr = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)`).ReplaceAllString(expr, " ")
+	var out []string
+	for _, m := range regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*\s*\(?`).FindAllString(expr, -1) {
+		if strings.HasSuffix(m, "(") {
+			continue // a function or an aggregation
+		}
+		m = strings.TrimSpace(m)
+		switch m {
+		case "and", "or", "unless", "bool", "offset":
+			continue
+		}
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			m = strings.TrimSuffix(m, suffix)
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 func tail(s string, n int) string {
