@@ -64,6 +64,9 @@ type Options struct {
 	EventsMetricsPort, CacheMetricsPort int
 	// ConsolePort serves the events service's web console.
 	ConsolePort int
+	// PrometheusPort serves Prometheus, which scrapes the three programs and evaluates
+	// the alert rules of deploy/kustomize/components/monitoring.
+	PrometheusPort int
 	// NATSPort is NATS's client port (JetStream on), one of the events service's
 	// CloudEvents sinks; CloudEventsReceiverPort serves the other, an HTTP receiver.
 	NATSPort, CloudEventsReceiverPort int
@@ -89,6 +92,8 @@ type Endpoints struct {
 	EventsMetrics, CacheMetrics, ExecutorMetrics string
 	// JaegerQuery is Jaeger's query API.
 	JaegerQuery string
+	// Prometheus is Prometheus's HTTP API.
+	Prometheus string
 	// Dir is the sandbox's directory (Options.Dir): the programs' logs in Dir/logs,
 	// the CloudEvents the sinks got, the executor's configuration, Jaeger's and NATS's files.
 	Dir string
@@ -119,6 +124,7 @@ func (o Options) withDefaults() Options {
 	def(&o.EventsMetricsPort, 9090)
 	def(&o.CacheMetricsPort, 9094)
 	def(&o.ConsolePort, 8092)
+	def(&o.PrometheusPort, 9091)
 	def(&o.NATSPort, 4222)
 	def(&o.CloudEventsReceiverPort, 8096)
 	if o.Dir == "" {
@@ -208,8 +214,11 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	if err := jaeger(ctx, root, "build"); err != nil {
 		return err
 	}
+	// The ports nothing here reaches are any free ones, so that two sandboxes (make run
+	// beside make test) do not collide on Jaeger's defaults.
 	if err := jaeger(ctx, root, "start", jaegerDir, "JAEGER_QUERY_PORT="+strconv.Itoa(o.JaegerQueryPort),
-		"JAEGER_OTLP_HTTP_PORT="+strconv.Itoa(o.JaegerOTLPPort)); err != nil {
+		"JAEGER_OTLP_HTTP_PORT="+strconv.Itoa(o.JaegerOTLPPort), "JAEGER_OTLP_GRPC_PORT=0", "JAEGER_QUERY_GRPC_PORT=0",
+		"JAEGER_HEALTH_PORT=0", "JAEGER_METRICS_PORT=0"); err != nil {
 		return err
 	}
 	stops = append(stops, func() { _ = jaeger(context.Background(), root, "stop", jaegerDir) })
@@ -297,6 +306,11 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 
+	say("starting Prometheus on 127.0.0.1:%d (built from the Go module proxy the first time)", o.PrometheusPort)
+	if err := startPrometheus(ctx, root, bins["prometheus"], o, &stops); err != nil {
+		return err
+	}
+
 	scheme, err := executor.Scheme()
 	if err != nil {
 		return err
@@ -330,6 +344,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		CacheMetrics:    fmt.Sprintf("http://127.0.0.1:%d/metrics", o.CacheMetricsPort),
 		ExecutorMetrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", o.ExecutorMetricsPort),
 		JaegerQuery:     fmt.Sprintf("http://127.0.0.1:%d", o.JaegerQueryPort),
+		Prometheus:      fmt.Sprintf("http://127.0.0.1:%d", o.PrometheusPort),
 		Dir:             o.Dir, Kubeconfig: kubeconfig, NodeDir: cluster.nodeDir, DatabaseURL: dbURL, ExampleSecret: secret,
 	}
 	return watchExamples(ctx, c, examples, o, endpoints, out, func(ctx context.Context) error {
@@ -347,8 +362,15 @@ func build(ctx context.Context, root string) (map[string]string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("sandbox: go build: %w\n%s", err, out)
 	}
+	// Prometheus from its own module (tools/prometheus), as promtool is: minutes the
+	// first time, then Go's build cache.
+	cmd = exec.CommandContext(ctx, "go", "build", "-modfile=tools/prometheus/go.mod", "-o", binDir+"/", "github.com/prometheus/prometheus/cmd/prometheus")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("sandbox: go build prometheus: %w\n%s", err, out)
+	}
 	bins := map[string]string{}
-	for _, name := range []string{"events", "cacheservice", "executor", "nats-server"} {
+	for _, name := range []string{"events", "cacheservice", "executor", "nats-server", "prometheus"} {
 		bins[name] = filepath.Join(binDir, name)
 	}
 	return bins, nil
@@ -668,6 +690,8 @@ func whereToLook(o Options, kubeconfig, logs string, creds *devcreds.Credentials
 		"  Jaeger: http://127.0.0.1:" + q + "  (a build from the module proxy has no UI; its API: http://127.0.0.1:" + q + "/api/traces?service=executor)",
 		fmt.Sprintf("  metrics: http://127.0.0.1:%d/metrics (executor), http://127.0.0.1:%d/metrics (events), http://127.0.0.1:%d/metrics (cacheservice)",
 			o.ExecutorMetricsPort, o.EventsMetricsPort, o.CacheMetricsPort),
+		fmt.Sprintf("  Prometheus: http://127.0.0.1:%d, scraping the three every 5 s with the alert rules loaded (a build from the module proxy has no UI; its API: http://127.0.0.1:%d/api/v1/targets, /api/v1/alerts, /api/v1/query?query=flyte_executor_actions)",
+			o.PrometheusPort, o.PrometheusPort),
 		"  logs: " + logs,
 	}
 	if !o.UntilSettled {

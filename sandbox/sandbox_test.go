@@ -311,7 +311,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 	var calls []bufCall
 	// Found together, so that no two are the same (one at a time, each is free when
 	// found but may be handed out twice: the receiver and the events metrics once were).
-	p, err := ports.Free(11)
+	p, err := ports.Free(12)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 		Dir: t.TempDir(), Kubeconfig: kubeconfig, UntilSettled: true, Timeout: 2 * time.Minute, CredentialsDir: credentials,
 		EventsPort: p[0], CachePort: p[1], ExecutorHealthPort: p[2], ExecutorMetricsPort: p[3],
 		JaegerQueryPort: p[4], JaegerOTLPPort: p[5], EventsMetricsPort: p[6], CacheMetricsPort: p[7],
-		ConsolePort: p[8], NATSPort: p[9], CloudEventsReceiverPort: p[10],
+		ConsolePort: p[8], NATSPort: p[9], CloudEventsReceiverPort: p[10], PrometheusPort: p[11],
 		Settled: func(ctx context.Context, e sandbox.Endpoints) error {
 			for name, url := range map[string]string{"executor": e.ExecutorMetrics, "events": e.EventsMetrics, "cacheservice": e.CacheMetrics} {
 				scraped[name] = scrape(t, url)
@@ -327,6 +327,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 			calls = runPrinted(ctx, t, out.String())
 			checkConsole(ctx, t, out.String())
 			checkSecretExample(ctx, t, e, out.String())
+			checkPrometheus(ctx, t, e.Prometheus)
 			return nil
 		},
 	}
@@ -335,7 +336,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 	err = sandbox.Run(ctx, o, &out)
 	t.Log(out.String())
 	if err != nil {
-		for _, name := range []string{"executor", "events", "cacheservice", "nats-server"} {
+		for _, name := range []string{"executor", "events", "cacheservice", "nats-server", "prometheus"} {
 			if raw, rerr := os.ReadFile(o.Dir + "/logs/" + name + ".log"); rerr == nil {
 				t.Logf("%s.log:\n%s", name, tail(string(raw), 30))
 			}
@@ -526,6 +527,80 @@ func metricNames(expr string) []string {
 		out = append(out, m)
 	}
 	return out
+}
+
+// checkPrometheus holds the sandbox's Prometheus to what make run promises: it scrapes
+// the three programs (each target up) and evaluates every alert rule of the monitoring
+// component without error.
+func checkPrometheus(ctx context.Context, t *testing.T, base string) {
+	t.Helper()
+	get := func(path string, v any) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		return json.NewDecoder(resp.Body).Decode(v)
+	}
+	var targets struct {
+		Data struct {
+			ActiveTargets []struct {
+				ScrapePool, Health, LastError string
+			}
+		}
+	}
+	var rules struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct{ Name, Type, Health, LastError string }
+			}
+		}
+	}
+	problem := "not asked yet"
+	deadline := time.Now().Add(time.Minute)
+	for problem != "" && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(time.Second)
+		err := get("/api/v1/targets", &targets)
+		if err == nil {
+			err = get("/api/v1/rules", &rules)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				problem = err.Error()
+			}
+			continue
+		}
+		problem = ""
+		up := map[string]bool{}
+		for _, tg := range targets.Data.ActiveTargets {
+			up[tg.ScrapePool] = tg.Health == "up"
+			if tg.Health != "up" {
+				problem = fmt.Sprintf("target %s is %s: %s", tg.ScrapePool, tg.Health, tg.LastError)
+			}
+		}
+		if len(up) != 3 {
+			problem = fmt.Sprintf("targets %v; want executor, events and cacheservice", up)
+		}
+		alerts := 0
+		for _, g := range rules.Data.Groups {
+			for _, r := range g.Rules {
+				alerts++
+				if r.Health != "ok" {
+					problem = fmt.Sprintf("rule %s: health %q (%s)", r.Name, r.Health, r.LastError)
+				}
+			}
+		}
+		if alerts < 9 {
+			problem = fmt.Sprintf("%d rules loaded; want the monitoring component's", alerts)
+		}
+	}
+	if problem != "" {
+		t.Errorf("Prometheus: %s", problem)
+	}
 }
 
 func tail(s string, n int) string {
