@@ -125,6 +125,28 @@ func loadImage(t *testing.T, root, dockerfile string) *image {
 	return img
 }
 
+// finalStage reads the final stage's USER, LABELs and ARG defaults.
+func finalStage(img *image) (user string, labels, args map[string]string) {
+	labels, args = map[string]string{}, map[string]string{}
+	for _, c := range img.stages[len(img.stages)-1].Commands {
+		switch c := c.(type) {
+		case *instructions.UserCommand:
+			user = c.User
+		case *instructions.LabelCommand:
+			for _, kv := range c.Labels {
+				labels[kv.Key] = kv.Value
+			}
+		case *instructions.ArgCommand:
+			for _, kv := range c.Args {
+				if kv.Value != nil {
+					args[kv.Key] = *kv.Value
+				}
+			}
+		}
+	}
+	return user, labels, args
+}
+
 // parseDockerfile parses a Dockerfile into stages of instructions as BuildKit does, with
 // their words expanded as it would with no build arguments given.
 func parseDockerfile(r io.Reader) ([]instructions.Stage, error) {
@@ -328,18 +350,10 @@ func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins 
 		if !strings.HasPrefix(final.BaseName, "gcr.io/distroless/static") && final.BaseName != "scratch" {
 			t.Errorf("%s: the final stage is %s, not distroless static or scratch", where, final.BaseName)
 		}
-		user := ""
-		labels := map[string]string{}
+		user, labels, _ := finalStage(img)
 		for _, c := range final.Commands {
-			switch c := c.(type) {
-			case *instructions.UserCommand:
-				user = c.User
-			case *instructions.LabelCommand:
-				for _, kv := range c.Labels {
-					labels[kv.Key] = kv.Value
-				}
-			case *instructions.RunCommand:
-				t.Errorf("%s:%d: RUN in the final stage: it has no shell", where, line(c))
+			if run, ok := c.(*instructions.RunCommand); ok {
+				t.Errorf("%s:%d: RUN in the final stage: it has no shell", where, line(run))
 			}
 		}
 		uid, _, _ := strings.Cut(user, ":")

@@ -22,7 +22,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 
 	"github.com/flytekube/backend/internal/imagebuild"
 	"github.com/flytekube/backend/internal/repo"
@@ -62,23 +61,7 @@ func TestImagesMatchTheDockerfiles(t *testing.T) {
 	for _, p := range imagebuild.Programs {
 		t.Run(p.Name, func(t *testing.T) {
 			want := loadImage(t, root, path.Join("deploy", "docker", p.Name+".Dockerfile"))
-			user, labels, args := "", map[string]string{}, map[string]string{}
-			for _, c := range want.stages[len(want.stages)-1].Commands {
-				switch c := c.(type) {
-				case *instructions.UserCommand:
-					user = c.User
-				case *instructions.LabelCommand:
-					for _, kv := range c.Labels {
-						labels[kv.Key] = kv.Value
-					}
-				case *instructions.ArgCommand:
-					for _, kv := range c.Args {
-						if kv.Value != nil {
-							args[kv.Key] = *kv.Value
-						}
-					}
-				}
-			}
+			user, labels, args := finalStage(want)
 			// Labels set from build arguments hold the arguments' defaults when none are
 			// given, as the image built here holds its options' defaults.
 			labels["org.opencontainers.image.version"], labels["org.opencontainers.image.revision"] = args["VERSION"], args["REVISION"]
