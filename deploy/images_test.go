@@ -47,9 +47,6 @@ func filesOf(t *testing.T, img v1.Image) map[string]*tar.Header {
 }
 
 func TestImagesMatchTheDockerfiles(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the three programs")
-	}
 	ctx := context.Background()
 	root, err := repo.Root()
 	if err != nil {
@@ -123,9 +120,6 @@ func TestImagesMatchTheDockerfiles(t *testing.T) {
 // TestImagesAreReproducible: the same source gives the same digest, and an image pushed
 // to a registry comes back the same.
 func TestImagesAreReproducible(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a program twice")
-	}
 	ctx := context.Background()
 	root, err := repo.Root()
 	if err != nil {

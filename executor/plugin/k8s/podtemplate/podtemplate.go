@@ -204,7 +204,7 @@ func Merge(base, over *corev1.PodTemplateSpec, task string) (*corev1.PodTemplate
 }
 
 // Apply lays pod, as the plugin built it, over the template t (nil for none), and puts
-// the task's container first, where `kubectl logs` and the plugins look for it.
+// the task's container first, where the plugin built it.
 func Apply(t *corev1.PodTemplateSpec, pod *corev1.Pod, task string) error {
 	if t == nil {
 		return nil
