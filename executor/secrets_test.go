@@ -160,12 +160,7 @@ func settled(t *testing.T, count *atomic.Int64) {
 // waitFailed waits for an action to fail and returns it.
 func waitFailed(t *testing.T, key client.ObjectKey) *flytev1.TaskAction {
 	t.Helper()
-	waitPhase(t, key, flytev1.PhaseFailed)
-	var ta flytev1.TaskAction
-	if err := env.Client.Get(context.Background(), key, &ta); err != nil {
-		t.Fatal(err)
-	}
-	return &ta
+	return waitFailedAs(t, key, flytev1.PhaseFailed)
 }
 
 // checkMissingSecret checks that an action failed once, for good, as the user's error,

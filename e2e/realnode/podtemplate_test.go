@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,16 +102,7 @@ for i in $(seq 50); do test -s /shared/note && break; sleep 0.2; done; grep -q s
 	}
 
 	waiting := waitPhase(t, plain, flytev1.PhaseWaitingForResources)
-	if c := findCondition(waiting); c == nil || c.Reason != "Unschedulable" || !strings.Contains(c.Message, "untolerated taint") {
+	if c := meta.FindStatusCondition(waiting.Status.Conditions, flytev1.ConditionProgressing); c == nil || c.Reason != "Unschedulable" || !strings.Contains(c.Message, "untolerated taint") {
 		t.Errorf("plain: condition %+v; want it unschedulable for the taint", c)
 	}
-}
-
-func findCondition(ta *flytev1.TaskAction) *metav1.Condition {
-	for i := range ta.Status.Conditions {
-		if ta.Status.Conditions[i].Type == flytev1.ConditionProgressing {
-			return &ta.Status.Conditions[i]
-		}
-	}
-	return nil
 }
