@@ -152,12 +152,7 @@ func (s *scope) writeStatus(ctx context.Context, passSucceeded bool) error {
 	now, _ := lastEntry(&s.ta.Status)
 	if was, _ := lastEntry(s.before); now != was {
 		s.r.expectations().expect(s.ta)
-		// The informer may have shown the write before it was expected; then nothing
-		// would end the expectation of an action that no pass sees again.
-		var cached flytev1.TaskAction
-		if err := s.r.Client.Get(ctx, client.ObjectKeyFromObject(s.ta), &cached, client.UnsafeDisableDeepCopy); err == nil && cached.UID == s.ta.UID {
-			s.r.expectations().stale(&cached)
-		}
+		s.settleExpectation(ctx)
 		if s.r.Events != nil {
 			s.r.Events.Enqueue(s.ta)
 		}
@@ -197,7 +192,21 @@ func (s *scope) patchFinalizer(ctx context.Context, change func(client.Object, s
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	// A pass woken before the informer shows this (by the pod going away, say) would
+	// patch again from the older copy and be refused.
+	s.r.expectations().expectFinalizer(s.ta)
+	s.settleExpectation(ctx)
 	return nil
+}
+
+// settleExpectation checks the cache once right after a write: the informer may have
+// shown it before it was expected, and then nothing would end the expectation of an
+// action that no pass sees again.
+func (s *scope) settleExpectation(ctx context.Context) {
+	var cached flytev1.TaskAction
+	if err := s.r.Client.Get(ctx, client.ObjectKeyFromObject(s.ta), &cached, client.UnsafeDisableDeepCopy); err == nil && cached.UID == s.ta.UID {
+		s.r.expectations().stale(&cached)
+	}
 }
 
 func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
