@@ -5,8 +5,10 @@
 # (Debian's packages, installed when missing).
 #
 # Everything listens on 127.0.0.1; pods get a network namespace of their own with a
-# loopback-range address and no route out (hack/cni/isolated); containerd runs in a
-# network namespace with loopback only, so it pulls nothing; the node reports 127.0.0.1
+# loopback-range address and no route out (hack/cni/isolated), or, with hostNetwork, the
+# machine's, where the API server and Postgres are on 127.0.0.1 (deploy-node's pods);
+# every registry containerd knows of, named or not, is a closed port on loopback
+# (registry_port), so it pulls nothing: images are imported; the node reports 127.0.0.1
 # as its address. Nothing of it sends traffic off the machine.
 #
 # Usage: hack/node.sh build        build the node's binaries if needed, print their directory
@@ -80,6 +82,9 @@ GO
 # image (hack/pause), named where no registry is asked.
 busybox_image=flyte.local/busybox:1
 pause_image=flyte.local/pause:1
+# The registry every pull goes to: port 1 of loopback, where nothing listens (tcpmux, a
+# port below 1024 that nothing of ours and no unprivileged program can take).
+registry_port=1
 
 images() { echo "$busybox_image"; }
 
@@ -321,6 +326,8 @@ state = "$dir/containerd/state"
   enable_selinux = false
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$dir/containerd/registries"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$dir/cni/bin"
     conf_dir = "$dir/cni/conf"
@@ -329,9 +336,18 @@ state = "$dir/containerd/state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
 TOML
-  # In a network namespace with nothing but loopback: an image it does not hold fails to
-  # pull at once, without a query to a resolver off the machine.
-  run containerd unshare --net sh -c 'ip link set lo up && exec containerd --config "$1"' containerd "$dir/containerd/config.toml"
+  # Every registry is served by a closed port on loopback: _default applies to each host
+  # without a directory of its own, and "server" replaces the registry's own address, so
+  # an image the node does not hold fails to pull at once, without even a DNS query.
+  # containerd 1.6 refuses a file without a host table, and then falls back to the
+  # registry itself: the table is needed (TestPullsReachOnlyLoopback holds this).
+  mkdir -p "$dir/containerd/registries/_default"
+  cat >"$dir/containerd/registries/_default/hosts.toml" <<TOML
+server = "http://127.0.0.1:$registry_port"
+[host."http://127.0.0.1:$registry_port"]
+  capabilities = ["pull", "resolve"]
+TOML
+  run containerd containerd --config "$dir/containerd/config.toml"
   deadline=$((SECONDS + 60))
   until ctr --address "$dir/containerd/containerd.sock" version >/dev/null 2>&1; do
     ((SECONDS < deadline)) || { log "containerd did not start; see $dir/logs/containerd.log"; exit 1; }

@@ -27,6 +27,7 @@ import (
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/plugin"
 	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/nodetest"
 	"github.com/flytekube/backend/internal/repo"
@@ -561,5 +562,43 @@ func TestTimeoutStopsTheRealPod(t *testing.T) {
 			t.Fatalf("the timed-out attempt's pod still runs: %s (err %v)", pod.Status.Phase, err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// The node's containerd shares the machine's network namespace (pods on the host's
+// network reach the API server and Postgres on 127.0.0.1), so nothing but its registry
+// configuration keeps a pull from leaving the machine: every registry, named or not,
+// must be the closed port on loopback that hack/node.sh configures.
+func TestPullsReachOnlyLoopback(t *testing.T) {
+	ns := node.Namespace(t)
+	images := []string{"docker.io/library/busybox:1.37", "registry.k8s.io/pause:3.10", "example.com/team/app:1"}
+	for i, image := range images {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pull-%d", i), Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: corev1.PullAlways}},
+				RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: new(int64)},
+		}
+		if err := node.Client.Create(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, image := range images {
+		var message string
+		eventually.True(t, time.Minute, func() bool {
+			var pod corev1.Pod
+			if err := node.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("pull-%d", i)}, &pod); err != nil {
+				return false
+			}
+			for _, s := range pod.Status.ContainerStatuses {
+				if w := s.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") && w.Message != "" {
+					message = w.Message
+					return true
+				}
+			}
+			return false
+		}, func() string { return "the pull of " + image + " did not fail" })
+		if !strings.Contains(message, "127.0.0.1:1") {
+			t.Errorf("pulling %s: %q; want a refusal from the loopback registry 127.0.0.1:1", image, message)
+		}
 	}
 }
