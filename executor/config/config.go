@@ -1,7 +1,8 @@
-// Package config holds the executor's configuration: the settings read from the YAML file
-// named by --config. Defaults live in Default, so a deployment only spells out what it
-// changes, and Validate runs at start-up so a bad value stops the executor with a message
-// naming the field, instead of surfacing later as odd behaviour mid-reconcile.
+// Package config holds the executor's configuration: the settings read from the YAML files
+// named by --config, each layered over the ones before it. Defaults live in Default, so a
+// deployment only spells out what it changes, and Validate runs at start-up so a bad value
+// stops the executor with a message naming the field, instead of surfacing later as odd
+// behaviour mid-reconcile.
 package config
 
 import (

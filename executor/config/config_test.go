@@ -491,3 +491,190 @@ func TestDocumentedExampleLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLoadFilesLayers: each file is decoded over what the files before it (and the
+// defaults) gave, as JSON into an existing struct: a key a later file names wins, one it
+// leaves out keeps the earlier value, nested structs and maps merge member by member,
+// lists are replaced whole. Validation sees only the result.
+func TestLoadFilesLayers(t *testing.T) {
+	tests := []struct {
+		name   string
+		files  []string
+		modify func(*config.Config) // applied to Default(): the want
+		err    string               // a substring of the error, instead
+		errIn  int                  // the file the error must name, when err is set; -1: every file
+	}{
+		{
+			name:   "no files",
+			modify: func(*config.Config) {},
+		},
+		{
+			name:  "a later file overrides, the rest keeps the earlier file's",
+			files: []string{"cluster: a\nmaxConcurrentReconciles: 4\n", "metricsBindAddress: \":9090\"\nhealthProbeBindAddress: \":9091\"\ncluster: b\n"},
+			modify: func(c *config.Config) {
+				c.Cluster, c.MaxConcurrentReconciles, c.MetricsBindAddress, c.HealthProbeBindAddress = "b", 4, ":9090", ":9091"
+			},
+		},
+		{
+			name:  "three files, the last one wins",
+			files: []string{"cluster: a\n", "cluster: b\n", "cluster: c\ndefaultServiceAccount: sa\n"},
+			modify: func(c *config.Config) {
+				c.Cluster, c.DefaultServiceAccount = "c", "sa"
+			},
+		},
+		{
+			name:   "an empty later file changes nothing",
+			files:  []string{"cluster: a\n", ""},
+			modify: func(c *config.Config) { c.Cluster = "a" },
+		},
+		{
+			name:   "an empty path names no file",
+			files:  []string{"cluster: a\n", "-"},
+			modify: func(c *config.Config) { c.Cluster = "a" },
+		},
+		{
+			name:  "a nested struct merges field by field",
+			files: []string{"gc:\n  interval: 1m\n  maxFinished: 10\n", "gc:\n  maxTTL: 1h\n  deletesPerSecond: 5\n"},
+			modify: func(c *config.Config) {
+				c.GC = config.GCConfig{Interval: duration(time.Minute), MaxTTL: duration(time.Hour), MaxFinished: 10,
+					MaxFinishedPerNamespace: c.GC.MaxFinishedPerNamespace, DeletesPerSecond: 5}
+			},
+		},
+		{
+			name:  "k8s merges field by field",
+			files: []string{"k8s:\n  defaultCpuRequest: 250m\n  injectFinalizer: true\n", "k8s:\n  defaultMemoryRequest: 1Gi\n"},
+			modify: func(c *config.Config) {
+				c.K8s.DefaultCPURequest, c.K8s.DefaultMemoryRequest, c.K8s.InjectFinalizer = resource.MustParse("250m"), resource.MustParse("1Gi"), true
+			},
+		},
+		{
+			name:  "maps merge key by key",
+			files: []string{"queueWeights: {prod: 4, batch: 2}\nk8s:\n  defaultLabels: {team: ml}\n", "queueWeights: {batch: 1, ml: 3}\nk8s:\n  defaultLabels: {tier: gold}\n"},
+			modify: func(c *config.Config) {
+				c.QueueWeights = map[string]int{"prod": 4, "batch": 1, "ml": 3}
+				c.K8s.DefaultLabels = map[string]string{"team": "ml", "tier": "gold"}
+			},
+		},
+		{
+			name:  "a list is replaced whole",
+			files: []string{"storage:\n  allowedPrefixes: [s3://a/, s3://b/]\nnamespaces: [team-a, team-b]\n", "storage:\n  allowedPrefixes: [gs://c/]\n"},
+			modify: func(c *config.Config) {
+				c.Storage.AllowedPrefixes, c.Namespaces = []string{"gs://c/"}, []string{"team-a", "team-b"}
+			},
+		},
+		{
+			name:   "an empty list replaces a list",
+			files:  []string{"namespaces: [team-a, team-b]\n", "namespaces: []\n"},
+			modify: func(c *config.Config) { c.Namespaces = []string{} },
+		},
+		{
+			// encoding/json alone would decode the later element into the earlier one,
+			// keeping the uriTemplate and the toleration's value and effect.
+			name: "a list's elements are not merged",
+			files: []string{
+				"logLinks:\n  - {name: A, uriTemplate: \"https://a/{{.PodName}}\"}\n  - {name: B, uriTemplate: \"https://b/{{.PodName}}\"}\n" +
+					"k8s:\n  interruptibleTolerations:\n    - {key: spot, operator: Equal, value: \"true\", effect: NoSchedule}\n",
+				"logLinks:\n  - {name: C, uriTemplate: \"https://c/{{.PodName}}\"}\nk8s:\n  interruptibleTolerations:\n    - {key: preemptible, operator: Exists}\n",
+			},
+			modify: func(c *config.Config) {
+				c.LogLinks = []config.LogLink{{Name: "C", URITemplate: "https://c/{{.PodName}}"}}
+				c.K8s.InterruptibleTolerations = []corev1.Toleration{{Key: "preemptible", Operator: corev1.TolerationOpExists}}
+			},
+		},
+		{
+			name:  "a later element missing a field is not completed by an earlier one",
+			files: []string{"logLinks:\n  - {name: A, uriTemplate: \"https://a/{{.PodName}}\"}\n", "logLinks:\n  - {name: C}\n"},
+			err:   "logLinks[0].uriTemplate", errIn: -1,
+		},
+		{
+			// encoding/json matches keys ignoring case, so the list is named all the same.
+			name:  "a list named in another case is replaced whole too",
+			files: []string{"logLinks:\n  - {name: A, uriTemplate: \"https://a/{{.PodName}}\"}\n", "LogLinks:\n  - {name: C}\n"},
+			err:   "logLinks[0].uriTemplate", errIn: -1,
+		},
+		{
+			name:  "a bad value in file 1 fixed by file 2 passes",
+			files: []string{"maxConcurrentReconciles: 0\ngc:\n  interval: 5m\n  maxTTL: 0s\n", "maxConcurrentReconciles: 2\ngc:\n  maxTTL: 1h\n"},
+			modify: func(c *config.Config) {
+				c.MaxConcurrentReconciles, c.GC.Interval, c.GC.MaxTTL = 2, duration(5*time.Minute), duration(time.Hour)
+			},
+		},
+		{
+			name:  "a value valid alone that file 2 makes invalid fails",
+			files: []string{"maxSystemFailures: 3\nk8s:\n  interruptibleFailureThreshold: 2\n", "maxSystemFailures: 1\n"},
+			err:   "k8s.interruptibleFailureThreshold: must not exceed maxSystemFailures (1), got 2", errIn: -1,
+		},
+		{
+			name:  "an unknown field in file 2",
+			files: []string{"cluster: a\n", "clustr: b\n"},
+			err:   `unknown field "clustr"`, errIn: 1,
+		},
+		{
+			name:  "an unknown nested field in file 2",
+			files: []string{"gc:\n  interval: 1m\n", "gc:\n  ttl: 1h\n"},
+			err:   "gc.ttl: unknown field", errIn: 1,
+		},
+		{
+			name:  "a malformed value in file 1",
+			files: []string{"retryBackoff:\n  cap: soon\n", "cluster: a\n"},
+			err:   "retryBackoff.cap", errIn: 0,
+		},
+		{
+			name:  "a removed field in file 2",
+			files: []string{"", "webhookCertPath: /certs\n"},
+			err:   "webhookCertPath: removed", errIn: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var paths []string
+			for i, content := range tt.files {
+				if content == "-" {
+					paths = append(paths, "")
+					continue
+				}
+				path := filepath.Join(dir, fmt.Sprintf("%d.yaml", i+1))
+				if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				paths = append(paths, path)
+			}
+			got, err := config.LoadFiles(paths...)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("LoadFiles() error = %v, want it to contain %q", err, tt.err)
+				}
+				for i, path := range paths {
+					if names := strings.Contains(err.Error(), path); names != (tt.errIn == -1 || tt.errIn == i) {
+						t.Errorf("LoadFiles() error = %q: names %s %v, want %v", err, path, names, !names)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("LoadFiles() error = %v", err)
+			}
+			want := config.Default()
+			tt.modify(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("LoadFiles() =\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+}
+
+// TestLoadIsLoadFilesOfOne: one file (or none) loads as it always has.
+func TestLoadIsLoadFilesOfOne(t *testing.T) {
+	for _, content := range []string{"cluster: a\ngc:\n  maxTTL: 1h\n", "maxConcurrentReconciles: 0\n", "clustr: a\n"} {
+		path := writeFile(t, content)
+		got, err := config.Load(path)
+		gotFiles, errFiles := config.LoadFiles(path)
+		if !reflect.DeepEqual(got, gotFiles) || fmt.Sprint(err) != fmt.Sprint(errFiles) {
+			t.Errorf("%q: Load() = %+v, %v; LoadFiles() = %+v, %v", content, got, err, gotFiles, errFiles)
+		}
+	}
+	if _, err := config.LoadFiles(); err != nil {
+		t.Errorf("LoadFiles() = %v, want the defaults", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -18,29 +19,94 @@ import (
 // defaults, and validates the result. Unknown fields are rejected because a misspelt key
 // would otherwise be ignored without a word. An empty path means no file: the defaults alone.
 func Load(path string) (Config, error) {
-	cfg := Default()
-	if path == "" {
-		if err := cfg.Validate(); err != nil {
-			return Config{}, fmt.Errorf("config: defaults: %w", err)
-		}
-		return cfg, nil
-	}
+	return LoadFiles(path)
+}
 
+// LoadFiles is Load for several files, layered in order: each is decoded, as strictly as
+// Load decodes one, over what Default and the files before it gave, so that a deployment
+// can keep its shipped file as is and add one with its own few changes. A key a later file
+// names wins; one it leaves out keeps the earlier value; structs and maps merge member by
+// member, as JSON decodes into an existing value; lists are replaced whole. Validation
+// runs once, on the result, so a value one file gets wrong another may put right; its
+// errors name every file, since the result is all of theirs. Empty paths name no file,
+// and none at all mean the defaults alone.
+func LoadFiles(paths ...string) (Config, error) {
+	cfg := Default()
+	var named []string
+	for _, path := range paths {
+		if path == "" {
+			continue
+		}
+		named = append(named, path)
+		if err := decodeFile(path, &cfg); err != nil {
+			return Config{}, err
+		}
+	}
+	source := "defaults"
+	if len(named) > 0 {
+		source = strings.Join(named, ", ")
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config: %s: %w", source, err)
+	}
+	return cfg, nil
+}
+
+// decodeFile decodes the YAML file at path strictly over cfg.
+func decodeFile(path string, cfg *Config) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		// The *fs.PathError already names the file.
-		return Config{}, fmt.Errorf("config: %w", err)
+		return fmt.Errorf("config: %w", err)
 	}
 	if err := removedFields(data); err != nil {
-		return Config{}, fmt.Errorf("config: %s: %w", path, err)
+		return fmt.Errorf("config: %s: %w", path, err)
 	}
-	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-		return Config{}, fmt.Errorf("config: %s: %w", path, err)
+	var top map[string]json.RawMessage
+	if yaml.Unmarshal(data, &top) == nil { // otherwise UnmarshalStrict reports it
+		clearNamedLists(reflect.ValueOf(cfg).Elem(), top)
 	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, fmt.Errorf("config: %s: %w", path, err)
+	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
+		return fmt.Errorf("config: %s: %w", path, err)
 	}
-	return cfg, nil
+	return nil
+}
+
+// clearNamedLists sets to nil every list in the struct v that the object members names,
+// at any depth of the structs it names, so that decoding replaces the list whole:
+// encoding/json decodes a list's elements into the elements already there, so a later
+// file's log link or toleration would keep the fields it leaves out from an earlier
+// file's. Members match fields by json name, exactly or else ignoring case, as
+// encoding/json matches them.
+func clearNamedLists(v reflect.Value, members map[string]json.RawMessage) {
+	for i := range v.NumField() {
+		f, field := v.Type().Field(i), v.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		raw, ok := members[name]
+		for k, r := range members {
+			if !ok && strings.EqualFold(k, name) {
+				raw, ok = r, true
+			}
+		}
+		if !ok {
+			continue
+		}
+		switch field.Kind() {
+		case reflect.Slice:
+			field.SetZero()
+		case reflect.Struct:
+			var nested map[string]json.RawMessage
+			if json.Unmarshal(raw, &nested) == nil { // null or not an object: nothing to clear
+				clearNamedLists(field, nested)
+			}
+		}
+	}
 }
 
 // removed are fields the configuration once had, with why they went, so that a file

@@ -1,9 +1,9 @@
 // Command executor runs TaskAction resources through plugins. Its configuration comes
-// from the YAML file given by --config (defaults otherwise); the cluster from KUBECONFIG,
-// --kubeconfig, or the in-cluster service account. Traces go over OTLP where the standard
-// OTEL_* variables say (nowhere when no endpoint is set), as service "executor". An API
-// server that does not answer at start is waited for, each try logged, until the executor
-// is stopped or for --api-server-wait.
+// from the YAML files given by --config, each layered over the ones before it (defaults
+// otherwise); the cluster from KUBECONFIG, --kubeconfig, or the in-cluster service
+// account. Traces go over OTLP where the standard OTEL_* variables say (nowhere when no
+// endpoint is set), as service "executor". An API server that does not answer at start is
+// waited for, each try logged, until the executor is stopped or for --api-server-wait.
 package main
 
 import (
@@ -23,11 +23,11 @@ import (
 )
 
 func main() {
-	configPath, apiServerWait := executor.Flags(flag.CommandLine)
+	configFiles, apiServerWait := executor.Flags(flag.CommandLine)
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
-	cfg, err := config.Load(*configPath)
+	cfg, err := config.LoadFiles(*configFiles...)
 	if err != nil {
 		log.Error("invalid configuration", "error", err)
 		os.Exit(2)
