@@ -38,6 +38,10 @@ chaos: envtest node ## Run the chaos soak for DURATION (default 30m) with SEED (
 run: envtest jaeger ## Run the whole system here, apply examples/, show them running (Ctrl-C stops it all).
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) run ./sandbox/cmd/sandbox $(RUN_FLAGS)
 
+.PHONY: deploy-node
+deploy-node: envtest node ## Run the kustomize deployment (overlays/node) on a real node here, from images built here, and the examples through it (as root; Ctrl-C stops it).
+	$(GO) run ./sandbox/cmd/deploy-node $(DEPLOY_FLAGS)
+
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd for envtest (once; cached outside the clone).
 	@hack/envtest.sh >/dev/null

@@ -7,10 +7,10 @@
 #   hack/postgres.sh pause DIR     stop the server, keeping its data (for outage tests)
 #   hack/postgres.sh resume DIR    start it again at the same address
 #
-# The cluster listens on a Unix socket in DIR and on no TCP port, so there is no port to
-# choose and none to collide with another cluster or program; the URL names DIR as its
-# host (pgx and psql take it as is), and DIR's path must stay short (a socket's path holds
-# at most 107 bytes). When TEST_DATABASE_URL is set, start prints it and starts nothing.
+# The cluster listens on a Unix socket in DIR and on no TCP port (unless FLYTE_PG_TCP_PORT
+# says, below), so there is no port to choose and none to collide with another cluster or
+# program; the URL names DIR as its host (pgx and psql take it as is), and DIR's path must
+# stay short (a socket's path holds at most 107 bytes). When TEST_DATABASE_URL is set, start prints it and starts nothing.
 # The cluster trades durability for speed (fsync=off): it is for tests only. As root,
 # Postgres is installed with apt-get when missing, and the cluster runs as the postgres
 # user (initdb refuses root).
@@ -51,12 +51,18 @@ as_owner() {
 # chaos soak does) loses nothing it acknowledged; fsync stays off, which only an
 # operating system crash would notice. With FLYTE_PG_DURABLE=full, fsync and full page
 # writes are on too, as on a deployment (benchmarks of what a commit costs).
+# FLYTE_PG_TCP_PORT, at start, makes the server listen on 127.0.0.1 at that port too,
+# besides its socket, for clients in another mount namespace (deploy-node's pods); the
+# port is kept in DIR so that resume listens there again.
+port() { if [[ -f "$1/tcp-port" ]]; then cat "$1/tcp-port"; else echo 5432; fi; }
+listen() { if [[ -f "$1/tcp-port" ]]; then echo 127.0.0.1; fi; }
+
 run_server() {
   local commit=off fsync=off
   [[ "${FLYTE_PG_DURABLE:-}" == 1 ]] && commit=on
   [[ "${FLYTE_PG_DURABLE:-}" == full ]] && commit=on fsync=on
   as_owner "$(pg_bin)/pg_ctl" -D "$1/data" -l "$1/postgres.log" -w -t 30 start -o \
-    "-p 5432 -c listen_addresses= -c unix_socket_directories=$1 -c fsync=$fsync -c synchronous_commit=$commit -c full_page_writes=$fsync -c max_connections=300" >/dev/null
+    "-p $(port "$1") -c listen_addresses=$(listen "$1") -c unix_socket_directories=$1 -c fsync=$fsync -c synchronous_commit=$commit -c full_page_writes=$fsync -c max_connections=300" >/dev/null
 }
 
 start() {
@@ -70,6 +76,7 @@ start() {
   dir=${1:-$(mktemp -d -t flyte-pg.XXXXXX)}
   mkdir -p "$dir"
   [[ $(id -u) -eq 0 ]] && chown postgres: "$dir"
+  [[ -n "${FLYTE_PG_TCP_PORT:-}" ]] && echo "$FLYTE_PG_TCP_PORT" >"$dir/tcp-port"
   as_owner "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$dir/initdb.log" 2>&1 ||
     { cat "$dir/initdb.log" >&2; exit 1; }
   if ! run_server "$dir"; then
@@ -78,7 +85,11 @@ start() {
     exit 1
   fi
   echo "$dir"
-  echo "postgres://postgres@/postgres?host=$dir&port=5432&sslmode=disable"
+  if [[ -n "${FLYTE_PG_TCP_PORT:-}" ]]; then
+    echo "postgres://postgres@127.0.0.1:$FLYTE_PG_TCP_PORT/postgres?sslmode=disable"
+  else
+    echo "postgres://postgres@/postgres?host=$dir&port=5432&sslmode=disable"
+  fi
 }
 
 stop() {

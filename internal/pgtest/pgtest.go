@@ -195,3 +195,11 @@ func withConn(t testing.TB, dbURL string, f func(context.Context, *pgx.Conn) err
 		t.Fatalf("pgtest: %v", err)
 	}
 }
+
+// StartOnPort starts a throwaway cluster (whatever TEST_DATABASE_URL says) that also
+// listens on 127.0.0.1:port, for clients that cannot reach its socket: pods, which have a
+// mount namespace of their own. Its URL names that address.
+func StartOnPort(port int) (*Server, error) {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TEST_DATABASE_URL=") })
+	return start(append(env, "FLYTE_PG_TCP_PORT="+strconv.Itoa(port)))
+}

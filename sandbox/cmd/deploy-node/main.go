@@ -1,0 +1,30 @@
+// Command deploy-node runs the shipped kustomize deployment on a real node started here
+// (package sandbox, Deploy): make deploy-node.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/flytekube/backend/sandbox"
+)
+
+func main() {
+	var o sandbox.DeployOptions
+	flag.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "how long each rollout, and the examples, may take")
+	flag.BoolVar(&o.RollingRestart, "rolling-restart", false, "after the examples, restart each Deployment while actions run, and check no event was lost")
+	until := flag.Bool("until-settled", false, "stop once the examples (and the restarts) are checked, instead of running until Ctrl-C")
+	flag.Parse()
+	o.Hold = !*until
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := sandbox.Deploy(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
