@@ -18,9 +18,9 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
-	"github.com/flytekube/backend/executor/plugin"
-	"github.com/flytekube/backend/executor/plugin/k8s"
-	"github.com/flytekube/backend/executor/plugins/container"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
+	"github.com/flytekube/backend/executor/plugins/k8s/container"
 	"github.com/flytekube/backend/internal/eventually"
 )
 
@@ -106,7 +106,7 @@ func TestAnotherObjectWithTheAttemptsNameIsNeverAdopted(t *testing.T) {
 	ns := env.Namespace(t)
 	stale := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "c5-1", Namespace: ns, Labels: map[string]string{
-			plugin.LabelManagedBy: plugin.ManagedByValue, plugin.LabelAttempt: "1", k8s.LabelTaskActionUID: "an-older-action"}},
+			core.LabelManagedBy: core.ManagedByValue, core.LabelAttempt: "1", k8s.LabelTaskActionUID: "an-older-action"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "task", Image: "busybox:1.36"}}},
 	}
 	if err := env.Client.Create(ctx, stale); err != nil {
@@ -156,7 +156,7 @@ func TestClusterDefaultsAreApplied(t *testing.T) {
 	pod := waitPod(t, ns, "d0-1")
 	c := pod.Spec.Containers[0]
 	switch {
-	case pod.Labels["team"] != "ml" || pod.Labels[plugin.LabelManagedBy] != plugin.ManagedByValue:
+	case pod.Labels["team"] != "ml" || pod.Labels[core.LabelManagedBy] != core.ManagedByValue:
 		t.Fatalf("labels %v", pod.Labels)
 	case pod.Annotations["example.com/owner"] != "platform":
 		t.Fatalf("annotations %v", pod.Annotations)
@@ -229,10 +229,10 @@ func TestActionWithALongNameRuns(t *testing.T) {
 	if err := env.Client.Create(context.Background(), ta); err != nil {
 		t.Fatal(err)
 	}
-	podName := plugin.AttemptObjectName(name, 1)
+	podName := core.AttemptObjectName(name, 1)
 	pod := waitPod(t, ns, podName)
-	if got := pod.Labels[plugin.LabelTaskAction]; len(got) > 63 || got == "" {
-		t.Fatalf("pod label %s=%q", plugin.LabelTaskAction, got)
+	if got := pod.Labels[core.LabelTaskAction]; len(got) > 63 || got == "" {
+		t.Fatalf("pod label %s=%q", core.LabelTaskAction, got)
 	}
 	kubelet(t, pod, corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
 	waitSucceeded(t, client.ObjectKeyFromObject(ta))

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/internal/eventually"
 )
 
@@ -38,7 +38,7 @@ func TestInformersHoldOnlyManagedObjects(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
-			managed := tc.make("managed-"+strings.ToLower(tc.kind), map[string]string{plugin.LabelManagedBy: plugin.ManagedByValue})
+			managed := tc.make("managed-"+strings.ToLower(tc.kind), map[string]string{core.LabelManagedBy: core.ManagedByValue})
 			other := tc.make("someone-elses-"+strings.ToLower(tc.kind), map[string]string{"app": "web"})
 			for _, obj := range []client.Object{managed, other} {
 				if err := env.Client.Create(ctx, obj); err != nil {

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/flytekube/backend/executor/plugins/container"
+	"github.com/flytekube/backend/executor/plugins/k8s/container"
 )
 
 // TestInterruptibleFallsBackToOnDemand: with k8s.interruptibleFailureThreshold 1, an

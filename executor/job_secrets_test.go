@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugins/job"
+	"github.com/flytekube/backend/executor/plugins/k8s/job"
 )
 
 // jobPodStarted plays the Job controller starting one pod of job, left Pending: it

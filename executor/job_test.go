@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugin"
-	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/internal/eventually"
 )
 
@@ -86,7 +86,7 @@ func TestJobTaskRunsAsAJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := waitJob(t, ns, "j0-1")
-	if first.Labels[plugin.LabelManagedBy] != plugin.ManagedByValue || first.Labels[k8s.LabelTaskActionUID] == "" || first.Labels[plugin.LabelAttempt] != "1" {
+	if first.Labels[core.LabelManagedBy] != core.ManagedByValue || first.Labels[k8s.LabelTaskActionUID] == "" || first.Labels[core.LabelAttempt] != "1" {
 		t.Fatalf("labels %v", first.Labels)
 	}
 	if ref := metav1.GetControllerOf(first); ref == nil || ref.Kind != "TaskAction" || ref.Name != "j0" {
@@ -100,7 +100,7 @@ func TestJobTaskRunsAsAJob(t *testing.T) {
 	if req := spec.Template.Spec.Containers[0].Resources.Requests; !req.Cpu().Equal(resource.MustParse("100m")) || !req.Memory().Equal(resource.MustParse("128Mi")) {
 		t.Fatalf("the Job's pods did not get the cluster's default requests: %v", req)
 	}
-	if _, ok := spec.Template.Labels[plugin.LabelManagedBy]; ok {
+	if _, ok := spec.Template.Labels[core.LabelManagedBy]; ok {
 		t.Fatal("the Job's pods carry managed-by: the executor would cache pods it does not own")
 	}
 

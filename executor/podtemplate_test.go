@@ -11,9 +11,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugin"
-	"github.com/flytekube/backend/executor/plugin/k8s/podtemplate"
-	"github.com/flytekube/backend/executor/plugins/container"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
+	"github.com/flytekube/backend/executor/plugins/k8s/container"
 )
 
 // podTemplate is a PodTemplate the executor may use (labelled for it) unless unlabelled.
@@ -118,8 +118,8 @@ func TestPodTemplatesShapeTaskPods(t *testing.T) {
 		t.Errorf("named: tolerations %v, node selector %v, %d containers and %d init containers; want gpu and inline (not the default's), the pool, a sidecar",
 			keys, pod.Spec.NodeSelector, len(pod.Spec.Containers), len(pod.Spec.InitContainers))
 	}
-	want := map[string]string{"team": "gpu", "inline": "yes", plugin.LabelTask: "demo_tasks_train", plugin.LabelRun: "r1",
-		plugin.LabelAction: "named", plugin.LabelAttempt: "1", plugin.LabelProject: "demo", plugin.LabelDomain: "development"}
+	want := map[string]string{"team": "gpu", "inline": "yes", core.LabelTask: "demo_tasks_train", core.LabelRun: "r1",
+		core.LabelAction: "named", core.LabelAttempt: "1", core.LabelProject: "demo", core.LabelDomain: "development"}
 	for k, v := range want {
 		if pod.Labels[k] != v {
 			t.Errorf("named: label %s = %q; want %q (labels %v)", k, pod.Labels[k], v, pod.Labels)
@@ -130,7 +130,7 @@ func TestPodTemplatesShapeTaskPods(t *testing.T) {
 	job := waitJob(t, ns, "job-1")
 	pt := job.Spec.Template
 	if keys := tolerationKeys(&corev1.Pod{Spec: pt.Spec}); keys != "gpu" || len(pt.Spec.InitContainers) != 1 || pt.Labels["team"] != "gpu" ||
-		pt.Labels[plugin.LabelAction] != "job" || envOf(&pt.Spec.Containers[0])["FROM"] != "gpu" {
+		pt.Labels[core.LabelAction] != "job" || envOf(&pt.Spec.Containers[0])["FROM"] != "gpu" {
 		t.Errorf("job: pod template %+v; want the named template's toleration, sidecar, label and env with the action's labels", pt)
 	}
 
@@ -149,7 +149,7 @@ func TestPodTemplatesShapeTaskPods(t *testing.T) {
 			t.Errorf("%s: status %+v; want one attempt failed for good with %s saying %s", tt.action.Name, ta.Status, tt.code, tt.says)
 		}
 		var pods corev1.PodList
-		if err := env.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{plugin.LabelAction: tt.action.Name}); err != nil || len(pods.Items) > 0 {
+		if err := env.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{core.LabelAction: tt.action.Name}); err != nil || len(pods.Items) > 0 {
 			t.Errorf("%s: %d pods (%v); want none", tt.action.Name, len(pods.Items), err)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/internal/repo"
 )
 
@@ -45,7 +45,7 @@ func TestRunsWithOnlyItsRBAC(t *testing.T) {
 	cfg.LeaderElect, cfg.LeaderElectionNamespace = true, home
 	cfg.Namespaces, cfg.ExecutorNamespace = []string{tasks}, home
 	cfg.GC.Interval, cfg.GC.MaxTTL = metav1.Duration{Duration: 200e6}, metav1.Duration{Duration: 1e9}
-	start(t, cfg, tasks, runOptions{restConfig: restConfig, plugins: []plugin.Entry{secretReaderEntry()}})
+	start(t, cfg, tasks, runOptions{restConfig: restConfig, plugins: []core.Entry{secretReaderEntry()}})
 
 	// A plugin's SecretManager reads the executor's own namespace, not the action's.
 	reader := &flytev1.TaskAction{ObjectMeta: metav1.ObjectMeta{Name: "reads-own", Namespace: tasks},
@@ -162,25 +162,25 @@ func bindRoles(t *testing.T, user, home, tasks, file string) {
 // SecretManager and succeeds if it holds the executor's token, not a task's.
 type secretReader struct{}
 
-func (secretReader) GetID() string                    { return "test-secret-reader" }
-func (secretReader) GetProperties() plugin.Properties { return plugin.Properties{} }
-func (secretReader) Handle(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
+func (secretReader) GetID() string                  { return "test-secret-reader" }
+func (secretReader) GetProperties() core.Properties { return core.Properties{} }
+func (secretReader) Handle(ctx context.Context, tCtx core.TaskExecutionContext) (core.Transition, error) {
 	v, err := tCtx.SecretManager().Get(ctx, "own", "token")
 	if err != nil {
-		return plugin.DoTransition(plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "SecretUnreadable", err.Error())), nil
+		return core.DoTransition(core.PhaseInfoPermanentFailure(core.ErrorKindUser, "SecretUnreadable", err.Error())), nil
 	}
 	if string(v) != "executor-token" {
-		return plugin.DoTransition(plugin.PhaseInfoPermanentFailure(plugin.ErrorKindUser, "WrongSecret",
+		return core.DoTransition(core.PhaseInfoPermanentFailure(core.ErrorKindUser, "WrongSecret",
 			fmt.Sprintf("read %d bytes that are not the executor's token", len(v)))), nil
 	}
-	return plugin.DoTransition(plugin.PhaseInfoSuccess("")), nil
+	return core.DoTransition(core.PhaseInfoSuccess("")), nil
 }
-func (secretReader) Abort(context.Context, plugin.TaskExecutionContext) error    { return nil }
-func (secretReader) Finalize(context.Context, plugin.TaskExecutionContext) error { return nil }
+func (secretReader) Abort(context.Context, core.TaskExecutionContext) error    { return nil }
+func (secretReader) Finalize(context.Context, core.TaskExecutionContext) error { return nil }
 
-func secretReaderEntry() plugin.Entry {
-	return plugin.Entry{ID: "test-secret-reader", RegisteredTaskTypes: []string{"test-secret-reader"},
-		LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return secretReader{}, nil }}
+func secretReaderEntry() core.Entry {
+	return core.Entry{ID: "test-secret-reader", RegisteredTaskTypes: []string{"test-secret-reader"},
+		LoadPlugin: func(context.Context, core.SetupContext) (core.Plugin, error) { return secretReader{}, nil }}
 }
 
 // create creates obj with the test's administrator client.

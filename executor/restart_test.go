@@ -15,7 +15,7 @@ import (
 	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/eventsink"
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/internal/eventually"
@@ -32,39 +32,39 @@ var starts sync.Map
 // that a restarted executor continues the work instead of beginning it again.
 type workPlugin struct{}
 
-func (workPlugin) GetID() string                    { return "test-work" }
-func (workPlugin) GetProperties() plugin.Properties { return plugin.Properties{} }
-func (workPlugin) Abort(context.Context, plugin.TaskExecutionContext) error {
+func (workPlugin) GetID() string                  { return "test-work" }
+func (workPlugin) GetProperties() core.Properties { return core.Properties{} }
+func (workPlugin) Abort(context.Context, core.TaskExecutionContext) error {
 	return nil
 }
-func (workPlugin) Finalize(context.Context, plugin.TaskExecutionContext) error { return nil }
+func (workPlugin) Finalize(context.Context, core.TaskExecutionContext) error { return nil }
 
-func (workPlugin) Handle(_ context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
+func (workPlugin) Handle(_ context.Context, tCtx core.TaskExecutionContext) (core.Transition, error) {
 	md := tCtx.Metadata()
 	var began time.Time
 	if _, err := tCtx.PluginStateReader().Get(&began); err != nil {
-		return plugin.Transition{}, err
+		return core.Transition{}, err
 	}
 	if began.IsZero() {
 		v, _ := starts.LoadOrStore(fmt.Sprintf("%s/%d", md.Action().Name, md.Attempt()), new(atomic.Int64))
 		v.(*atomic.Int64).Add(1)
 		began = md.Now()
 		if err := tCtx.PluginStateWriter().Put(1, began); err != nil {
-			return plugin.Transition{}, err
+			return core.Transition{}, err
 		}
 	}
 	workFor, _ := time.ParseDuration(md.Action().Spec.Config["workFor"])
 	if left := began.Add(workFor).Sub(md.Now()); left > 0 {
-		info := plugin.PhaseInfoRunning(0, "Working")
+		info := core.PhaseInfoRunning(0, "Working")
 		info.RequeueAfter = left
-		return plugin.DoTransition(info), nil
+		return core.DoTransition(info), nil
 	}
-	return plugin.DoTransition(plugin.PhaseInfoSuccess("")), nil
+	return core.DoTransition(core.PhaseInfoSuccess("")), nil
 }
 
-func workEntry() plugin.Entry {
-	return plugin.Entry{ID: "test-work", RegisteredTaskTypes: []string{"test-work"},
-		LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) { return workPlugin{}, nil }}
+func workEntry() core.Entry {
+	return core.Entry{ID: "test-work", RegisteredTaskTypes: []string{"test-work"},
+		LoadPlugin: func(context.Context, core.SetupContext) (core.Plugin, error) { return workPlugin{}, nil }}
 }
 
 // startEventsService runs an events service on a throwaway Postgres until the test ends.

@@ -36,20 +36,20 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	outputcache "github.com/flytekube/backend/executor/cache"
+	"github.com/flytekube/backend/executor/cacheclient"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/eventsink"
 	"github.com/flytekube/backend/executor/fairqueue"
 	executormetrics "github.com/flytekube/backend/executor/metrics"
-	"github.com/flytekube/backend/executor/plugin"
-	"github.com/flytekube/backend/executor/plugin/datastore"
-	"github.com/flytekube/backend/executor/plugin/k8s"
-	"github.com/flytekube/backend/executor/plugin/k8s/podtemplate"
-	"github.com/flytekube/backend/executor/plugins/container"
-	"github.com/flytekube/backend/executor/plugins/coreecho"
-	"github.com/flytekube/backend/executor/plugins/coresleep"
-	"github.com/flytekube/backend/executor/plugins/job"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
+	"github.com/flytekube/backend/executor/plugins/core/echo"
+	"github.com/flytekube/backend/executor/plugins/core/sleep"
+	"github.com/flytekube/backend/executor/plugins/k8s/container"
+	"github.com/flytekube/backend/executor/plugins/k8s/job"
 	"github.com/flytekube/backend/executor/tracing"
 	"github.com/flytekube/backend/internal/backoff"
 	"github.com/flytekube/backend/internal/rpcclient"
@@ -67,7 +67,7 @@ type Hooks struct {
 	// Clock replaces the real clock.
 	Clock clock.PassiveClock
 	// Plugins are registered beside the built-in ones.
-	Plugins []plugin.Entry
+	Plugins []core.Entry
 	// Namespaces restricts the executor to these namespaces when the configuration's
 	// namespaces is empty (tests run one executor per namespace).
 	Namespaces []string
@@ -159,8 +159,8 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		}
 		k8sCfg.LogLinks = append(k8sCfg.LogLinks, k8s.LogLinkTemplate{Name: l.Name, Template: t})
 	}
-	reg := plugin.NewRegistry(log)
-	for _, e := range append([]plugin.Entry{coresleep.Entry(), coreecho.Entry(), container.Entry(k8sCfg), job.Entry(k8sCfg)}, hooks.Plugins...) {
+	reg := core.NewRegistry(log)
+	for _, e := range append([]core.Entry{sleep.Entry(), echo.Entry(), container.Entry(k8sCfg), job.Entry(k8sCfg)}, hooks.Plugins...) {
 		if err := reg.Register(e); err != nil {
 			return nil, err
 		}
@@ -169,7 +169,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	// The informers of the kinds plugins create (pods, jobs) hold only the objects the
 	// executor manages, so their memory does not grow with the cluster. The controller
 	// watches the same reg.Watches(), so no kind is watched without this restriction.
-	managed := labels.SelectorFromSet(labels.Set{plugin.LabelManagedBy: plugin.ManagedByValue})
+	managed := labels.SelectorFromSet(labels.Set{core.LabelManagedBy: core.ManagedByValue})
 	// Managed fields are nearly half of a finished TaskAction's bytes, and the executor
 	// never reads them (it writes with merge patches and updates, which keep them on the
 	// API server): the cache holds none, of any kind.
@@ -285,11 +285,11 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		},
 	}
 	if cfg.CacheServiceURL != "" {
-		client, err := outputcache.NewClient(cfg.CacheServiceURL, conn, traced)
+		client, err := cacheclient.NewClient(cfg.CacheServiceURL, conn, traced)
 		if err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
-		r.Cache = outputcache.New(client, store, reservationHeartbeat, log.With("component", "cache"))
+		r.Cache = cacheclient.New(client, store, reservationHeartbeat, log.With("component", "cache"))
 		r.Cache.Metrics = instruments
 	}
 	if cfg.EventsServiceURL != "" {

@@ -18,7 +18,7 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/repo"
@@ -46,7 +46,7 @@ func run(t *testing.T, cfg config.Config, namespace string, count *atomic.Int64)
 }
 
 // runWith is run with extra plugins.
-func runWith(t *testing.T, cfg config.Config, namespace string, count *atomic.Int64, plugins ...plugin.Entry) context.CancelFunc {
+func runWith(t *testing.T, cfg config.Config, namespace string, count *atomic.Int64, plugins ...core.Entry) context.CancelFunc {
 	t.Helper()
 	stop, _ := start(t, cfg, namespace, runOptions{count: count, plugins: plugins})
 	return stop
@@ -55,7 +55,7 @@ func runWith(t *testing.T, cfg config.Config, namespace string, count *atomic.In
 // runOptions shape an executor started by a test.
 type runOptions struct {
 	count   *atomic.Int64
-	plugins []plugin.Entry
+	plugins []core.Entry
 	// restConfig replaces the test API server's admin config (to count requests).
 	restConfig *rest.Config
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/flytekube/backend/cacheservice"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugin/datastore/storetest"
-	"github.com/flytekube/backend/executor/plugins/container"
+	"github.com/flytekube/backend/executor/datastore/storetest"
+	"github.com/flytekube/backend/executor/plugins/k8s/container"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/servicetest"

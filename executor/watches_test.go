@@ -15,7 +15,7 @@ import (
 
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/internal/eventually"
 )
 
@@ -23,30 +23,30 @@ import (
 // cache. It never asks to be looked at again: only a watch of ConfigMaps wakes it.
 type configMapWaiter struct{ cache client.Reader }
 
-func (configMapWaiter) GetID() string                    { return "configmap-waiter" }
-func (configMapWaiter) GetProperties() plugin.Properties { return plugin.Properties{} }
-func (w configMapWaiter) Handle(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
+func (configMapWaiter) GetID() string                  { return "configmap-waiter" }
+func (configMapWaiter) GetProperties() core.Properties { return core.Properties{} }
+func (w configMapWaiter) Handle(ctx context.Context, tCtx core.TaskExecutionContext) (core.Transition, error) {
 	ta := tCtx.Metadata().Action()
 	err := w.cache.Get(ctx, client.ObjectKey{Namespace: ta.Namespace, Name: ta.Name}, &corev1.ConfigMap{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return plugin.DoTransition(plugin.PhaseInfoRunning(0, "WaitingForConfigMap")), nil
+		return core.DoTransition(core.PhaseInfoRunning(0, "WaitingForConfigMap")), nil
 	case err != nil:
-		return plugin.Transition{}, err
+		return core.Transition{}, err
 	}
-	return plugin.DoTransition(plugin.PhaseInfoSuccess("")), nil
+	return core.DoTransition(core.PhaseInfoSuccess("")), nil
 }
-func (configMapWaiter) Abort(context.Context, plugin.TaskExecutionContext) error    { return nil }
-func (configMapWaiter) Finalize(context.Context, plugin.TaskExecutionContext) error { return nil }
+func (configMapWaiter) Abort(context.Context, core.TaskExecutionContext) error    { return nil }
+func (configMapWaiter) Finalize(context.Context, core.TaskExecutionContext) error { return nil }
 
 // selfWatching declares the kind it watches on itself, the way the executor once read.
 type selfWatching struct{ configMapWaiter }
 
 func (selfWatching) ResourceToWatch() client.Object { return &corev1.ConfigMap{} }
 
-func configMapEntry(watches client.Object, load func(cache client.Reader) plugin.Plugin) plugin.Entry {
-	return plugin.Entry{ID: "configmap-waiter", RegisteredTaskTypes: []string{"configmap-waiter"}, Watches: watches,
-		LoadPlugin: func(_ context.Context, setup plugin.SetupContext) (plugin.Plugin, error) {
+func configMapEntry(watches client.Object, load func(cache client.Reader) core.Plugin) core.Entry {
+	return core.Entry{ID: "configmap-waiter", RegisteredTaskTypes: []string{"configmap-waiter"}, Watches: watches,
+		LoadPlugin: func(_ context.Context, setup core.SetupContext) (core.Plugin, error) {
 			return load(setup.Cache()), nil
 		}}
 }
@@ -57,10 +57,10 @@ func configMapEntry(watches client.Object, load func(cache client.Reader) plugin
 // which once made the controller watch that kind without the restriction, caching every
 // such object of the cluster) is refused when the executor starts.
 func TestWatchedKindsHaveOneSource(t *testing.T) {
-	self := func(cache client.Reader) plugin.Plugin { return selfWatching{configMapWaiter{cache}} }
+	self := func(cache client.Reader) core.Plugin { return selfWatching{configMapWaiter{cache}} }
 	for _, tt := range []struct {
 		name  string
-		entry plugin.Entry
+		entry core.Entry
 	}{
 		{"on the plugin alone", configMapEntry(nil, self)},
 		{"on the plugin and the entry", configMapEntry(&corev1.ConfigMap{}, self)},
@@ -69,7 +69,7 @@ func TestWatchedKindsHaveOneSource(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			_, err := executor.Setup(ctx, testConfig(), env.Config, slog.New(slog.DiscardHandler), executor.Hooks{
-				Namespaces: []string{"default"}, SeveralInProcess: true, Plugins: []plugin.Entry{tt.entry}})
+				Namespaces: []string{"default"}, SeveralInProcess: true, Plugins: []core.Entry{tt.entry}})
 			if err == nil || !strings.Contains(err.Error(), "ResourceToWatch") || !strings.Contains(err.Error(), "Entry.Watches") {
 				t.Fatalf("Setup = %v; want it refused, naming ResourceToWatch and Entry.Watches", err)
 			}
@@ -79,8 +79,8 @@ func TestWatchedKindsHaveOneSource(t *testing.T) {
 	t.Run("the entry's Watches", func(t *testing.T) {
 		ctx := context.Background()
 		ns := env.Namespace(t)
-		_, mgr := start(t, testConfig(), ns, runOptions{plugins: []plugin.Entry{
-			configMapEntry(&corev1.ConfigMap{}, func(cache client.Reader) plugin.Plugin { return configMapWaiter{cache} })}})
+		_, mgr := start(t, testConfig(), ns, runOptions{plugins: []core.Entry{
+			configMapEntry(&corev1.ConfigMap{}, func(cache client.Reader) core.Plugin { return configMapWaiter{cache} })}})
 		ta := &flytev1.TaskAction{
 			ObjectMeta: metav1.ObjectMeta{Name: "w0", Namespace: ns},
 			Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "r1", ActionName: "w0",
@@ -95,7 +95,7 @@ func TestWatchedKindsHaveOneSource(t *testing.T) {
 		other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "someone-elses", Namespace: ns, Labels: map[string]string{"app": "web"}}}
 		// The action's, labeled as the executor labels what it manages, wakes it.
 		mine := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ta.Name, Namespace: ns, Labels: map[string]string{
-			plugin.LabelManagedBy: plugin.ManagedByValue, plugin.LabelTaskActionUID: string(ta.UID)}}}
+			core.LabelManagedBy: core.ManagedByValue, core.LabelTaskActionUID: string(ta.UID)}}}
 		for _, cm := range []*corev1.ConfigMap{other, mine} {
 			if err := env.Client.Create(ctx, cm); err != nil {
 				t.Fatal(err)

@@ -25,7 +25,7 @@ import (
 
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/internal/nodetest"
 	"github.com/flytekube/backend/sandbox"
 )
@@ -94,7 +94,7 @@ func checkSecretDelivered(ctx context.Context, t *testing.T, c client.Client, e 
 		t.Errorf("the %s example ended %s after %d attempts; want Succeeded after 1", secretAction, ta.Status.Phase, ta.Status.Attempts)
 	}
 	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace("demo"), client.MatchingLabels{plugin.LabelTaskActionUID: string(ta.UID)}); err != nil || len(pods.Items) != 1 {
+	if err := c.List(ctx, &pods, client.InNamespace("demo"), client.MatchingLabels{core.LabelTaskActionUID: string(ta.UID)}); err != nil || len(pods.Items) != 1 {
 		t.Errorf("the %s example's pods: %d (%v); want 1", secretAction, len(pods.Items), err)
 		return
 	}

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/flytekube/backend/executor/plugin"
-	"github.com/flytekube/backend/executor/plugins/container"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/plugins/k8s/container"
 )
 
 // standInNode is the node the stand-in kubelet says it is.
@@ -104,8 +104,8 @@ func (k *kubelet) step(ctx context.Context, p *corev1.Pod) {
 		}
 	case p.Status.Phase == corev1.PodRunning:
 		if k.due(p, 500*time.Millisecond, 4*time.Second) {
-			attempt, _ := strconv.Atoi(p.Labels[plugin.LabelAttempt])
-			code := k.exitCode(p.Labels[plugin.LabelTaskAction], attempt)
+			attempt, _ := strconv.Atoi(p.Labels[core.LabelAttempt])
+			code := k.exitCode(p.Labels[core.LabelTaskAction], attempt)
 			phase, reason := corev1.PodSucceeded, "Completed"
 			if code != 0 {
 				phase, reason = corev1.PodFailed, "Error"

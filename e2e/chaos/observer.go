@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 )
 
 // observer keeps what the watches saw: each action's last status (the executor's own
@@ -76,7 +76,7 @@ func (o *observer) pod(ch change) {
 	if !ok {
 		return
 	}
-	action := p.Labels[plugin.LabelTaskAction]
+	action := p.Labels[core.LabelTaskAction]
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if ch.deleted {

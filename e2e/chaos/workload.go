@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugins/container"
+	"github.com/flytekube/backend/executor/plugins/k8s/container"
 )
 
 // Kinds of action in the workload.

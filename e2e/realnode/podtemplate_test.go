@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugin"
-	"github.com/flytekube/backend/executor/plugin/k8s/podtemplate"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
 )
 
 // dedicated is the taint this test puts on the node, for the duration of the test.
@@ -94,7 +94,7 @@ for i in $(seq 50); do test -s /shared/note && break; sleep 0.2; done; grep -q s
 	if err := node.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tolerant-1"}, &pod); err != nil {
 		t.Fatal(err)
 	}
-	if pod.Labels["cost-center"] != "research" || pod.Labels[plugin.LabelTask] != "research_models_train" || pod.Labels[plugin.LabelAction] != "tolerant" || pod.Labels[plugin.LabelRun] != "real" {
+	if pod.Labels["cost-center"] != "research" || pod.Labels[core.LabelTask] != "research_models_train" || pod.Labels[core.LabelAction] != "tolerant" || pod.Labels[core.LabelRun] != "real" {
 		t.Errorf("pod labels %v; want the action's identity and its task's name", pod.Labels)
 	}
 	if len(pod.Status.InitContainerStatuses) != 1 || pod.Status.InitContainerStatuses[0].State.Terminated == nil {

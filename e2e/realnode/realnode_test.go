@@ -25,8 +25,8 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
-	"github.com/flytekube/backend/executor/plugin"
-	"github.com/flytekube/backend/executor/plugin/k8s"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/nodetest"
@@ -175,7 +175,7 @@ func TestContainerTaskRunsAsARealPod(t *testing.T) {
 	if err != nil || !strings.Contains(logs, "hello from hello-1") {
 		t.Fatalf("logs %q (%v)", logs, err)
 	}
-	if pod.Labels[plugin.LabelManagedBy] != plugin.ManagedByValue || pod.Labels[plugin.LabelAttempt] != "1" || pod.Labels[k8s.LabelTaskActionUID] != string(got.UID) {
+	if pod.Labels[core.LabelManagedBy] != core.ManagedByValue || pod.Labels[core.LabelAttempt] != "1" || pod.Labels[k8s.LabelTaskActionUID] != string(got.UID) {
 		t.Fatalf("labels %v", pod.Labels)
 	}
 	if ref := metav1.GetControllerOf(&pod); ref == nil || ref.Kind != "TaskAction" || ref.UID != got.UID {

@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/flytekube/backend/executor/plugin/datastore/prefix"
+	"github.com/flytekube/backend/executor/datastore/prefix"
 )
 
 // sampleLogLinkData is what a log link template is tried with: the fields the executor

@@ -15,10 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/cache"
+	"github.com/flytekube/backend/executor/cacheclient"
+	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/metrics"
-	"github.com/flytekube/backend/executor/plugin"
-	"github.com/flytekube/backend/executor/plugin/datastore"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 )
 
 // step is one part of a pass over a running action. It either lets the pass go on to
@@ -54,7 +54,7 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 func (s *scope) resolvePlugin(context.Context) (bool, ctrl.Result, error) {
 	p, err := s.resolve(s.ta.Spec.TaskType)
 	switch {
-	case errors.Is(err, plugin.ErrUnknownTaskType):
+	case errors.Is(err, core.ErrUnknownTaskType):
 		s.fail(flytev1.ReasonUnknownTaskType, flytev1.ErrorKindUser, err.Error())
 		return false, ctrl.Result{}, nil
 	case err != nil:
@@ -118,7 +118,7 @@ func (s *scope) startAttempt(context.Context) (bool, ctrl.Result, error) {
 func (s *scope) consultCache(ctx context.Context) (bool, ctrl.Result, error) {
 	ta := s.ta
 	switch {
-	case !cache.Enabled(ta) || s.plugin.GetProperties().DisableNodeLevelCaching:
+	case !cacheclient.Enabled(ta) || s.plugin.GetProperties().DisableNodeLevelCaching:
 		ta.Status.CacheStatus = flytev1.CacheDisabled
 		return true, goOn, nil
 	case s.r.Cache == nil:
@@ -160,7 +160,7 @@ func (s *scope) consultCache(ctx context.Context) (bool, ctrl.Result, error) {
 // reservation runs unless renewed. The holder renews it with every heartbeat, so the
 // expiry is the one seen when the wait on this holder began: a message changed at each
 // look would be a status write at each look.
-func (s *scope) waitingOn(d cache.Decision) string {
+func (s *scope) waitingOn(d cacheclient.Decision) string {
 	prefix := "waiting on " + d.Holder + ", an identical action computing the same outputs"
 	if c := meta.FindStatusCondition(s.ta.Status.Conditions, flytev1.ConditionProgressing); c != nil &&
 		c.Reason == flytev1.ReasonWaitingForCache && strings.HasPrefix(c.Message, prefix) {
@@ -209,7 +209,7 @@ func (s *scope) attemptStart() *metav1.Time {
 // links and Kubernetes events, and when to look again.
 func (s *scope) handle(ctx context.Context) (bool, ctrl.Result, error) {
 	tr, err := s.plugin.Handle(ctx, s.tCtx)
-	if plugin.IsTransient(err) {
+	if core.IsTransient(err) {
 		s.r.Metrics.Retried(metrics.RetryTransient)
 		// The API server or a service had a bad moment: the same step runs again after
 		// the queue's backoff, and the action is not charged for it.
@@ -236,7 +236,7 @@ func (s *scope) handle(ctx context.Context) (bool, ctrl.Result, error) {
 	s.newVersion = st.PluginPhase == info.Phase.String() && st.PluginPhaseVersion != int32(info.Version)
 	for _, l := range info.LogLinks {
 		// A link the events service would refuse would hold the action's events back.
-		if l.Name == "" || !plugin.IsAbsoluteURI(l.URI) || len(s.logLinks) == flytev1.MaxLogLinks {
+		if l.Name == "" || !core.IsAbsoluteURI(l.URI) || len(s.logLinks) == flytev1.MaxLogLinks {
 			s.log.Warn("plugin log link left out: it needs a name and an absolute URI, and at most 8 per phase", "link", l.Name, "uri", l.URI)
 			continue
 		}
@@ -267,30 +267,30 @@ func (s *scope) transition(ctx context.Context) (bool, ctrl.Result, error) {
 	var result ctrl.Result
 	var err error
 	switch info.Phase {
-	case plugin.PhaseNotReady, plugin.PhaseWaitingForResources:
+	case core.PhaseNotReady, core.PhaseWaitingForResources:
 		if info.RequeueAfter > 0 {
 			s.r.Metrics.BackedOff(metrics.WaitResources, info.RequeueAfter)
 		}
 		s.setPhase(flytev1.PhaseWaitingForResources, or(info.Reason, flytev1.ReasonWaitingForResources), info.Message)
 		return true, goOn, nil
-	case plugin.PhaseQueued:
+	case core.PhaseQueued:
 		s.setPhase(flytev1.PhaseQueued, or(info.Reason, flytev1.ReasonQueued), info.Message)
 		return true, goOn, nil
-	case plugin.PhaseInitializing:
+	case core.PhaseInitializing:
 		s.setPhase(flytev1.PhaseInitializing, or(info.Reason, flytev1.ReasonInitializing), info.Message)
 		return true, goOn, nil
-	case plugin.PhaseRunning:
+	case core.PhaseRunning:
 		s.setPhase(flytev1.PhaseRunning, or(info.Reason, flytev1.ReasonRunning), info.Message)
 		return true, goOn, nil
-	case plugin.PhaseSuccess:
+	case core.PhaseSuccess:
 		result, err = s.settle(ctx, false, func() { s.succeed(ctx) })
-	case plugin.PhaseRetryableFailure:
-		if info.Err != nil && info.Err.Kind == plugin.ErrorKindSystem {
+	case core.PhaseRetryableFailure:
+		if info.Err != nil && info.Err.Kind == core.ErrorKindSystem {
 			result, err = s.systemFailure(ctx, info.Err.Code, info.Err.Message, true)
 		} else {
 			result, err = s.userFailure(ctx)
 		}
-	case plugin.PhasePermanentFailure:
+	case core.PhasePermanentFailure:
 		result, err = s.settle(ctx, false, func() {
 			s.terminate(flytev1.PhaseFailed, or(info.Reason, flytev1.ReasonUserError), toError(info.Err, info.Message))
 		})
@@ -300,7 +300,7 @@ func (s *scope) transition(ctx context.Context) (bool, ctrl.Result, error) {
 	return false, result, err
 }
 
-// succeed records a successful attempt's outputs and offers them to the cache.
+// succeed records a successful attempt's outputs and offers them to the cacheclient.
 func (s *scope) succeed(ctx context.Context) {
 	st := &s.ta.Status
 	st.OutputsURI = s.info.OutputsURI

@@ -13,8 +13,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/cache"
-	"github.com/flytekube/backend/executor/plugin/datastore"
+	"github.com/flytekube/backend/executor/cacheclient"
+	"github.com/flytekube/backend/executor/datastore"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
@@ -69,7 +69,7 @@ func TestForgedCacheEntriesAreMisses(t *testing.T) {
 		{"other-domain", theirs("demo", "production"), datastore.ReasonOtherProject},
 	}
 	cacheClient := cacheServiceClient(t)
-	keys := cache.New(nil, datastore.New(), 0, slog.New(slog.DiscardHandler))
+	keys := cacheclient.New(nil, datastore.New(), 0, slog.New(slog.DiscardHandler))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			inputs := `{"case": "` + tt.name + `"}`
@@ -120,7 +120,7 @@ func TestForgedCacheEntriesAreMisses(t *testing.T) {
 
 func cacheServiceClient(t *testing.T) cachev1connect.CacheServiceClient {
 	t.Helper()
-	c, err := cache.NewClient(cacheURL, rpcclient.Options{})
+	c, err := cacheclient.NewClient(cacheURL, rpcclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/cache"
+	"github.com/flytekube/backend/executor/cacheclient"
 	"github.com/flytekube/backend/executor/metrics"
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 )
 
 // The one policy for a plugin's Abort and Finalize errors: the outcome that needed them
@@ -145,7 +145,7 @@ func (s *scope) endAttempt(execErr *flytev1.ExecutionError) {
 
 // terminate ends the action in a terminal phase.
 func (s *scope) terminate(phase flytev1.Phase, reason string, execErr *flytev1.ExecutionError) {
-	if phase != flytev1.PhaseSucceeded && s.r.Cache != nil && cache.Enabled(s.ta) {
+	if phase != flytev1.PhaseSucceeded && s.r.Cache != nil && cacheclient.Enabled(s.ta) {
 		// Not cancelled with the reconcile, but still part of its trace.
 		s.r.Cache.Release(trace.ContextWithSpan(context.Background(), s.span), s.ta)
 	}
@@ -166,12 +166,12 @@ func (s *scope) fail(reason string, kind flytev1.ErrorKind, message string) {
 	s.terminate(flytev1.PhaseFailed, reason, &flytev1.ExecutionError{Code: reason, Kind: kind, Message: fitText(message, flytev1.MaxErrorMessageLength)})
 }
 
-func toError(e *plugin.ExecutionError, message string) *flytev1.ExecutionError {
+func toError(e *core.ExecutionError, message string) *flytev1.ExecutionError {
 	if e == nil {
 		return &flytev1.ExecutionError{Code: "Unknown", Kind: flytev1.ErrorKindUser, Message: fitText(message, flytev1.MaxErrorMessageLength)}
 	}
 	kind := flytev1.ErrorKindUser
-	if e.Kind == plugin.ErrorKindSystem {
+	if e.Kind == core.ErrorKindSystem {
 		kind = flytev1.ErrorKindSystem
 	}
 	return &flytev1.ExecutionError{Code: fitText(e.Code, flytev1.MaxErrorCodeLength), Kind: kind, Message: fitText(e.Message, flytev1.MaxErrorMessageLength)}

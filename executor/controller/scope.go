@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 )
 
 // scope is one reconcile of one action: what the steps of a pass share.
@@ -30,11 +30,11 @@ type scope struct {
 
 	// plugin runs the action's task type, tCtx its current attempt; set by the first
 	// steps of a pass.
-	plugin plugin.Plugin
-	tCtx   plugin.TaskExecutionContext
+	plugin core.Plugin
+	tCtx   core.TaskExecutionContext
 	// info is what the plugin's Handle reported in this pass, and result when the pass
 	// should run again if nothing else wakes it.
-	info   plugin.PhaseInfo
+	info   core.PhaseInfo
 	result ctrl.Result
 	// newVersion: the plugin reported a new version of its phase in this pass.
 	newVersion bool
@@ -209,8 +209,8 @@ func (s *scope) settleExpectation(ctx context.Context) {
 	}
 }
 
-func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
-	return plugin.NewTaskExecutionContext(plugin.ExecutionContextOptions{
+func (s *scope) executionContext(attempt int32) core.TaskExecutionContext {
+	return core.NewTaskExecutionContext(core.ExecutionContextOptions{
 		Action: s.ta, Attempt: attempt, DefaultServiceAccount: s.r.Options.DefaultServiceAccount,
 		DataStore: s.r.DataStore, Secrets: s.r.Client, SecretsNamespace: s.r.Options.ExecutorNamespace, Clock: s.r.Clock.Now,
 		Interruptible: s.interruptible(),
@@ -218,8 +218,8 @@ func (s *scope) executionContext(attempt int32) plugin.TaskExecutionContext {
 }
 
 // interruptible is the policy that places the attempts of interruptible actions.
-func (s *scope) interruptible() plugin.InterruptiblePolicy {
-	return plugin.InterruptiblePolicy{FailureThreshold: s.r.Options.InterruptibleFailureThreshold, MaxSystemFailures: s.r.Options.MaxSystemFailures}
+func (s *scope) interruptible() core.InterruptiblePolicy {
+	return core.InterruptiblePolicy{FailureThreshold: s.r.Options.InterruptibleFailureThreshold, MaxSystemFailures: s.r.Options.MaxSystemFailures}
 }
 
 // onDemand says, for the history of the attempt about to start, why an interruptible

@@ -20,14 +20,14 @@ import (
 
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/events"
-	"github.com/flytekube/backend/executor/cache"
+	"github.com/flytekube/backend/executor/cacheclient"
 	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/eventsink"
 	"github.com/flytekube/backend/executor/metrics"
-	"github.com/flytekube/backend/executor/plugin"
-	"github.com/flytekube/backend/executor/plugin/datastore"
-	"github.com/flytekube/backend/executor/plugins/coreecho"
-	"github.com/flytekube/backend/executor/plugins/coresleep"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/plugins/core/echo"
+	"github.com/flytekube/backend/executor/plugins/core/sleep"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/backoff"
 	"github.com/flytekube/backend/internal/kubetest"
@@ -165,8 +165,8 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
-	reg := plugin.NewRegistry(log)
-	for _, e := range []plugin.Entry{coresleep.Entry(), coreecho.Entry(), testPlugin("test-flaky", false), testPlugin("test-system", false),
+	reg := core.NewRegistry(log)
+	for _, e := range []core.Entry{sleep.Entry(), echo.Entry(), testPlugin("test-flaky", false), testPlugin("test-system", false),
 		testPlugin("test-error", false), testPlugin("test-finalizer", true), testPlugin("test-echo", false), testPlugin("test-links", false),
 		testPlugin("test-finalize-fails", false), testPlugin("test-waits", false)} {
 		if err := reg.Register(e); err != nil {
@@ -186,7 +186,7 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	cacheClient, err := cache.NewClient(cacheURL, rpcclient.Options{})
+	cacheClient, err := cacheclient.NewClient(cacheURL, rpcclient.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	}
 	// A heartbeat of 1 s (a reservation lapses after 3 missed): short for tests, and
 	// not lost to a loaded machine's stalls, which let an identical action run too.
-	outputs := cache.New(cacheClient, store, time.Second, log)
+	outputs := cacheclient.New(cacheClient, store, time.Second, log)
 	outputs.Metrics = instruments
 	r := &controller.TaskActionReconciler{
 		Events: publisher, Metrics: instruments,
@@ -275,25 +275,25 @@ type testPluginImpl struct {
 	finalizer bool
 }
 
-func testPlugin(id string, finalizer bool) plugin.Entry {
-	return plugin.Entry{ID: id, RegisteredTaskTypes: []string{id},
-		LoadPlugin: func(context.Context, plugin.SetupContext) (plugin.Plugin, error) {
+func testPlugin(id string, finalizer bool) core.Entry {
+	return core.Entry{ID: id, RegisteredTaskTypes: []string{id},
+		LoadPlugin: func(context.Context, core.SetupContext) (core.Plugin, error) {
 			return testPluginImpl{id: id, finalizer: finalizer}, nil
 		}}
 }
 
 func (p testPluginImpl) GetID() string { return p.id }
-func (p testPluginImpl) GetProperties() plugin.Properties {
-	return plugin.Properties{NeedsFinalizer: p.finalizer}
+func (p testPluginImpl) GetProperties() core.Properties {
+	return core.Properties{NeedsFinalizer: p.finalizer}
 }
 
-func (p testPluginImpl) Handle(_ context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
+func (p testPluginImpl) Handle(_ context.Context, tCtx core.TaskExecutionContext) (core.Transition, error) {
 	md := tCtx.Metadata()
 	calls.add(md.Action().Name, fmt.Sprintf("handle:%d", md.Attempt()))
 	switch p.id {
 	case "test-finalize-fails":
 		if md.Action().Spec.Config["running"] != "" {
-			return plugin.DoTransition(plugin.PhaseInfoRunning(0, "")), nil
+			return core.DoTransition(core.PhaseInfoRunning(0, "")), nil
 		}
 		fallthrough
 	case "test-flaky":
@@ -302,67 +302,67 @@ func (p testPluginImpl) Handle(_ context.Context, tCtx plugin.TaskExecutionConte
 		errorsFirst, _ := strconv.Atoi(md.Action().Spec.Config["errorsFirst"])
 		var errored int
 		if _, err := tCtx.PluginStateReader().Get(&errored); err != nil {
-			return plugin.Transition{}, err
+			return core.Transition{}, err
 		}
 		if errored < errorsFirst {
 			if err := tCtx.PluginStateWriter().Put(1, errored+1); err != nil {
-				return plugin.Transition{}, err
+				return core.Transition{}, err
 			}
-			return plugin.Transition{}, errors.New("the plugin's API call failed")
+			return core.Transition{}, errors.New("the plugin's API call failed")
 		}
 		failAttempts, _ := strconv.Atoi(md.Action().Spec.Config["failAttempts"])
 		if int(md.Attempt()) <= failAttempts {
-			return plugin.DoTransition(plugin.PhaseInfoUserFailure("ExitCode1", fmt.Sprintf("attempt %d failed", md.Attempt()))), nil
+			return core.DoTransition(core.PhaseInfoUserFailure("ExitCode1", fmt.Sprintf("attempt %d failed", md.Attempt()))), nil
 		}
-		return plugin.DoTransition(plugin.PhaseInfoSuccess("")), nil
+		return core.DoTransition(core.PhaseInfoSuccess("")), nil
 	case "test-links":
-		info := plugin.PhaseInfoSuccess("")
-		info.LogLinks = []plugin.LogLink{{Name: "good", URI: "https://logs.example.com/a0"}, {Name: "relative", URI: "a0/logs"},
+		info := core.PhaseInfoSuccess("")
+		info.LogLinks = []core.LogLink{{Name: "good", URI: "https://logs.example.com/a0"}, {Name: "relative", URI: "a0/logs"},
 			{Name: "spaces", URI: "https://logs.example.com/a 0"}, {Name: "", URI: "https://logs.example.com/unnamed"}}
-		return plugin.DoTransition(info), nil
+		return core.DoTransition(info), nil
 	case "test-waits":
 		waits, _ := strconv.Atoi(md.Action().Spec.Config["waits"])
 		var waited int
 		if _, err := tCtx.PluginStateReader().Get(&waited); err != nil {
-			return plugin.Transition{}, err
+			return core.Transition{}, err
 		}
 		if waited == waits {
-			return plugin.DoTransition(plugin.PhaseInfoSuccess("")), nil
+			return core.DoTransition(core.PhaseInfoSuccess("")), nil
 		}
 		if err := tCtx.PluginStateWriter().Put(1, waited+1); err != nil {
-			return plugin.Transition{}, err
+			return core.Transition{}, err
 		}
-		info := plugin.PhaseInfoWaitingForResources(uint32(waited+1), "ExceededQuota", fmt.Sprintf("refused %d times", waited+1))
+		info := core.PhaseInfoWaitingForResources(uint32(waited+1), "ExceededQuota", fmt.Sprintf("refused %d times", waited+1))
 		info.RequeueAfter = time.Millisecond
-		return plugin.DoTransition(info), nil
+		return core.DoTransition(info), nil
 	case "test-system":
-		return plugin.DoTransition(plugin.PhaseInfoSystemFailure("NodeLost", "the node went away")), nil
+		return core.DoTransition(core.PhaseInfoSystemFailure("NodeLost", "the node went away")), nil
 	case "test-error":
-		return plugin.Transition{}, errors.New("the plugin's API call failed")
+		return core.Transition{}, errors.New("the plugin's API call failed")
 	case "test-echo":
 		runFor, _ := time.ParseDuration(md.Action().Spec.Config["runFor"])
 		var started time.Time
 		if _, err := tCtx.PluginStateReader().Get(&started); err != nil {
-			return plugin.Transition{}, err
+			return core.Transition{}, err
 		}
 		if started.IsZero() {
 			started = md.Now()
 			if err := tCtx.PluginStateWriter().Put(1, started); err != nil {
-				return plugin.Transition{}, err
+				return core.Transition{}, err
 			}
 		}
 		if left := started.Add(runFor).Sub(md.Now()); left > 0 {
-			info := plugin.PhaseInfoRunning(0, "")
+			info := core.PhaseInfoRunning(0, "")
 			info.RequeueAfter = left
-			return plugin.DoTransition(info), nil
+			return core.DoTransition(info), nil
 		}
-		return coreecho.Plugin{}.Handle(context.Background(), tCtx)
+		return echo.Plugin{}.Handle(context.Background(), tCtx)
 	default:
-		return plugin.DoTransition(plugin.PhaseInfoRunning(0, "")), nil
+		return core.DoTransition(core.PhaseInfoRunning(0, "")), nil
 	}
 }
 
-func (p testPluginImpl) Abort(_ context.Context, tCtx plugin.TaskExecutionContext) error {
+func (p testPluginImpl) Abort(_ context.Context, tCtx core.TaskExecutionContext) error {
 	calls.add(tCtx.Metadata().Action().Name, "abort")
 	return nil
 }
@@ -370,7 +370,7 @@ func (p testPluginImpl) Abort(_ context.Context, tCtx plugin.TaskExecutionContex
 // finalizeCalls counts test-finalize-fails' Finalize calls: "namespace/name" -> *atomic.Int32.
 var finalizeCalls sync.Map
 
-func (p testPluginImpl) Finalize(_ context.Context, tCtx plugin.TaskExecutionContext) error {
+func (p testPluginImpl) Finalize(_ context.Context, tCtx core.TaskExecutionContext) error {
 	ta := tCtx.Metadata().Action()
 	if p.id == "test-finalize-fails" {
 		n, _ := finalizeCalls.LoadOrStore(ta.Namespace+"/"+ta.Name, new(atomic.Int32))

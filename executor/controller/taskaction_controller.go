@@ -29,10 +29,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/cache"
+	"github.com/flytekube/backend/executor/cacheclient"
 	"github.com/flytekube/backend/executor/fairqueue"
 	"github.com/flytekube/backend/executor/metrics"
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/executor/tracing"
 	"github.com/flytekube/backend/internal/backoff"
 )
@@ -59,7 +59,7 @@ type Options struct {
 	MaxSystemFailures int32
 	// InterruptibleFailureThreshold moves interruptible actions to on-demand capacity
 	// after that many system failures (negative: maxSystemFailures less that many);
-	// 0 never does (see plugin.InterruptiblePolicy).
+	// 0 never does (see core.InterruptiblePolicy).
 	InterruptibleFailureThreshold int32
 	// Backoff spaces attempts.
 	Backoff backoff.Backoff
@@ -97,8 +97,8 @@ type EventSink interface {
 // TaskActionReconciler reconciles TaskActions.
 type TaskActionReconciler struct {
 	Client    client.Client
-	Registry  *plugin.Registry
-	DataStore plugin.DataStore
+	Registry  *core.Registry
+	DataStore core.DataStore
 	Recorder  record.EventRecorder
 	Clock     clock.PassiveClock
 	Log       *slog.Logger
@@ -106,7 +106,7 @@ type TaskActionReconciler struct {
 	// Metrics records what the reconciler does; nil records nothing.
 	Metrics *metrics.Metrics
 	// Cache memoizes outputs of cacheable actions; nil turns caching off.
-	Cache   *cache.Cache
+	Cache   *cacheclient.Cache
 	Options Options
 	// Observe, when set, is called at the start of every reconcile; tests count them.
 	Observe func(ctrl.Request)
@@ -127,7 +127,7 @@ func (r *TaskActionReconciler) expectations() *expectations {
 	return r.written
 }
 
-// Expects reports whether a write of the action is not yet in the informer cache.
+// Expects reports whether a write of the action is not yet in the informer cacheclient.
 func (r *TaskActionReconciler) Expects(uid types.UID) bool { return r.expectations().has(uid) }
 
 func resultLabel(r ctrl.Result, err error) string {
@@ -216,7 +216,7 @@ func (r *TaskActionReconciler) actionOf(ctx context.Context, obj client.Object) 
 		}
 		return nil
 	}
-	uid := obj.GetLabels()[plugin.LabelTaskActionUID]
+	uid := obj.GetLabels()[core.LabelTaskActionUID]
 	if uid == "" {
 		return nil
 	}

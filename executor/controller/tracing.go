@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/flytekube/backend/executor/plugin"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/executor/tracing"
 )
 
@@ -16,7 +16,7 @@ const pluginPhase = attribute.Key("flyte.plugin.phase")
 
 // resolve finds the plugin for a task type, wrapped so that its calls are spans of the
 // reconcile.
-func (s *scope) resolve(taskType string) (plugin.Plugin, error) {
+func (s *scope) resolve(taskType string) (core.Plugin, error) {
 	p, err := s.r.Registry.Resolve(taskType)
 	if err != nil {
 		return nil, err
@@ -27,12 +27,12 @@ func (s *scope) resolve(taskType string) (plugin.Plugin, error) {
 // tracedPlugin makes a span of each Handle, Abort and Finalize: what a plugin does (such
 // as the Kubernetes API calls of the plugin manager) nests under the call that did it.
 type tracedPlugin struct {
-	plugin.Plugin
+	core.Plugin
 	tracer trace.Tracer
 }
 
-func (p tracedPlugin) Handle(ctx context.Context, tCtx plugin.TaskExecutionContext) (plugin.Transition, error) {
-	ctx, span := p.start(ctx, "plugin.Handle")
+func (p tracedPlugin) Handle(ctx context.Context, tCtx core.TaskExecutionContext) (core.Transition, error) {
+	ctx, span := p.start(ctx, "core.Handle")
 	tr, err := p.Plugin.Handle(ctx, tCtx)
 	if span.IsRecording() {
 		span.SetAttributes(pluginPhase.String(tr.Info.Phase.String()))
@@ -41,21 +41,21 @@ func (p tracedPlugin) Handle(ctx context.Context, tCtx plugin.TaskExecutionConte
 	return tr, err
 }
 
-func (p tracedPlugin) Abort(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
-	ctx, span := p.start(ctx, "plugin.Abort")
+func (p tracedPlugin) Abort(ctx context.Context, tCtx core.TaskExecutionContext) error {
+	ctx, span := p.start(ctx, "core.Abort")
 	err := p.Plugin.Abort(ctx, tCtx)
 	end(span, err)
 	return err
 }
 
-func (p tracedPlugin) Finalize(ctx context.Context, tCtx plugin.TaskExecutionContext) error {
-	ctx, span := p.start(ctx, "plugin.Finalize")
+func (p tracedPlugin) Finalize(ctx context.Context, tCtx core.TaskExecutionContext) error {
+	ctx, span := p.start(ctx, "core.Finalize")
 	err := p.Plugin.Finalize(ctx, tCtx)
 	end(span, err)
 	return err
 }
 
-// start begins the span of one call of the plugin, naming the plugin.
+// start begins the span of one call of the plugin, naming the core.
 func (p tracedPlugin) start(ctx context.Context, name string) (context.Context, trace.Span) {
 	return p.tracer.Start(ctx, name, trace.WithAttributes(tracing.Plugin.String(p.GetID())))
 }

@@ -1,0 +1,503 @@
+// Package cacheclient is the executor's side of task output memoization: it computes an
+// action's cache key, looks the key up before running, takes a reservation so that an
+// identical action running at the same time waits instead of repeating the work,
+// heartbeats the reservation on its own timer, and stores the outputs on success.
+//
+// The cache is an optimization, never a dependency: every error of the cache service
+// counts as a miss (or a failed put), and the action runs as if it were not cacheable.
+package cacheclient
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"k8s.io/apimachinery/pkg/types"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/datastore"
+	"github.com/flytekube/backend/executor/metrics"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/tracing"
+	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
+	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	"github.com/flytekube/backend/internal/rpcclient"
+)
+
+// requestTimeout bounds a call of the cache service: the cache must never hold an
+// action up for long.
+const requestTimeout = 10 * time.Second
+
+// NewClient returns a cache service client for url, with the credentials and trust of
+// conn (see rpcclient.Options; a zero Timeout means requestTimeout). The executor passes
+// its tracing interceptor in opts.
+func NewClient(url string, conn rpcclient.Options, opts ...connect.ClientOption) (cachev1connect.CacheServiceClient, error) {
+	if conn.Timeout == 0 {
+		conn.Timeout = requestTimeout
+	}
+	httpClient, err := rpcclient.New(conn)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	return cachev1connect.NewCacheServiceClient(httpClient, url, opts...), nil
+}
+
+// Cache talks to the cache service for the reconciler.
+type Cache struct {
+	// Metrics counts refused hits; nil counts nothing.
+	Metrics *metrics.Metrics
+
+	client    cachev1connect.CacheServiceClient
+	store     core.DataStore
+	heartbeat time.Duration
+	log       *slog.Logger
+
+	// Exists, when set, reports whether an action still exists (by key and UID); a
+	// reservation's heartbeats stop, and it is released, once its action does not. The
+	// reconciler sets it.
+	Exists func(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, error)
+
+	mu      sync.Mutex
+	holding map[types.UID]*hold             // reservations being heartbeated
+	keys    map[types.UID]*cachev1.CacheKey // computed keys, until the action is done with the cache
+}
+
+// hold is a reservation being heartbeated.
+type hold struct {
+	stop  context.CancelFunc
+	key   *cachev1.CacheKey
+	owner string
+}
+
+// New creates a cache; heartbeat is the interval asked for reservations.
+func New(c cachev1connect.CacheServiceClient, store core.DataStore, heartbeat time.Duration, log *slog.Logger) *Cache {
+	return &Cache{client: c, store: store, heartbeat: heartbeat, log: log,
+		holding: make(map[types.UID]*hold), keys: make(map[types.UID]*cachev1.CacheKey)}
+}
+
+// Enabled reports whether an action is cacheable.
+func Enabled(ta *flytev1.TaskAction) bool { return ta.Spec.Cache != nil && ta.Spec.Cache.Enabled }
+
+// Signature hashes the task's definition: what runs and how. A change of image,
+// command, arguments, environment or plugin configuration changes the signature, so a
+// changed task never serves outputs computed by its old self.
+func Signature(spec *flytev1.TaskActionSpec) string {
+	def := struct {
+		TaskType  string                 `json:"taskType"`
+		Container *flytev1.ContainerSpec `json:"container,omitempty"`
+		Config    map[string]string      `json:"config,omitempty"` // encoding/json sorts map keys
+		EnvVars   map[string]string      `json:"envVars,omitempty"`
+	}{spec.TaskType, spec.Container, spec.Config, spec.EnvVars}
+	b, _ := json.Marshal(def) // plain data always encodes
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// InputsHash hashes the inputs document minus the inputs the task ignores for caching.
+// Objects are hashed in a canonical form (sorted keys), so equal inputs hash alike
+// however they were written.
+func InputsHash(inputs []byte, ignored []string) (string, error) {
+	var doc map[string]json.RawMessage
+	if len(inputs) == 0 {
+		doc = map[string]json.RawMessage{}
+	} else if err := json.Unmarshal(inputs, &doc); err != nil {
+		return "", fmt.Errorf("cache: inputs are not a JSON object: %w", err)
+	}
+	for _, k := range ignored {
+		delete(doc, k)
+	}
+	keys := make([]string, 0, len(doc))
+	for k := range doc {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		var v any
+		if err := json.Unmarshal(doc[k], &v); err != nil {
+			return "", err
+		}
+		canon, _ := json.Marshal(v) // re-encoding sorts nested keys too
+		fmt.Fprintf(h, "%q=%s;", k, canon)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// key returns an action's cache key, computing it once: it reads and hashes the inputs,
+// and an action asks for it on lookup, on every wait, on put and on release.
+func (c *Cache) key(ctx context.Context, ta *flytev1.TaskAction) (*cachev1.CacheKey, error) {
+	c.mu.Lock()
+	k, ok := c.keys[ta.UID]
+	c.mu.Unlock()
+	if ok {
+		return k, nil
+	}
+	k, err := c.Key(ctx, ta)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.keys[ta.UID] = k
+	c.mu.Unlock()
+	return k, nil
+}
+
+func (c *Cache) forgetKey(ta *flytev1.TaskAction) {
+	c.mu.Lock()
+	delete(c.keys, ta.UID)
+	c.mu.Unlock()
+}
+
+// Key computes an action's cache key.
+func (c *Cache) Key(ctx context.Context, ta *flytev1.TaskAction) (*cachev1.CacheKey, error) {
+	var inputs []byte
+	if ta.Spec.InputURI != "" {
+		var err error
+		if inputs, err = core.DataStoreFor(c.store, ta).Read(ctx, ta.Spec.InputURI); err != nil {
+			return nil, fmt.Errorf("cache: reading inputs: %w", err)
+		}
+	}
+	hash, err := InputsHash(inputs, ta.Spec.Cache.IgnoredInputs)
+	if err != nil {
+		return nil, err
+	}
+	return &cachev1.CacheKey{
+		Project: ta.Spec.Project, Domain: ta.Spec.Domain, TaskName: ta.Spec.TaskName,
+		CacheVersion: ta.Spec.Cache.Version, Signature: Signature(&ta.Spec), InputsHash: hash,
+	}, nil
+}
+
+// Decision is what Lookup found.
+type Decision struct {
+	// Hit: the outputs are at OutputsURI (copied to the action's own outputs location).
+	Hit        bool
+	OutputsURI string
+	// Wait: another owner holds the reservation; look again after Wait.
+	Wait time.Duration
+	// Holder says what is being waited for: the holder's run and action as the service
+	// tells them ("r1/a0"), or the reserved task and cache version when it names none.
+	Holder string
+	// HolderExpires is when the holder's reservation ends unless it heartbeats.
+	HolderExpires time.Time
+	// Status is the cache status to report when the action runs (Miss, or Skipped when
+	// the cache was not read: it could not be consulted, or the action overwrites).
+	Status flytev1.CacheStatus
+	// Stale: the entry's outputs were gone, so the action runs and replaces it.
+	Stale bool
+	// Overwrite: spec.cache.overwrite, so the entry was not read.
+	Overwrite bool
+}
+
+func owner(ta *flytev1.TaskAction) string { return ta.Namespace + "/" + ta.Name + "/" + string(ta.UID) }
+
+// actionOf is the action a reservation is taken for, as waiters are told.
+func actionOf(ta *flytev1.TaskAction) *flytecorev1.ActionIdentifier {
+	return &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName}
+}
+
+// Lookup consults the cache before an action runs. On a hit the cached outputs are
+// copied to outputsURI, through the action's own view of the data store: anyone who can
+// write the cache chooses where a hit's outputs are read from, so outputs where the
+// action may not read (the executor's own files, another project's data) make the hit a
+// miss, logged and counted. A serializable action looks up and reserves in one call
+// (LookupOrReserve): on a miss it holds the reservation, heartbeating it until Release,
+// or learns whom to wait for. With spec.cache.overwrite nothing is read: a serializable
+// action only reserves.
+func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) Decision {
+	key, err := c.key(ctx, ta)
+	if err != nil {
+		c.log.Warn("cache key unavailable; running without the cache", "action", ta.Name, "error", err)
+		return Decision{Status: flytev1.CacheSkipped}
+	}
+	overwrite := ta.Spec.Cache.Overwrite
+	if !ta.Spec.Cache.Serializable {
+		if overwrite {
+			return Decision{Status: flytev1.CacheSkipped, Overwrite: true}
+		}
+		got, err := c.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: key}))
+		switch {
+		case connect.CodeOf(err) == connect.CodeNotFound:
+			return Decision{Status: flytev1.CacheMiss}
+		case err != nil:
+			c.log.Warn("cache service unavailable; treating as a miss", "action", ta.Name, "error", err)
+			return Decision{Status: flytev1.CacheSkipped}
+		}
+		d := c.useHit(ctx, ta, got.Msg.GetOutput(), outputsURI)
+		if d.Hit {
+			c.forgetKey(ta) // done with the cache
+		}
+		return d
+	}
+	res, err := c.lookupOrReserve(ctx, ta, key, overwrite)
+	if err != nil {
+		c.log.Warn("cache service unavailable; running without the cache", "action", ta.Name, "error", err)
+		return Decision{Status: flytev1.CacheSkipped}
+	}
+	var stale bool
+	if out := res.GetOutput(); out != nil {
+		d := c.useHit(ctx, ta, out, outputsURI)
+		if d.Hit {
+			c.forgetKey(ta)
+			return d
+		}
+		// The entry is of no use: reserve past it, so that the outputs are computed once.
+		stale = d.Stale
+		if res, err = c.lookupOrReserve(ctx, ta, key, true); err != nil {
+			c.log.Warn("reservation unavailable; running without it", "action", ta.Name, "error", err)
+			return Decision{Status: flytev1.CacheMiss, Stale: stale}
+		}
+	}
+	r := res.GetReservation()
+	granted := r.GetHeartbeatInterval().AsDuration()
+	if !res.GetAcquired() {
+		holder := key.GetTaskName() + "@" + key.GetCacheVersion()
+		if h := r.GetHolderAction(); h != nil {
+			holder = h.GetRun() + "/" + h.GetAction()
+		}
+		return Decision{Wait: granted, Holder: holder, HolderExpires: r.GetExpiresAt().AsTime(), Status: flytev1.CacheMiss}
+	}
+	c.keepAlive(ta, key, granted)
+	if overwrite {
+		return Decision{Status: flytev1.CacheSkipped, Overwrite: true}
+	}
+	return Decision{Status: flytev1.CacheMiss, Stale: stale}
+}
+
+func (c *Cache) lookupOrReserve(ctx context.Context, ta *flytev1.TaskAction, key *cachev1.CacheKey, skipLookup bool) (*cachev1.LookupOrReserveResponse, error) {
+	res, err := c.client.LookupOrReserve(ctx, connect.NewRequest(&cachev1.LookupOrReserveRequest{
+		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat), Action: actionOf(ta), SkipLookup: skipLookup,
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg, nil
+}
+
+// useHit copies a hit's outputs as Lookup says. It returns the hit, or Status Miss when
+// the outputs cannot be used: gone (Stale, counted and logged), refused or unreadable.
+func (c *Cache) useHit(ctx context.Context, ta *flytev1.TaskAction, out *cachev1.CachedOutput, outputsURI string) Decision {
+	from := out.GetOutputUri()
+	cerr := copyOutputs(ctx, core.DataStoreFor(c.store, ta), from, outputsURI)
+	var refused *datastore.NotAllowedError
+	switch {
+	case cerr == nil && from == "":
+		return Decision{Hit: true} // remembered as succeeded, with no outputs
+	case cerr == nil:
+		return Decision{Hit: true, OutputsURI: outputsURI}
+	case errors.As(cerr, &refused):
+		c.Metrics.CacheOutputsRefused(refused.Reason)
+		c.log.Warn("cached outputs lie where the action may not read; treating the hit as a miss",
+			"action", ta.Name, "outputs", from, "reason", refused.Reason, "error", cerr)
+	case errors.Is(cerr, core.ErrNotFound):
+		src := out.GetSourceAction()
+		c.log.Warn("cached outputs are gone; running the action and replacing the entry", "action", ta.Name,
+			"outputs", from, "source", src.GetRun()+"/"+src.GetAction())
+		return Decision{Status: flytev1.CacheMiss, Stale: true}
+	default:
+		c.log.Warn("cached outputs unreadable; treating as a miss", "action", ta.Name, "error", cerr)
+	}
+	return Decision{Status: flytev1.CacheMiss}
+}
+
+// keepAlive heartbeats a held reservation on its own timer, independent of how often
+// the action is reconciled, for as long as the action exists: an action that goes away
+// without a last pass (deleted before its finalizer was on, or its finalizer taken off
+// by hand) must not hold identical actions back for ever.
+func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.holding[ta.UID]; ok {
+		return
+	}
+	// Heartbeats stay out of the action's trace, or a long action would pile up thousands
+	// of identical spans there: an unsampled parent tells the samplers here and in the
+	// cache service to record none.
+	unsampled := tracing.SpanContext(ta.UID).WithTraceFlags(0)
+	ctx, cancel := context.WithCancel(trace.ContextWithRemoteSpanContext(context.Background(), unsampled))
+	id, action := owner(ta), actionOf(ta)
+	c.holding[ta.UID] = &hold{stop: cancel, key: key, owner: id}
+	// The goroutine must not read ta, which the reconciler changes.
+	uid, name := ta.UID, types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if c.Exists != nil {
+					if ok, err := c.Exists(ctx, name, uid); err == nil && !ok {
+						c.log.Info("the action holding a reservation is gone; releasing it", "action", name.Name)
+						c.Gone(ctx, uid)
+						return
+					}
+				}
+				_, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
+					Key: key, OwnerId: id, HeartbeatInterval: durationpb.New(c.heartbeat), Action: action,
+				}))
+				if err != nil && ctx.Err() == nil {
+					c.log.Warn("reservation heartbeat failed", "action", name.Name, "error", err)
+				}
+			}
+		}
+	}()
+}
+
+// Gone lets go of what the cache holds for an action that no longer exists: its key and,
+// if it holds a reservation, the heartbeats and the reservation itself.
+func (c *Cache) Gone(ctx context.Context, uid types.UID) {
+	c.mu.Lock()
+	h := c.holding[uid]
+	delete(c.holding, uid)
+	delete(c.keys, uid)
+	c.mu.Unlock()
+	if h == nil {
+		return
+	}
+	h.stop()
+	// Not cancelled with the heartbeats just stopped: the release must still go out.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+	defer cancel()
+	if _, err := c.client.ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: h.key, OwnerId: h.owner})); err != nil {
+		c.log.Warn("releasing a gone action's reservation failed; it expires by itself", "error", err)
+	}
+}
+
+// Holds reports whether the action's reservation is being heartbeated.
+func (c *Cache) Holds(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.holding[uid]
+	return ok
+}
+
+func copyOutputs(ctx context.Context, store core.DataStore, from, to string) error {
+	if from == "" {
+		return nil // the task has no outputs
+	}
+	data, err := store.Read(ctx, from)
+	if err != nil {
+		return err
+	}
+	return store.Write(ctx, to, data)
+}
+
+// Store puts a succeeded action's outputs in the cache and releases its reservation,
+// in one call when it holds one (PutAndRelease); it returns the cache status to report.
+func (c *Cache) Store(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) flytev1.CacheStatus {
+	key, err := c.key(ctx, ta)
+	if err != nil {
+		c.Release(ctx, ta)
+		return flytev1.CachePutFailure
+	}
+	// A task without outputs is stored with none: an identical one is a hit all the same.
+	put := &cachev1.PutRequest{
+		Key: key, OutputUri: outputsURI, SourceAttempt: uint32(max(ta.Status.Attempts, 1)),
+		SourceAction: actionOf(ta), OutputBytes: c.outputBytes(ctx, ta, outputsURI),
+		// A newer run of the same key replaces an entry whose outputs may be gone.
+		Overwrite: true,
+	}
+	c.mu.Lock()
+	h, held := c.holding[ta.UID]
+	delete(c.holding, ta.UID)
+	c.mu.Unlock()
+	if !held {
+		defer c.Release(ctx, ta)
+		if _, err := c.client.Put(ctx, connect.NewRequest(put)); err != nil {
+			c.log.Warn("storing outputs in the cache failed", "action", ta.Name, "error", err)
+			return flytev1.CachePutFailure
+		}
+		return flytev1.CachePopulated
+	}
+	h.stop()
+	c.forgetKey(ta)
+	if _, err := c.client.PutAndRelease(ctx, connect.NewRequest(&cachev1.PutAndReleaseRequest{Put: put, OwnerId: h.owner})); err != nil {
+		c.log.Warn("storing outputs in the cache failed", "action", ta.Name, "error", err)
+		c.releaseHeld(ctx, ta, h)
+		return flytev1.CachePutFailure
+	}
+	return flytev1.CachePopulated
+}
+
+// outputBytes is the outputs' size, for the cache's bound per project; 0 when the data
+// store cannot tell it.
+func (c *Cache) outputBytes(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) uint64 {
+	sizer, ok := core.DataStoreFor(c.store, ta).(core.Sizer)
+	if outputsURI == "" || !ok {
+		return 0
+	}
+	n, err := sizer.Size(ctx, outputsURI)
+	if err != nil {
+		c.log.Warn("the outputs' size is unknown; caching them as empty for the bound", "action", ta.Name, "error", err)
+		return 0
+	}
+	return uint64(max(n, 0))
+}
+
+// releaseHeld gives up a reservation whose heartbeats have stopped.
+func (c *Cache) releaseHeld(ctx context.Context, ta *flytev1.TaskAction, h *hold) {
+	if _, err := c.client.ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: h.key, OwnerId: h.owner})); err != nil {
+		// It expires by itself after its heartbeats stop.
+		c.log.Warn("releasing the reservation failed", "action", ta.Name, "error", err)
+	}
+}
+
+// Resume makes sure a running serializable action's reservation is heartbeated, as
+// after an executor restart: otherwise it would expire and an identical action could
+// take it over and run the same work again.
+func (c *Cache) Resume(ctx context.Context, ta *flytev1.TaskAction) {
+	c.mu.Lock()
+	_, ok := c.holding[ta.UID]
+	c.mu.Unlock()
+	if ok || !ta.Spec.Cache.Serializable {
+		return
+	}
+	key, err := c.key(ctx, ta)
+	if err != nil {
+		return
+	}
+	res, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
+		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat), Action: actionOf(ta),
+	}))
+	if err != nil || !res.Msg.GetAcquired() {
+		return // lost it; the action runs on regardless, as on any cache failure
+	}
+	c.keepAlive(ta, key, res.Msg.GetReservation().GetHeartbeatInterval().AsDuration())
+}
+
+// Release gives up the action's reservation. Only its owner's reservation is deleted,
+// so releasing one the action does not hold is harmless.
+func (c *Cache) Release(ctx context.Context, ta *flytev1.TaskAction) {
+	c.mu.Lock()
+	h, ok := c.holding[ta.UID]
+	delete(c.holding, ta.UID)
+	c.mu.Unlock()
+	if ok {
+		h.stop()
+	}
+	if !ta.Spec.Cache.Serializable {
+		c.forgetKey(ta)
+		return
+	}
+	key, err := c.key(ctx, ta)
+	c.forgetKey(ta)
+	if err != nil {
+		return
+	}
+	if _, err := c.client.ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: key, OwnerId: owner(ta)})); err != nil {
+		// It expires by itself after its heartbeats stop.
+		c.log.Warn("releasing the reservation failed", "action", ta.Name, "error", err)
+	}
+}

@@ -1,0 +1,258 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
+)
+
+// Staged mounts (core.HostPathStore).
+//
+// The kubelet resolves a hostPath volume when it mounts it, following symbolic links,
+// some time after the executor handed the path out. Had a pod's writable mount been a
+// directory of the data store, another action's paths could lie inside it (their
+// runOutputBase or inputUri is theirs to choose), and that pod could swap a directory on
+// their way for a link to any host path between the executor's check and the mount. So
+// no pod writes in the data store: each attempt has a staging directory,
+//
+//	<prefix's directory>/.flyte-staging/<attempt>/in/<input's name>   (a hard link, read-only)
+//	<prefix's directory>/.flyte-staging/<attempt>/out/                (read-write)
+//
+// made by the executor through the prefix's os.Root, on a path no pod can write: the
+// only pod-writable directories are the "out"s, one per attempt, on nobody else's path.
+// Once the pod has stopped, CollectOutput moves what it left there (regular files and
+// directories; links and devices stay behind and go with the staging directory) to the
+// output's URI. URIs through a ".flyte-staging" segment are refused everywhere else.
+
+// StagingDir is the directory, in each file:// prefix's directory, that holds the
+// attempts' staged mounts.
+const StagingDir = ".flyte-staging"
+
+// maxCollectDepth bounds how deep CollectOutput follows what a pod made; deeper is left
+// behind.
+const maxCollectDepth = 64
+
+var attemptID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+
+// stagePaths are an attempt's staging directory and its two parts, relative to the
+// prefix's directory.
+func stagePaths(attempt string) (dir, in, out string, err error) {
+	if !attemptID.MatchString(attempt) {
+		return "", "", "", fmt.Errorf("datastore: %q cannot name an attempt's staging directory", attempt)
+	}
+	dir = path.Join(StagingDir, attempt)
+	return dir, path.Join(dir, "in"), path.Join(dir, "out"), nil
+}
+
+// StageInput implements core.HostPathStore.
+func (v view) StageInput(_ context.Context, uri, attempt string) (core.HostMount, error) {
+	_, in, _, err := stagePaths(attempt)
+	if err != nil {
+		return core.HostMount{}, err
+	}
+	at, root, err := v.hostPlace(uri, false)
+	if err != nil {
+		return core.HostMount{}, err
+	}
+	defer func() { _ = root.Close() }()
+	rel := relative(at)
+	if err := noLinkOnTheWay(at, root, rel, false); err != nil {
+		return core.HostMount{}, err
+	}
+	if err := root.MkdirAll(in, 0o755); err != nil {
+		return core.HostMount{}, fileError("staging", at, err)
+	}
+	link := path.Join(in, path.Base(rel))
+	if err := root.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return core.HostMount{}, fileError("staging", at, err)
+	}
+	// A hard link costs nothing; across file systems inside the prefix, a copy.
+	if err := root.Link(rel, link); err != nil {
+		data, rerr := root.ReadFile(rel)
+		if rerr != nil {
+			return core.HostMount{}, fileError("staging", at, rerr)
+		}
+		if werr := writeFile(root, link, data); werr != nil {
+			return core.HostMount{}, fileError("staging", at, werr)
+		}
+	}
+	return core.HostMount{Source: path.Join(at.under.Path(), link), Target: path.Join(at.under.Path(), rel)}, nil
+}
+
+// StageOutput implements core.HostPathStore.
+func (v view) StageOutput(_ context.Context, uri, attempt string) (core.HostMount, error) {
+	_, _, out, err := stagePaths(attempt)
+	if err != nil {
+		return core.HostMount{}, err
+	}
+	at, root, err := v.hostPlace(uri, true)
+	if err != nil {
+		return core.HostMount{}, err
+	}
+	defer func() { _ = root.Close() }()
+	// The output directory is made when it is collected; what exists of its path now
+	// must be what Collect will accept.
+	if err := noLinkOnTheWay(at, root, relative(at), true); err != nil && !errors.Is(err, core.ErrNotFound) {
+		return core.HostMount{}, err
+	}
+	if err := root.MkdirAll(out, 0o755); err != nil {
+		return core.HostMount{}, fileError("staging", at, err)
+	}
+	return core.HostMount{Source: path.Join(at.under.Path(), out), Target: path.Join(at.under.Path(), relative(at))}, nil
+}
+
+// CollectOutput implements core.HostPathStore.
+func (v view) CollectOutput(_ context.Context, uri, attempt string) error {
+	_, _, out, err := stagePaths(attempt)
+	if err != nil {
+		return err
+	}
+	at, root, err := v.hostPlace(uri, true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = root.Close() }()
+	fi, err := root.Lstat(out)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // collected already, or never staged
+	}
+	if err != nil {
+		return fileError("collecting", at, err)
+	}
+	if !fi.IsDir() {
+		return fileError("collecting", at, root.RemoveAll(out))
+	}
+	rel := relative(at)
+	if rel != "" {
+		if err := root.MkdirAll(rel, 0o755); err != nil {
+			return fileError("collecting", at, err)
+		}
+	}
+	if err := noLinkOnTheWay(at, root, rel, true); err != nil {
+		return err
+	}
+	if err := move(root, out, orDot(rel), 0); err != nil {
+		return fileError("collecting", at, err)
+	}
+	return fileError("collecting", at, root.RemoveAll(out))
+}
+
+// Unstage implements core.HostPathStore.
+func (v view) Unstage(_ context.Context, uri, attempt string) error {
+	dir, _, _, err := stagePaths(attempt)
+	if err != nil {
+		return err
+	}
+	at, root, err := v.hostPlace(uri, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { _ = root.Close() }()
+	return fileError("unstaging", at, root.RemoveAll(dir))
+}
+
+// move moves the regular files under from to the same places under to, making the
+// directories on the way; anything else stays.
+func move(root *os.Root, from, to string, depth int) error {
+	if depth > maxCollectDepth {
+		return nil
+	}
+	dir, err := root.Open(from)
+	if err != nil {
+		return err
+	}
+	entries, err := dir.ReadDir(-1)
+	_ = dir.Close()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries { // the types are lstat's: a link is a link
+		src, dst := path.Join(from, e.Name()), path.Join(to, e.Name())
+		switch {
+		case e.Type().IsDir():
+			if fi, err := root.Lstat(dst); err == nil && !fi.IsDir() {
+				if err := root.RemoveAll(dst); err != nil {
+					return err
+				}
+			}
+			if err := root.MkdirAll(dst, 0o755); err != nil {
+				return err
+			}
+			if err := move(root, src, dst, depth+1); err != nil {
+				return err
+			}
+		case e.Type().IsRegular():
+			if fi, err := root.Lstat(dst); err == nil && !fi.Mode().IsRegular() {
+				if err := root.RemoveAll(dst); err != nil {
+					return err
+				}
+			}
+			if err := root.Rename(src, dst); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// hostPlace checks a file:// URI as a write (dir) or a read, and opens its prefix.
+func (v view) hostPlace(uri string, write bool) (place, *os.Root, error) {
+	at, err := v.r.check(uri, write)
+	if err != nil {
+		return place{}, nil, err
+	}
+	if at.loc.Scheme != "file" {
+		return place{}, nil, fmt.Errorf("datastore: %s is not on this machine's disk", uri)
+	}
+	if at.under.Len() == 0 {
+		// A derived view's input: file:// is refused there, so this is not reached.
+		return place{}, nil, refuse(uri, ReasonOutside, "not under an allowed prefix")
+	}
+	root, err := openRoot(at.under, write)
+	if err != nil {
+		return place{}, nil, fmt.Errorf("datastore: opening %s: %w", at.under, err)
+	}
+	return at, root, nil
+}
+
+// noLinkOnTheWay checks that rel, inside the prefix, is a directory (dir) or a regular
+// file reached through directories only: the executor itself follows no link out of the
+// data store, and no link leads one project's data into another's.
+func noLinkOnTheWay(at place, root *os.Root, rel string, dir bool) error {
+	if rel == "" {
+		return nil
+	}
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		fi, err := root.Lstat(path.Join(parts[:i+1]...))
+		if err != nil {
+			return fileError("checking", at, err)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return refuse(at.uri, ReasonSymlink, "a symbolic link stands on the way")
+		}
+		if want := i < len(parts)-1 || dir; want && !fi.IsDir() {
+			return fmt.Errorf("datastore: %s: %s is not a directory", at.uri, path.Join(parts[:i+1]...))
+		} else if !want && !fi.Mode().IsRegular() {
+			return fmt.Errorf("datastore: %s is not a regular file", at.uri)
+		}
+	}
+	return nil
+}
+
+func orDot(rel string) string {
+	if rel == "" {
+		return "."
+	}
+	return rel
+}
