@@ -147,7 +147,7 @@ func (p *Publisher) sizes() (states, names int) {
 // The backlog gauge is what the outage alert watches: while the events service is away,
 // the actions waiting sit in the queue's rate limiter, not among its ready items, and
 // must still count.
-func TestTheOutboxGaugeCountsActionsWaitingThroughAnOutage(t *testing.T) {
+func TestTheUndeliveredGaugeCountsActionsWaitingThroughAnOutage(t *testing.T) {
 	svc := startEventsService(t)
 	svc.stop()
 	m, reg := newMetrics(t)
@@ -160,13 +160,13 @@ func TestTheOutboxGaugeCountsActionsWaitingThroughAnOutage(t *testing.T) {
 		func() string { return "no delivery failed with the events service down" })
 	// Through retries, the gauge holds every waiting action.
 	for range 20 {
-		if got := sample(t, reg, "flyte_executor_events_outbox_actions"); got != n {
-			t.Fatalf("flyte_executor_events_outbox_actions = %v during the outage; want %d", got, n)
+		if got := sample(t, reg, "flyte_executor_events_undelivered_actions"); got != n {
+			t.Fatalf("flyte_executor_events_undelivered_actions = %v during the outage; want %d", got, n)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
 	svc.restart()
-	eventually.True(t, 60*time.Second, func() bool { return sample(t, reg, "flyte_executor_events_outbox_actions") == 0 },
+	eventually.True(t, 60*time.Second, func() bool { return sample(t, reg, "flyte_executor_events_undelivered_actions") == 0 },
 		func() string { return "the gauge did not drain once the events service was back" })
 }
 

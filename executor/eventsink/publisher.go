@@ -1,7 +1,8 @@
 // Package eventsink delivers TaskAction phase changes to the events service.
 //
-// The outbox is the action's own phase history, which the reconciler writes anyway: no
-// extra API write is spent on events. The publisher keeps in memory how far each action
+// What is to be delivered is the action's own phase history, which the reconciler writes
+// anyway: no extra API write is spent on events (the events service's outbox is another
+// thing, that of its CloudEvents egress). The publisher keeps in memory how far each action
 // has been delivered, batches the undelivered entries of many actions into one Record
 // call, and retries with backoff while the events service is away, without holding up
 // the actions themselves. The garbage collector deletes a finished action only once
@@ -243,7 +244,7 @@ func (p *Publisher) setPending(st *state, ta *flytev1.TaskAction) {
 		p.waiting--
 	}
 	st.pending = ta
-	p.metrics.Outbox(p.waiting)
+	p.metrics.Undelivered(p.waiting)
 }
 
 // add queues the actions with these UIDs; empty ones are skipped.

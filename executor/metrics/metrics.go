@@ -38,7 +38,7 @@ type Metrics struct {
 	cacheLookups        *prometheus.CounterVec
 	cacheOutputsRefused *prometheus.CounterVec
 	cachePuts           *prometheus.CounterVec
-	outbox              prometheus.Gauge
+	undelivered              prometheus.Gauge
 	delivered           prometheus.Counter
 	deliveryFailures    prometheus.Counter
 	deliveryLag         prometheus.Histogram
@@ -77,7 +77,7 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 			"reason", "outside", "other_project", "symlink"), // datastore.Reason*
 		cachePuts: instrument.CounterVec("flyte_executor_cache_puts_total",
 			"Outputs offered to the cache after a success, by the cache status that resulted.", "status"),
-		outbox: instrument.Gauge("flyte_executor_events_outbox_actions",
+		undelivered: instrument.Gauge("flyte_executor_events_undelivered_actions",
 			"Actions with phase changes not yet delivered to the events service."),
 		delivered: instrument.Counter("flyte_executor_events_delivered_total",
 			"Action events the events service acknowledged."),
@@ -99,7 +99,7 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 			[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5}),
 	}
 	collectors := []prometheus.Collector{m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
-		m.cacheOutputsRefused, m.cachePuts, m.outbox, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
+		m.cacheOutputsRefused, m.cachePuts, m.undelivered, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
 		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk}
 	if actions != nil {
 		collectors = append(collectors, &actionsByPhase{reader: actions, desc: prometheus.NewDesc("flyte_executor_actions",
@@ -190,10 +190,10 @@ func (m *Metrics) CachePut(status string) {
 	}
 }
 
-// Outbox sets how many actions wait for delivery.
-func (m *Metrics) Outbox(n int) {
+// Undelivered sets how many actions wait for delivery.
+func (m *Metrics) Undelivered(n int) {
 	if m != nil {
-		m.outbox.Set(float64(n))
+		m.undelivered.Set(float64(n))
 	}
 }
 

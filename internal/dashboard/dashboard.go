@@ -55,7 +55,7 @@ var Rows = []struct {
 	}},
 	{"Events delivery", []Panel{
 		{Title: "Delivery backlog", Unit: "short", Description: "Actions whose phase changes wait for the events service.",
-			Queries: []Query{{`sum by (pod) (flyte_executor_events_outbox_actions{` + sel + `})`, "{{pod}}"}}},
+			Queries: []Query{{`sum by (pod) (flyte_executor_events_undelivered_actions{` + sel + `})`, "{{pod}}"}}},
 		{Title: "Delivery lag", Unit: "s", Description: "From a phase change to the events service's acknowledgement.",
 			Queries: []Query{
 				{`histogram_quantile(0.5, sum by (le) (rate(flyte_executor_events_delivery_lag_seconds_bucket{` + sel + `}[$__rate_interval])))`, "p50"},

@@ -496,10 +496,10 @@ type TaskActionStatus struct {
 	// +optional
 	PluginState *PluginState `json:"pluginState,omitempty"`
 
-	// PhaseHistory lists every phase entered, oldest first; it only grows. It is also the
-	// outbox of the action's events: the executor delivers its entries to the events
-	// service, and an entry stays here after delivery; the executor keeps in memory how
-	// far it has delivered.
+	// PhaseHistory lists every phase entered, oldest first; it only grows. Its entries are
+	// also the action's events: the executor delivers them to the events service, and an
+	// entry stays here after delivery; the executor keeps in memory how far it has
+	// delivered.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
