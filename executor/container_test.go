@@ -19,6 +19,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/executor/plugins/k8s/container"
 	"github.com/flytekube/backend/internal/eventually"
@@ -52,7 +53,7 @@ func kubelet(t *testing.T, pod *corev1.Pod, phase corev1.PodPhase, terminated *c
 	if terminated != nil {
 		state = corev1.ContainerState{Terminated: terminated}
 	}
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: container.ContainerName, Image: "busybox:1.36", State: state}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: flytek8s.ContainerName, Image: "busybox:1.36", State: state}}
 	if err := env.Client.Status().Update(context.Background(), pod); err != nil {
 		t.Fatalf("kubelet: %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/flytekube/backend/executor/plugins/k8s/container"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 )
 
 // TestInterruptibleFallsBackToOnDemand: with k8s.interruptibleFailureThreshold 1, an
@@ -47,7 +47,7 @@ func TestInterruptibleFallsBackToOnDemand(t *testing.T) {
 	first.Status.Phase = corev1.PodFailed
 	first.Status.Conditions = append(first.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
 		Reason: "PreemptionByScheduler", Message: "Preempted in order to admit critical pod", LastTransitionTime: metav1.Now()})
-	first.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: container.ContainerName, Image: "busybox:1.36",
+	first.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: flytek8s.ContainerName, Image: "busybox:1.36",
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}}}
 	if err := env.Client.Status().Update(ctx, first); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
 	"github.com/flytekube/backend/executor/plugins/k8s/container"
 )
@@ -101,7 +102,7 @@ func TestPodTemplatesShapeTaskPods(t *testing.T) {
 		return out
 	}
 	pod := waitPod(t, ns, "plain-1")
-	if c := pod.Spec.Containers[0]; c.Name != container.ContainerName || envOf(&c)["FROM"] != "default" || c.Image != "busybox:1.36" {
+	if c := pod.Spec.Containers[0]; c.Name != flytek8s.ContainerName || envOf(&c)["FROM"] != "default" || c.Image != "busybox:1.36" {
 		t.Errorf("plain: container %+v; want the task's, with the default template's env", c)
 	}
 	if keys := tolerationKeys(pod); keys != "default" || pod.Labels["team"] != "cluster-default" {
@@ -110,7 +111,7 @@ func TestPodTemplatesShapeTaskPods(t *testing.T) {
 
 	pod = waitPod(t, ns, "named-1")
 	c := pod.Spec.Containers[0]
-	if got := envOf(&c); c.Name != container.ContainerName || got["FROM"] != "gpu" || got["INLINE"] != "1" || got[container.EnvAttempt] != "1" {
+	if got := envOf(&c); c.Name != flytek8s.ContainerName || got["FROM"] != "gpu" || got["INLINE"] != "1" || got[flytek8s.EnvAttempt] != "1" {
 		t.Errorf("named: task container %+v; want the named template's env, the inline fragment's and the executor's", c)
 	}
 	keys := tolerationKeys(pod)

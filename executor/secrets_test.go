@@ -14,6 +14,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/plugins/k8s/container"
 	"github.com/flytekube/backend/internal/eventually"
 )
@@ -137,7 +138,7 @@ func kubeletWaiting(t *testing.T, pod *corev1.Pod, reason, message string) *core
 		{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady", LastTransitionTime: now},
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
 	}
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: container.ContainerName, Image: "busybox:1.36",
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: flytek8s.ContainerName, Image: "busybox:1.36",
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}}}
 	if err := env.Client.Status().Update(context.Background(), pod); err != nil {
 		t.Fatalf("kubelet: %v", err)
@@ -168,8 +169,8 @@ func waitFailed(t *testing.T, key client.ObjectKey) *flytev1.TaskAction {
 func checkMissingSecret(t *testing.T, ta *flytev1.TaskAction, want ...string) {
 	t.Helper()
 	e := ta.Status.Error
-	if e == nil || e.Code != container.CodeMissingSecret || e.Kind != flytev1.ErrorKindUser || ta.Status.Attempts != 1 {
-		t.Fatalf("status %+v; want one attempt failed with %s, a user error", ta.Status, container.CodeMissingSecret)
+	if e == nil || e.Code != flytek8s.CodeMissingSecret || e.Kind != flytev1.ErrorKindUser || ta.Status.Attempts != 1 {
+		t.Fatalf("status %+v; want one attempt failed with %s, a user error", ta.Status, flytek8s.CodeMissingSecret)
 	}
 	for _, w := range want {
 		if !strings.Contains(e.Message, w) {
@@ -201,7 +202,7 @@ func TestMissingSecretOfAVariableFailsTheAction(t *testing.T) {
 	}
 	pod := waitPod(t, ns, "s2-1")
 	kubeletWaiting(t, pod, "CreateContainerConfigError", "couldn't find key password in Secret "+ns+"/db")
-	waitReason(t, client.ObjectKeyFromObject(ta), container.ReasonWaitingForSecret)
+	waitReason(t, client.ObjectKeyFromObject(ta), flytek8s.ReasonWaitingForSecret)
 	got := waitFailed(t, client.ObjectKeyFromObject(ta))
 	// Timestamps are whole seconds.
 	if waited := got.Status.CompletedAt.Sub(pod.CreationTimestamp.Time); waited < grace-time.Second {

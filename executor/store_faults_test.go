@@ -17,6 +17,7 @@ import (
 	"github.com/flytekube/backend/cacheservice"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore/storetest"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/plugins/k8s/container"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
@@ -58,7 +59,7 @@ func standInKubelet(t *testing.T, namespace string) {
 				}
 				var prefix string
 				for _, e := range pod.Spec.Containers[0].Env {
-					if e.Name == container.EnvOutputPrefix {
+					if e.Name == flytek8s.EnvOutputPrefix {
 						prefix = e.Value
 					}
 				}
@@ -70,7 +71,7 @@ func standInKubelet(t *testing.T, namespace string) {
 				}
 				now := metav1.Now()
 				pod.Status.Phase = corev1.PodSucceeded
-				pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: container.ContainerName, Image: pod.Spec.Containers[0].Image,
+				pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: flytek8s.ContainerName, Image: pod.Spec.Containers[0].Image,
 					State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}}}
 				if err := env.Client.Status().Update(ctx, pod); err == nil {
 					seen[pod.Name] = true

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/executor/plugins/k8s/container"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 )
 
 // standInNode is the node the stand-in kubelet says it is.
@@ -126,7 +126,7 @@ func (k *kubelet) setStatus(ctx context.Context, p *corev1.Pod, phase corev1.Pod
 		terminated.FinishedAt = now
 		state = corev1.ContainerState{Terminated: terminated}
 	}
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: container.ContainerName, Image: "busybox:1.36", State: state, Ready: terminated == nil}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: flytek8s.ContainerName, Image: "busybox:1.36", State: state, Ready: terminated == nil}}
 	if p.Status.StartTime == nil {
 		p.Status.StartTime = &now
 	}

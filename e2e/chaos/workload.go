@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/plugins/k8s/container"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 )
 
 // Kinds of action in the workload.
@@ -91,7 +91,7 @@ func planWorkload(rnd *rand.Rand, d time.Duration, dataDir, image string) (*work
 			// (not drawn, so that a seed plans the same actions on either node), and
 			// ends on SIGTERM as the stand-in's do (sh as PID 1 would ignore it).
 			c.Image, c.Command = image, []string{"sh", "-c", fmt.Sprintf(`trap 'exit 143' TERM; sleep %d & wait; [ "$%s" -gt %d ]`,
-				1+i%3, container.EnvAttempt, failedAttempts(p.kind))}
+				1+i%3, flytek8s.EnvAttempt, failedAttempts(p.kind))}
 		}
 		if err != nil {
 			return nil, err

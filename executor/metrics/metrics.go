@@ -38,7 +38,7 @@ type Metrics struct {
 	cacheLookups        *prometheus.CounterVec
 	cacheOutputsRefused *prometheus.CounterVec
 	cachePuts           *prometheus.CounterVec
-	undelivered              prometheus.Gauge
+	undelivered         prometheus.Gauge
 	delivered           prometheus.Counter
 	deliveryFailures    prometheus.Counter
 	deliveryLag         prometheus.Histogram

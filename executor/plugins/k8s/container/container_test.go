@@ -15,12 +15,13 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/executor/plugins/k8s/container"
 )
 
 func terminated(code int32, reason string) []corev1.ContainerStatus {
-	return []corev1.ContainerStatus{{Name: container.ContainerName, State: corev1.ContainerState{
+	return []corev1.ContainerStatus{{Name: flytek8s.ContainerName, State: corev1.ContainerState{
 		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason}}}}
 }
 
@@ -32,7 +33,7 @@ func waiting(age time.Duration, reason string) corev1.Pod {
 	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-age))},
 		Spec: corev1.PodSpec{NodeName: "node-1"},
 		Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
-			Name: container.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "the image is not there"}}}}}}
+			Name: flytek8s.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "the image is not there"}}}}}}
 }
 
 func TestGetTaskPhase(t *testing.T) {
@@ -116,7 +117,7 @@ func TestGetTaskPhase(t *testing.T) {
 			tCtx := core.NewTaskExecutionContext(core.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store,
 				Clock: func() time.Time { return now }})
 			pod := tt.pod
-			info, err := container.Plugin{Config: k8s.Config{ImagePullGracePeriod: time.Minute}}.GetTaskPhase(ctx, tCtx, &pod)
+			info, err := container.New(k8s.Config{ImagePullGracePeriod: time.Minute}, nil).GetTaskPhase(ctx, tCtx, &pod)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,8 +146,8 @@ func TestMountFileStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	staging := filepath.Join(dir, datastore.StagingDir, "uid-2")
-	input := corev1.VolumeMount{Name: container.InputsVolume, MountPath: filepath.Join(dir, "inputs.json"), ReadOnly: true}
-	output := corev1.VolumeMount{Name: container.OutputsVolume, MountPath: filepath.Join(dir, "r1/a0/2")}
+	input := corev1.VolumeMount{Name: flytek8s.InputsVolume, MountPath: filepath.Join(dir, "inputs.json"), ReadOnly: true}
+	output := corev1.VolumeMount{Name: flytek8s.OutputsVolume, MountPath: filepath.Join(dir, "r1/a0/2")}
 	tests := []struct {
 		name        string
 		mount       bool
@@ -157,10 +158,10 @@ func TestMountFileStorage(t *testing.T) {
 	}{
 		{name: "off", input: "file://" + dir + "/inputs.json", base: "file://" + dir + "/r1", want: map[string]string{}},
 		{name: "on", mount: true, input: "file://" + dir + "/inputs.json", base: "file://" + dir + "/r1",
-			want:       map[string]string{container.InputsVolume: filepath.Join(staging, "in/inputs.json"), container.OutputsVolume: filepath.Join(staging, "out")},
+			want:       map[string]string{flytek8s.InputsVolume: filepath.Join(staging, "in/inputs.json"), flytek8s.OutputsVolume: filepath.Join(staging, "out")},
 			wantMounts: []corev1.VolumeMount{input, output}},
 		{name: "on, no inputs", mount: true, base: "file://" + dir + "/r1",
-			want: map[string]string{container.OutputsVolume: filepath.Join(staging, "out")}, wantMounts: []corev1.VolumeMount{output}},
+			want: map[string]string{flytek8s.OutputsVolume: filepath.Join(staging, "out")}, wantMounts: []corev1.VolumeMount{output}},
 		{name: "on, data elsewhere", mount: true, base: "mem://out/r1", want: map[string]string{}},
 		{name: "on, input missing", mount: true, input: "file://" + dir + "/missing.json", base: "file://" + dir + "/r1", wantErr: true},
 		{name: "on, outside the prefixes", mount: true, base: "file:///etc/r1", wantErr: true},
@@ -170,7 +171,7 @@ func TestMountFileStorage(t *testing.T) {
 			ta := &flytev1.TaskAction{ObjectMeta: metav1.ObjectMeta{UID: "uid"}, Spec: flytev1.TaskActionSpec{ActionName: "a0", InputURI: tt.input, RunOutputBase: tt.base,
 				Container: &flytev1.ContainerSpec{Image: "busybox"}}}
 			tCtx := core.NewTaskExecutionContext(core.ExecutionContextOptions{Action: ta, Attempt: 2, DataStore: store})
-			obj, err := container.Plugin{Config: k8s.Config{MountFileStorage: tt.mount}}.BuildResource(ctx, tCtx)
+			obj, err := container.New(k8s.Config{MountFileStorage: tt.mount}, nil).BuildResource(ctx, tCtx)
 			if tt.wantErr {
 				if err == nil {
 					t.Fatalf("built %+v", obj)

@@ -63,7 +63,7 @@ func TestOutcomeNeverSucceedsOnAStoreError(t *testing.T) {
 			ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "faulty://out/r1"}}
 			tCtx := core.NewTaskExecutionContext(core.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store})
 			pod := corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}
-			info, err := container.Plugin{Config: k8s.Config{}}.GetTaskPhase(ctx, tCtx, &pod)
+			info, err := container.New(k8s.Config{}, nil).GetTaskPhase(ctx, tCtx, &pod)
 			switch {
 			case tt.wantErr && err == nil:
 				t.Fatalf("got %s (outputs %q); want an error", info.Phase, info.OutputsURI)
@@ -92,7 +92,7 @@ func TestRefusedOutputBase(t *testing.T) {
 	ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "file://" + t.TempDir() + "/r1",
 		Container: &flytev1.ContainerSpec{Image: "busybox"}}}
 	tCtx := core.NewTaskExecutionContext(core.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store})
-	p := container.Plugin{Config: k8s.Config{}}
+	p := container.New(k8s.Config{}, nil)
 	if obj, err := p.BuildResource(ctx, tCtx); err == nil || !strings.Contains(err.Error(), "storage.allowedPrefixes") {
 		t.Fatalf("built %v, %v; want an error naming storage.allowedPrefixes", obj, err)
 	}

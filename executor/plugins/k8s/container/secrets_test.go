@@ -14,6 +14,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/executor/plugins/k8s/container"
 )
@@ -42,16 +43,16 @@ func TestSecretsInThePod(t *testing.T) {
 		{name: "a variable the task's env sets", secrets: dbSecrets, env: []corev1.EnvVar{{Name: "DB_PASSWORD", Value: "x"}},
 			wantErr: "env DB_PASSWORD is already set in container task"},
 		{name: "a path inside the mounted outputs", secrets: []flytev1.TaskSecret{{Name: "db", MountPath: filepath.Join(dir, "r1", "a0", "1", "db")}},
-			wantErr: "where container task mounts " + container.OutputsVolume},
+			wantErr: "where container task mounts " + flytek8s.OutputsVolume},
 		{name: "a path around the mounted data", secrets: []flytev1.TaskSecret{{Name: "db", MountPath: dir}},
-			wantErr: "where container task mounts " + container.OutputsVolume},
+			wantErr: "where container task mounts " + flytek8s.OutputsVolume},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ta := &flytev1.TaskAction{ObjectMeta: metav1.ObjectMeta{UID: "uid"}, Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "file://" + dir + "/r1",
 				Container: &flytev1.ContainerSpec{Image: "busybox", Env: tt.env}, Secrets: tt.secrets}}
 			tCtx := core.NewTaskExecutionContext(core.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store})
-			obj, err := container.Plugin{Config: k8s.Config{MountFileStorage: true}}.BuildResource(ctx, tCtx)
+			obj, err := container.New(k8s.Config{MountFileStorage: true}, nil).BuildResource(ctx, tCtx)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v; want one containing %q", err, tt.wantErr)
@@ -82,7 +83,7 @@ func onNode(reason, message string, conditions ...corev1.PodCondition) *corev1.P
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a0-1", CreationTimestamp: metav1.NewTime(now.Add(-time.Second))},
 		Spec: corev1.PodSpec{NodeName: "node-1"},
 		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: conditions, ContainerStatuses: []corev1.ContainerStatus{{
-			Name: container.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}}}}}
+			Name: flytek8s.ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}}}}}
 }
 
 // TestMissingSecretFailsTheAttempt: a Secret or key that does not exist fails the attempt
@@ -136,7 +137,7 @@ func TestMissingSecretFailsTheAttempt(t *testing.T) {
 			ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "mem://out/r1", Secrets: tt.secrets}}
 			tCtx := core.NewTaskExecutionContext(core.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: datastore.New(),
 				Clock: func() time.Time { return now }})
-			p := container.Plugin{Config: k8s.Config{ImagePullGracePeriod: time.Minute}}
+			p := container.New(k8s.Config{ImagePullGracePeriod: time.Minute}, nil)
 			info, err := p.GetTaskPhase(ctx, tCtx, tt.pod)
 			if err != nil {
 				t.Fatal(err)
@@ -153,9 +154,9 @@ func TestMissingSecretFailsTheAttempt(t *testing.T) {
 			if info.Phase != tt.wantPhase {
 				t.Fatalf("phase %s (%s: %s); want %s", info.Phase, info.Reason, info.Message, tt.wantPhase)
 			}
-			if tt.wantMessage != "" && (info.Err == nil || info.Err.Code != container.CodeMissingSecret || info.Err.Kind != core.ErrorKindUser ||
+			if tt.wantMessage != "" && (info.Err == nil || info.Err.Code != flytek8s.CodeMissingSecret || info.Err.Kind != core.ErrorKindUser ||
 				!strings.Contains(info.Err.Message, tt.wantMessage)) {
-				t.Fatalf("error %+v; want a user error %s containing %q", info.Err, container.CodeMissingSecret, tt.wantMessage)
+				t.Fatalf("error %+v; want a user error %s containing %q", info.Err, flytek8s.CodeMissingSecret, tt.wantMessage)
 			}
 			if recheck := info.RequeueAfter > 0; recheck != tt.wantRecheck {
 				t.Fatalf("requeue after %s; want a recheck: %v", info.RequeueAfter, tt.wantRecheck)
@@ -166,7 +167,7 @@ func TestMissingSecretFailsTheAttempt(t *testing.T) {
 
 func TestMissingSecretAfterGrace(t *testing.T) {
 	created := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	failed := core.PhaseInfoPermanentFailure(core.ErrorKindUser, container.CodeMissingSecret, `Secret "db" does not exist`)
+	failed := core.PhaseInfoPermanentFailure(core.ErrorKindUser, flytek8s.CodeMissingSecret, `Secret "db" does not exist`)
 	tests := []struct {
 		name        string
 		age, grace  time.Duration
@@ -175,20 +176,20 @@ func TestMissingSecretAfterGrace(t *testing.T) {
 	}{
 		{"no grace: fails at once", 0, 0, core.PhasePermanentFailure, 0},
 		{"within the grace: waits for its end", 5 * time.Second, 8 * time.Second, core.PhaseInitializing, 3 * time.Second},
-		{"a long grace: looks again at the recheck", time.Second, time.Minute, core.PhaseInitializing, container.SecretMountRecheck},
+		{"a long grace: looks again at the recheck", time.Second, time.Minute, core.PhaseInitializing, flytek8s.SecretMountRecheck},
 		{"the grace over: fails", 30 * time.Second, 30 * time.Second, core.PhasePermanentFailure, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := container.MissingSecretAfterGrace(failed, created, created.Add(tt.age), tt.grace)
+			got := flytek8s.MissingSecretAfterGrace(failed, created, created.Add(tt.age), tt.grace)
 			if got.Phase != tt.wantPhase || got.RequeueAfter != tt.wantRequeue {
 				t.Fatalf("phase %v, requeue %s; want %v, %s", got.Phase, got.RequeueAfter, tt.wantPhase, tt.wantRequeue)
 			}
 			if got.Message != failed.Message {
 				t.Errorf("message %q; want the failure's %q", got.Message, failed.Message)
 			}
-			if got.Phase == core.PhaseInitializing && got.Reason != container.ReasonWaitingForSecret {
-				t.Errorf("reason %q; want %s", got.Reason, container.ReasonWaitingForSecret)
+			if got.Phase == core.PhaseInitializing && got.Reason != flytek8s.ReasonWaitingForSecret {
+				t.Errorf("reason %q; want %s", got.Reason, flytek8s.ReasonWaitingForSecret)
 			}
 		})
 	}

@@ -15,7 +15,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/executor/plugins/k8s/container"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 )
 
 // podLister serves a fixed list of pods, whatever is asked.
@@ -30,7 +30,7 @@ func (l podLister) List(_ context.Context, list client.ObjectList, _ ...client.L
 }
 
 // TestFailedJobIsClassifiedByItsPods: a failed Job's failure is its pods', classified as
-// the container plugin classifies a pod (container.ClassifyExit), not the Job's reason,
+// the container plugin classifies a pod (flytek8s.ClassifyExit), not the Job's reason,
 // which says only that a pod failed: the same ending is the same failure whichever
 // plugin ran the task.
 func TestFailedJobIsClassifiedByItsPods(t *testing.T) {
@@ -42,7 +42,7 @@ func TestFailedJobIsClassifiedByItsPods(t *testing.T) {
 	pod := func(name string, phase corev1.PodPhase, code int32, reason string, finished int) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name,
 			OwnerReferences: []metav1.OwnerReference{{Kind: "Job", Name: "a0-1", UID: uid, Controller: new(bool)}}},
-			Status: corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{Name: container.ContainerName,
+			Status: corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{Name: flytek8s.ContainerName,
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, FinishedAt: at(finished)}}}}}}
 		*p.OwnerReferences[0].Controller = true
 		return p

@@ -20,8 +20,8 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
-	"github.com/flytekube/backend/executor/plugins/k8s/container"
 )
 
 // ID is the plugin's ID and task type.
@@ -39,14 +39,14 @@ func Entry(cfg k8s.Config) core.Entry {
 	return k8s.Entry(k8s.PluginEntry{
 		ID: ID, RegisteredTaskTypes: []string{ID}, ResourceToWatch: &batchv1.Job{},
 		Load: func(setup core.SetupContext) (k8s.Plugin, error) {
-			return Plugin{pods: container.New(cfg, setup.Client()), reader: setup.APIReader()}, nil
+			return Plugin{pods: flytek8s.NewTaskPods(cfg, setup.Client()), reader: setup.APIReader()}, nil
 		},
 	}, cfg)
 }
 
 // Plugin builds and reads task Jobs.
 type Plugin struct {
-	pods container.Plugin
+	pods flytek8s.TaskPods
 	// reader reads the Job's pods and their events; without it, they are not read.
 	reader client.Reader
 }
@@ -70,16 +70,15 @@ func (Plugin) BuildIdentityResource(context.Context, core.TaskExecutionMetadata)
 	return &batchv1.Job{TypeMeta: metav1.TypeMeta{Kind: "Job", APIVersion: "batch/v1"}}, nil
 }
 
-// BuildResource implements k8s.Plugin: the container plugin's pod, as a Job's template,
+// BuildResource implements k8s.Plugin: the task pod (flytek8s), as a Job's template,
 // so the Job's pods get what a task's pod gets, the action's secrets (tasksecrets.Apply)
 // among it. The Job never retries a pod itself (backoffLimit 0): attempts are the
 // executor's, so that each has its own name, budget and events.
 func (p Plugin) BuildResource(ctx context.Context, tCtx core.TaskExecutionContext) (client.Object, error) {
-	obj, err := p.pods.BuildResource(ctx, tCtx)
+	pod, err := p.pods.Build(ctx, tCtx)
 	if err != nil {
 		return nil, err
 	}
-	pod := obj.(*corev1.Pod)
 	cfg := tCtx.Metadata().Action().Spec.Config
 	parallelism, err := positive(cfg, ConfigParallelism)
 	if err != nil {
@@ -138,7 +137,7 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx core.TaskExecutionContext
 				return core.PhaseInfo{}, fmt.Errorf("k8s-job: %w", err)
 			}
 			if c.Type == batchv1.JobComplete {
-				return container.Outcome(ctx, tCtx)
+				return flytek8s.Outcome(ctx, tCtx)
 			}
 			return p.failure(ctx, job, c)
 		}
@@ -169,8 +168,8 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx core.TaskExecutionContext
 
 // failure is the failure of a Job that failed (condition c). The Job's reason says only
 // that a pod failed (BackoffLimitExceeded, since the Job never retries one), so its
-// failed pods are read and classified as the container plugin classifies a task's pod
-// (container.FailureOf): the same ending is the same failure whichever plugin ran the
+// failed pods are read and classified as every task pod is
+// (flytek8s.FailureOf): the same ending is the same failure whichever plugin ran the
 // task, and a preempted or evicted pod is the platform's failure, not the task's. Without
 // a failed pod to read, it is the user's failure under the Job's reason.
 func (p Plugin) failure(ctx context.Context, job *batchv1.Job, c batchv1.JobCondition) (core.PhaseInfo, error) {
@@ -201,7 +200,7 @@ func podsFailure(pods []corev1.Pod) (core.PhaseInfo, bool) {
 		if pod.Status.Phase != corev1.PodFailed {
 			continue
 		}
-		info := container.FailureOf(pod)
+		info := flytek8s.FailureOf(pod)
 		rank := 2
 		switch {
 		case info.Err.Kind == core.ErrorKindUser:
@@ -223,7 +222,7 @@ func podsFailure(pods []corev1.Pod) (core.PhaseInfo, bool) {
 // pod with one is preferred.
 func endOf(pod *corev1.Pod) time.Time {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if t := cs.State.Terminated; cs.Name == container.ContainerName && t != nil && !t.FinishedAt.IsZero() {
+		if t := cs.State.Terminated; cs.Name == flytek8s.ContainerName && t != nil && !t.FinishedAt.IsZero() {
 			return t.FinishedAt.Time
 		}
 	}
@@ -237,9 +236,9 @@ const ReasonPodsPending = "PodsPending"
 // do not start, and a Secret of the action that does not exist keeps them Pending for
 // ever, as it would a task's pod. So while the Job's pods have started, none ready, the
 // pods of an action with secrets are read, and for a pod that may still be mounting
-// Secret volumes, its events, failing the attempt as the container plugin does. Neither
+// Secret volumes, its events, failing the attempt as flytek8s does for a task pod. Neither
 // a pod's status nor its events wake the action (only the Job's do), so they are read
-// again every container.SecretMountRecheck while that lasts.
+// again every flytek8s.SecretMountRecheck while that lasts.
 func (p Plugin) PhaseFromEvents(ctx context.Context, tCtx core.TaskExecutionContext, obj client.Object, info core.PhaseInfo,
 	_ func() ([]corev1.Event, error)) (core.PhaseInfo, error) {
 	secrets := tCtx.Metadata().Action().Spec.Secrets
@@ -247,14 +246,14 @@ func (p Plugin) PhaseFromEvents(ctx context.Context, tCtx core.TaskExecutionCont
 	if !ok || p.reader == nil || len(secrets) == 0 || info.Phase != core.PhaseInitializing || info.Reason != ReasonPodsPending {
 		return info, nil
 	}
-	info.RequeueAfter = container.RecheckSecretMount(info.RequeueAfter)
+	info.RequeueAfter = flytek8s.RecheckSecretMount(info.RequeueAfter)
 	pods, err := p.jobPods(ctx, job)
 	if err != nil {
 		return info, nil // read again at the recheck
 	}
 	events := func(pod *corev1.Pod) ([]corev1.Event, error) { return k8s.ListEvents(ctx, p.reader, pod) }
 	if failed, ok := missingSecret(pods, secrets, events); ok {
-		return container.MissingSecretAfterGrace(failed, job.CreationTimestamp.Time, tCtx.Metadata().Now(), p.pods.Config.MissingSecretGracePeriod), nil
+		return flytek8s.MissingSecretAfterGrace(failed, job.CreationTimestamp.Time, tCtx.Metadata().Now(), p.pods.Config.MissingSecretGracePeriod), nil
 	}
 	return info, nil
 }
@@ -294,7 +293,7 @@ const maxEventReads = 3
 func missingSecret(pods []corev1.Pod, secrets []flytev1.TaskSecret, events func(*corev1.Pod) ([]corev1.Event, error)) (core.PhaseInfo, bool) {
 	for i := range pods {
 		for _, cs := range pods[i].Status.ContainerStatuses {
-			if info, ok := container.MissingSecretOfContainer(cs, secrets); ok {
+			if info, ok := flytek8s.MissingSecretOfContainer(cs, secrets); ok {
 				return info, true
 			}
 		}
@@ -302,7 +301,7 @@ func missingSecret(pods []corev1.Pod, secrets []flytev1.TaskSecret, events func(
 	reads := 0
 	for i := range pods {
 		pod := &pods[i]
-		if reads == maxEventReads || !container.MountingSecrets(pod, secrets) {
+		if reads == maxEventReads || !flytek8s.MountingSecrets(pod, secrets) {
 			continue
 		}
 		reads++
@@ -310,7 +309,7 @@ func missingSecret(pods []corev1.Pod, secrets []flytev1.TaskSecret, events func(
 		if err != nil {
 			continue // read again at the recheck
 		}
-		if info, ok := container.MissingSecretOfMount(pod, secrets, list); ok {
+		if info, ok := flytek8s.MissingSecretOfMount(pod, secrets, list); ok {
 			return info, true
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/executor/plugins/k8s/container"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 )
 
 // TestMissingSecret: a Job's pods fail the attempt when one of them cannot start for a
@@ -23,7 +23,7 @@ func TestMissingSecret(t *testing.T) {
 	// volumes (and made its sandbox) unless it waits for ContainerCreating.
 	waiting := func(name, reason, message string) corev1.Pod {
 		pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{NodeName: "node-1"},
-			Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: container.ContainerName,
+			Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: flytek8s.ContainerName,
 				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}}}}}
 		if reason != "ContainerCreating" {
 			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionTrue}}
@@ -81,9 +81,9 @@ func TestMissingSecret(t *testing.T) {
 			if !failed {
 				return
 			}
-			if info.Phase != core.PhasePermanentFailure || info.Err == nil || info.Err.Code != container.CodeMissingSecret ||
+			if info.Phase != core.PhasePermanentFailure || info.Err == nil || info.Err.Code != flytek8s.CodeMissingSecret ||
 				info.Err.Kind != core.ErrorKindUser || !strings.Contains(info.Err.Message, tt.want) {
-				t.Fatalf("got %s %s; want the user's %s saying %q", info.Phase, fmt.Sprint(info.Err), container.CodeMissingSecret, tt.want)
+				t.Fatalf("got %s %s; want the user's %s saying %q", info.Phase, fmt.Sprint(info.Err), flytek8s.CodeMissingSecret, tt.want)
 			}
 		})
 	}

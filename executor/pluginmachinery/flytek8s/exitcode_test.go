@@ -1,4 +1,4 @@
-package container_test
+package flytek8s_test
 
 import (
 	"strings"
@@ -7,16 +7,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/executor/plugins/k8s/container"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 )
 
 // TestClassifyExit: how the task's container ended decides whose failure it is and its
 // code, the same for every plugin that runs it.
 func TestClassifyExit(t *testing.T) {
-	preempted := container.Disruption{Reason: "Preempted", Message: "preempted by a pod of higher priority"}
-	evicted := container.Disruption{Reason: "Evicted", Message: "the node was low on memory"}
-	shutdown := container.Disruption{Reason: "Terminated", Message: "Pod was terminated in response to imminent node shutdown."}
-	deleted := container.Disruption{Reason: "Terminating", Message: "pod a-1 is being deleted"}
+	preempted := flytek8s.Disruption{Reason: "Preempted", Message: "preempted by a pod of higher priority"}
+	evicted := flytek8s.Disruption{Reason: "Evicted", Message: "the node was low on memory"}
+	shutdown := flytek8s.Disruption{Reason: "Terminated", Message: "Pod was terminated in response to imminent node shutdown."}
+	deleted := flytek8s.Disruption{Reason: "Terminating", Message: "pod a-1 is being deleted"}
 	exited := func(code int32, reason string) corev1.ContainerStateTerminated {
 		return corev1.ContainerStateTerminated{ExitCode: code, Reason: reason}
 	}
@@ -24,7 +24,7 @@ func TestClassifyExit(t *testing.T) {
 	tests := []struct {
 		name       string
 		terminated corev1.ContainerStateTerminated
-		disruption container.Disruption
+		disruption flytek8s.Disruption
 		wantKind   core.ErrorKind
 		wantCode   string
 		wantIn     []string // in the message
@@ -72,7 +72,7 @@ func TestClassifyExit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := container.ClassifyExit(tt.terminated, tt.disruption)
+			got := flytek8s.ClassifyExit(tt.terminated, tt.disruption)
 			if got.Kind != tt.wantKind || got.Code != tt.wantCode {
 				t.Fatalf("got %s of kind %d (%q); want %s of kind %d", got.Code, got.Kind, got.Message, tt.wantCode, tt.wantKind)
 			}

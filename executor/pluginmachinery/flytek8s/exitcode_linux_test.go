@@ -1,4 +1,4 @@
-package container
+package flytek8s
 
 import (
 	"syscall"
