@@ -18,7 +18,7 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/services/auth"
-	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/services/server"
 )
 
 // DefaultPageSize is used when a listing asks for page size 0.
@@ -53,8 +53,8 @@ func New(st *store.Store, hub *watch.Hub, m *Metrics, log *slog.Logger, opts Opt
 }
 
 // storeError turns a store error into the answer: a refused event is the caller's to
-// fix; anything else is answered by postgres.RPCError, which keeps the database's words
-// out. An Internal answer is logged where the call ends (services/server), under its
+// fix; anything else is answered by server.DatabaseError, which keeps the database's
+// words out. An Internal answer is logged where the call ends (services/server), under its
 // trace; the others the caller did not cause (an outage, a conflict) are logged here.
 func (s *Service) storeError(ctx context.Context, what string, err error) *connect.Error {
 	var refused *store.InvalidEventError
@@ -64,10 +64,10 @@ func (s *Service) storeError(ctx context.Context, what string, err error) *conne
 	return databaseError(ctx, s.log, what, err)
 }
 
-// databaseError answers a failed database call with postgres.RPCError, logging the
+// databaseError answers a failed database call with server.DatabaseError, logging the
 // failures the caller did not cause (an outage, a conflict) here.
 func databaseError(ctx context.Context, log *slog.Logger, what string, err error) *connect.Error {
-	answer := postgres.RPCError(err)
+	answer := server.DatabaseError(err)
 	if code := answer.Code(); code != connect.CodeCanceled && code != connect.CodeInternal {
 		log.WarnContext(ctx, what, "code", code.String(), "error", err)
 	}

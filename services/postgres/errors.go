@@ -4,91 +4,87 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"unicode/utf8"
 
-	"connectrpc.com/connect"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Code classifies a database error for the RPC edge: Unavailable when the database could
-// not be reached or went away (the client may retry), Aborted for conflicts worth
-// retrying, InvalidArgument for a value the database refuses to hold (such as a NUL byte
-// in text; services check their input first, so this is the last line), the context's own
-// code when the call was cancelled or timed out, and Internal otherwise.
-func Code(err error) connect.Code {
+// The classes of database failure a caller acts on. Classify marks an error with the one
+// it belongs to; errors.Is finds the mark. An error of none of these classes, and not the
+// context's own, is internal: a bug, a schema that is not the code's, a constraint the
+// code should have kept.
+var (
+	// ErrUnavailable: the database could not be reached or went away (it shut down or
+	// restarted, the connection broke mid-call, it takes no more connections). The call
+	// may succeed if retried later.
+	ErrUnavailable = errors.New("postgres: the database is unavailable")
+	// ErrConflict: the transaction conflicted with a concurrent one (a serialization
+	// failure or a deadlock) and was rolled back. The call may succeed if retried.
+	ErrConflict = errors.New("postgres: the transaction conflicted with a concurrent one")
+	// ErrInvalidValue: the database refused a value it cannot hold (a data exception,
+	// such as a NUL byte in text or a timestamp out of range). Stores check what they are
+	// given first (TextProblem), so this is the last line; the value is the caller's to
+	// fix.
+	ErrInvalidValue = errors.New("postgres: a value the database cannot hold")
+)
+
+// Classify returns err marked with its class (ErrUnavailable, ErrConflict or
+// ErrInvalidValue) when it has one. It returns err as it is when err is nil, already
+// marked, the context's (errors.Is finds context.Canceled or context.DeadlineExceeded:
+// the call was cancelled or ran out of time, whatever the database said about it), or of
+// no class (internal). A marked error says what err says and wraps it, so errors.As
+// still finds a *pgconn.PgError and the log still shows the database's words; those are
+// for the log, not for callers.
+func Classify(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConflict) || errors.Is(err, ErrInvalidValue) {
+		return err
+	}
+	if class := classOf(err); class != nil {
+		return &classified{class: class, err: err}
+	}
+	return err
+}
+
+// classOf is err's class, or nil when it has none.
+func classOf(err error) error {
 	var pgErr *pgconn.PgError
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error
 	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, context.Canceled):
-		return connect.CodeCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.CodeDeadlineExceeded
 	case errors.As(err, &pgErr):
 		switch code := pgErr.Code; {
 		case code == pgerrcode.SerializationFailure, code == pgerrcode.DeadlockDetected:
-			return connect.CodeAborted
+			return ErrConflict
 		case pgerrcode.IsDataException(code):
-			return connect.CodeInvalidArgument
+			return ErrInvalidValue
 		case pgerrcode.IsConnectionException(code),
 			code == pgerrcode.AdminShutdown, code == pgerrcode.CrashShutdown, code == pgerrcode.CannotConnectNow,
 			code == pgerrcode.TooManyConnections:
-			return connect.CodeUnavailable
+			return ErrUnavailable
 		}
-		return connect.CodeInternal
+		return nil
 	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.SafeToRetry(err),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF): // the server went away mid-call
-		return connect.CodeUnavailable
+		return ErrUnavailable
 	}
-	return connect.CodeInternal
+	return nil
 }
 
-// RPCError turns err into the connect error to answer with: the code Code gives it and a
-// message that says what happened in general terms. What the database said (its user,
-// host and port, SQLSTATE, constraint, table and column names, the values involved) must
-// not reach callers, so err stays only in the error chain (errors.Is and errors.As find
-// it), and in what slog logs for the answer's cause.
-func RPCError(err error) *connect.Error {
-	code := Code(err)
-	return connect.NewError(code, &hiddenError{message: publicMessage(code), cause: err})
+// classified is an error marked with its class: it says what err says, unwraps to err,
+// and is the class for errors.Is.
+type classified struct {
+	class, err error
 }
 
-// hiddenError shows message and hides cause, which Unwrap still reaches and a log line
-// shows.
-type hiddenError struct {
-	message string
-	cause   error
-}
+func (e *classified) Error() string { return e.err.Error() }
 
-func (e *hiddenError) Error() string { return e.message }
+func (e *classified) Unwrap() error { return e.err }
 
-func (e *hiddenError) Unwrap() error { return e.cause }
-
-// LogValue is what slog logs for the error: its cause.
-func (e *hiddenError) LogValue() slog.Value { return slog.StringValue(e.cause.Error()) }
-
-// publicMessage says what a code means for the caller.
-func publicMessage(code connect.Code) string {
-	switch code {
-	case connect.CodeCanceled:
-		return "the call was cancelled"
-	case connect.CodeDeadlineExceeded:
-		return "the call's deadline passed before the database answered"
-	case connect.CodeAborted:
-		return "the call conflicted with another; retry it"
-	case connect.CodeUnavailable:
-		return "the database is unavailable; retry later"
-	case connect.CodeInvalidArgument:
-		return "the request holds a value that cannot be stored"
-	}
-	return "internal error; the service's log has the details"
-}
+func (e *classified) Is(target error) bool { return target == e.class }
 
 // TextProblem says why Postgres text cannot hold s ("" when it can): text holds neither
 // NUL nor invalid UTF-8. Stores check their strings with it before the database does,

@@ -5,91 +5,202 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
-	"connectrpc.com/connect"
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flytekube/backend/services/postgres"
 )
 
-func TestCode(t *testing.T) {
+// classes are what Classify may find an error to be; an error it finds none of is
+// internal.
+var classes = []struct {
+	name string
+	err  error
+}{
+	{"ErrUnavailable", postgres.ErrUnavailable},
+	{"ErrConflict", postgres.ErrConflict},
+	{"ErrInvalidValue", postgres.ErrInvalidValue},
+	{"context.Canceled", context.Canceled},
+	{"context.DeadlineExceeded", context.DeadlineExceeded},
+}
+
+// checkClass fails t unless Classify(err) is of class want alone (nil: of none, internal),
+// and is err in what it says and wraps.
+func checkClass(t *testing.T, err, want error) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("no error to classify")
+	}
+	got := postgres.Classify(err)
+	for _, c := range classes {
+		if is := errors.Is(got, c.err); is != (c.err == want) {
+			t.Errorf("errors.Is(Classify(%v), %s) = %v", err, c.name, is)
+		}
+	}
+	if !errors.Is(got, err) {
+		t.Errorf("Classify(%v) does not wrap the error it was given", err)
+	}
+	if got.Error() != err.Error() {
+		t.Errorf("Classify(%v) says %q; want what the error says, for the log", err, got.Error())
+	}
+	if postgres.Classify(got) != got {
+		t.Errorf("Classify(Classify(%v)) marks the error again", err)
+	}
+}
+
+func TestClassify(t *testing.T) {
 	tests := []struct {
 		name string
 		err  error
-		want connect.Code
+		want error // nil: internal
 	}{
-		{"cancelled", fmt.Errorf("store: x: %w", context.Canceled), connect.CodeCanceled},
-		{"deadline", fmt.Errorf("store: x: %w", context.DeadlineExceeded), connect.CodeDeadlineExceeded},
-		{"deadlock", &pgconn.PgError{Code: pgerrcode.DeadlockDetected}, connect.CodeAborted},
-		{"serialization", fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: pgerrcode.SerializationFailure}), connect.CodeAborted},
-		{"connection failure", &pgconn.PgError{Code: pgerrcode.ConnectionFailure}, connect.CodeUnavailable},
-		{"admin shutdown", &pgconn.PgError{Code: pgerrcode.AdminShutdown}, connect.CodeUnavailable},
-		{"too many connections", &pgconn.PgError{Code: pgerrcode.TooManyConnections}, connect.CodeUnavailable},
-		{"unique violation is a bug here", &pgconn.PgError{Code: pgerrcode.UniqueViolation}, connect.CodeInternal},
-		{"NUL in text", &pgconn.PgError{Code: pgerrcode.CharacterNotInRepertoire}, connect.CodeInvalidArgument},
-		{"timestamp out of range", &pgconn.PgError{Code: pgerrcode.DatetimeFieldOverflow}, connect.CodeInvalidArgument},
-		{"connection cut mid-call", fmt.Errorf("store: x: %w", io.ErrUnexpectedEOF), connect.CodeUnavailable},
-		{"anything else", errors.New("boom"), connect.CodeInternal},
+		{"cancelled", fmt.Errorf("store: x: %w", context.Canceled), context.Canceled},
+		{"deadline", fmt.Errorf("store: x: %w", context.DeadlineExceeded), context.DeadlineExceeded},
+		{"cancelled while the server went away", fmt.Errorf("%w: %w", context.Canceled, io.ErrUnexpectedEOF), context.Canceled},
+		{"deadlock", &pgconn.PgError{Code: pgerrcode.DeadlockDetected}, postgres.ErrConflict},
+		{"serialization", fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: pgerrcode.SerializationFailure}), postgres.ErrConflict},
+		{"connection failure", &pgconn.PgError{Code: pgerrcode.ConnectionFailure}, postgres.ErrUnavailable},
+		{"admin shutdown", &pgconn.PgError{Code: pgerrcode.AdminShutdown}, postgres.ErrUnavailable},
+		{"too many connections", &pgconn.PgError{Code: pgerrcode.TooManyConnections}, postgres.ErrUnavailable},
+		{"unique violation is a bug here", &pgconn.PgError{Code: pgerrcode.UniqueViolation}, nil},
+		{"NUL in text", &pgconn.PgError{Code: pgerrcode.CharacterNotInRepertoire}, postgres.ErrInvalidValue},
+		{"timestamp out of range", &pgconn.PgError{Code: pgerrcode.DatetimeFieldOverflow}, postgres.ErrInvalidValue},
+		{"connection cut mid-call", fmt.Errorf("store: x: %w", io.ErrUnexpectedEOF), postgres.ErrUnavailable},
+		{"anything else", errors.New("boom"), nil},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := postgres.Code(tt.err); got != tt.want {
-				t.Fatalf("Code(%v) = %v; want %v", tt.err, got, tt.want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkClass(t, tt.err, tt.want) })
+	}
+	if postgres.Classify(nil) != nil {
+		t.Error("Classify(nil) is not nil")
 	}
 }
 
-func TestCodeOfUnreachableDatabase(t *testing.T) {
+func TestClassifyUnreachableDatabase(t *testing.T) {
 	_, err := pgconn.Connect(context.Background(), "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
-	if got := postgres.Code(err); got != connect.CodeUnavailable {
-		t.Fatalf("Code(%v) = %v; want Unavailable", err, got)
-	}
+	checkClass(t, err, postgres.ErrUnavailable)
 }
 
-// Answers carry a code and a general message; what the database said (its user, host and
-// port, SQLSTATE, constraint and column names) stays in the error chain for the log.
-func TestRPCErrorKeepsDatabaseDetailsOutOfTheAnswer(t *testing.T) {
-	_, unreachable := pgconn.Connect(context.Background(), "postgres://secret_user:secret_password@127.0.0.1:1/secret_db?connect_timeout=1")
-	tests := []struct {
-		name    string
-		err     error
-		want    connect.Code
-		secrets []string
-	}{
-		{"unreachable database", fmt.Errorf("store: reading: %w", unreachable), connect.CodeUnavailable,
-			[]string{"secret_user", "secret_password", "secret_db", "127.0.0.1", ":1"}},
-		{"constraint violation", fmt.Errorf("store: recording: %w", &pgconn.PgError{
-			Severity: "ERROR", Code: pgerrcode.UniqueViolation, Message: `duplicate key value violates unique constraint "action_events_pkey"`,
-			Detail: "Key (project)=(tenant-a) already exists.", ConstraintName: "action_events_pkey", TableName: "action_events",
-		}), connect.CodeInternal, []string{pgerrcode.UniqueViolation, "SQLSTATE", "action_events", "tenant-a", "duplicate key"}},
-		{"NUL in text", fmt.Errorf("store: recording: %w", &pgconn.PgError{
-			Severity: "ERROR", Code: pgerrcode.CharacterNotInRepertoire, Message: `invalid byte sequence for encoding "UTF8": 0x00`, ColumnName: "owner_id",
-		}), connect.CodeInvalidArgument, []string{pgerrcode.CharacterNotInRepertoire, "SQLSTATE", "UTF8", "0x00", "owner_id"}},
-		{"deadlock", &pgconn.PgError{Code: pgerrcode.DeadlockDetected, Message: "deadlock detected", Detail: "Process 4242 waits for ShareLock on transaction 77"},
-			connect.CodeAborted, []string{pgerrcode.DeadlockDetected, "4242", "ShareLock"}},
-		{"anything else", errors.New("store: decoding action state tenant-a/prod: boom"), connect.CodeInternal, []string{"tenant-a", "boom"}},
+// TestClassifyWhatPostgresSays classifies the failures a real Postgres gives, as pgx
+// reports them: the classes are the database's, and a service's edge relies on them.
+func TestClassifyWhatPostgresSays(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := postgres.Open(ctx, pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := postgres.RPCError(tt.err)
-			if got.Code() != tt.want {
-				t.Errorf("code %v; want %v", got.Code(), tt.want)
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, "CREATE TABLE rows (id bigint PRIMARY KEY, name text NOT NULL); INSERT INTO rows VALUES (1, 'a'), (2, 'b')"); err != nil {
+		t.Fatal(err)
+	}
+	begin := func(t *testing.T, iso pgx.TxIsoLevel) pgx.Tx {
+		t.Helper()
+		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		return tx
+	}
+
+	t.Run("NUL in text", func(t *testing.T) {
+		_, err := pool.Exec(ctx, "INSERT INTO rows VALUES (3, $1)", "a\x00b")
+		checkClass(t, err, postgres.ErrInvalidValue)
+	})
+	t.Run("number out of range", func(t *testing.T) {
+		_, err := pool.Exec(ctx, "SELECT 2147483647::int + 1")
+		checkClass(t, err, postgres.ErrInvalidValue)
+	})
+	t.Run("unique violation", func(t *testing.T) {
+		_, err := pool.Exec(ctx, "INSERT INTO rows VALUES (1, 'again')")
+		checkClass(t, err, nil)
+	})
+	t.Run("no such table", func(t *testing.T) {
+		_, err := pool.Exec(ctx, "SELECT * FROM no_such_table")
+		checkClass(t, err, nil)
+	})
+	t.Run("serialization failure", func(t *testing.T) {
+		tx := begin(t, pgx.RepeatableRead)
+		if _, err := tx.Exec(ctx, "SELECT name FROM rows WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, "UPDATE rows SET name = 'concurrent' WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tx.Exec(ctx, "UPDATE rows SET name = 'late' WHERE id = 1")
+		checkClass(t, err, postgres.ErrConflict)
+	})
+	t.Run("deadlock", func(t *testing.T) {
+		a, b := begin(t, pgx.ReadCommitted), begin(t, pgx.ReadCommitted)
+		for _, step := range []struct {
+			tx pgx.Tx
+			id int
+		}{{a, 1}, {b, 2}} {
+			if _, err := step.tx.Exec(ctx, "UPDATE rows SET name = 'locked' WHERE id = $1", step.id); err != nil {
+				t.Fatal(err)
 			}
-			if got.Message() == "" {
-				t.Error("the answer has no message")
-			}
-			for _, secret := range tt.secrets {
-				if strings.Contains(got.Message(), secret) || strings.Contains(got.Error(), secret) {
-					t.Errorf("the answer %q carries %q", got.Message(), secret)
-				}
-			}
-			if !errors.Is(got, tt.err) {
-				t.Error("the cause is not in the error chain, so it cannot be logged")
-			}
-		})
+		}
+		// Each waits for the row the other holds; Postgres ends one of the two.
+		errs := make(chan error, 2)
+		go func() { _, err := a.Exec(ctx, "UPDATE rows SET name = 'a' WHERE id = 2"); errs <- err }()
+		go func() { _, err := b.Exec(ctx, "UPDATE rows SET name = 'b' WHERE id = 1"); errs <- err }()
+		err := <-errs
+		if err == nil {
+			err = <-errs
+		}
+		checkClass(t, err, postgres.ErrConflict)
+	})
+	t.Run("connection ended by the server", func(t *testing.T) {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		var pid int
+		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Exec(ctx, "SELECT 1")
+		checkClass(t, err, postgres.ErrUnavailable)
+	})
+	t.Run("deadline", func(t *testing.T) {
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := pool.Exec(short, "SELECT pg_sleep(10)")
+		checkClass(t, err, context.DeadlineExceeded)
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		cancelled, cancel := context.WithCancel(ctx)
+		time.AfterFunc(100*time.Millisecond, cancel)
+		_, err := pool.Exec(cancelled, "SELECT pg_sleep(10)")
+		checkClass(t, err, context.Canceled)
+	})
+}
+
+// The database package speaks in its own terms; turning them into RPC codes and messages
+// is the RPC edge's (services/server). Nothing it depends on is an RPC library.
+func TestNoRPCInTheDatabasePackage(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list the package's dependencies with")
+	}
+	out, err := exec.Command(goCmd, "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for dep := range strings.FieldsSeq(string(out)) {
+		if strings.HasPrefix(dep, "connectrpc.com/") || strings.HasPrefix(dep, "google.golang.org/grpc") {
+			t.Errorf("services/postgres depends on %s", dep)
+		}
 	}
 }

@@ -5,6 +5,10 @@
 // start together: one applies them, the others wait and find nothing left to do. Each
 // service keeps its own version table and lock, so services sharing a database do not
 // interfere.
+//
+// Classify sorts the database's failures into the classes its callers act on
+// (ErrUnavailable, ErrConflict, ErrInvalidValue, the context's own, or internal); what a
+// class is answered with over RPC is the RPC edge's (services/server.DatabaseError).
 package postgres
 
 import (

@@ -2,7 +2,9 @@
 // listener speaking Connect, gRPC and gRPC-Web over HTTP/2 (TLS with ALPN when given a
 // certificate, h2c otherwise), with reflection (so `buf curl` needs no schema),
 // grpc.health.v1, authentication, protovalidate checks and OpenTelemetry on every RPC,
-// timeouts and read limits that hold under attack, and a graceful shutdown.
+// timeouts and read limits that hold under attack, and a graceful shutdown. It also turns
+// what fails into answers that show callers nothing of the inside: a handler's
+// unclassified failures, and the database's (DatabaseError).
 package server
 
 import (
