@@ -31,7 +31,7 @@ import (
 	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/events/outbox"
 	"github.com/flytekube/backend/internal/backoff"
-	"github.com/flytekube/backend/services/app"
+	"github.com/flytekube/backend/internal/periodic"
 )
 
 // Config says what the relay publishes where, and how often it looks.
@@ -160,8 +160,8 @@ func (r *Relay) lead(ctx context.Context, l *outbox.Leadership) error {
 		wg.Go(func() { r.relaySink(ctx, s, wakes[i], cache) })
 	}
 	wg.Go(func() { r.fanOut(ctx, wakes) })
-	wg.Go(func() { app.Every(ctx, r.cfg.Trim, r.trim) })
-	wg.Go(func() { app.Every(ctx, r.cfg.Lag, r.measureLag) })
+	wg.Go(func() { periodic.Every(ctx, r.cfg.Trim, r.trim) })
+	wg.Go(func() { periodic.Every(ctx, r.cfg.Lag, r.measureLag) })
 	wg.Go(func() {
 		t := time.NewTicker(r.cfg.LeaderCheck)
 		defer t.Stop()

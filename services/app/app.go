@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/flytekube/backend/internal/periodic"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/postgres"
 	"github.com/flytekube/backend/services/server"
@@ -152,9 +152,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started
 	return srv.Serve(ctx)
 }
 
-// Every runs f now and then every interval, each stretched at random by up to a tenth,
-// until ctx ends: the replicas of a service, started together, then spread their
-// clean-ups apart instead of all deleting at the same moment.
+// Every runs f now and then every interval, jittered, until ctx ends: it is
+// periodic.Every, the one schedule of the services' background loops.
 func Every(ctx context.Context, interval time.Duration, f func(context.Context)) {
-	wait.JitterUntilWithContext(ctx, f, interval, 0.1, false)
+	periodic.Every(ctx, interval, f)
 }
