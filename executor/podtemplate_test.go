@@ -14,7 +14,6 @@ import (
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
-	"github.com/flytekube/backend/executor/plugins/k8s/container"
 )
 
 // podTemplate is a PodTemplate the executor may use (labelled for it) unless unlabelled.
