@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
@@ -50,6 +51,7 @@ var composeKeys = []tree.Path{
 	"services.*.healthcheck.retries", "services.*.healthcheck.disable",
 	"services.*.depends_on.*.condition", "services.*.depends_on.*.required",
 	"services.*.read_only", "services.*.cap_drop", "services.*.security_opt", "services.*.stop_grace_period", "services.*.user",
+	"services.*.configs.[].source", "services.*.configs.[].target", "configs.*.content",
 }
 
 // rpcListener is the flag naming the RPC address of the services; URLs to them over
@@ -60,7 +62,8 @@ const (
 )
 
 // urlFlags are the flags whose values are URLs the service calls, with the listener of
-// the service each must reach ("": the one its scheme says, see schemeListeners).
+// the service each must reach ("": the one its scheme says, see schemeListeners). The
+// events service's --cloudevents-config names more (sinksFile).
 var urlFlags = map[string]string{"jaeger-query-url": "ui", "cloudevents-sink": ""}
 
 // schemeListeners are the listeners URLs of a scheme must reach, and the port they mean
@@ -171,6 +174,8 @@ type composeInfo struct {
 	mounts  map[string]types.ServiceVolumeConfig // by target
 	config  string                               // host path of the --config file, if any
 	cfg     *configInfo                          // what the --config file says, if any
+	configs map[string]string                    // container path → host file, of its compose configs
+	sinks   []cloudevents.SinkSpec               // its --cloudevents-config's sinks, if any
 	urls    []urlUse
 	broken  bool // its command or --config is wrong (reported): its ports are unknown
 	oneShot bool // run once to completion before the services that wait for it
@@ -179,8 +184,12 @@ type composeInfo struct {
 }
 
 // hostPath is where a path in the service's container is here: under the repository
-// for a bind mount of one of its files, in the stand-in directory of a named volume.
+// for a bind mount of one of its files, in the stand-in directory of a named volume, a
+// file holding a compose config's content.
 func (info *composeInfo) hostPath(path string) (string, error) {
+	if f, ok := info.configs[path]; ok {
+		return f, nil
+	}
 	best := ""
 	for target := range info.mounts {
 		if (path == target || strings.HasPrefix(path, strings.TrimSuffix(target, "/")+"/")) && len(target) > len(best) {
@@ -332,6 +341,7 @@ func composeInfos(t *testing.T, root string, c *types.Project, images map[string
 			}
 			info.mounts[m.Target] = m
 		}
+		info.configs = configFilesOf(t, c, svc)
 		if info.img == nil {
 			repoName, _, _ := strings.Cut(svc.Image, ":")
 			up, known := upstreamImages[repoName]
@@ -395,6 +405,14 @@ func composeInfos(t *testing.T, root string, c *types.Project, images map[string
 				}
 			}
 		}
+		if file := info.args["cloudevents-config"]; file != "" {
+			if info.sinks, err = sinksFile(info, file); err != nil {
+				t.Errorf("service %s: events would not start with --cloudevents-config %s: %v", name, file, err)
+				info.broken = true
+				continue
+			}
+			info.urls = append(info.urls, sinkURLs(info.sinks)...)
+		}
 		if info.listens, err = info.bin.listeners(info.args, info.cfg); err != nil {
 			t.Errorf("service %s: %v", name, err)
 			info.broken = true
@@ -430,6 +448,83 @@ func composeInfos(t *testing.T, root string, c *types.Project, images map[string
 		}
 	}
 	return infos
+}
+
+// configFilesOf writes the content of each compose config a service is given to a file
+// here, by the path it has in the container (compose's default: /<name>).
+func configFilesOf(t *testing.T, c *types.Project, svc types.ServiceConfig) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, ref := range svc.Configs {
+		target := cmp.Or(ref.Target, "/"+ref.Source)
+		cfg, ok := c.Configs[ref.Source]
+		if !ok || cfg.Content == "" {
+			t.Errorf("service %s: config %s: want one declared with its content (content:), which this test reads", svc.Name, ref.Source)
+			continue
+		}
+		file := filepath.Join(t.TempDir(), ref.Source)
+		if err := os.WriteFile(file, []byte(cfg.Content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out[target] = file
+	}
+	return out
+}
+
+// sinksFile reads the events service's --cloudevents-config as the service does, and
+// requires the files its sinks read to be in the container.
+func sinksFile(info *composeInfo, path string) ([]cloudevents.SinkSpec, error) {
+	file, err := info.hostPath(path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cloudevents.Load(file); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(file)
+	var f cloudevents.File
+	if err == nil {
+		err = yaml.Unmarshal(data, &f)
+	}
+	for i, s := range f.Sinks {
+		var files []string
+		switch {
+		case s.HTTP != nil:
+			files = []string{s.HTTP.CAFile, s.HTTP.TokenFile}
+		case s.NATS != nil:
+			files = []string{s.NATS.CAFile, s.NATS.TokenFile}
+		case s.Kafka != nil:
+			files = []string{s.Kafka.CAFile}
+		}
+		for _, read := range files {
+			if _, herr := info.hostPath(read); read != "" && herr != nil {
+				err = errors.Join(err, fmt.Errorf("sinks[%d]: %w", i, herr))
+			}
+		}
+	}
+	return f.Sinks, err
+}
+
+// sinkURLs are the URLs a service's sinks call: an HTTP receiver's, a broker's
+// servers' as nats://host:port or kafka://host:port.
+func sinkURLs(sinks []cloudevents.SinkSpec) []urlUse {
+	var out []urlUse
+	for i, s := range sinks {
+		where := fmt.Sprintf("--cloudevents-config sinks[%d]", i)
+		switch {
+		case s.HTTP != nil:
+			out = append(out, urlUse{where: where, raw: s.HTTP.URL})
+		case s.NATS != nil:
+			for _, server := range s.NATS.Servers {
+				out = append(out, urlUse{where: where, raw: "nats://" + server})
+			}
+		case s.Kafka != nil:
+			for _, broker := range s.Kafka.Brokers {
+				out = append(out, urlUse{where: where, raw: "kafka://" + broker})
+			}
+		}
+	}
+	return out
 }
 
 // otlpListener is the Jaeger port OTLP traces go to with the protocol the environment

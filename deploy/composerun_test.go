@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/flytekube/backend/events/cloudevents"
 	_ "github.com/flytekube/backend/gen/go/flyte/cache/v1"  // the descriptors of the RPCs runCompose calls
 	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
 	"github.com/flytekube/backend/internal/pgtest"
@@ -185,6 +186,9 @@ func (r *composeRun) start(info *composeInfo) *process {
 		default:
 			t.Fatalf("%s: nothing stands in for mount %s of %s", where, target, m.Source)
 		}
+	}
+	if file := info.args["cloudevents-config"]; file != "" {
+		files[file] = rewriteSinks(t, info, r.remap, filepath.Join(r.dir, name+"-cloudevents.yaml"))
 	}
 	args := slices.Concat(info.img.entrypoint[1:], svc.Command)
 	for i, a := range args {
@@ -544,6 +548,64 @@ func rewriteConfig(t *testing.T, info *composeInfo, addrs map[int]string, remap 
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(file, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// rewriteSinks writes a copy of the events service's --cloudevents-config whose sinks
+// call the stand-ins of the services they name and read their files where they are here.
+func rewriteSinks(t *testing.T, info *composeInfo, remap func(string) (string, error), file string) string {
+	t.Helper()
+	where := "service " + info.name + " --cloudevents-config"
+	at := func(scheme string, hostPorts []string) []string {
+		out := make([]string, len(hostPorts))
+		for i, hp := range hostPorts {
+			u, err := remap(scheme + "://" + hp)
+			if err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			out[i] = strings.TrimPrefix(u, scheme+"://")
+		}
+		return out
+	}
+	here := func(path string) string {
+		if path == "" {
+			return ""
+		}
+		f, err := info.hostPath(path)
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		return f
+	}
+	var out cloudevents.File
+	for _, s := range info.sinks {
+		switch {
+		case s.HTTP != nil:
+			h := *s.HTTP
+			u, err := remap(h.URL)
+			if err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			h.URL, h.CAFile, h.TokenFile = u, here(h.CAFile), here(h.TokenFile)
+			s.HTTP = &h
+		case s.NATS != nil:
+			n := *s.NATS
+			n.Servers, n.CAFile, n.TokenFile = at("nats", n.Servers), here(n.CAFile), here(n.TokenFile)
+			s.NATS = &n
+		case s.Kafka != nil:
+			k := *s.Kafka
+			k.Brokers, k.CAFile = at("kafka", k.Brokers), here(k.CAFile)
+			s.Kafka = &k
+		}
+		out.Sinks = append(out.Sinks, s)
+	}
+	data, err := yaml.Marshal(out)
+	if err == nil {
+		err = os.WriteFile(file, data, 0o600)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	return file

@@ -184,21 +184,43 @@ func natsCLICommand(info *composeInfo) (upstreamCommand, error) {
 	return upstreamCommand{listens: map[int]string{}, urls: []urlUse{{where: "command --server", raw: add.server, want: natsListener}}, standIn: add}, nil
 }
 
-// natsSink is a --cloudevents-sink to NATS: where, and to which stream and subject.
+// natsSink is a sink of the events service's to a NATS server: its name, where it is
+// configured, the server (nats://host:port), and to which stream and subject.
 type natsSink struct {
-	raw, host, stream, subject string
+	name, where, url, host, stream, subject string
 }
 
-// natsSinks lists a service's NATS sinks.
+// natsSinks lists a service's NATS sinks, one per server: its --cloudevents-config's
+// and its --cloudevents-sink's.
 func natsSinks(info *composeInfo) []natsSink {
 	var out []natsSink
-	for _, raw := range info.given["cloudevents-sink"] {
-		u, err := url.Parse(raw)
-		if err != nil || u.Scheme != "nats" {
+	for i, s := range info.sinks {
+		if s.NATS == nil {
 			continue
 		}
-		q := u.Query()
-		out = append(out, natsSink{raw: raw, host: u.Hostname(), stream: q.Get("stream"), subject: cmp.Or(q.Get("subject"), cloudevents.DefaultNATSSubject)})
+		c, err := s.Config()
+		if err != nil {
+			continue // reported with the file
+		}
+		for _, server := range s.NATS.Servers {
+			host, _, err := net.SplitHostPort(server)
+			if err != nil {
+				host = server
+			}
+			out = append(out, natsSink{name: c.Name(), where: fmt.Sprintf("--cloudevents-config sinks[%d]", i), url: "nats://" + server,
+				host: host, stream: s.NATS.Stream, subject: cmp.Or(s.NATS.Subject, cloudevents.DefaultNATSSubject)})
+		}
+	}
+	for _, raw := range info.given["cloudevents-sink"] {
+		c, err := cloudevents.ParseShort(raw)
+		if err != nil || c.Kind() != cloudevents.KindNATS {
+			continue
+		}
+		u, _ := url.Parse(c.Target()) // nats://host:port,host:port/subject
+		for _, server := range strings.Split(u.Host, ",") {
+			host, _, _ := net.SplitHostPort(server)
+			out = append(out, natsSink{name: c.Name(), where: "--cloudevents-sink " + raw, url: "nats://" + server, host: host, subject: strings.TrimPrefix(u.Path, "/")})
+		}
 	}
 	return out
 }
@@ -223,11 +245,11 @@ func checkNATSStreams(t interface{ Errorf(string, ...any) }, infos map[string]*c
 				}
 				found = true
 				if d, ok := info.svc.DependsOn[creator]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
-					t.Errorf("service %s --cloudevents-sink %s: does not wait for %s, which creates its stream, to complete", name, sink.raw, creator)
+					t.Errorf("service %s %s: does not wait for %s, which creates its stream, to complete", name, sink.where, creator)
 				}
 			}
 			if !found {
-				t.Errorf("service %s --cloudevents-sink %s: no service creates a stream %q storing subject %s on %s (the sink never creates one)", name, sink.raw, sink.stream, sink.subject, sink.host)
+				t.Errorf("service %s %s: no service creates a stream %q storing subject %s on %s (the sink never creates one)", name, sink.where, sink.stream, sink.subject, sink.host)
 			}
 		}
 	}
@@ -364,17 +386,13 @@ func (r *composeRun) checkCloudEvents(info *composeInfo, addr, caFile string) {
 	defer pool.Close()
 	ob := outbox.New(pool)
 	for _, sink := range sinks {
-		cfg, err := cloudevents.Parse(sink.raw)
-		if err != nil {
-			t.Fatalf("%s --cloudevents-sink %s: %v", where, sink.raw, err)
-		}
 		for {
-			_, _, err := ob.Lag(ctx, cfg.Name())
+			_, _, err := ob.Lag(ctx, sink.name)
 			if err == nil {
 				break
 			}
 			if !errors.Is(err, outbox.ErrUnknownSink) || ctx.Err() != nil {
-				t.Fatalf("%s: its relay did not register sink %s: %v", where, cfg.Name(), err)
+				t.Fatalf("%s: its relay did not register sink %s: %v", where, sink.name, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -408,7 +426,7 @@ func (r *composeRun) checkCloudEvents(info *composeInfo, addr, caFile string) {
 	}
 
 	for _, sink := range sinks {
-		here, err := r.remap(sink.raw)
+		here, err := r.remap(sink.url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,7 +443,7 @@ func (r *composeRun) checkCloudEvents(info *composeInfo, addr, caFile string) {
 		stream := sink.stream
 		if stream == "" {
 			if stream, err = js.StreamNameBySubject(ctx, sink.subject); err != nil {
-				t.Fatalf("%s --cloudevents-sink %s: no stream stores %s: %v", where, sink.raw, sink.subject, err)
+				t.Fatalf("%s %s: no stream stores %s: %v", where, sink.where, sink.subject, err)
 			}
 		}
 		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{sink.subject}})
@@ -435,7 +453,7 @@ func (r *composeRun) checkCloudEvents(info *composeInfo, addr, caFile string) {
 		var got []string
 		for found := false; !found; {
 			if ctx.Err() != nil {
-				t.Fatalf("%s --cloudevents-sink %s: CloudEvent %s never arrived on stream %s (got %q)", where, sink.raw, want.ID(), stream, got)
+				t.Fatalf("%s %s: CloudEvent %s never arrived on stream %s (got %q)", where, sink.where, want.ID(), stream, got)
 			}
 			batch, err := cons.Fetch(10, jetstream.FetchMaxWait(time.Second))
 			if err != nil {
@@ -458,6 +476,6 @@ func (r *composeRun) checkCloudEvents(info *composeInfo, addr, caFile string) {
 				}
 			}
 		}
-		t.Logf("%s: CloudEvent %s arrived on stream %s through %s", where, want.ID(), stream, sink.raw)
+		t.Logf("%s: CloudEvent %s arrived on stream %s through %s (%s)", where, want.ID(), stream, sink.url, sink.where)
 	}
 }

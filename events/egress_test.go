@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +21,7 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/services/auth"
 )
 
 // The service relays what Record stores to its sinks; what a sink refuses for good is
@@ -36,15 +38,16 @@ func TestEgressOverTheService(t *testing.T) {
 		accepted.Add(1)
 	}))
 	t.Cleanup(receiver.Close)
-	sink, err := cloudevents.Parse(receiver.URL + "?name=receiver")
-	if err != nil {
+	// The sink comes from the configuration file, as --cloudevents-config names it.
+	sinks := filepath.Join(t.TempDir(), "sinks.yaml")
+	if err := os.WriteFile(sinks, []byte("sinks:\n  - name: receiver\n    http: {url: '"+receiver.URL+"'}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// Recorded as soon as the service answers, before its relay leads: the service
 	// registered its sinks before serving, so nothing it acknowledges goes unqueued.
 	dbURL := pg.NewDatabase(t)
 	inst := startInstance(t, dbURL, func(c *events.Config) {
-		c.CloudEvents.Sinks = append(c.CloudEvents.Sinks, sink)
+		c.CloudEventsConfig = sinks
 		c.CloudEvents.Poll = 20 * time.Millisecond
 		c.CloudEvents.LeaderCheck = time.Second
 	})
@@ -98,6 +101,42 @@ func TestEgressOverTheService(t *testing.T) {
 	}
 	eventually.True(t, 20*time.Second, func() bool { return accepted.Load() == 2 && listSinks().GetDeadLetters() == 0 },
 		func() string { return "replaying all left some" })
+}
+
+// TestRunRefusesABadSinksFile: a sinks' file that is not valid, or whose sinks' names
+// clash with a --cloudevents-sink's, stops the service at start, saying which file,
+// sink and field; before it touches the database.
+func TestRunRefusesABadSinksFile(t *testing.T) {
+	dir := t.TempDir()
+	bad, good := filepath.Join(dir, "bad.yaml"), filepath.Join(dir, "good.yaml")
+	for file, content := range map[string]string{
+		bad:  "sinks:\n  - name: alerts\n    http: {url: 'https://hooks.example.com/x', batchsize: 10}\n",
+		good: "sinks:\n  - name: alerts\n    http: {url: 'https://hooks.example.com/x'}\n",
+	} {
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flagged, err := cloudevents.ParseShort("http://127.0.0.1:1/x?name=alerts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		file  string
+		flags []cloudevents.Config
+		want  string
+	}{
+		{bad, nil, "cloudevents-config: " + bad + `: sinks[0] "alerts": unknown field "http.batchsize"`},
+		{filepath.Join(dir, "missing.yaml"), nil, "missing.yaml"},
+		{good, []cloudevents.Config{flagged}, `two sinks are named "alerts"`},
+	} {
+		cfg := events.Config{DatabaseURL: "postgres://127.0.0.1:1/none", Auth: auth.Config{Mode: auth.ModeNone}, CloudEventsConfig: tc.file}
+		cfg.CloudEvents.Sinks = tc.flags
+		err := events.Run(context.Background(), cfg, slog.New(slog.DiscardHandler), nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.file, err, tc.want)
+		}
+	}
 }
 
 // TestEgressShowsNoSinkSecrets: an HTTP sink configured without name= whose URL carries

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/events/console"
 	"github.com/flytekube/backend/events/outbox"
 	"github.com/flytekube/backend/events/relay"
@@ -74,6 +76,9 @@ type Config struct {
 	// CloudEvents says where every recorded event is published as a CloudEvent (its
 	// Sinks, from --cloudevents-sink), and how (events/relay).
 	CloudEvents relay.Config
+	// CloudEventsConfig, when set, is the sinks' configuration file
+	// (--cloudevents-config, cloudevents.File): Run adds its sinks to CloudEvents.Sinks.
+	CloudEventsConfig string
 	// KubeClient, when set, is the API server client of auth mode kubernetes (tests).
 	KubeClient kubernetes.Interface
 	// TracerProvider, when set, receives the service's spans instead of the provider the
@@ -141,7 +146,7 @@ func (c Config) Validate() error {
 	names := map[string]bool{}
 	for _, sink := range c.CloudEvents.Sinks {
 		if names[sink.Name()] {
-			return fmt.Errorf("cloudevents-sink: two sinks are named %q: give one a name= of its own", sink.Name())
+			return fmt.Errorf("cloudevents: two sinks are named %q: give one a name of its own", sink.Name())
 		}
 		names[sink.Name()] = true
 	}
@@ -161,6 +166,13 @@ func (c Config) consoleTLS() bool { return c.Server.TLSCertFile != "" && !c.Cons
 // nil, is called once the service accepts calls.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Addrs)) error {
 	cfg = cfg.WithDefaults()
+	if cfg.CloudEventsConfig != "" {
+		sinks, err := cloudevents.Load(cfg.CloudEventsConfig)
+		if err != nil {
+			return fmt.Errorf("events: config: cloudevents-config: %w", err)
+		}
+		cfg.CloudEvents.Sinks = append(slices.Clip(cfg.CloudEvents.Sinks), sinks...)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("events: config: %w", err)
 	}

@@ -29,8 +29,9 @@ func Flags(fs *flag.FlagSet, cfg *Config) {
 	fs.BoolVar(&cfg.ConsolePlaintext, "console-plaintext", false, "serve the console in plain HTTP on its loopback address even when the service has a TLS certificate, for a browser on the same machine")
 	fs.StringVar(&cfg.JaegerQueryURL, "jaeger-query-url", "", "Jaeger's query API, where the console finds an action's traces; empty shows none")
 	fs.StringVar(&cfg.JaegerUIURL, "jaeger-ui-url", "", "a Jaeger UI the console links each trace to; empty links none")
-	fs.Func("cloudevents-sink", "publish every recorded event as a CloudEvent to this sink (repeatable): http(s)://, nats:// or kafka:// URL with options and filters as query parameters (docs/events.md)", func(raw string) error {
-		sink, err := cloudevents.Parse(raw)
+	fs.StringVar(&cfg.CloudEventsConfig, "cloudevents-config", "", "YAML `file` of the sinks every recorded event is published to as a CloudEvent: HTTP receivers, NATS JetStream subjects, Kafka topics, with their filters (docs/events.md)")
+	fs.Func("cloudevents-sink", "publish every recorded event as a CloudEvent to this sink as well (repeatable): an http(s)://host/path, nats://host:port/SUBJECT or kafka://host:port/TOPIC `URL`, with name= and no other option (the rest is --cloudevents-config's)", func(raw string) error {
+		sink, err := cloudevents.ParseShort(raw)
 		if err != nil {
 			return fmt.Errorf("cloudevents-sink: %w", err)
 		}

@@ -59,25 +59,33 @@ const (
 // egress is what the sandbox runs for the CloudEvents sinks.
 type egress struct {
 	natsURL, receiverURL string
+	// sinksFile is the events service's --cloudevents-config.
+	sinksFile string
 	// What the JetStream subscriber and the HTTP receiver got.
 	nats, http *sinkLog
 }
 
 // sinkFlags are the events service's flags for the sandbox's two sinks.
 func (e *egress) sinkFlags() []string {
-	return []string{
-		"--cloudevents-sink", e.natsURL + "?subject=" + natsSubject + "&stream=" + natsStream + "&name=" + sinkNATS,
-		"--cloudevents-sink", e.receiverURL + "?name=" + sinkHTTP,
-		"--cloudevents-cluster", egressCluster,
-	}
+	return []string{"--cloudevents-config", e.sinksFile, "--cloudevents-cluster", egressCluster}
 }
 
-// startEgress starts nats-server with JetStream (its store under dir), creates the
-// stream, and starts the subscriber and the HTTP receiver, which write what they get
-// to JSON lines files in logs. Each stop is added to stops, to run in reverse.
+// startEgress writes the events service's sinks file into o.Dir, starts nats-server
+// with JetStream (its store under o.Dir), creates the stream, and starts the subscriber
+// and the HTTP receiver, which write what they get to JSON lines files in logs. Each
+// stop is added to stops, to run in reverse.
 func startEgress(ctx context.Context, o Options, natsBin, logs string, stops *[]func()) (*egress, error) {
 	natsAddr := "127.0.0.1:" + strconv.Itoa(o.NATSPort)
-	e := &egress{natsURL: "nats://" + natsAddr, receiverURL: fmt.Sprintf("http://127.0.0.1:%d/events", o.CloudEventsReceiverPort)}
+	e := &egress{
+		natsURL: "nats://" + natsAddr, receiverURL: fmt.Sprintf("http://127.0.0.1:%d/events", o.CloudEventsReceiverPort),
+		sinksFile: filepath.Join(o.Dir, "cloudevents-sinks.yaml"),
+	}
+	if err := writeYAML(e.sinksFile, cloudevents.File{Sinks: []cloudevents.SinkSpec{
+		{Name: sinkNATS, NATS: &cloudevents.NATSSpec{Servers: []string{natsAddr}, Subject: natsSubject, Stream: natsStream}},
+		{Name: sinkHTTP, HTTP: &cloudevents.HTTPSpec{URL: e.receiverURL}},
+	}}); err != nil {
+		return nil, err
+	}
 	// A run starts with an empty stream, as it does with an empty database: the events
 	// of this run have the ids the last run's had, and the duplicate window would drop
 	// them as copies.

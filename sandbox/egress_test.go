@@ -171,14 +171,18 @@ func TestEgressConsumers(t *testing.T) {
 	held := history()
 	events := delivered(t, held)
 	flags := e.sinkFlags()
-	for i := 0; i+1 < len(flags); i += 2 {
-		if flags[i] != "--cloudevents-sink" {
-			continue
-		}
-		cfg, err := cloudevents.Parse(flags[i+1])
-		if err != nil {
-			t.Fatal(err)
-		}
+	i := slices.Index(flags, "--cloudevents-config")
+	if i < 0 || i+1 == len(flags) {
+		t.Fatalf("flags %q name no sinks file", flags)
+	}
+	sinks, err := cloudevents.Load(flags[i+1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sinks) != 2 {
+		t.Fatalf("%d sinks in %s, want the NATS and the HTTP one", len(sinks), flags[i+1])
+	}
+	for _, cfg := range sinks {
 		sink, err := cfg.Open(ctx)
 		if err != nil {
 			t.Fatal(err)

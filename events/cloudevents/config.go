@@ -2,19 +2,14 @@ package cloudevents
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
-	"net"
+	"log/slog"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,12 +35,12 @@ const (
 	Binary Mode = "binary"
 	// Structured puts the whole event in the body as application/cloudevents+json.
 	Structured Mode = "structured"
-	// Batched (HTTP only) posts up to batchsize= events per request as a JSON array,
+	// Batched (HTTP only) posts up to batchSize events per request as a JSON array,
 	// application/cloudevents-batch+json: one round trip for many events.
 	Batched Mode = "batch"
 )
 
-// Defaults of the URL's options.
+// Defaults and bounds of a sink's settings.
 const (
 	DefaultTimeout     = 5 * time.Second
 	DefaultNATSSubject = "flyte.actions"
@@ -58,9 +53,9 @@ const (
 	maxNameLen       = 200
 )
 
-// Config is one sink's configuration, parsed from its URL (the --cloudevents-sink flag's
-// value). Its String form redacts the receiver's query values; it never holds a token,
-// only the path of the file that does.
+// Config is one sink's configuration, checked: from the configuration file (Load,
+// Decode, SinkSpec.Config) or a URL (Parse). Its String form redacts the receiver's
+// path and query values; it never holds a token, only the path of the file that does.
 type Config struct {
 	kind Kind
 	name string
@@ -72,7 +67,7 @@ type Config struct {
 	stream  string // NATS: the stream the subject must be stored in, when set
 	topic   string // Kafka
 	mode    Mode
-	// batchSize bounds the events in one batched HTTP request (mode=batch).
+	// batchSize bounds the events in one batched HTTP request (mode batch).
 	batchSize int
 	timeout   time.Duration
 	caFile    string
@@ -83,20 +78,21 @@ type Config struct {
 	phases            []flytecorev1.ActionPhase
 }
 
-// Name is the sink's stable name, its cursor's key and its metrics' label: the name=
-// option, or one derived from the URL. For HTTP that is the scheme, the host and a
-// digest of them with the path, as https://host#1a2b3c4d: a webhook URL's path is
-// often its credential, and the name is shown to whoever reads the metrics. The query
-// is left out, as it always was, so rotating a credential there keeps the cursor. For
-// a broker it is its servers and subject or topic. Changing a derived name's parts
-// gives the sink a new cursor, so set name= to keep a sink's place across a move.
+// Name is the sink's stable name, its cursor's key and its metrics' label: the name
+// it is given, or one derived from where it publishes. For HTTP that is the scheme,
+// the host and a digest of them with the path, as https://host#1a2b3c4d: a webhook
+// URL's path is often its credential, and the name is shown to whoever reads the
+// metrics. The query is left out, as it always was, so rotating a credential there
+// keeps the cursor. For a broker it is its servers and subject or topic. Changing a
+// derived name's parts gives the sink a new cursor, so name a sink to keep its place
+// across a move.
 func (c Config) Name() string { return c.name }
 
-// LegacyName is the name an HTTP sink without name= had before default names left the
-// path out: scheme, host and path. It holds the path, which may be a credential, so it
-// is for finding what was kept under that name (a cursor, dead letters) and never for
-// showing. It is empty when name= names the sink, and for the other kinds, whose
-// default names have not changed.
+// LegacyName is the name an HTTP sink without a name of its own had before default
+// names left the path out: scheme, host and path. It holds the path, which may be a
+// credential, so it is for finding what was kept under that name (a cursor, dead
+// letters) and never for showing. It is empty for a named sink, and for the other
+// kinds, whose default names have not changed.
 func (c Config) LegacyName() string {
 	if c.kind != KindHTTP || c.name != c.defaultName() {
 		return ""
@@ -166,49 +162,39 @@ func (c Config) Accepts(ev *eventsv1.ActionEvent) bool {
 }
 
 // String describes the sink for logs, with the receiver's path and query values
-// redacted.
+// redacted, in the file's terms.
 func (c Config) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s sink %q -> ", c.kind, c.name)
-	switch c.kind {
-	case KindHTTP:
-		b.WriteString(redactedURL(c.target))
-	case KindNATS:
-		fmt.Fprintf(&b, "nats://%s subject=%s", strings.Join(c.servers, ","), c.subject)
-		if c.stream != "" {
-			fmt.Fprintf(&b, " stream=%s", c.stream)
-		}
-	case KindKafka:
-		fmt.Fprintf(&b, "kafka://%s topic=%s", strings.Join(c.servers, ","), c.topic)
+	fmt.Fprintf(&b, "%s sink %q -> %s", c.kind, c.name, c.Target())
+	if c.stream != "" {
+		fmt.Fprintf(&b, " stream=%s", c.stream)
 	}
-	fmt.Fprintf(&b, " mode=%s timeout=%s", c.mode, c.timeout)
+	fmt.Fprintf(&b, " mode=%s", c.mode)
 	if c.mode == Batched {
-		fmt.Fprintf(&b, " batchsize=%d", c.batchSize)
+		fmt.Fprintf(&b, " batchSize=%d", c.batchSize)
 	}
-	if c.caFile != "" {
-		fmt.Fprintf(&b, " cafile=%s", c.caFile)
-	}
-	if c.tokenFile != "" {
-		fmt.Fprintf(&b, " tokenfile=%s", c.tokenFile)
-	}
-	if c.projects != nil {
-		fmt.Fprintf(&b, " project=%s", strings.Join(c.projects, ","))
-	}
-	if c.domains != nil {
-		fmt.Fprintf(&b, " domain=%s", strings.Join(c.domains, ","))
+	fmt.Fprintf(&b, " timeout=%s", c.timeout)
+	for _, f := range [][2]string{{"caFile", c.caFile}, {"tokenFile", c.tokenFile}, {"projects", strings.Join(c.projects, ",")}, {"domains", strings.Join(c.domains, ",")}} {
+		if f[1] != "" {
+			fmt.Fprintf(&b, " %s=%s", f[0], f[1])
+		}
 	}
 	if c.phases != nil {
 		names := make([]string, len(c.phases))
 		for i, p := range c.phases {
 			names[i], _ = PhaseName(p)
 		}
-		fmt.Fprintf(&b, " phase=%s", strings.Join(names, ","))
+		fmt.Fprintf(&b, " phases=%s", strings.Join(names, ","))
 	}
 	return b.String()
 }
 
 // GoString keeps %#v from printing the fields (the receiver's query among them).
 func (c Config) GoString() string { return "cloudevents.Config(" + c.String() + ")" }
+
+// LogValue logs the sink as its String, with any slog handler (JSON's would otherwise
+// show nothing of it).
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // Open makes the sink. It does not wait for the receiver or broker, which may be down
 // when the service starts (the sink's Publish reports Retry until it is up); it fails
@@ -226,346 +212,12 @@ func (c Config) Open(ctx context.Context) (Sink, error) {
 	case KindKafka:
 		s, err = openKafka(c)
 	default:
-		return nil, errors.New("cloudevents: a zero Config; make one with Parse")
+		return nil, errors.New("cloudevents: a zero Config; make one with Decode or Parse")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cloudevents: opening %s sink %q: %w", c.kind, c.name, err)
 	}
 	return s, nil
-}
-
-// option is one query parameter that belongs to the sink.
-type option struct {
-	repeatable bool
-	set        func(c *Config, value string) error
-}
-
-// Options every kind takes.
-var commonOptions = map[string]option{
-	"name":    {set: setName},
-	"timeout": {set: setTimeout},
-	"project": {repeatable: true, set: func(c *Config, v string) error { return addList(&c.projects, "project", v) }},
-	"domain":  {repeatable: true, set: func(c *Config, v string) error { return addList(&c.domains, "domain", v) }},
-	"phase":   {repeatable: true, set: addPhases},
-}
-
-var kindOptions = map[Kind]map[string]option{
-	KindHTTP: {
-		"mode":      {set: setMode(Binary, Structured, Batched)},
-		"batchsize": {set: setBatchSize},
-		"cafile":    {set: func(c *Config, v string) error { return setFile(&c.caFile, "cafile", v) }},
-		"tokenfile": {set: func(c *Config, v string) error { return setFile(&c.tokenFile, "tokenfile", v) }},
-	},
-	KindNATS: {
-		// Structured only: see the package comment.
-		"mode":      {set: setMode(Structured)},
-		"subject":   {set: setSubject},
-		"stream":    {set: setStream},
-		"cafile":    {set: func(c *Config, v string) error { return setFile(&c.caFile, "cafile", v) }},
-		"tokenfile": {set: func(c *Config, v string) error { return setFile(&c.tokenFile, "tokenfile", v) }},
-	},
-	KindKafka: {
-		"mode":   {set: setMode(Binary, Structured)},
-		"topic":  {set: setTopic},
-		"cafile": {set: func(c *Config, v string) error { return setFile(&c.caFile, "cafile", v) }},
-	},
-}
-
-// Parse reads a sink's URL:
-//
-//	http://host[:port]/path?... or https://...  an HTTP receiver
-//	nats://host[:port][,host[:port]...]?...       a JetStream subject
-//	kafka://host[:port][,host[:port]...]?topic=T  a Kafka topic
-//
-// Options for every kind: name= (the cursor's key), timeout= (a Go duration, default
-// 5s), and the filters project=, domain= (repeatable or comma-separated, exact) and
-// phase= (comma-separated phase names: queued, waiting_for_resources, initializing,
-// running, succeeded, failed, aborted, timed_out). HTTP: mode=binary|structured|batch
-// (default binary), batchsize= (mode=batch: events per request, default 100, at most
-// 1000), cafile= (https only), tokenfile= (a bearer token); other query
-// parameters stay in the URL the receiver is called with. NATS: subject= (default
-// flyte.actions), stream= (the stream the subject must be stored in), cafile= (TLS),
-// tokenfile=. Kafka: topic= (required), mode=binary|structured (default binary),
-// cafile= (TLS). Credentials in the URL itself are refused: they would show in logs.
-func Parse(raw string) (Config, error) {
-	c, err := parse(raw)
-	if err != nil {
-		return Config{}, fmt.Errorf("cloudevents sink %s: %w", describeRaw(raw), err)
-	}
-	return c, nil
-}
-
-func parse(raw string) (Config, error) {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return Config{}, errors.New("not a URL: want http://, https://, nats:// or kafka://")
-	}
-	c := Config{timeout: DefaultTimeout}
-	var query string
-	switch scheme {
-	case "http", "https":
-		c.kind = KindHTTP
-		u, err := url.Parse(raw)
-		if err != nil {
-			return Config{}, err
-		}
-		if u.User != nil {
-			return Config{}, errors.New("credentials in the URL are refused (they would show in logs); use tokenfile=")
-		}
-		if u.Host == "" || u.Hostname() == "" {
-			return Config{}, errors.New("no host")
-		}
-		if u.Fragment != "" {
-			return Config{}, errors.New("a fragment (#...) means nothing to a receiver")
-		}
-		query, u.RawQuery = u.RawQuery, ""
-		c.target = u
-		c.mode = Binary
-	case "nats", "kafka":
-		c.kind = Kind(scheme)
-		authority, q, _ := strings.Cut(rest, "?")
-		query = q
-		if strings.Contains(authority, "#") || strings.Contains(query, "#") {
-			return Config{}, errors.New("a fragment (#...) means nothing to a broker")
-		}
-		if strings.Contains(authority, "/") {
-			what := "subject="
-			if c.kind == KindKafka {
-				what = "topic="
-			}
-			return Config{}, fmt.Errorf("unexpected path %q: name the %s in the query", authority[strings.Index(authority, "/"):], what)
-		}
-		servers, err := parseServers(authority, map[Kind]string{KindNATS: defaultNATSPort, KindKafka: defaultKafkaPort}[c.kind])
-		if err != nil {
-			return Config{}, err
-		}
-		c.servers = servers
-		if c.kind == KindNATS {
-			c.mode = Structured
-			c.subject = DefaultNATSSubject
-		} else {
-			c.mode = Binary
-		}
-	default:
-		return Config{}, fmt.Errorf("unknown scheme %q: want http, https, nats or kafka", scheme)
-	}
-
-	values, err := url.ParseQuery(query)
-	if err != nil {
-		return Config{}, fmt.Errorf("query: %w", err)
-	}
-	for _, k := range slices.Sorted(maps.Keys(values)) {
-		opt, ok := commonOptions[k]
-		if !ok {
-			opt, ok = kindOptions[c.kind][k]
-		}
-		if !ok {
-			if c.kind == KindHTTP {
-				continue // the receiver's own parameter
-			}
-			return Config{}, fmt.Errorf("unknown option %q for a %s sink", k, c.kind)
-		}
-		if len(values[k]) > 1 && !opt.repeatable {
-			return Config{}, fmt.Errorf("option %s= given %d times", k, len(values[k]))
-		}
-		for _, v := range values[k] {
-			if err := opt.set(&c, v); err != nil {
-				return Config{}, err
-			}
-		}
-		delete(values, k)
-	}
-	if c.kind == KindHTTP {
-		c.target.RawQuery = values.Encode()
-		if c.caFile != "" && c.target.Scheme != "https" {
-			return Config{}, errors.New("cafile= applies to https only")
-		}
-		switch {
-		case c.mode == Batched && c.batchSize == 0:
-			c.batchSize = DefaultBatchSize
-		case c.mode != Batched && c.batchSize != 0:
-			return Config{}, errors.New("batchsize= applies to mode=batch only")
-		}
-	}
-	if c.kind == KindKafka && c.topic == "" {
-		return Config{}, errors.New("missing topic= (the Kafka topic to produce to)")
-	}
-	if c.name == "" {
-		c.name = c.defaultName()
-	}
-	if len(c.name) > maxNameLen {
-		return Config{}, fmt.Errorf("the name %q is longer than %d bytes; set a shorter name=", c.name, maxNameLen)
-	}
-	return c, nil
-}
-
-func (c Config) defaultName() string {
-	switch c.kind {
-	case KindHTTP:
-		return c.target.Scheme + "://" + c.target.Host + "#" + digest(c.pathName())
-	case KindNATS:
-		return "nats://" + strings.Join(c.servers, ",") + "/" + c.subject
-	default:
-		return "kafka://" + strings.Join(c.servers, ",") + "/" + c.topic
-	}
-}
-
-// digest is the first 8 hex digits of the SHA-256 of s: enough to tell apart the sinks
-// of one service, the same on every start and release, and nothing to read s from.
-func digest(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:4])
-}
-
-// parseServers reads a broker URL's comma-separated host[:port] list.
-func parseServers(authority, defaultPort string) ([]string, error) {
-	if strings.Contains(authority, "@") {
-		return nil, errors.New("credentials in the URL are refused (they would show in logs)")
-	}
-	if authority == "" {
-		return nil, errors.New("no host")
-	}
-	var servers []string
-	for _, hp := range strings.Split(authority, ",") {
-		host, port, err := net.SplitHostPort(hp)
-		if err != nil {
-			// No port: the kind's default. A bare IPv6 address needs brackets.
-			host, port = strings.TrimSuffix(strings.TrimPrefix(hp, "["), "]"), defaultPort
-		}
-		if host == "" || strings.ContainsAny(host, " /?#[]") {
-			return nil, fmt.Errorf("bad host %q", hp)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("bad port in %q", hp)
-		}
-		servers = append(servers, net.JoinHostPort(host, port))
-	}
-	return servers, nil
-}
-
-func setName(c *Config, v string) error {
-	if v == "" || strings.IndexFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
-		return fmt.Errorf("bad name= %q: want printable text without spaces", v)
-	}
-	c.name = v
-	return nil
-}
-
-func setTimeout(c *Config, v string) error {
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 || d > maxTimeout {
-		return fmt.Errorf("bad timeout= %q: want a duration such as 5s, above 0 and at most %s", v, maxTimeout)
-	}
-	c.timeout = d
-	return nil
-}
-
-func setMode(allowed ...Mode) func(c *Config, v string) error {
-	return func(c *Config, v string) error {
-		if !slices.Contains(allowed, Mode(v)) {
-			return fmt.Errorf("bad mode= %q for a %s sink: want %s", v, c.kind, joinModes(allowed))
-		}
-		c.mode = Mode(v)
-		return nil
-	}
-}
-
-func setBatchSize(c *Config, v string) error {
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > maxBatchSize {
-		return fmt.Errorf("bad batchsize= %q: want a number of events from 1 to %d", v, maxBatchSize)
-	}
-	c.batchSize = n
-	return nil
-}
-
-func joinModes(modes []Mode) string {
-	s := make([]string, len(modes))
-	for i, m := range modes {
-		s[i] = string(m)
-	}
-	return strings.Join(s, " or ")
-}
-
-func setFile(dst *string, opt, v string) error {
-	if v == "" {
-		return fmt.Errorf("empty %s=", opt)
-	}
-	*dst = v
-	return nil
-}
-
-func addList(dst *[]string, opt, v string) error {
-	for _, item := range strings.Split(v, ",") {
-		if item == "" {
-			return fmt.Errorf("empty value in %s= %q", opt, v)
-		}
-		if !slices.Contains(*dst, item) {
-			*dst = append(*dst, item)
-		}
-	}
-	slices.Sort(*dst)
-	return nil
-}
-
-func addPhases(c *Config, v string) error {
-	for _, name := range strings.Split(v, ",") {
-		p, ok := phaseByName(strings.ToLower(name))
-		if !ok {
-			return fmt.Errorf("bad phase %q in phase=: want one of %s", name, strings.Join(phaseNames(), ", "))
-		}
-		if !slices.Contains(c.phases, p) {
-			c.phases = append(c.phases, p)
-		}
-	}
-	slices.Sort(c.phases)
-	return nil
-}
-
-// NATS subjects: dot-separated tokens, no wildcards (a publish names one subject).
-var natsToken = regexp.MustCompile(`^[^.\s*>]+(\.[^.\s*>]+)*$`)
-
-func setSubject(c *Config, v string) error {
-	if !natsToken.MatchString(v) {
-		return fmt.Errorf("bad subject= %q: want dot-separated tokens without spaces or wildcards", v)
-	}
-	c.subject = v
-	return nil
-}
-
-// NATS stream names: no spaces, dots, wildcards or path separators.
-var natsStream = regexp.MustCompile(`^[^.\s*>/\\]+$`)
-
-func setStream(c *Config, v string) error {
-	if !natsStream.MatchString(v) {
-		return fmt.Errorf("bad stream= %q: want a stream name without spaces, dots or wildcards", v)
-	}
-	c.stream = v
-	return nil
-}
-
-// Kafka topic names: letters, digits, '.', '_' and '-', at most 249.
-var kafkaTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
-
-func setTopic(c *Config, v string) error {
-	if !kafkaTopic.MatchString(v) || v == "." || v == ".." {
-		return fmt.Errorf("bad topic= %q: want letters, digits, '.', '_' and '-', at most 249", v)
-	}
-	c.topic = v
-	return nil
-}
-
-// describeRaw names a sink URL in an error without its credentials or query values.
-func describeRaw(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && !strings.Contains(u.Host, ",") {
-		return strconv.Quote(redactedURL(u))
-	}
-	scheme, rest, _ := strings.Cut(raw, "://")
-	authority, _, _ := strings.Cut(rest, "?")
-	if _, host, ok := strings.Cut(authority, "@"); ok {
-		authority = "REDACTED@" + host
-	}
-	return strconv.Quote(scheme + "://" + authority)
 }
 
 // redacted replaces what a sink's text must not show.
@@ -643,11 +295,11 @@ func tlsConfig(caFile string) (*tls.Config, error) {
 	}
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("reading cafile: %w", err)
+		return nil, fmt.Errorf("reading caFile: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("cafile %s holds no PEM certificate", caFile)
+		return nil, fmt.Errorf("caFile %s holds no PEM certificate", caFile)
 	}
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
@@ -656,14 +308,14 @@ func tlsConfig(caFile string) (*tls.Config, error) {
 func readToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("reading tokenfile: %w", err)
+		return "", fmt.Errorf("reading tokenFile: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", fmt.Errorf("tokenfile %s is empty", path)
+		return "", fmt.Errorf("tokenFile %s is empty", path)
 	}
 	if strings.ContainsAny(tok, "\r\n") {
-		return "", fmt.Errorf("tokenfile %s holds more than one line", path)
+		return "", fmt.Errorf("tokenFile %s holds more than one line", path)
 	}
 	return tok, nil
 }

@@ -1,7 +1,8 @@
 // Package cloudevents publishes action events as CloudEvents 1.0 to the sinks an
 // operator configures: HTTP receivers, NATS JetStream subjects and Kafka topics. It
-// converts (Convert), configures (Parse: one URL per sink) and sends (Sink.Publish);
-// reading the outbox, cursors, dead letters and retry timing belong to the relay.
+// converts (Convert), configures (Load: a YAML file, a block per sink, see File; Parse:
+// one sink as a URL) and sends (Sink.Publish); reading the outbox, cursors, dead letters
+// and retry timing belong to the relay.
 //
 // # The event
 //
@@ -19,7 +20,7 @@
 //   - HTTP uses the SDK's HTTP binding (protocol/http WriteRequest): binary mode (the
 //     default) puts attributes in ce-* headers and the JSON data in the body with
 //     Content-Type application/json; structured mode sends application/cloudevents+json;
-//     batched mode (mode=batch) sends up to batchsize= events as one JSON array,
+//     batched mode (mode: batch) sends up to batchSize events as one JSON array,
 //     application/cloudevents-batch+json, the body the SDK's NewHTTPRequestFromEvents
 //     writes and its NewEventsFromHTTPRequest reads.
 //   - Kafka follows the Kafka protocol binding: binary mode (the default) with ce_*
@@ -38,7 +39,7 @@
 // the CloudEvent id (with source) identifies a duplicate.
 //
 //   - HTTP: one request at a time over a keep-alive connection (HTTP/2 over TLS when
-//     the receiver offers it), each bounded by timeout=. 2xx is Delivered. 429, 408,
+//     the receiver offers it), each bounded by the timeout. 2xx is Delivered. 429, 408,
 //     5xx, network errors and timeouts are Retry; so are redirects, which are not
 //     followed (the receiver's address is to be fixed, and an event would otherwise
 //     carry the bearer token wherever it points). Any other 4xx is Reject with detail
@@ -61,10 +62,10 @@
 //     streams.
 //   - Kafka: the batch is produced at once with the idempotent producer (franz-go's
 //     default), whose own retries keep each partition's order without duplicates. A
-//     record not acknowledged within timeout= fails, with everything behind it in its
+//     record not acknowledged within the timeout fails, with everything behind it in its
 //     partition, as Retry — even one in flight when its broker died (otherwise franz-go
 //     would wait for that answer indefinitely), so Publish returns within a few seconds
-//     of timeout= during an outage, and a resend of a record the broker had in fact
+//     of the timeout during an outage, and a resend of a record the broker had in fact
 //     stored stores it twice (same ce_id). Records of a batch behind a Retry may have
 //     been written already and are written again too. MessageTooLarge,
 //     RecordListTooLarge, InvalidRecord and InvalidTimestamp are Reject; everything

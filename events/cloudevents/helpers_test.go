@@ -72,6 +72,20 @@ func outcomes(results []Result) []Outcome {
 	return out
 }
 
+// mustDecode decodes a configuration file of one sink, given as the YAML of its list
+// item (sinksFile), that the test knows to be valid.
+func mustDecode(t testing.TB, sink string) Config {
+	t.Helper()
+	sinks, err := Decode([]byte(sinksFile(sink)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sinks) != 1 {
+		t.Fatalf("%d sinks, want 1", len(sinks))
+	}
+	return sinks[0]
+}
+
 // mustParse parses a sink URL the test knows to be valid.
 func mustParse(t testing.TB, raw string) Config {
 	t.Helper()

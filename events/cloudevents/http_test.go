@@ -402,7 +402,7 @@ func TestHTTPBearerToken(t *testing.T) {
 	if err := os.Remove(tokenFile); err != nil {
 		t.Fatal(err)
 	}
-	if results := publish(); !slices.Equal(outcomes(results), []Outcome{Retry}) || !strings.Contains(results[0].Detail, "tokenfile") {
+	if results := publish(); !slices.Equal(outcomes(results), []Outcome{Retry}) || !strings.Contains(results[0].Detail, "tokenFile") {
 		t.Errorf("results %v without a token file, want one Retry naming it", results)
 	}
 }
