@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cacheclient"
@@ -21,79 +20,110 @@ import (
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
 )
 
-// step is one part of a pass over a running action. It either lets the pass go on to
-// the next step or ends it, with the result the pass returns.
-type step func(ctx context.Context) (next bool, result ctrl.Result, err error)
+// step is one part of a pass over a live action. It changes only the action's status,
+// in memory, which closePass writes at the end of the pass; ensureFinalizer alone writes
+// (the finalizer, and then it ends the pass).
+//
+// Steps run in order, until one ends the pass: a step that returns an error (retried
+// after the work queue's backoff) or a non-zero result (it waits for something: the
+// result says when to look again) ends it with what it returned, and so does a step
+// that finishes the action. A zero result on an unfinished action lets the next step run.
+type step func(ctx context.Context) (ctrl.Result, error)
 
-var goOn = ctrl.Result{}
+// runSteps runs steps as step says, and returns what the last one run returned.
+func (s *scope) runSteps(ctx context.Context, steps ...step) (ctrl.Result, error) {
+	for _, run := range steps {
+		if result, err := run(ctx); err != nil || !result.IsZero() || s.ta.Status.Phase.IsTerminal() {
+			return result, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
 
-// reconcileActive is a pass over an action that is neither finished nor deleted: the
-// steps below, in order, until one ends it. Each step changes only s.ta's status (the
-// pass writes it once, at its end) except where it says otherwise.
+// lowestNonZeroResult is the sooner of two requeues, as cluster-api's
+// util.LowestNonZeroResult: a zero result (no requeue) gives way to the other.
+func lowestNonZeroResult(i, j ctrl.Result) ctrl.Result {
+	switch {
+	case i.IsZero():
+		return j
+	case j.IsZero():
+		return i
+	case j.RequeueAfter < i.RequeueAfter:
+		return j
+	}
+	return i
+}
+
+// reconcileActive is a pass over an action that is neither finished nor deleted.
 func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
-	for _, run := range []step{
+	return s.runSteps(ctx,
+		s.ensureFinalizer,
 		s.resolvePlugin,
 		s.validateSpec,
-		s.ensureFinalizer,
 		s.startAttempt,
 		s.consultCache,
 		s.enforceTimeout,
 		s.handle,
 		s.transition,
-	} {
-		next, result, err := run(ctx)
-		if !next || err != nil {
-			return result, err
-		}
+	)
+}
+
+// ensureFinalizer puts the finalizer on an action that will need it before anything
+// else is done, alone, and ends the pass, as cluster-api's controllers do: the pass done
+// again finds it on. The patch does not change the generation, so its own watch event
+// does not wake the action (GenerationChangedPredicate): the pass is due again at once,
+// and waits for the cache to show the patch (expectations). An action whose need shows
+// only at the end of a pass gets it there (closePass).
+func (s *scope) ensureFinalizer(ctx context.Context) (ctrl.Result, error) {
+	if s.holdsFinalizer() || !s.needsFinalizer() {
+		return ctrl.Result{}, nil
 	}
-	return s.result, nil
+	if err := s.addFinalizer(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: requeueAtOnce}, nil
 }
 
 // resolvePlugin finds the plugin of the action's task type; an unknown type fails the
 // action.
-func (s *scope) resolvePlugin(context.Context) (bool, ctrl.Result, error) {
+func (s *scope) resolvePlugin(context.Context) (ctrl.Result, error) {
 	p, err := s.resolve(s.ta.Spec.TaskType)
 	switch {
 	case errors.Is(err, core.ErrUnknownTaskType):
 		s.fail(flytev1.ReasonUnknownTaskType, flytev1.ErrorKindUser, err.Error())
-		return false, ctrl.Result{}, nil
 	case err != nil:
-		return false, ctrl.Result{}, err
+		return ctrl.Result{}, fmt.Errorf("resolving the plugin of task type %q: %w", s.ta.Spec.TaskType, err)
+	default:
+		s.plugin = p
 	}
-	s.plugin = p
-	return true, goOn, nil
+	return ctrl.Result{}, nil
 }
 
-// validateSpec checks what the CRD schema cannot: that URIs parse.
-func (s *scope) validateSpec(context.Context) (bool, ctrl.Result, error) {
+// validateSpec fails an action whose spec is wrong in a way the CRD schema cannot tell.
+func (s *scope) validateSpec(context.Context) (ctrl.Result, error) {
+	if msg := s.specError(); msg != "" {
+		s.fail(flytev1.ReasonInvalidSpec, flytev1.ErrorKindUser, msg)
+	}
+	return ctrl.Result{}, nil
+}
+
+// specError says what the CRD schema cannot check and is wrong in the spec (a URI that
+// does not parse); empty when nothing is.
+func (s *scope) specError() string {
 	for field, v := range map[string]string{"spec.inputUri": s.ta.Spec.InputURI, "spec.runOutputBase": s.ta.Spec.RunOutputBase} {
 		if v == "" {
 			continue
 		}
 		if u, err := url.Parse(v); err != nil || u.Scheme == "" {
-			s.fail(flytev1.ReasonInvalidSpec, flytev1.ErrorKindUser, fmt.Sprintf("%s: %q is not a URI such as s3://bucket/path", field, v))
-			return false, ctrl.Result{}, nil
+			return fmt.Sprintf("%s: %q is not a URI such as s3://bucket/path", field, v)
 		}
 	}
-	return true, goOn, nil
-}
-
-// ensureFinalizer puts the finalizer on before a plugin that creates things outside the
-// action (a pod) runs, so that deleting the action always aborts them. It writes the
-// action's metadata. Other actions get it before their first history is written (see
-// reconcile).
-func (s *scope) ensureFinalizer(ctx context.Context) (bool, ctrl.Result, error) {
-	if s.plugin.GetProperties().NeedsFinalizer && !controllerutil.ContainsFinalizer(s.ta, Finalizer) {
-		if err := s.addFinalizer(ctx); err != nil {
-			return false, ctrl.Result{}, err
-		}
-	}
-	return true, goOn, nil
+	return ""
 }
 
 // startAttempt queues a new action's first attempt, and holds a retried attempt until
 // its backoff is over.
-func (s *scope) startAttempt(context.Context) (bool, ctrl.Result, error) {
+func (s *scope) startAttempt(context.Context) (ctrl.Result, error) {
 	st := &s.ta.Status
 	if st.Attempts == 0 {
 		st.Attempts = 1
@@ -101,7 +131,7 @@ func (s *scope) startAttempt(context.Context) (bool, ctrl.Result, error) {
 	}
 	if next := st.NextAttemptAt; next != nil {
 		if wait := next.Sub(s.now.Time); wait > 0 {
-			return false, ctrl.Result{RequeueAfter: wait}, nil
+			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 		st.NextAttemptAt = nil
 	}
@@ -110,25 +140,25 @@ func (s *scope) startAttempt(context.Context) (bool, ctrl.Result, error) {
 		st.AttemptStartedAt = s.attemptStart()
 	}
 	s.tCtx = s.executionContext(st.Attempts)
-	return true, goOn, nil
+	return ctrl.Result{}, nil
 }
 
 // consultCache looks a cacheable action up before its first run: a hit finishes it
 // without running anything; a reservation held by an identical action makes it wait.
-func (s *scope) consultCache(ctx context.Context) (bool, ctrl.Result, error) {
+func (s *scope) consultCache(ctx context.Context) (ctrl.Result, error) {
 	ta := s.ta
 	switch {
 	case !cacheclient.Enabled(ta) || s.plugin.GetProperties().DisableNodeLevelCaching:
 		ta.Status.CacheStatus = flytev1.CacheDisabled
-		return true, goOn, nil
+		return ctrl.Result{}, nil
 	case s.r.Cache == nil:
 		ta.Status.CacheStatus = flytev1.CacheSkipped
-		return true, goOn, nil
+		return ctrl.Result{}, nil
 	case ta.Status.CacheStatus != "":
 		if ta.Status.CacheStatus == flytev1.CacheMiss {
 			s.r.Cache.Resume(ctx, ta)
 		}
-		return true, goOn, nil
+		return ctrl.Result{}, nil
 	}
 	d := s.r.Cache.Lookup(ctx, ta, s.tCtx.OutputWriter().OutputsURI())
 	switch {
@@ -137,12 +167,12 @@ func (s *scope) consultCache(ctx context.Context) (bool, ctrl.Result, error) {
 		ta.Status.CacheStatus = flytev1.CacheHit
 		ta.Status.OutputsURI = d.OutputsURI
 		s.terminate(flytev1.PhaseSucceeded, flytev1.ReasonCacheHit, nil)
-		return false, ctrl.Result{}, nil
+		return ctrl.Result{}, nil
 	case d.Wait > 0:
 		s.r.Metrics.CacheLookedUp("wait")
 		s.r.Metrics.BackedOff(metrics.WaitResources, d.Wait)
 		s.setPhase(flytev1.PhaseWaitingForResources, flytev1.ReasonWaitingForCache, s.waitingOn(d))
-		return false, ctrl.Result{RequeueAfter: d.Wait}, nil
+		return ctrl.Result{RequeueAfter: d.Wait}, nil
 	case d.Overwrite:
 		s.r.Metrics.CacheLookedUp("overwrite")
 	case d.Stale:
@@ -153,7 +183,7 @@ func (s *scope) consultCache(ctx context.Context) (bool, ctrl.Result, error) {
 		s.r.Metrics.CacheLookedUp("miss")
 	}
 	ta.Status.CacheStatus = d.Status
-	return true, goOn, nil
+	return ctrl.Result{}, nil
 }
 
 // waitingOn says whom an action waits on for the cache, and until when the holder's
@@ -170,18 +200,17 @@ func (s *scope) waitingOn(d cacheclient.Decision) string {
 }
 
 // enforceTimeout ends an attempt that ran past spec.timeout.
-func (s *scope) enforceTimeout(ctx context.Context) (bool, ctrl.Result, error) {
+func (s *scope) enforceTimeout(ctx context.Context) (ctrl.Result, error) {
 	timeout := s.ta.Spec.Timeout
 	if timeout == nil || s.timeLeft() > 0 {
-		return true, goOn, nil
+		return ctrl.Result{}, nil
 	}
 	attempt := s.ta.Status.Attempts
-	result, err := s.settle(ctx, true, func() {
+	return s.settle(ctx, true, func() {
 		s.terminate(flytev1.PhaseTimedOut, flytev1.ReasonTimedOut, &flytev1.ExecutionError{
 			Code: "Timeout", Kind: flytev1.ErrorKindUser, Message: fmt.Sprintf("attempt %d ran longer than %s", attempt, timeout.Duration),
 		})
 	})
-	return false, result, err
 }
 
 // timeLeft is what remains of the attempt's spec.timeout.
@@ -205,30 +234,28 @@ func (s *scope) attemptStart() *metav1.Time {
 	return &started
 }
 
-// handle lets the plugin advance the attempt and keeps what it reported: its phase, log
-// links and Kubernetes events, and when to look again.
-func (s *scope) handle(ctx context.Context) (bool, ctrl.Result, error) {
+// handle lets the plugin advance the attempt and keeps what it reported (its phase, log
+// links and Kubernetes events) for transition. A failed call ends the pass.
+func (s *scope) handle(ctx context.Context) (ctrl.Result, error) {
 	tr, err := s.plugin.Handle(ctx, s.tCtx)
 	if core.IsTransient(err) {
 		s.r.Metrics.Retried(metrics.RetryTransient)
 		// The API server or a service had a bad moment: the same step runs again after
 		// the queue's backoff, and the action is not charged for it.
-		return false, ctrl.Result{}, fmt.Errorf("plugin %s: %w", s.plugin.GetID(), err)
+		return ctrl.Result{}, fmt.Errorf("plugin %s: %w", s.plugin.GetID(), err)
 	}
 	var refused *datastore.NotAllowedError
 	if errors.As(err, &refused) {
 		// Inputs or outputs where storage.allowedPrefixes let no action go: that is how
 		// the executor is configured, which no retry changes, so the action fails now,
 		// naming the setting, rather than after its system budget.
-		result, err := s.settle(ctx, true, func() {
+		return s.settle(ctx, true, func() {
 			s.terminate(flytev1.PhaseFailed, flytev1.ReasonStorageNotAllowed, &flytev1.ExecutionError{Code: flytev1.ReasonStorageNotAllowed,
 				Kind: flytev1.ErrorKindSystem, Message: fitText(err.Error(), flytev1.MaxErrorMessageLength)})
 		})
-		return false, result, err
 	}
 	if err != nil {
-		result, err := s.systemFailure(ctx, "PluginError", err.Error(), false)
-		return false, result, err
+		return s.systemFailure(ctx, "PluginError", err.Error(), false)
 	}
 	info := tr.Info
 	st := &s.ta.Status
@@ -250,54 +277,53 @@ func (s *scope) handle(ctx context.Context) (bool, ctrl.Result, error) {
 	}
 	st.PluginPhase, st.PluginPhaseVersion = info.Phase.String(), int32(info.Version)
 	s.info = info
-	s.result = ctrl.Result{RequeueAfter: info.RequeueAfter}
-	if s.ta.Spec.Timeout != nil && !info.Phase.IsTerminal() {
-		// Wake up for the timeout even if nothing else happens.
-		if left := s.timeLeft(); s.result.RequeueAfter == 0 || left < s.result.RequeueAfter {
-			s.result.RequeueAfter = left
-		}
-	}
-	return true, goOn, nil
+	return ctrl.Result{}, nil
 }
 
 // transition moves the action to the phase the plugin reported: a phase of a running
-// attempt, or an outcome, which waits until the plugin has finalized the attempt.
-func (s *scope) transition(ctx context.Context) (bool, ctrl.Result, error) {
+// attempt, to be looked at again when lookAgain says, or an outcome, which waits until
+// the plugin has finalized the attempt.
+func (s *scope) transition(ctx context.Context) (ctrl.Result, error) {
 	info := s.info
-	var result ctrl.Result
-	var err error
 	switch info.Phase {
 	case core.PhaseNotReady, core.PhaseWaitingForResources:
 		if info.RequeueAfter > 0 {
 			s.r.Metrics.BackedOff(metrics.WaitResources, info.RequeueAfter)
 		}
 		s.setPhase(flytev1.PhaseWaitingForResources, or(info.Reason, flytev1.ReasonWaitingForResources), info.Message)
-		return true, goOn, nil
 	case core.PhaseQueued:
 		s.setPhase(flytev1.PhaseQueued, or(info.Reason, flytev1.ReasonQueued), info.Message)
-		return true, goOn, nil
 	case core.PhaseInitializing:
 		s.setPhase(flytev1.PhaseInitializing, or(info.Reason, flytev1.ReasonInitializing), info.Message)
-		return true, goOn, nil
 	case core.PhaseRunning:
 		s.setPhase(flytev1.PhaseRunning, or(info.Reason, flytev1.ReasonRunning), info.Message)
-		return true, goOn, nil
 	case core.PhaseSuccess:
-		result, err = s.settle(ctx, false, func() { s.succeed(ctx) })
+		return s.settle(ctx, false, func() { s.succeed(ctx) })
 	case core.PhaseRetryableFailure:
 		if info.Err != nil && info.Err.Kind == core.ErrorKindSystem {
-			result, err = s.systemFailure(ctx, info.Err.Code, info.Err.Message, true)
-		} else {
-			result, err = s.userFailure(ctx)
+			return s.systemFailure(ctx, info.Err.Code, info.Err.Message, true)
 		}
+		return s.userFailure(ctx)
 	case core.PhasePermanentFailure:
-		result, err = s.settle(ctx, false, func() {
+		return s.settle(ctx, false, func() {
 			s.terminate(flytev1.PhaseFailed, or(info.Reason, flytev1.ReasonUserError), toError(info.Err, info.Message))
 		})
 	default:
-		result, err = s.systemFailure(ctx, "UndefinedPhase", fmt.Sprintf("plugin %s returned phase %s", s.plugin.GetID(), info.Phase), false)
+		return s.systemFailure(ctx, "UndefinedPhase", fmt.Sprintf("plugin %s returned phase %s", s.plugin.GetID(), info.Phase), false)
 	}
-	return false, result, err
+	return s.lookAgain(), nil
+}
+
+// lookAgain is when a running attempt is looked at again if nothing wakes it sooner (its
+// pod changing, say): when the plugin asked to be, or when the attempt's timeout runs
+// out, whichever comes first; never, if neither applies.
+func (s *scope) lookAgain() ctrl.Result {
+	result := ctrl.Result{RequeueAfter: s.info.RequeueAfter}
+	if s.ta.Spec.Timeout != nil {
+		// enforceTimeout, earlier in the pass, saw time left.
+		result = lowestNonZeroResult(result, ctrl.Result{RequeueAfter: s.timeLeft()})
+	}
+	return result
 }
 
 // succeed records a successful attempt's outputs and offers them to the cacheclient.

@@ -158,7 +158,7 @@ func (s *scope) terminate(phase flytev1.Phase, reason string, execErr *flytev1.E
 	s.setPhase(phase, reason, message)
 }
 
-// fail ends an action that cannot run at all; it never got a finalizer.
+// fail ends an action that cannot run at all (an unknown task type, an invalid spec).
 func (s *scope) fail(reason string, kind flytev1.ErrorKind, message string) {
 	if s.ta.Status.Attempts == 0 {
 		s.ta.Status.Attempts = 1

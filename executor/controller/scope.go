@@ -32,10 +32,8 @@ type scope struct {
 	// steps of a pass.
 	plugin core.Plugin
 	tCtx   core.TaskExecutionContext
-	// info is what the plugin's Handle reported in this pass, and result when the pass
-	// should run again if nothing else wakes it.
-	info   core.PhaseInfo
-	result ctrl.Result
+	// info is what the plugin's Handle reported in this pass.
+	info core.PhaseInfo
 	// newVersion: the plugin reported a new version of its phase in this pass.
 	newVersion bool
 	// logLinks and clusterEvents are what the plugin reported in this pass.
@@ -43,41 +41,89 @@ type scope struct {
 	clusterEvents []flytev1.ClusterEvent
 }
 
-// reconcile is one pass over the action. Whatever the pass changed in the status is
-// written once, at its end.
+// reconcile is one pass over the action, in the shape of cluster-api's controllers:
+//
+//   - a live action that will need the finalizer and lacks it gets it first, alone, and
+//     the pass returns (ensureFinalizer, the first step of reconcileActive); one whose
+//     need only the end of the pass shows gets it right before its status (closePass);
+//   - otherwise a live action is advanced (reconcileActive), a deleted one aborted
+//     (reconcileDelete), and a finished one left as it is;
+//   - closePass, deferred, ends every pass: it writes what the pass changed in the status,
+//     once, then lets a finished action go once its history is delivered. No step writes
+//     the status itself.
 //
 // The history is the only durable copy of the action's events until they are
-// delivered, so the action holds the finalizer from before its first entry is written
-// until its last is delivered: a deletion then waits for the delivery (and records
-// Aborted) whatever happens to this executor meanwhile. An action without events to
-// keep (no events service) holds it only while it runs, to be aborted.
-func (s *scope) reconcile(ctx context.Context) (ctrl.Result, error) {
+// delivered, so with an events service the action holds the finalizer from before its
+// first entry is written until its last is delivered: a deletion then waits for the
+// delivery (and records Aborted) whatever happens to this executor meanwhile. An action
+// without events to keep (no events service) holds it only while it runs, to be aborted
+// (needsFinalizer).
+func (s *scope) reconcile(ctx context.Context) (result ctrl.Result, err error) {
+	deleted := !s.ta.DeletionTimestamp.IsZero()
+	if deleted && !s.holdsFinalizer() {
+		// Let go already, or deleted before a pass put the finalizer on: nothing to abort,
+		// nothing to keep.
+		return ctrl.Result{}, nil
+	}
+	defer func() { result, err = s.closePass(ctx, result, err) }()
 	switch {
-	case !s.ta.DeletionTimestamp.IsZero():
-		return ctrl.Result{}, s.reconcileDelete(ctx)
 	case s.ta.Status.Phase.IsTerminal():
-		return ctrl.Result{}, s.releaseWhenDelivered(ctx)
+		return ctrl.Result{}, nil // its status is final; closePass lets it go
+	case deleted:
+		return ctrl.Result{}, s.reconcileDelete(ctx)
 	}
 	// An executor that took over (a new leader, a restart) knows nothing of what its
 	// predecessor wrote but did not deliver: hand it over now, not at the action's next
 	// change of phase, which may be hours away.
 	s.handOver()
-	result, err := s.reconcileActive(ctx)
-	guard := s.writesHistory() && (s.r.Events != nil || !s.ta.Status.Phase.IsTerminal())
-	if guard && !controllerutil.ContainsFinalizer(s.ta, Finalizer) {
-		// Nothing of this pass is written without it; the pass is done again.
+	return s.reconcileActive(ctx)
+}
+
+// closePass ends every pass over an action this executor still holds or runs: it writes
+// what the pass changed in the status, in one write, then lets a finished action go once
+// its history is delivered.
+//
+// A pass may find only at its end that the action needs the finalizer: without an events
+// service, the action of an in-process plugin (core-sleep) needs it only if the pass
+// leaves it running, which only the plugin's Handle tells. Then the finalizer goes on
+// right before the status that needs it. Ending the pass there to do it again under the
+// finalizer, as ensureFinalizer does, would run it twice: a second Handle, and its phase
+// changes, retries and Warning events counted and recorded twice.
+func (s *scope) closePass(ctx context.Context, result ctrl.Result, err error) (ctrl.Result, error) {
+	if s.writesHistory() && !s.holdsFinalizer() && s.needsFinalizer() {
 		if ferr := s.addFinalizer(ctx); ferr != nil {
-			return ctrl.Result{}, errors.Join(err, ferr)
+			return ctrl.Result{}, errors.Join(err, ferr) // nothing of the pass is written without it
 		}
 	}
 	if werr := s.writeStatus(ctx, err == nil); werr != nil {
 		return ctrl.Result{}, errors.Join(err, werr)
 	}
 	if s.ta.Status.Phase.IsTerminal() {
-		return ctrl.Result{}, errors.Join(err, s.releaseWhenDelivered(ctx))
+		return result, errors.Join(err, s.releaseWhenDelivered(ctx))
 	}
 	return result, err
 }
+
+// needsFinalizer says whether the action, as this pass has it, must hold the finalizer.
+// With an events service, always: its history is guarded from before its first entry.
+// Without one, while it runs: from before the first Handle of a plugin that creates
+// things outside the action (a pod), so that deleting the action always aborts them,
+// and, for an in-process plugin, once a pass leaves it unfinished (closePass). An action
+// that fails before it runs (an unknown task type, an invalid spec) never needs it then.
+func (s *scope) needsFinalizer() bool {
+	switch {
+	case s.r.Events != nil:
+		return true
+	case s.ta.Status.Phase.IsTerminal():
+		return false
+	case len(s.ta.Status.PhaseHistory) > 0:
+		return true // it runs
+	}
+	p, err := s.resolve(s.ta.Spec.TaskType)
+	return err == nil && p.GetProperties().NeedsFinalizer && s.specError() == ""
+}
+
+func (s *scope) holdsFinalizer() bool { return controllerutil.ContainsFinalizer(s.ta, Finalizer) }
 
 // writesHistory says this pass has history to write: a new last entry.
 func (s *scope) writesHistory() bool {
@@ -86,16 +132,24 @@ func (s *scope) writesHistory() bool {
 	return now != was
 }
 
-// releaseWhenDelivered takes the finalizer off a finished action once its history is
-// delivered; until then the event sink wakes the action when it is. A finished action
-// is reached again only when something wakes it: that delivery, a restart (after which
-// the sink knows nothing of it, and so delivers its history again before the garbage
-// collector may delete it), its pod going away.
+// releaseWhenDelivered is the one place the finalizer comes off: a finished action (its
+// outcome written, or, deleted, its Aborted) is let go once its history is delivered;
+// until then the event sink wakes the action when it is. A finished action is reached
+// again only when something wakes it: that delivery, a restart (after which the sink
+// knows nothing of it, and so delivers its history again before the garbage collector
+// may delete it), its pod going away.
 func (s *scope) releaseWhenDelivered(ctx context.Context) error {
 	if s.r.Events != nil && !s.r.Events.ReleaseWhenDelivered(s.ta) {
 		return nil
 	}
-	return s.removeFinalizer(ctx)
+	if !s.holdsFinalizer() {
+		return nil
+	}
+	err := s.patchFinalizer(ctx, controllerutil.RemoveFinalizer, "removing finalizer")
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // handOver gives the event sink the action's history as found, unless it is delivered.
@@ -105,52 +159,42 @@ func (s *scope) handOver() {
 	}
 }
 
-// reconcileDelete aborts and finalizes a deleted action's attempt, records it Aborted
-// and, once the events service has heard of it, lets the action go. An action without
-// the finalizer (one that finished, or never ran past its first pass) goes at once.
+// reconcileDelete aborts and finalizes a deleted action's attempt and records it
+// Aborted; closePass writes that and lets the action go once the events service has it.
+// The finalizer is there for this: the pass is retried until the plugin has let go of
+// what it created.
 func (s *scope) reconcileDelete(ctx context.Context) error {
-	ta := s.ta
-	if !controllerutil.ContainsFinalizer(ta, Finalizer) {
-		return nil
-	}
-	if !ta.Status.Phase.IsTerminal() {
-		if p, err := s.resolve(ta.Spec.TaskType); err == nil { // no plugin: nothing to abort
-			s.plugin, s.tCtx = p, s.executionContext(max(ta.Status.Attempts, 1))
-			// The finalizer is there for this: the pass is retried until the plugin has
-			// let go of what it created.
-			if _, err := s.release(ctx, true); err != nil {
-				return err
-			}
-		}
-		s.terminate(flytev1.PhaseAborted, flytev1.ReasonAborted, nil)
-		if err := s.writeStatus(ctx, true); err != nil {
+	if p, err := s.resolve(s.ta.Spec.TaskType); err == nil { // no plugin: nothing to abort
+		s.plugin, s.tCtx = p, s.executionContext(max(s.ta.Status.Attempts, 1))
+		if _, err := s.release(ctx, true); err != nil {
 			return err
 		}
 	}
-	if s.r.Events != nil && !s.r.Events.ReleaseWhenDelivered(ta) {
-		return nil // the sink wakes us when it is delivered
-	}
-	return s.removeFinalizer(ctx)
+	s.terminate(flytev1.PhaseAborted, flytev1.ReasonAborted, nil)
+	return nil
 }
 
-// writeStatus writes the status if this pass changed it, and hands new history to the
-// event sink. The observed generation moves only with a pass that succeeded.
+// writeStatus writes the status if the pass changed it, and hands new history to the
+// event sink; closePass alone calls it. The observed generation moves only with a pass
+// that succeeded, and only in a write the pass makes anyway: the spec is immutable, so
+// the generation moves only with a deletion, whose pass writes Aborted, and a pass that
+// changed nothing else (a finished action's, one that only put the finalizer on) writes
+// nothing.
 func (s *scope) writeStatus(ctx context.Context, passSucceeded bool) error {
-	if passSucceeded {
-		s.ta.Status.ObservedGeneration = s.ta.Generation
-	}
 	if equality.Semantic.DeepEqual(s.before, &s.ta.Status) {
 		return nil
 	}
+	if passSucceeded {
+		s.ta.Status.ObservedGeneration = s.ta.Generation
+	}
 	if err := s.r.Client.Status().Update(ctx, s.ta); err != nil {
 		// A conflict means someone wrote meanwhile; Handle is idempotent, so the next
-		// reconcile simply does this step again.
+		// reconcile simply does this pass again.
 		return fmt.Errorf("updating status: %w", err)
 	}
 	// New history is a new last entry: a folded repeat changes its version, not the
 	// history's length.
-	now, _ := lastEntry(&s.ta.Status)
-	if was, _ := lastEntry(s.before); now != was {
+	if s.writesHistory() {
 		s.r.expectations().expect(s.ta)
 		s.settleExpectation(ctx)
 		if s.r.Events != nil {
@@ -167,18 +211,6 @@ func (s *scope) writeStatus(ctx context.Context, passSucceeded bool) error {
 // refuses for an action written by hand.
 func (s *scope) addFinalizer(ctx context.Context) error {
 	return s.patchFinalizer(ctx, controllerutil.AddFinalizer, "adding finalizer")
-}
-
-// removeFinalizer takes the finalizer off, if it is there.
-func (s *scope) removeFinalizer(ctx context.Context) error {
-	if !controllerutil.ContainsFinalizer(s.ta, Finalizer) {
-		return nil
-	}
-	err := s.patchFinalizer(ctx, controllerutil.RemoveFinalizer, "removing finalizer")
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }
 
 // patchFinalizer changes the finalizers with a merge patch under the optimistic lock

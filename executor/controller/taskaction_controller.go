@@ -41,12 +41,18 @@ import (
 // before looking again.
 const staleCacheWait = 50 * time.Millisecond
 
+// requeueAtOnce asks for the next pass as soon as a worker takes it: the shortest wait
+// controller-runtime takes for a requeue (a zero RequeueAfter is none).
+const requeueAtOnce = time.Nanosecond
+
 // transientRetryBase is the first wait before a pass that failed on a transient error
 // runs again; it doubles with each failure in a row.
 const transientRetryBase = 100 * time.Millisecond
 
 // Finalizer keeps a deleted action until its plugin has aborted and finalized and its
-// Aborted phase is delivered. An action carries it only while it runs.
+// Aborted phase is delivered. With an events service an action carries it from before
+// its first history entry is written until its last is delivered; without one, only
+// while it runs.
 const Finalizer = "flyte.org/plugin-finalizer"
 
 // Options tune the reconciler.
@@ -61,7 +67,8 @@ type Options struct {
 	// after that many system failures (negative: maxSystemFailures less that many);
 	// 0 never does (see core.InterruptiblePolicy).
 	InterruptibleFailureThreshold int32
-	// Backoff spaces attempts.
+	// Backoff spaces attempts. Its base must be positive: a step that backs off ends the
+	// pass only by the wait it returns, which a zero wait would not (see step).
 	Backoff backoff.Backoff
 	// MaxConcurrentReconciles is the number of workers.
 	MaxConcurrentReconciles int
@@ -85,8 +92,9 @@ type EventSink interface {
 	Enqueue(ta *flytev1.TaskAction)
 	// Delivered reports whether all of ta's history was delivered.
 	Delivered(ta *flytev1.TaskAction) bool
-	// ReleaseWhenDelivered reports whether all of a deleted action's history was
-	// delivered; if not, it hands ta over and Source wakes the reconciler once it is.
+	// ReleaseWhenDelivered reports whether all of a finished (or deleted) action's
+	// history was delivered; if not, it hands ta over and Source wakes the reconciler
+	// once it is.
 	ReleaseWhenDelivered(ta *flytev1.TaskAction) bool
 	// Forget is told that an action is gone.
 	Forget(types.NamespacedName)
@@ -140,7 +148,8 @@ func resultLabel(r ctrl.Result, err error) string {
 	return "success"
 }
 
-// Reconcile advances one action by one step.
+// Reconcile runs one pass over one action (scope.reconcile), once the informer cache
+// shows what this process last wrote of it.
 func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	if r.Observe != nil {
 		r.Observe(req)

@@ -36,11 +36,11 @@ func TestTimeoutStartsAfterTheBackoff(t *testing.T) {
 		{t0.Add(time.Hour + 4*time.Minute), 6 * time.Minute}, // and runs
 	} {
 		s := &scope{r: r, ta: ta, now: metav1.NewTime(tt.at), log: r.Log}
-		next, _, err := s.startAttempt(context.Background())
+		result, err := s.startAttempt(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		switch {
+		switch next := result.IsZero(); {
 		case tt.want == 0 && next:
 			t.Fatalf("at %s the attempt started during its backoff", tt.at)
 		case tt.want == 0:
