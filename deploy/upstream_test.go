@@ -212,7 +212,7 @@ func natsSinks(info *composeInfo) []natsSink {
 		}
 	}
 	for _, raw := range info.given["cloudevents-sink"] {
-		c, err := cloudevents.ParseShort(raw)
+		c, err := cloudevents.Parse(raw)
 		if err != nil || c.Kind() != cloudevents.KindNATS {
 			continue
 		}

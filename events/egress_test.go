@@ -117,7 +117,7 @@ func TestRunRefusesABadSinksFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	flagged, err := cloudevents.ParseShort("http://127.0.0.1:1/x?name=alerts")
+	flagged, err := cloudevents.Parse("http://127.0.0.1:1/x?name=alerts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestEgressShowsNoSinkSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	hook := receiver.URL + "/services/T000/B000/" + pathSecret
-	sink, err := cloudevents.Parse(hook + "?sig=" + querySecret + "&tokenfile=" + tokenFile)
+	sink, err := cloudevents.SinkSpec{HTTP: &cloudevents.HTTPSpec{URL: hook + "?sig=" + querySecret, TokenFile: tokenFile}}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func Flags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.JaegerUIURL, "jaeger-ui-url", "", "a Jaeger UI the console links each trace to; empty links none")
 	fs.StringVar(&cfg.CloudEventsConfig, "cloudevents-config", "", "YAML `file` of the sinks every recorded event is published to as a CloudEvent: HTTP receivers, NATS JetStream subjects, Kafka topics, with their filters (docs/events.md)")
 	fs.Func("cloudevents-sink", "publish every recorded event as a CloudEvent to this sink as well (repeatable): an http(s)://host/path, nats://host:port/SUBJECT or kafka://host:port/TOPIC `URL`, with name= and no other option (the rest is --cloudevents-config's)", func(raw string) error {
-		sink, err := cloudevents.ParseShort(raw)
+		sink, err := cloudevents.Parse(raw)
 		if err != nil {
 			return fmt.Errorf("cloudevents-sink: %w", err)
 		}

@@ -387,15 +387,17 @@ func (e *egress) startRig(ctx context.Context, name string, kinds []sinkKind) (r
 	}()
 	var httpAddr string
 	for _, k := range kinds {
-		var raw string
+		var spec cloudevents.SinkSpec
 		r.as("sinks", func() {
 			switch k {
 			case kindNATS:
-				if raw, err = r.startNATS(ctx); err != nil {
+				spec.Name = "nats"
+				if spec.NATS, err = r.startNATS(ctx); err != nil {
 					err = fmt.Errorf("NATS: %w", err)
 				}
 			case kindKafka:
-				if raw, err = r.startKafka(); err != nil {
+				spec.Name = "kafka"
+				if spec.Kafka, err = r.startKafka(); err != nil {
 					err = fmt.Errorf("Kafka: %w", err)
 				}
 			default:
@@ -405,18 +407,16 @@ func (e *egress) startRig(ctx context.Context, name string, kinds []sinkKind) (r
 						return
 					}
 				}
-				raw = "http://" + httpAddr + map[sinkKind]string{
-					kindHTTP: "/events?name=http", kindSlowHTTP: "/slow?name=http-slow", kindUnavailableHTTP: "/unavailable?name=http-unavailable",
+				at := map[sinkKind]struct{ name, path string }{
+					kindHTTP: {"http", "/events"}, kindSlowHTTP: {"http-slow", "/slow"}, kindUnavailableHTTP: {"http-unavailable", "/unavailable"},
 				}[k]
-				if e.size.HTTPMode != "" {
-					raw += "&mode=" + e.size.HTTPMode
-				}
+				spec = cloudevents.SinkSpec{Name: at.name, HTTP: &cloudevents.HTTPSpec{URL: "http://" + httpAddr + at.path, Mode: cloudevents.Mode(e.size.HTTPMode)}}
 			}
 		})
 		if err != nil {
 			return nil, err
 		}
-		sc, err := cloudevents.Parse(raw)
+		sc, err := spec.Config()
 		if err != nil {
 			return nil, err
 		}
@@ -523,39 +523,40 @@ func (r *rig) served() int {
 }
 
 // startNATS runs a nats-server with JetStream (a file store in a temporary directory),
-// the stream over the subject, and an ordered consumer decoding each message.
-func (r *rig) startNATS(ctx context.Context) (string, error) {
+// the stream over the subject, and an ordered consumer decoding each message; it
+// returns the sink of the subject.
+func (r *rig) startNATS(ctx context.Context) (*cloudevents.NATSSpec, error) {
 	dir, err := os.MkdirTemp("", "events-bench-nats-")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	r.onClose(func() { _ = os.RemoveAll(dir) })
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true, JetStream: true, StoreDir: dir})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	srv.Start()
 	r.onClose(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	if !srv.ReadyForConnections(10 * time.Second) {
-		return "", errors.New("the server did not start")
+		return nil, errors.New("the server did not start")
 	}
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	r.onClose(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	// As the sandbox and compose create it: a two-minute duplicate window.
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FLYTE_ACTIONS", Subjects: []string{natsSubject}, Duplicates: 2 * time.Minute})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	// The id comes from the header the sink sets ("<source> <id>"), and one message in
 	// 64 is decoded in full and held to it: decoding every one would take CPU from the
@@ -574,24 +575,24 @@ func (r *rig) startNATS(ctx context.Context) (string, error) {
 		r.col.arrive(kindNATS, id, at)
 	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	r.onClose(cc.Stop)
-	return fmt.Sprintf("nats://%s?subject=%s&name=nats", srv.Addr(), natsSubject), nil
+	return &cloudevents.NATSSpec{Servers: []string{srv.Addr().String()}, Subject: natsSubject}, nil
 }
 
 // startKafka runs a one-broker kfake cluster with the topic in 4 partitions, and a
-// consumer of the topic reading each record's ce_id.
-func (r *rig) startKafka() (string, error) {
+// consumer of the topic reading each record's ce_id; it returns the sink of the topic.
+func (r *rig) startKafka() (*cloudevents.KafkaSpec, error) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, kafkaTopic))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	r.onClose(cluster.Close)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(kafkaTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -622,7 +623,7 @@ func (r *rig) startKafka() (string, error) {
 		}
 	}()
 	r.onClose(func() { cancel(); <-done; cl.Close() })
-	return "kafka://" + strings.Join(cluster.ListenAddrs(), ",") + "?topic=" + kafkaTopic + "&name=kafka", nil
+	return &cloudevents.KafkaSpec{Brokers: cluster.ListenAddrs(), Topic: kafkaTopic}, nil
 }
 
 // reset empties the events and the outbox while no service runs.

@@ -37,10 +37,10 @@ func BenchmarkPublish(b *testing.B) {
 		b.ReportMetric(float64(n*batch)/b.Elapsed().Seconds(), "events/s")
 	}
 	b.Run("http", func(b *testing.B) {
-		run(b, openSink(b, serve(b, newReceiver(b), false)), nil)
+		run(b, openSink(b, SinkSpec{HTTP: serve(b, newReceiver(b), false)}), nil)
 	})
 	b.Run("http2", func(b *testing.B) {
-		run(b, openSink(b, serve(b, newReceiver(b), true)), nil)
+		run(b, openSink(b, SinkSpec{HTTP: serve(b, newReceiver(b), true)}), nil)
 	})
 	b.Run("nats", func(b *testing.B) {
 		srv := startNATS(b, b.TempDir(), 0)
@@ -48,7 +48,7 @@ func BenchmarkPublish(b *testing.B) {
 		// Every batch gets new ids: the same ids again would be dropped as duplicates,
 		// which costs the server less than storing them.
 		out := make([]event.Event, batch)
-		run(b, openSink(b, natsURL(srv, "")), func(n int) []event.Event {
+		run(b, openSink(b, natsSpec(srv, "", "", "")), func(n int) []event.Event {
 			for i := range out {
 				out[i] = events[i].Clone()
 				out[i].SetID(events[i].ID() + "/" + strconv.Itoa(n))
@@ -57,6 +57,6 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	})
 	b.Run("kafka", func(b *testing.B) {
-		run(b, openSink(b, kafkaURL(startKafka(b, 0, ""), "")), nil)
+		run(b, openSink(b, kafkaSpec(startKafka(b, 0, ""), "", "")), nil)
 	})
 }

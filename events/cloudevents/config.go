@@ -54,7 +54,7 @@ const (
 )
 
 // Config is one sink's configuration, checked: from the configuration file (Load,
-// Decode, SinkSpec.Config) or a URL (Parse). Its String form redacts the receiver's
+// Decode, SinkSpec.Config) or --cloudevents-sink's URL (Parse). Its String form redacts the receiver's
 // path and query values; it never holds a token, only the path of the file that does.
 type Config struct {
 	kind Kind
@@ -212,7 +212,7 @@ func (c Config) Open(ctx context.Context) (Sink, error) {
 	case KindKafka:
 		s, err = openKafka(c)
 	default:
-		return nil, errors.New("cloudevents: a zero Config; make one with Decode or Parse")
+		return nil, errors.New("cloudevents: a zero Config; make one with Decode, SinkSpec.Config or Parse")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cloudevents: opening %s sink %q: %w", c.kind, c.name, err)

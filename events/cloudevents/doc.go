@@ -1,7 +1,7 @@
 // Package cloudevents publishes action events as CloudEvents 1.0 to the sinks an
 // operator configures: HTTP receivers, NATS JetStream subjects and Kafka topics. It
-// converts (Convert), configures (Load: a YAML file, a block per sink, see File; Parse:
-// one sink as a URL) and sends (Sink.Publish); reading the outbox, cursors, dead letters
+// converts (Convert), configures (Load: a YAML file, a block per sink, see File;
+// SinkSpec.Config: one such block; Parse: --cloudevents-sink's URL) and sends (Sink.Publish); reading the outbox, cursors, dead letters
 // and retry timing belong to the relay.
 //
 // # The event

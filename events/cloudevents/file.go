@@ -218,8 +218,8 @@ func (s SinkSpec) Config() (Config, error) {
 	return c, nil
 }
 
-// urlForm is what the URL form took as the sink's options in an HTTP URL's query: the
-// file refuses them there, where they would go to the receiver unnoticed.
+// urlForm is what --cloudevents-sink once took as the sink's options in an HTTP URL's
+// query: the file refuses them there, where they would go to the receiver unnoticed.
 var urlForm = []string{"name", "timeout", "project", "domain", "phase", "mode", "batchsize", "cafile", "tokenfile"}
 
 func (c *Config) setHTTP(h HTTPSpec) error {

@@ -38,8 +38,10 @@ func startKafka(t testing.TB, port int, dataDir string) *kfake.Cluster {
 	return c
 }
 
-func kafkaURL(c *kfake.Cluster, query string) string {
-	return "kafka://" + strings.Join(c.ListenAddrs(), ",") + "?topic=" + kafkaTopicName + "&" + query
+// kafkaSpec is a sink of the cluster's topic in mode (binary unless given) with a
+// timeout of to (the default unless given).
+func kafkaSpec(c *kfake.Cluster, mode Mode, to string) SinkSpec {
+	return SinkSpec{Kafka: &KafkaSpec{Brokers: c.ListenAddrs(), Topic: kafkaTopicName, Mode: mode, Timeout: to}}
 }
 
 // consume reads n records of the topic from its start.
@@ -132,7 +134,7 @@ func TestKafkaDelivers(t *testing.T) {
 	for _, mode := range []Mode{Binary, Structured} {
 		t.Run(string(mode), func(t *testing.T) {
 			cluster := startKafka(t, 0, "")
-			sink := openSink(t, kafkaURL(cluster, "mode="+string(mode)))
+			sink := openSink(t, kafkaSpec(cluster, mode, ""))
 			events := cloudEvents(t, 300, 11)
 			for _, batch := range [][]event.Event{events[:50], events[50:]} {
 				results, err := sink.Publish(context.Background(), batch)
@@ -190,7 +192,7 @@ func TestKafkaDelivers(t *testing.T) {
 
 func TestKafkaRejectsTooLarge(t *testing.T) {
 	cluster := startKafka(t, 0, "")
-	sink := openSink(t, kafkaURL(cluster, ""))
+	sink := openSink(t, kafkaSpec(cluster, "", ""))
 	events := cloudEvents(t, 3, 3)
 	batch := []event.Event{events[0], withData(t, events[1], 2<<20), events[2]}
 	results, err := sink.Publish(context.Background(), batch)
@@ -222,7 +224,7 @@ func TestKafkaBrokerOutage(t *testing.T) {
 	addr := cluster.ListenAddrs()[0]
 	_, portText, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portText)
-	sink := openSink(t, kafkaURL(cluster, "timeout=1s"))
+	sink := openSink(t, kafkaSpec(cluster, "", "1s"))
 	events := cloudEvents(t, 20, 4)
 	if results, err := sink.Publish(context.Background(), events[:5]); err != nil || len(results) != 5 || results[4].Outcome != Delivered {
 		t.Fatalf("before the outage: %v, %v", results, err)

@@ -98,15 +98,17 @@ func storedMsgs(t testing.TB, st jetstream.Stream) uint64 {
 	return info.State.Msgs
 }
 
-func natsURL(s *server.Server, query string) string {
-	return fmt.Sprintf("nats://127.0.0.1:%d?%s", natsPort(s), query)
+// natsSpec is a sink of the server's subject (flyte.actions unless given), checked
+// against stream when given, with a timeout of to (the default unless given).
+func natsSpec(s *server.Server, subject, stream, to string) SinkSpec {
+	return SinkSpec{NATS: &NATSSpec{Servers: []string{fmt.Sprintf("127.0.0.1:%d", natsPort(s))}, Subject: subject, Stream: stream, Timeout: to}}
 }
 
 func TestNATSDelivers(t *testing.T) {
 	srv := startNATS(t, t.TempDir(), 0)
 	js := jetStream(t, srv)
 	st := createStream(t, js, jetstream.StreamConfig{Name: "FLYTE", Subjects: []string{"flyte.actions"}, Duplicates: time.Minute})
-	sink := openSink(t, natsURL(srv, "stream=FLYTE&timeout=5s"))
+	sink := openSink(t, natsSpec(srv, "", "FLYTE", "5s"))
 
 	// More than the window of publishes awaiting acknowledgement, over several calls.
 	events := cloudEvents(t, 3*natsInFlight+17, 7)
@@ -138,7 +140,7 @@ func TestNATSDelivers(t *testing.T) {
 func TestNATSDuplicateWindow(t *testing.T) {
 	srv := startNATS(t, t.TempDir(), 0)
 	st := createStream(t, jetStream(t, srv), jetstream.StreamConfig{Name: "FLYTE", Subjects: []string{"flyte.actions"}, Duplicates: time.Minute})
-	sink := openSink(t, natsURL(srv, ""))
+	sink := openSink(t, natsSpec(srv, "", "", ""))
 	events := cloudEvents(t, 3, 3)
 	// The whole batch again (a lost acknowledgement), then one event twice in a batch.
 	for _, batch := range [][]event.Event{events, events, {events[1], events[1]}} {
@@ -167,15 +169,15 @@ func TestNATSRejectsTooLarge(t *testing.T) {
 	events := cloudEvents(t, 3, 3)
 
 	tests := []struct {
-		name, query, detail string
-		size                int
+		name, subject, detail string
+		size                  int
 	}{
 		{"over the server's max payload", "", "maximum payload exceeded", natsMaxPayload + 1},
-		{"over the stream's max message size", "subject=flyte.small", "message size exceeds maximum allowed", 8 << 10},
+		{"over the stream's max message size", "flyte.small", "message size exceeds maximum allowed", 8 << 10},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sink := openSink(t, natsURL(srv, tc.query))
+			sink := openSink(t, natsSpec(srv, tc.subject, "", ""))
 			batch := []event.Event{events[0], withData(t, events[1], tc.size), events[2]}
 			results, err := sink.Publish(context.Background(), batch)
 			if err != nil {
@@ -195,13 +197,13 @@ func TestNATSRetriesWithoutAStream(t *testing.T) {
 	srv := startNATS(t, t.TempDir(), 0)
 	createStream(t, jetStream(t, srv), jetstream.StreamConfig{Name: "FLYTE", Subjects: []string{"flyte.actions"}})
 	events := cloudEvents(t, 5, 5)
-	tests := []struct{ name, query, detail string }{
-		{"no stream stores the subject", "subject=flyte.nowhere", "no stream"},
-		{"the subject is in another stream", "stream=OTHER", "expected stream does not match"},
+	tests := []struct{ name, subject, stream, detail string }{
+		{"no stream stores the subject", "flyte.nowhere", "", "no stream"},
+		{"the subject is in another stream", "", "OTHER", "expected stream does not match"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sink := openSink(t, natsURL(srv, tc.query+"&timeout=2s"))
+			sink := openSink(t, natsSpec(srv, tc.subject, tc.stream, "2s"))
 			results, err := sink.Publish(context.Background(), events)
 			if err != nil {
 				t.Fatal(err)
@@ -220,7 +222,7 @@ func TestNATSBrokerOutage(t *testing.T) {
 	srv := startNATS(t, dir, 0)
 	port := natsPort(srv)
 	createStream(t, jetStream(t, srv), jetstream.StreamConfig{Name: "FLYTE", Subjects: []string{"flyte.actions"}, Duplicates: time.Minute})
-	sink := openSink(t, natsURL(srv, "timeout=1s"))
+	sink := openSink(t, natsSpec(srv, "", "", "1s"))
 	events := cloudEvents(t, 40, 4)
 
 	if results, err := sink.Publish(context.Background(), events[:10]); err != nil || len(results) != 10 || results[9].Outcome != Delivered {
@@ -279,7 +281,7 @@ func TestNATSOpensBeforeTheServer(t *testing.T) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	sink := openSink(t, fmt.Sprintf("nats://127.0.0.1:%d?timeout=1s", port))
+	sink := openSink(t, SinkSpec{NATS: &NATSSpec{Servers: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Timeout: "1s"}})
 	events := cloudEvents(t, 2, 2)
 	results, err := sink.Publish(context.Background(), events)
 	if err != nil || !slices.Equal(outcomes(results), []Outcome{Retry}) {

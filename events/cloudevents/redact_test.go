@@ -32,17 +32,17 @@ func TestRedact(t *testing.T) {
 // out, by which what was kept under it can be found; nothing for a named sink or a
 // broker, whose names have not changed.
 func TestLegacyName(t *testing.T) {
-	tests := []struct{ raw, want string }{
-		{"https://hooks.example.com/services/T000/B000/XXXX?sig=s&timeout=1s", "https://hooks.example.com/services/T000/B000/XXXX"},
-		{"http://receiver.example:8080", "http://receiver.example:8080"},
-		{"http://receiver.example/a%2Fb", "http://receiver.example/a%2Fb"},
-		{"https://hooks.example.com/x?name=alerts", ""},
-		{"nats://nats.example", ""},
-		{"kafka://k1?topic=t", ""},
+	tests := []struct{ sink, want string }{
+		{"http: {url: 'https://hooks.example.com/services/T000/B000/XXXX?sig=s', timeout: 1s}", "https://hooks.example.com/services/T000/B000/XXXX"},
+		{"http: {url: 'http://receiver.example:8080'}", "http://receiver.example:8080"},
+		{"http: {url: 'http://receiver.example/a%2Fb'}", "http://receiver.example/a%2Fb"},
+		{"{name: alerts, http: {url: 'https://hooks.example.com/x'}}", ""},
+		{"nats: {servers: [nats.example]}", ""},
+		{"kafka: {brokers: [k1], topic: t}", ""},
 	}
 	for _, tc := range tests {
-		t.Run(tc.raw, func(t *testing.T) {
-			if got := mustParse(t, tc.raw).LegacyName(); got != tc.want {
+		t.Run(tc.sink, func(t *testing.T) {
+			if got := mustDecode(t, tc.sink).LegacyName(); got != tc.want {
 				t.Errorf("LegacyName() = %q, want %q", got, tc.want)
 			}
 		})

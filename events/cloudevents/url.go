@@ -1,8 +1,6 @@
 package cloudevents
 
 import (
-	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,19 +10,17 @@ import (
 	"strings"
 )
 
-// Parse reads a sink given as one URL, for a sink made in a line (ParseShort, tests):
+// Parse reads the events service's --cloudevents-sink: one sink as a URL,
 //
 //	http://host[:port]/path or https://...        an HTTP receiver
 //	nats://host[:port][,host[:port]...][/subject]  a JetStream subject
-//	kafka://host[:port][,host[:port]...][/topic]   a Kafka topic
+//	kafka://host[:port][,host[:port]...]/topic     a Kafka topic
 //
-// Query parameters named after a setting of the sink set it, as its field in the file
-// (File) does: name=, timeout=, mode=, batchsize=, cafile=, tokenfile=, subject=,
-// stream=, topic=, and the filters project=, domain= and phase= (repeatable or
-// comma-separated). An HTTP URL's other parameters are the receiver's; a broker's are
-// refused. The rules are the file's (SinkSpec.Config).
+// with name= and no other query. It is the file's sink (SinkSpec) of that URL, servers
+// and subject, or brokers and topic, with the file's rules and defaults; anything more,
+// a receiver's own query included, is written in the file.
 func Parse(raw string) (Config, error) {
-	s, err := specOfURL(raw)
+	s, err := shorthand(raw)
 	var c Config
 	if err == nil {
 		c, err = s.Config()
@@ -35,30 +31,13 @@ func Parse(raw string) (Config, error) {
 	return c, nil
 }
 
-// ParseShort is Parse with no option but name=: the events service's --cloudevents-sink.
-// A sink with more to say, or a receiver's URL with a query, is written in the file.
-func ParseShort(raw string) (Config, error) {
-	_, query, _ := strings.Cut(raw, "?")
-	values, _ := url.ParseQuery(query) // Parse reports a bad one
-	for _, k := range slices.Sorted(maps.Keys(values)) {
-		if k != "name" {
-			return Config{}, fmt.Errorf("cloudevents sink %s: %s=: the flag takes a URL and name= only; write this sink in the --cloudevents-config file (docs/events.md)", describeRaw(raw), k)
-		}
-	}
-	return Parse(raw)
-}
-
-// specOfURL spells a URL as the file's sink: its options become the fields of the
-// same name, decoded as the file's, so a kind without the option refuses it.
-func specOfURL(raw string) (SinkSpec, error) {
+// shorthand spells a --cloudevents-sink URL as the file's sink.
+func shorthand(raw string) (SinkSpec, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
-	kind := map[string]string{"http": "http", "https": "http", "nats": "nats", "kafka": "kafka"}[scheme]
-	switch {
-	case !ok:
+	if !ok {
 		return SinkSpec{}, errors.New("not a URL: want http://, https://, nats:// or kafka://")
-	case kind == "":
-		return SinkSpec{}, fmt.Errorf("unknown scheme %q: want http, https, nats or kafka", scheme)
-	case strings.Contains(rest, "#"):
+	}
+	if strings.Contains(rest, "#") {
 		return SinkSpec{}, errors.New("a fragment (#...) means nothing to a sink")
 	}
 	authority, query, _ := strings.Cut(rest, "?")
@@ -66,66 +45,27 @@ func specOfURL(raw string) (SinkSpec, error) {
 	if err != nil {
 		return SinkSpec{}, fmt.Errorf("query: %w", err)
 	}
-	block, filter := map[string]any{}, map[string]any{}
-	sink := map[string]any{kind: block}
-	if kind != "http" {
-		// nats://host:port,host:port/subject, kafka://host:port/topic
-		authority, path, _ := strings.Cut(authority, "/")
-		block[map[string]string{"nats": "servers", "kafka": "brokers"}[kind]] = strings.Split(authority, ",")
-		if path != "" {
-			block[map[string]string{"nats": "subject", "kafka": "topic"}[kind]] = path
-		}
-	}
 	for _, k := range slices.Sorted(maps.Keys(values)) {
-		vs := values[k]
-		switch {
-		case k == "project" || k == "domain" || k == "phase":
-			var items []string
-			for _, v := range vs {
-				items = append(items, strings.Split(v, ",")...)
-			}
-			filter[k+"s"] = items
-			delete(values, k)
-			continue
-		case kind == "http" && !slices.Contains(urlForm, k):
-			continue // the receiver's own
-		case len(vs) > 1:
-			return SinkSpec{}, fmt.Errorf("option %s= given %d times", k, len(vs))
-		case vs[0] == "":
-			return SinkSpec{}, fmt.Errorf("empty %s=", k)
+		if k != "name" {
+			return SinkSpec{}, fmt.Errorf("%s=: the flag takes a URL and name= only; write this sink in the --cloudevents-config file (docs/events.md)", k)
 		}
-		field, v := cmp.Or(map[string]string{"batchsize": "batchSize", "cafile": "caFile", "tokenfile": "tokenFile"}[k], k), any(vs[0])
-		if field == "batchSize" {
-			if v, err = strconv.Atoi(vs[0]); err != nil {
-				return SinkSpec{}, fmt.Errorf("bad batchsize= %q: want a number", vs[0])
-			}
-		}
-		if _, dup := block[field]; dup {
-			return SinkSpec{}, fmt.Errorf("the %s twice: in the path and in %s=", field, k)
-		}
-		if k == "name" {
-			sink[k] = v
-		} else {
-			block[field] = v
-		}
-		delete(values, k)
 	}
-	if kind == "http" {
-		u := scheme + "://" + authority
-		if len(values) > 0 {
-			u += "?" + values.Encode() // the receiver's own
-		}
-		block["url"] = u
+	if names, ok := values["name"]; ok && (len(names) != 1 || names[0] == "") {
+		return SinkSpec{}, errors.New("name=: want one, not empty")
 	}
-	if len(filter) > 0 {
-		sink["filter"] = filter
+	s := SinkSpec{Name: values.Get("name")}
+	hosts, path, _ := strings.Cut(authority, "/")
+	switch scheme {
+	case "http", "https":
+		s.HTTP = &HTTPSpec{URL: scheme + "://" + authority}
+	case "nats":
+		s.NATS = &NATSSpec{Servers: strings.Split(hosts, ","), Subject: path}
+	case "kafka":
+		s.Kafka = &KafkaSpec{Brokers: strings.Split(hosts, ","), Topic: path}
+	default:
+		return SinkSpec{}, fmt.Errorf("unknown scheme %q: want http, https, nats or kafka", scheme)
 	}
-	data, err := json.Marshal(sink)
-	var s SinkSpec
-	if err == nil {
-		err = strictJSON(data, &s)
-	}
-	return s, err
+	return s, nil
 }
 
 // describeRaw names a sink URL in an error without its credentials or query values.

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,11 +168,11 @@ func (rc *receiver) got() []received {
 	return slices.Clone(rc.accepted)
 }
 
-// sink is the configuration of a sink publishing to the receiver, with options such as
-// "&mode=batch" appended to its URL.
-func (rc *receiver) sink(t *testing.T, name string, options ...string) cloudevents.Config {
+// sink is the configuration of a sink named name publishing to the receiver in mode
+// (binary when empty).
+func (rc *receiver) sink(t *testing.T, name string, mode cloudevents.Mode) cloudevents.Config {
 	t.Helper()
-	c, err := cloudevents.Parse(rc.URL + "/events?name=" + name + strings.Join(options, ""))
+	c, err := cloudevents.SinkSpec{Name: name, HTTP: &cloudevents.HTTPSpec{URL: rc.URL + "/events", Mode: mode}}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}

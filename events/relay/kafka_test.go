@@ -6,7 +6,6 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +26,7 @@ func TestKafkaGetsEveryEventOnceInOrderPerAction(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	sink, err := cloudevents.Parse("kafka://" + strings.Join(broker.ListenAddrs(), ",") + "?topic=flyte-actions&name=kafka")
+	sink, err := cloudevents.SinkSpec{Name: "kafka", Kafka: &cloudevents.KafkaSpec{Brokers: broker.ListenAddrs(), Topic: "flyte-actions"}}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,9 @@ func TestNATSStoppedThenBackLosesNothing(t *testing.T) {
 	ns := natstest.JetStream(t, dir, 0)
 	port := natstest.Port(ns)
 	stream := createStream(t, ns)
-	sink, err := cloudevents.Parse(fmt.Sprintf("nats://127.0.0.1:%d?subject=flyte.actions&stream=FLYTE_ACTIONS&name=nats&timeout=1s", port))
+	sink, err := cloudevents.SinkSpec{Name: "nats", NATS: &cloudevents.NATSSpec{
+		Servers: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Subject: "flyte.actions", Stream: "FLYTE_ACTIONS", Timeout: "1s",
+	}}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/events/outbox"
 	"github.com/flytekube/backend/internal/eventually"
 )
@@ -30,7 +31,7 @@ func jsonData(data []byte, m proto.Message) error {
 func TestEveryEventOnceAndInOrderPerAction(t *testing.T) {
 	d := newDB(t)
 	one, two := newReceiver(t), newReceiver(t)
-	startRelay(t, d, one.sink(t, "one"), two.sink(t, "two"))
+	startRelay(t, d, one.sink(t, "one", ""), two.sink(t, "two", ""))
 	registered(t, d, "one", "two")
 
 	const writers, actions = 16, 5
@@ -69,7 +70,7 @@ func TestASinkDownForAWhileLosesNothing(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	r := startRelay(t, d, down.sink(t, "down"), up.sink(t, "up"))
+	r := startRelay(t, d, down.sink(t, "down", ""), up.sink(t, "up", ""))
 	registered(t, d, "down", "up")
 	const actions = 20
 	for a := range actions {
@@ -99,8 +100,8 @@ func TestASinkDownForAWhileLosesNothing(t *testing.T) {
 // batched mode the refused batch is sent again an event per request, so only the poison
 // is dead-lettered.
 func TestAPoisonEventGoesToTheDeadLettersAndIsReplayed(t *testing.T) {
-	for _, mode := range []string{"binary", "batch"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, mode := range []cloudevents.Mode{cloudevents.Binary, cloudevents.Batched} {
+		t.Run(string(mode), func(t *testing.T) {
 			d := newDB(t)
 			rc := newReceiver(t)
 			var refuse atomic.Bool
@@ -111,7 +112,7 @@ func TestAPoisonEventGoesToTheDeadLettersAndIsReplayed(t *testing.T) {
 				}
 				return http.StatusOK
 			})
-			r := startRelay(t, d, rc.sink(t, "http", "&mode="+mode))
+			r := startRelay(t, d, rc.sink(t, "http", mode))
 			registered(t, d, "http")
 			d.record(t, actionEvents("poisoned", "poison")...)
 			d.record(t, actionEvents("poisoned", "healthy")...)
@@ -165,13 +166,13 @@ func TestARelayStoppedMidPublishSendsItAgainWithTheSameID(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	r := startRelay(t, d, rc.sink(t, "http"))
+	r := startRelay(t, d, rc.sink(t, "http", ""))
 	registered(t, d, "http")
 	d.record(t, actionEvents("restarted", "a")...)
 	<-held
 	r.stop()
 	close(release)
-	startRelay(t, d, rc.sink(t, "http"))
+	startRelay(t, d, rc.sink(t, "http", ""))
 	want := len(lifecycle)
 	eventually.True(t, 30*time.Second, func() bool { return len(rc.got()) == want },
 		func() string { return fmt.Sprintf("after the restart %d of %d accepted", len(rc.got()), want) })
@@ -188,8 +189,8 @@ func TestARelayStoppedMidPublishSendsItAgainWithTheSameID(t *testing.T) {
 func TestOneReplicaRelaysAndAnotherTakesOver(t *testing.T) {
 	d := newDB(t)
 	rc := newReceiver(t)
-	a := startRelay(t, d, rc.sink(t, "http"))
-	b := startRelay(t, d, rc.sink(t, "http"))
+	a := startRelay(t, d, rc.sink(t, "http", ""))
+	b := startRelay(t, d, rc.sink(t, "http", ""))
 	registered(t, d, "http")
 	eventually.True(t, 10*time.Second, func() bool { return a.leading(t) != b.leading(t) },
 		func() string { return fmt.Sprintf("leaders: a %v, b %v; want exactly one", a.leading(t), b.leading(t)) })
@@ -227,7 +228,7 @@ func TestEachPublishIsASpan(t *testing.T) {
 
 	d := newDB(t)
 	rc := newReceiver(t)
-	startRelay(t, d, rc.sink(t, "http"))
+	startRelay(t, d, rc.sink(t, "http", ""))
 	registered(t, d, "http")
 	d.record(t, actionEvents("traced", "a")...)
 	eventually.True(t, 30*time.Second, func() bool { return len(rc.got()) == len(lifecycle) },

@@ -29,9 +29,10 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // EgressService shows how the events service publishes recorded events as CloudEvents
-// to its sinks (--cloudevents-sink), and lets an operator replay what a sink refused
-// for good. Publishing itself needs no call: every recorded event is queued in the same
-// transaction that stores it and relayed to each sink in order per action.
+// to its sinks (--cloudevents-config, --cloudevents-sink), and lets an operator replay
+// what a sink refused for good. Publishing itself needs no call: every recorded event
+// is queued in the same transaction that stores it and relayed to each sink in order
+// per action.
 //
 // Its RPCs are cluster-wide (the dead letters hold every project's events) and for
 // operators only: in auth mode kubernetes, ClusterRole flyte-services-egress-operator;
@@ -93,9 +94,10 @@ func (c *egressServiceClient) ReplayDeadLetters(ctx context.Context, in *ReplayD
 // for forward compatibility.
 //
 // EgressService shows how the events service publishes recorded events as CloudEvents
-// to its sinks (--cloudevents-sink), and lets an operator replay what a sink refused
-// for good. Publishing itself needs no call: every recorded event is queued in the same
-// transaction that stores it and relayed to each sink in order per action.
+// to its sinks (--cloudevents-config, --cloudevents-sink), and lets an operator replay
+// what a sink refused for good. Publishing itself needs no call: every recorded event
+// is queued in the same transaction that stores it and relayed to each sink in order
+// per action.
 //
 // Its RPCs are cluster-wide (the dead letters hold every project's events) and for
 // operators only: in auth mode kubernetes, ClusterRole flyte-services-egress-operator;
