@@ -13,6 +13,7 @@ import (
 	"github.com/flytekube/backend/cacheservice/service"
 	"github.com/flytekube/backend/cacheservice/store"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
+	"github.com/flytekube/backend/internal/periodic"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/server"
@@ -167,7 +168,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		server.Handle(d.Server, service.New(st, res, metrics, hits, log), cachev1connect.NewCacheServiceHandler)
 		clog := log.With("component", "cleanup")
 		return []app.Background{func(ctx context.Context) {
-			app.Every(ctx, cfg.CleanupInterval, func(ctx context.Context) {
+			periodic.Every(ctx, cfg.CleanupInterval, func(ctx context.Context) {
 				cleanup(ctx, st, cfg, metrics, clog)
 				flushHits(ctx, st, hits, metrics, clog)
 				evict(ctx, st, cfg, metrics, clog)

@@ -22,6 +22,7 @@ import (
 	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/events/watch"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/periodic"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/server"
@@ -238,7 +239,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}
 		plog := log.With("component", "partitions")
 		loops = append(loops, func(ctx context.Context) {
-			app.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { maintain(ctx, st, cfg, plog) })
+			periodic.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { maintain(ctx, st, cfg, plog) })
 		})
 		return loops, nil
 	}, started)

@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/flytekube/backend/internal/periodic"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/postgres"
 	"github.com/flytekube/backend/services/server"
@@ -150,10 +149,4 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started
 		started(addrs)
 	}
 	return srv.Serve(ctx)
-}
-
-// Every runs f now and then every interval, jittered, until ctx ends: it is
-// periodic.Every, the one schedule of the services' background loops.
-func Every(ctx context.Context, interval time.Duration, f func(context.Context)) {
-	periodic.Every(ctx, interval, f)
 }
