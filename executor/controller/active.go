@@ -22,7 +22,7 @@ import (
 
 // step is one part of a pass over a live action. It changes only the action's status,
 // in memory, which closePass writes at the end of the pass; ensureFinalizer alone writes
-// (the finalizer, and then it ends the pass).
+// (the finalizer, before anything else).
 //
 // Steps run in order, until one ends the pass: a step that returns an error (retried
 // after the work queue's backoff) or a non-zero result (it waits for something: the
@@ -69,11 +69,12 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 }
 
 // ensureFinalizer puts the finalizer on an action that will need it before anything
-// else is done, alone, and ends the pass, as cluster-api's controllers do: the pass done
-// again finds it on. The patch does not change the generation, so its own watch event
-// does not wake the action (GenerationChangedPredicate): the pass is due again at once,
-// and waits for the cache to show the patch (expectations). An action whose need shows
-// only at the end of a pass gets it there (closePass).
+// else is done, as cluster-api's controllers do; unlike them, the pass then goes on
+// rather than ending: the patch is stored (it returned the new object), so nothing the
+// pass does next can outrun it. Ending the pass cost a trip through the queue per
+// action, behind every action created meanwhile: a third more reconciles and about 30 %
+// more latency under a burst, for nothing (docs/benchmarks.md, "The finalizer's pass").
+// An action whose need shows only at the end of a pass gets it there (closePass).
 func (s *scope) ensureFinalizer(ctx context.Context) (ctrl.Result, error) {
 	if s.holdsFinalizer() || !s.needsFinalizer() {
 		return ctrl.Result{}, nil
@@ -81,7 +82,7 @@ func (s *scope) ensureFinalizer(ctx context.Context) (ctrl.Result, error) {
 	if err := s.addFinalizer(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: requeueAtOnce}, nil
+	return ctrl.Result{}, nil
 }
 
 // resolvePlugin finds the plugin of the action's task type; an unknown type fails the

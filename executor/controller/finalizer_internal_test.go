@@ -26,8 +26,8 @@ import (
 )
 
 // The finalizer, pass by pass, with every write of each pass in order. With an events
-// service, every action gets it first, in a pass that writes nothing else, and loses it
-// once its history is delivered. Without one, a plugin that creates things outside the
+// service, every action gets it first, before anything else of its first pass, and loses
+// it once its history is delivered. Without one, a plugin that creates things outside the
 // action gets it the same way before its first Handle; an in-process one only if its
 // first pass leaves it running, right before that pass's status; an action finished in
 // one pass never. A deleted action is recorded Aborted, then let go.
@@ -52,21 +52,21 @@ func TestFinalizerPassByPass(t *testing.T) {
 		passes: [][]string{{"finalizer on", "status Queued"}, {"status Succeeded", "finalizer off"}},
 	}, {
 		name: "no events, a plugin that creates things outside the action", taskType: "test-outside",
-		passes:  [][]string{{"finalizer on"}, {"status Running"}},
+		passes:  [][]string{{"finalizer on", "status Running"}},
 		deleted: [][]string{{"status Aborted", "finalizer off"}},
 	}, {
 		name: "no events, an unknown task type", taskType: "no-such-type",
 		passes: [][]string{{"status Failed"}},
 	}, {
 		name: "events, finished in its first pass", events: true, taskType: sleep.ID, config: map[string]string{"duration": "0s"},
-		passes: [][]string{{"finalizer on"}, {"status Succeeded"}, {"finalizer off"}},
+		passes: [][]string{{"finalizer on", "status Succeeded"}, {"finalizer off"}},
 	}, {
 		name: "events, in-process and left running", events: true, taskType: sleep.ID, config: map[string]string{"duration": "1h"},
-		passes:  [][]string{{"finalizer on"}, {"status Running"}},
+		passes:  [][]string{{"finalizer on", "status Running"}},
 		deleted: [][]string{{"status Aborted"}, {"finalizer off"}},
 	}, {
 		name: "events, an unknown task type", events: true, taskType: "no-such-type",
-		passes: [][]string{{"finalizer on"}, {"status Failed"}, {"finalizer off"}},
+		passes: [][]string{{"finalizer on", "status Failed"}, {"finalizer off"}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -41,10 +41,6 @@ import (
 // before looking again.
 const staleCacheWait = 50 * time.Millisecond
 
-// requeueAtOnce asks for the next pass as soon as a worker takes it: the shortest wait
-// controller-runtime takes for a requeue (a zero RequeueAfter is none).
-const requeueAtOnce = time.Nanosecond
-
 // transientRetryBase is the first wait before a pass that failed on a transient error
 // runs again; it doubles with each failure in a row.
 const transientRetryBase = 100 * time.Millisecond
