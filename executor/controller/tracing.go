@@ -32,7 +32,7 @@ type tracedPlugin struct {
 }
 
 func (p tracedPlugin) Handle(ctx context.Context, tCtx core.TaskExecutionContext) (core.Transition, error) {
-	ctx, span := p.start(ctx, "core.Handle")
+	ctx, span := p.start(ctx, "plugin.Handle")
 	tr, err := p.Plugin.Handle(ctx, tCtx)
 	if span.IsRecording() {
 		span.SetAttributes(pluginPhase.String(tr.Info.Phase.String()))
@@ -42,14 +42,14 @@ func (p tracedPlugin) Handle(ctx context.Context, tCtx core.TaskExecutionContext
 }
 
 func (p tracedPlugin) Abort(ctx context.Context, tCtx core.TaskExecutionContext) error {
-	ctx, span := p.start(ctx, "core.Abort")
+	ctx, span := p.start(ctx, "plugin.Abort")
 	err := p.Plugin.Abort(ctx, tCtx)
 	end(span, err)
 	return err
 }
 
 func (p tracedPlugin) Finalize(ctx context.Context, tCtx core.TaskExecutionContext) error {
-	ctx, span := p.start(ctx, "core.Finalize")
+	ctx, span := p.start(ctx, "plugin.Finalize")
 	err := p.Plugin.Finalize(ctx, tCtx)
 	end(span, err)
 	return err
