@@ -151,9 +151,11 @@ func TestClassifyWhatPostgresSays(t *testing.T) {
 		errs := make(chan error, 2)
 		go func() { _, err := a.Exec(ctx, "UPDATE rows SET name = 'a' WHERE id = 2"); errs <- err }()
 		go func() { _, err := b.Exec(ctx, "UPDATE rows SET name = 'b' WHERE id = 1"); errs <- err }()
-		err := <-errs
+		// Both calls must be over before the cleanup rolls their transactions back: the
+		// survivor goes on once the victim's locks are gone.
+		err, other := <-errs, <-errs
 		if err == nil {
-			err = <-errs
+			err = other
 		}
 		checkClass(t, err, postgres.ErrConflict)
 	})
