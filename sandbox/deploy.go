@@ -216,7 +216,9 @@ func Deploy(ctx context.Context, o DeployOptions, out io.Writer) (err error) {
 		}
 	}
 	if o.Hold {
-		say("\nrunning; Ctrl-C stops it all. As the cluster's administrator:\n  export KUBECONFIG=%s\n  kubectl -n flyte get pods\n  kubectl -n demo get taskactions\nThe pods' logs are under %s",
+		// The pods' output is read from the kubelet's files: the API server's log proxy
+		// would reach the node at its address, which is not the loopback.
+		say("\nrunning; Ctrl-C stops it all. As the cluster's administrator (the API server alone):\n  export KUBECONFIG=%s\n  kubectl -n flyte get pods\n  kubectl -n demo get taskactions\nEach pod's output is a file under %s (tail it there)",
 			filepath.Join(node.Dir, "admin.kubeconfig"), filepath.Join(node.Dir, "kubelet", "pod-logs"))
 		<-ctx.Done()
 	}

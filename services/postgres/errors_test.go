@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -187,22 +185,4 @@ func TestClassifyWhatPostgresSays(t *testing.T) {
 		_, err := pool.Exec(cancelled, "SELECT pg_sleep(10)")
 		checkClass(t, err, context.Canceled)
 	})
-}
-
-// The database package speaks in its own terms; turning them into RPC codes and messages
-// is the RPC edge's (services/server). Nothing it depends on is an RPC library.
-func TestNoRPCInTheDatabasePackage(t *testing.T) {
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to list the package's dependencies with")
-	}
-	out, err := exec.Command(goCmd, "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	for dep := range strings.FieldsSeq(string(out)) {
-		if strings.HasPrefix(dep, "connectrpc.com/") || strings.HasPrefix(dep, "google.golang.org/grpc") {
-			t.Errorf("services/postgres depends on %s", dep)
-		}
-	}
 }
