@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -39,12 +40,12 @@ func TestNodeOverlayChangesOnlyWhatTheNetworkForces(t *testing.T) {
 	}
 	checkNodeConfig(t, baseConfig, nodeConfig)
 
-	for _, id := range sortedKeys(node) {
+	for _, id := range slices.Sorted(maps.Keys(node)) {
 		if _, ok := base[id]; !ok {
 			t.Errorf("%s is in the node overlay, not in the base", id)
 		}
 	}
-	for _, id := range sortedKeys(base) {
+	for _, id := range slices.Sorted(maps.Keys(base)) {
 		got, ok := node[id]
 		if !ok {
 			t.Errorf("%s is in the base, not in the node overlay", id)
@@ -241,27 +242,18 @@ func byID(t *testing.T, objs []*unstructured.Unstructured) map[string]*unstructu
 	return out
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // jsonDiff shows two objects' differing top-level fields as JSON, for a failure.
 func jsonDiff(t *testing.T, want, got map[string]any) string {
 	t.Helper()
 	var b strings.Builder
-	for _, k := range sortedKeys(want) {
+	for _, k := range slices.Sorted(maps.Keys(want)) {
 		if !reflect.DeepEqual(want[k], got[k]) {
 			w, _ := json.Marshal(want[k])
 			g, _ := json.Marshal(got[k])
 			fmt.Fprintf(&b, "  %s\n    base: %s\n    node: %s\n", k, w, g)
 		}
 	}
-	for _, k := range sortedKeys(got) {
+	for _, k := range slices.Sorted(maps.Keys(got)) {
 		if _, ok := want[k]; !ok {
 			g, _ := json.Marshal(got[k])
 			fmt.Fprintf(&b, "  %s (only in the node overlay): %s\n", k, g)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 
@@ -50,18 +51,6 @@ func refusesWithoutToken(ctx context.Context, caFile string) error {
 	return nil
 }
 
-// protoPhases are the contract's names of the action phases.
-var protoPhases = map[flytev1.Phase]flytecorev1.ActionPhase{
-	flytev1.PhaseQueued:              flytecorev1.ActionPhase_ACTION_PHASE_QUEUED,
-	flytev1.PhaseWaitingForResources: flytecorev1.ActionPhase_ACTION_PHASE_WAITING_FOR_RESOURCES,
-	flytev1.PhaseInitializing:        flytecorev1.ActionPhase_ACTION_PHASE_INITIALIZING,
-	flytev1.PhaseRunning:             flytecorev1.ActionPhase_ACTION_PHASE_RUNNING,
-	flytev1.PhaseSucceeded:           flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED,
-	flytev1.PhaseFailed:              flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
-	flytev1.PhaseAborted:             flytecorev1.ActionPhase_ACTION_PHASE_ABORTED,
-	flytev1.PhaseTimedOut:            flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT,
-}
-
 // checkEvents reads each action afresh and says which of its history entries the events
 // service does not hold exactly once, and which action it holds in another state.
 func checkEvents(ctx context.Context, c client.Client, events eventsClient, actions []*flytev1.TaskAction) []string {
@@ -79,7 +68,7 @@ func checkEvents(ctx context.Context, c client.Client, events eventsClient, acti
 			continue
 		}
 		for _, h := range got.Status.PhaseHistory {
-			key := fmt.Sprintf("attempt %d %s v%d", h.Attempt, h.Phase, h.Version)
+			key := fmt.Sprintf("attempt %d %s v%d", h.Attempt, contractPhase(h.Phase), h.Version)
 			if n := stored[key]; n != 1 {
 				problems = append(problems, fmt.Sprintf("%s: %s stored %d times", ta.Name, key, n))
 			}
@@ -88,30 +77,45 @@ func checkEvents(ctx context.Context, c client.Client, events eventsClient, acti
 	return problems
 }
 
-// storedEvents counts an action's events in the events service by attempt, phase and
-// version.
+// storedEvents counts an action's events in the events service by attempt, phase (the
+// contract's name) and version.
 func storedEvents(ctx context.Context, events eventsClient, id *flytecorev1.ActionIdentifier) (map[string]int, error) {
-	names := map[flytecorev1.ActionPhase]flytev1.Phase{}
-	for k, v := range protoPhases {
-		names[v] = k
+	evs, err := listActionEvents(ctx, events, id)
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing its events: %w", err)
 	}
 	counts := map[string]int{}
+	for _, e := range evs {
+		counts[fmt.Sprintf("attempt %d %s v%d", e.GetAttempt(), e.GetPhase(), e.GetVersion())]++
+	}
+	return counts, nil
+}
+
+// listActionEvents reads every event of an action, page by page.
+func listActionEvents(ctx context.Context, events eventsClient, id *flytecorev1.ActionIdentifier) ([]*eventsv1.ActionEvent, error) {
+	var out []*eventsv1.ActionEvent
 	token := ""
 	for {
 		resp, err := events.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id, PageSize: 1000, PageToken: token}))
-		if connect.CodeOf(err) == connect.CodeNotFound {
-			return counts, nil
-		}
 		if err != nil {
-			return nil, fmt.Errorf("listing its events: %w", err)
+			return nil, err
 		}
-		for _, e := range resp.Msg.GetEvents() {
-			counts[fmt.Sprintf("attempt %d %s v%d", e.GetAttempt(), names[e.GetPhase()], e.GetVersion())]++
-		}
+		out = append(out, resp.Msg.GetEvents()...)
 		if token = resp.Msg.GetNextPageToken(); token == "" {
-			return counts, nil
+			return out, nil
 		}
 	}
+}
+
+// contractPhase is the contract's name of a phase, derived from its name rather than
+// taken from the executor's table, so that a wrong entry there shows: "TimedOut" is
+// ACTION_PHASE_TIMED_OUT.
+func contractPhase(p flytev1.Phase) string {
+	words := regexp.MustCompile(`([a-z])([A-Z])`).ReplaceAllString(string(p), "${1}_${2}")
+	return "ACTION_PHASE_" + strings.ToUpper(words)
 }
 
 // decodeManifests reads a stream of YAML documents into objects, skipping empty ones.

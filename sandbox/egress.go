@@ -281,19 +281,11 @@ func heldActions(ctx context.Context, c eventsv1connect.EventsServiceClient) ([]
 		}
 		for _, a := range resp.Msg.GetActions() {
 			h := heldAction{key: actionKey(a.GetId()), terminal: store.IsTerminal(a.GetPhase())}
-			evToken := ""
-			for {
-				evs, err := c.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{
-					Id: a.GetId(), PageSize: 1000, PageToken: evToken,
-				}))
-				if err != nil {
-					return nil, fmt.Errorf("listing the events of %s: %w", h.key, err)
-				}
-				h.events = append(h.events, evs.Msg.GetEvents()...)
-				if evToken = evs.Msg.GetNextPageToken(); evToken == "" {
-					break
-				}
+			evs, err := listActionEvents(ctx, c, a.GetId())
+			if err != nil {
+				return nil, fmt.Errorf("listing the events of %s: %w", h.key, err)
 			}
+			h.events = evs
 			out = append(out, h)
 		}
 		if token = resp.Msg.GetNextPageToken(); token == "" {

@@ -7,8 +7,11 @@ package flytek8s
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,7 +80,7 @@ func (p TaskPods) Build(ctx context.Context, tCtx core.TaskExecutionContext) (*c
 		{Name: EnvProject, Value: spec.Project}, {Name: EnvDomain, Value: spec.Domain},
 		{Name: EnvRun, Value: spec.RunName}, {Name: EnvAction, Value: spec.ActionName},
 	}
-	for _, k := range sortedKeys(spec.EnvVars) {
+	for _, k := range slices.Sorted(maps.Keys(spec.EnvVars)) {
 		env = append(env, corev1.EnvVar{Name: k, Value: spec.EnvVars[k]})
 	}
 	env = append(env, spec.Container.Env...)
@@ -461,7 +464,7 @@ func Outcome(ctx context.Context, tCtx core.TaskExecutionContext) (core.PhaseInf
 		switch {
 		case err == nil:
 			var doc errorDocument
-			if jerr := jsonUnmarshal(raw, &doc); jerr != nil || doc.Code == "" {
+			if jerr := json.Unmarshal(raw, &doc); jerr != nil || doc.Code == "" {
 				doc = errorDocument{Code: "UserError", Message: string(raw)}
 			}
 			return core.PhaseInfoUserFailure(doc.Code, doc.Message), nil
