@@ -22,3 +22,7 @@ package executor
 // The secure metrics endpoint authenticates scrapers and authorises them by RBAC.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// Namespaces' labels name the project each namespace's actions may name (package
+// tenancy): read from a metadata-only informer, so names and labels alone.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch

@@ -279,6 +279,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			QueueMetrics:            queueMetrics,
 			FirstInFirstOutQueue:    hooks.FirstInFirstOutQueue,
 			Backoff:                 backoff.Backoff{Base: cfg.RetryBackoff.Base.Duration, Cap: cfg.RetryBackoff.Cap.Duration},
+			Tenancy:                 cfg.Tenancy.Rule(),
 
 			// The controller places interruptible actions' attempts, from their system failures.
 			InterruptibleFailureThreshold: int32(cfg.K8s.InterruptibleFailureThreshold),

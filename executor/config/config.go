@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flytekube/backend/executor/tenancy"
 )
 
 // Config is the executor's configuration. The json tags are the YAML keys, because
@@ -76,6 +78,9 @@ type Config struct {
 
 	// Storage limits where actions' inputs and outputs may be read and written.
 	Storage StorageConfig `json:"storage"`
+
+	// Tenancy ties each namespace to the project (and domain) its actions may name.
+	Tenancy TenancyConfig `json:"tenancy"`
 
 	// Cluster identifies this executor's cluster in the action events it sends, so that
 	// events from several clusters can be told apart. Default "".
@@ -197,6 +202,27 @@ type StorageConfig struct {
 	AllowedPrefixes []string `json:"allowedPrefixes,omitempty"`
 }
 
+// TenancyConfig ties an action's project and domain to its namespace: a namespace's
+// actions may name only its project, which is the value of its ProjectLabel or, without
+// one, the project whose name NamespaceTemplate turns into the namespace's. An action
+// that names another fails at once (ProjectNotOfNamespace) before anything is read or
+// written for it. The admission policy of deploy/kustomize/base/admission refuses the
+// same actions with the default settings: change its variables with these.
+type TenancyConfig struct {
+	// ProjectLabel, on a namespace, names its project. Default "flyte.org/project".
+	ProjectLabel string `json:"projectLabel"`
+	// DomainLabel, on a namespace, names the one domain its actions may name; without
+	// it, any domain of the project. Default "flyte.org/domain".
+	DomainLabel string `json:"domainLabel"`
+	// NamespaceTemplate makes the name of a namespace without ProjectLabel from the
+	// project, {project}, and the domain, {domain}: "{project}" (a project's namespace
+	// is named after it, as the services' authorization has it) or Flyte's
+	// "{project}-{domain}". Its placeholders are not delimited in a name, so where
+	// names could be read two ways ("a-b" of "a-b-c") label the namespaces instead.
+	// Default "{project}".
+	NamespaceTemplate string `json:"namespaceTemplate"`
+}
+
 // RetryBackoff is an exponential backoff with jitter, capped so that a long run of
 // failures does not push retries out indefinitely.
 type RetryBackoff struct {
@@ -239,6 +265,11 @@ func Default() Config {
 		CacheServiceURL:         "http://localhost:8094",
 		MaxSystemFailures:       3,
 		MaxConcurrentReconciles: 8,
+		Tenancy: TenancyConfig{
+			ProjectLabel:      tenancy.DefaultProjectLabel,
+			DomainLabel:       tenancy.DefaultDomainLabel,
+			NamespaceTemplate: tenancy.DefaultNamespaceTemplate,
+		},
 		RetryBackoff: RetryBackoff{
 			Base: metav1.Duration{Duration: time.Second},
 			Cap:  metav1.Duration{Duration: 5 * time.Minute},
@@ -258,6 +289,11 @@ func Default() Config {
 			DeletesPerSecond:        200,
 		},
 	}
+}
+
+// Rule is the tenancy rule the configuration gives.
+func (t TenancyConfig) Rule() tenancy.Rule {
+	return tenancy.Rule{ProjectLabel: t.ProjectLabel, DomainLabel: t.DomainLabel, NamespaceTemplate: t.NamespaceTemplate}
 }
 
 // LogLink is a named template of a link to an attempt's logs.

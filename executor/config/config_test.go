@@ -62,6 +62,10 @@ serviceTokenFile: ` + tokenFile + `
 serviceCAFile: ` + caFile + `
 storage:
   allowedPrefixes: ["s3://flyte-data/{project}/{domain}/", "file:///srv/flyte"]
+tenancy:
+  projectLabel: example.com/project
+  domainLabel: example.com/domain
+  namespaceTemplate: "{project}-{domain}"
 metricsBindAddress: ":9090"
 metricsSecure: false
 metricsCertPath: /certs/metrics
@@ -131,6 +135,7 @@ k8s:
 		ServiceTokenFile:        tokenFile,
 		ServiceCAFile:           caFile,
 		Storage:                 config.StorageConfig{AllowedPrefixes: []string{"s3://flyte-data/{project}/{domain}/", "file:///srv/flyte"}},
+		Tenancy:                 config.TenancyConfig{ProjectLabel: "example.com/project", DomainLabel: "example.com/domain", NamespaceTemplate: "{project}-{domain}"},
 		Cluster:                 "prod-eu-1",
 		DefaultServiceAccount:   "flyte-tasks",
 		MaxSystemFailures:       5,
@@ -320,6 +325,7 @@ func TestLoadRejects(t *testing.T) {
 			"k8s.interruptibleFailureThreshold: must not be below -maxSystemFailures (-3), got -4"},
 		{"bad default pod template name", "k8s:\n  defaultPodTemplateName: GPU_default\n", "k8s.defaultPodTemplateName: not a valid name"},
 		{"restricted inline pod templates", "k8s:\n  inlinePodTemplateLevel: restricted\n", "k8s.inlinePodTemplateLevel: must be baseline or privileged"},
+		{"a namespace template without the project", "tenancy:\n  namespaceTemplate: shared\n", "tenancy: namespaceTemplate \"shared\" lacks {project}"},
 		{"unknown storage field", "storage:\n  prefixes: [s3://b/]\n", "unknown field"},
 		{"prefix that is no URI", "storage:\n  allowedPrefixes: [data/]\n", "storage.allowedPrefixes[0]: \"data/\" is not an absolute URI"},
 		{"the whole file system", "storage:\n  allowedPrefixes: [s3://b/, \"file:///\"]\n", "storage.allowedPrefixes[1]: \"file:///\" opens the whole file system"},

@@ -100,6 +100,9 @@ func (c Config) Validate() error {
 		seen[p.String()] = true
 		onDisk = onDisk || err == nil && p.Scheme() == "file"
 	}
+	if err := c.Tenancy.Rule().Validate(); err != nil {
+		fail("tenancy", "%v", err)
+	}
 	if c.K8s.MountFileStorage && !onDisk {
 		// Without one, every action's file:// data is refused, so nothing would be mounted.
 		fail("k8s.mountFileStorage", "needs a file:// prefix in storage.allowedPrefixes")

@@ -57,6 +57,7 @@ func lowestNonZeroResult(i, j ctrl.Result) ctrl.Result {
 // reconcileActive is a pass over an action that is neither finished nor deleted.
 func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 	return s.runSteps(ctx,
+		s.checkTenancy,
 		s.ensureFinalizer,
 		s.resolvePlugin,
 		s.validateSpec,

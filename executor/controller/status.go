@@ -62,20 +62,25 @@ func recordPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message st
 	if st.StartedAt == nil && phase != flytev1.PhaseQueued {
 		st.StartedAt = &now
 	}
+	setConditions(ta, phase, reason, message, now)
+	return changed
+}
+
+// setConditions sets the conditions (and the completion time) of phase.
+func setConditions(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time) {
 	message = fitText(message, flytev1.MaxConditionMessageLength)
 	switch {
 	case phase == flytev1.PhaseSucceeded:
-		st.CompletedAt = &now
+		ta.Status.CompletedAt = &now
 		setCondition(ta, flytev1.ConditionProgressing, metav1.ConditionFalse, reason, message, now)
 		setCondition(ta, flytev1.ConditionSucceeded, metav1.ConditionTrue, reason, message, now)
 	case phase.IsTerminal():
-		st.CompletedAt = &now
+		ta.Status.CompletedAt = &now
 		setCondition(ta, flytev1.ConditionProgressing, metav1.ConditionFalse, reason, message, now)
 		setCondition(ta, flytev1.ConditionFailed, metav1.ConditionTrue, reason, message, now)
 	default:
 		setCondition(ta, flytev1.ConditionProgressing, metav1.ConditionTrue, reason, message, now)
 	}
-	return changed
 }
 
 // appendHistory adds entry to the history, numbered one after the attempt's last entry:

@@ -33,6 +33,7 @@ import (
 	"github.com/flytekube/backend/executor/fairqueue"
 	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/tenancy"
 	"github.com/flytekube/backend/executor/tracing"
 	"github.com/flytekube/backend/internal/backoff"
 )
@@ -77,6 +78,16 @@ type Options struct {
 	QueueMetrics *fairqueue.Metrics
 	// FirstInFirstOutQueue uses controller-runtime's queue instead (benchmarks).
 	FirstInFirstOutQueue bool
+	// Tenancy ties actions' projects to their namespaces; the zero value is
+	// tenancy.Default(). There is no way to turn it off.
+	Tenancy tenancy.Rule
+}
+
+func (o Options) tenancy() tenancy.Rule {
+	if o.Tenancy == (tenancy.Rule{}) {
+		return tenancy.Default()
+	}
+	return o.Tenancy
 }
 
 // EventSink delivers the phase history the reconciler writes to the events service; a

@@ -161,16 +161,31 @@ func Assets() (string, error) {
 
 var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
-// Namespace creates a namespace for one test, named after it, and deletes it when the
-// test ends.
+// Project is the project of the namespaces Namespace makes: the project the tests'
+// actions name, which the executor allows only in a namespace of that project.
+const Project = "demo"
+
+// ProjectLabel is the namespace label that names its project (the executor's default
+// tenancy.projectLabel).
+const ProjectLabel = "flyte.org/project"
+
+// Namespace creates a namespace of project Project for one test, named after it, and
+// deletes it when the test ends.
 func (e *Env) Namespace(t testing.TB) string {
 	t.Helper()
 	return Namespace(t, e.Client)
 }
 
-// Namespace creates a namespace for one test with c, named after it, and deletes it when
-// the test ends.
+// Namespace creates a namespace of project Project for one test with c, named after it,
+// and deletes it when the test ends.
 func Namespace(t testing.TB, c client.Client) string {
+	t.Helper()
+	return ProjectNamespace(t, c, Project)
+}
+
+// ProjectNamespace creates a namespace of project for one test with c, named after the
+// test, and deletes it when the test ends.
+func ProjectNamespace(t testing.TB, c client.Client, project string) string {
 	t.Helper()
 	var suffix [3]byte
 	_, _ = rand.Read(suffix[:])
@@ -178,7 +193,8 @@ func Namespace(t testing.TB, c client.Client) string {
 	if len(base) > 50 {
 		base = strings.TrimRight(base[:50], "-")
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: base + "-" + hex.EncodeToString(suffix[:])}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: base + "-" + hex.EncodeToString(suffix[:]),
+		Labels: map[string]string{ProjectLabel: project}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Create(ctx, ns); err != nil {

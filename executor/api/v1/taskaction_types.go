@@ -311,12 +311,17 @@ const (
 	ReasonCacheHit            = "CacheHit"
 	ReasonInvalidSpec         = "InvalidSpec"
 	ReasonStorageNotAllowed   = "StorageNotAllowed"
-	ReasonUnknownTaskType     = "UnknownTaskType"
-	ReasonUserError           = "UserError"
-	ReasonSystemError         = "SystemError"
-	ReasonRetriesExhausted    = "RetriesExhausted"
-	ReasonAborted             = "Aborted"
-	ReasonTimedOut            = "TimedOut"
+	// ReasonProjectNotOfNamespace: the action names a project or domain its namespace
+	// is not of (see the executor's tenancy settings). It ends the action before
+	// anything runs and, being the namespace's doing, not the project's, writes no
+	// history: nothing of it reaches the events service.
+	ReasonProjectNotOfNamespace = "ProjectNotOfNamespace"
+	ReasonUnknownTaskType       = "UnknownTaskType"
+	ReasonUserError             = "UserError"
+	ReasonSystemError           = "SystemError"
+	ReasonRetriesExhausted      = "RetriesExhausted"
+	ReasonAborted               = "Aborted"
+	ReasonTimedOut              = "TimedOut"
 )
 
 // ErrorKind says whose fault a failure is, which decides the budget it spends.
