@@ -33,6 +33,7 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/tenancy"
 	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/services/auth"
@@ -151,8 +152,9 @@ func action(ns, name, taskType string) *flytev1.TaskAction {
 	}
 }
 
+// namespace makes a namespace of project bench, the project the benchmark's actions name.
 func namespace(ctx context.Context, c client.Client, name string) error {
-	return c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	return c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{tenancy.DefaultProjectLabel: "bench"}}})
 }
 
 // Run performs every measurement and writes a Markdown report to w.

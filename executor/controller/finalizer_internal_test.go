@@ -2,12 +2,14 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -72,7 +74,7 @@ func TestFinalizerPassByPass(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newPassHarness(t, tt.events, &flytev1.TaskAction{
 				ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-a"},
-				Spec: flytev1.TaskActionSpec{TaskType: tt.taskType, Config: tt.config, Retries: 1,
+				Spec: flytev1.TaskActionSpec{Project: "ns", TaskType: tt.taskType, Config: tt.config, Retries: 1,
 					RunOutputBase: "mem://outputs/r1"},
 			})
 			if got := h.passUntilSettled(t); !slices.EqualFunc(got, tt.passes, slices.Equal) {
@@ -103,11 +105,13 @@ type passHarness struct {
 func newPassHarness(t *testing.T, events bool, ta *flytev1.TaskAction) *passHarness {
 	t.Helper()
 	scheme := runtime.NewScheme()
-	if err := flytev1.AddToScheme(scheme); err != nil {
+	if err := errors.Join(flytev1.AddToScheme(scheme), corev1.AddToScheme(scheme)); err != nil {
 		t.Fatal(err)
 	}
 	h := &passHarness{key: client.ObjectKeyFromObject(ta), clock: clocktesting.NewFakePassiveClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))}
-	h.c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(ta).WithStatusSubresource(ta).
+	// The action's namespace, of its project.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ta.Namespace}}
+	h.c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(ta, ns).WithStatusSubresource(ta).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 				h.writes = append(h.writes, map[bool]string{true: "finalizer on", false: "finalizer off"}[controllerutil.ContainsFinalizer(obj, Finalizer)])

@@ -224,6 +224,20 @@ func (e *Env) Kubeconfig() ([]byte, error) {
 	return kubeconfig, nil
 }
 
+// User is a client of the API server authenticated as name, in groups: what it may do is
+// what RBAC grants it, so tests can play a tenant with only some rights.
+func (e *Env) User(name string, groups ...string) (client.Client, error) {
+	user, err := e.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: adding user %s: %w", name, err)
+	}
+	c, err := client.New(user.Config(), client.Options{Scheme: e.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: a client of user %s: %w", name, err)
+	}
+	return c, nil
+}
+
 // RunManager builds a manager with setup, given the context it will run under, and runs
 // it until the test ends; stop ends it sooner and waits for it, and is safe to call
 // twice. A manager that stops with an error fails the test.

@@ -1,0 +1,191 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/flytekube/backend/executor/tenancy"
+	"github.com/flytekube/backend/internal/eventually"
+)
+
+// installAdmission applies the TaskAction CRD and the shipped admission policy (the API
+// server compiles every expression as it stores it), and returns once the policy
+// refuses actions. Its type-checking status is written by the controller manager, which
+// this control plane lacks.
+func installAdmission(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, dir := range []string{"deploy/crd", "deploy/kustomize/base/admission"} {
+		for _, u := range render(t, dir) {
+			if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("deploy-test"), client.ForceOwnership); err != nil {
+				t.Fatalf("applying %s: %v", id(u), err)
+			}
+			if u.GetKind() == "CustomResourceDefinition" {
+				crd := &apiextensionsv1.CustomResourceDefinition{}
+				convert(t, u, crd)
+				crds = append(crds, crd)
+			}
+		}
+	}
+	if err := envtest.WaitForCRDs(env.Config, crds, envtest.CRDInstallOptions{MaxTime: time.Minute, PollInterval: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	// The policy is in force once an action of another project is refused.
+	ns := namespace(t, "admission-probe", nil)
+	eventually.True(t, time.Minute, func() bool {
+		err := createAction(ctx, env.Client, action(ns, "someone-else", "development"))
+		return err != nil && strings.Contains(err.Error(), "may not run actions of project")
+	}, func() string { return "the admission policy never refused an action of another project" })
+}
+
+// namespace makes a namespace for the test with labels, named prefix and a random
+// suffix: a deleted namespace stays (this control plane has no namespace controller).
+func namespace(t *testing.T, prefix string, labels map[string]string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%06x", prefix, rand.Uint32()&0xffffff)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if err := env.Client.Create(t.Context(), ns); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ns) })
+	return name
+}
+
+// action is a minimal TaskAction of project and domain in namespace ns.
+func action(ns, project, domain string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "flyte.org/v1", "kind": "TaskAction",
+		"metadata": map[string]any{"name": "a", "namespace": ns},
+		"spec": map[string]any{
+			"project": project, "domain": domain, "runName": "r", "actionName": "a",
+			"taskName": "t", "taskType": "core-sleep", "runOutputBase": "s3://bucket/r",
+		},
+	}}
+	return u
+}
+
+// createAction creates u as c would, without storing it: admission runs in full.
+func createAction(ctx context.Context, c client.Client, u *unstructured.Unstructured) error {
+	return c.Create(ctx, u.DeepCopy(), client.DryRunAll)
+}
+
+// TestAdmissionPolicyTiesProjectsToNamespaces holds the shipped policy to the table the
+// executor's own check is held to (tenancy.Cases), so that the two cannot disagree.
+func TestAdmissionPolicyTiesProjectsToNamespaces(t *testing.T) {
+	installAdmission(t)
+	for _, c := range tenancy.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			// Namespace names are cluster-wide: each case gets its own, of its shape.
+			ns := namespace(t, c.Namespace.Name, c.Namespace.Labels)
+			project := c.Project
+			if project == c.Namespace.Name {
+				project = ns // named after the project
+			}
+			if same := (tenancy.Namespace{Name: ns, Labels: c.Namespace.Labels}); (tenancy.Default().Check(same, project, c.Domain) == nil) != c.Allowed {
+				t.Fatalf("the case does not keep its answer in namespace %s", ns)
+			}
+			err := createAction(t.Context(), env.Client, action(ns, project, c.Domain))
+			if allowed := err == nil; allowed != c.Allowed {
+				t.Fatalf("namespace %s (labels %v), project %q, domain %q: admitted=%v (%v); the executor's rule says %v",
+					ns, c.Namespace.Labels, project, c.Domain, allowed, err, c.Allowed)
+			}
+			if err != nil && !strings.Contains(err.Error(), `namespace "`+ns+`" may not run actions of`) {
+				t.Fatalf("the refusal %q does not say which namespace may not do what", err)
+			}
+		})
+	}
+}
+
+// TestAdmissionPolicyGivesNoMoreThanTheCreatorMayHave plays a tenant allowed to create
+// TaskActions in its namespace: the policy admits an action only if the tenant could
+// also create its pod, act as the ServiceAccount it names and read the Secrets it names.
+func TestAdmissionPolicyGivesNoMoreThanTheCreatorMayHave(t *testing.T) {
+	installAdmission(t)
+	ctx := t.Context()
+	ns := namespace(t, "tenant-a", nil)
+	tenant, err := env.User("alice", "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: ns}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"flyte.org"}, Resources: []string{"taskactions"}, Verbs: []string{"create"}},
+	}}
+	if err := env.Client.Create(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "tenant"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}}}
+	if err := env.Client.Create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	grant := func(rule rbacv1.PolicyRule) {
+		t.Helper()
+		role.Rules = append(role.Rules, rule)
+		if err := env.Client.Update(ctx, role); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withServiceAccount := func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, "builder", "spec", "serviceAccountName")
+	}
+	withSecret := func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"name": "db", "key": "password", "env": "DB_PASSWORD"}}, "spec", "secrets")
+	}
+	withSecretInEnv := func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, "container", "spec", "taskType")
+		_ = unstructured.SetNestedMap(u.Object, map[string]any{"image": "busybox", "env": []any{map[string]any{
+			"name": "TOKEN", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "deploy-token", "key": "token"}}}}},
+			"spec", "container")
+	}
+	for _, step := range []struct {
+		name   string
+		grant  *rbacv1.PolicyRule // before the step
+		shape  func(*unstructured.Unstructured)
+		refuse string // what the refusal says; empty: admitted
+	}{
+		{name: "only TaskActions", refuse: `"alice" may not create pods in namespace "tenant-a-`},
+		{name: "and pods", grant: &rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}}},
+		{name: "as a ServiceAccount", shape: withServiceAccount, refuse: `may not impersonate the ServiceAccount "builder"`},
+		{name: "as a ServiceAccount it may act as", shape: withServiceAccount,
+			grant: &rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, ResourceNames: []string{"builder"}, Verbs: []string{"impersonate"}}},
+		{name: "with a Secret", shape: withSecret, refuse: `may not get every Secret the action names (db) in namespace "tenant-a-`},
+		{name: "with a Secret it may read", shape: withSecret,
+			grant: &rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"db"}, Verbs: []string{"get"}}},
+		{name: "with a Secret in the container's env", shape: withSecretInEnv, refuse: `may not get every Secret the action names (deploy-token)`},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			if step.grant != nil {
+				grant(*step.grant)
+			}
+			u := action(ns, ns, "development")
+			if step.shape != nil {
+				step.shape(u)
+			}
+			if step.refuse == "" {
+				// RBAC's authorizer sees a new rule moments after it is written.
+				var err error
+				eventually.True(t, 30*time.Second, func() bool { err = createAction(ctx, tenant, u); return err == nil },
+					func() string { return fmt.Sprintf("never admitted: %v", err) })
+				return
+			}
+			err := createAction(ctx, tenant, u)
+			if err == nil || !strings.Contains(err.Error(), step.refuse) {
+				t.Fatalf("admitted or refused otherwise (%v); want a refusal saying %q", err, step.refuse)
+			}
+		})
+	}
+}
