@@ -237,7 +237,12 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	// Actions read and write their data only where the configuration allows: a cache
 	// entry names where a hit's outputs are copied from, and anyone who reaches the cache
 	// service may have written it.
-	store, err := datastore.Confine(datastore.New(), cfg.Storage.AllowedPrefixes)
+	st := cfg.Storage
+	store, err := datastore.Confine(datastore.NewLimited(datastore.Limits{
+		MaxDocumentBytes: st.MaxDocumentBytes.Value(), MaxCopyBytes: st.MaxCopyBytes.Value(),
+		CallTimeout: st.CallTimeout.Duration, CopyTimeout: st.CopyTimeout.Duration,
+		MaxOutputEntries: st.MaxOutputEntries, MaxOutputDepth: st.MaxOutputDepth,
+	}), cfg.Storage.AllowedPrefixes)
 	if err != nil {
 		return nil, fmt.Errorf("executor: config: storage.allowedPrefixes: %w", err)
 	}

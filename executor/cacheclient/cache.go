@@ -159,7 +159,10 @@ func (c *Cache) forgetKey(ta *flytev1.TaskAction) {
 	c.mu.Unlock()
 }
 
-// Key computes an action's cache key.
+// Key computes an action's cache key. The inputs document is read with the data store's
+// document limit: hashing it parses it whole (InputsHash), so it is held in memory. One
+// over the limit leaves the action without the cache (core.ErrTooLarge; Lookup says so
+// and runs it), as any other failure to compute its key.
 func (c *Cache) Key(ctx context.Context, ta *flytev1.TaskAction) (*cachev1.CacheKey, error) {
 	var inputs []byte
 	if ta.Spec.InputURI != "" {
@@ -295,6 +298,8 @@ func (c *Cache) useHit(ctx context.Context, ta *flytev1.TaskAction, out *cachev1
 		return Decision{Hit: true} // remembered as succeeded, with no outputs
 	case cerr == nil:
 		return Decision{Hit: true, OutputsURI: outputsURI}
+	case errors.Is(cerr, core.ErrTooLarge):
+		c.log.Warn("cached outputs are over the data store's copy limit; treating the hit as a miss", "action", ta.Name, "error", cerr)
 	case errors.As(cerr, &refused):
 		c.Metrics.CacheOutputsRefused(refused.Reason)
 		c.log.Warn("cached outputs lie where the action may not read; treating the hit as a miss",
@@ -383,9 +388,15 @@ func (c *Cache) Holds(uid types.UID) bool {
 	return ok
 }
 
+// copyOutputs copies a hit's outputs, streamed where the store can (core.Copier): they
+// are another task's, of any size, and never held whole; over the store's copy limit
+// the copy fails (core.ErrTooLarge) and the hit is a miss.
 func copyOutputs(ctx context.Context, store core.DataStore, from, to string) error {
 	if from == "" {
 		return nil // the task has no outputs
+	}
+	if copier, ok := store.(core.Copier); ok {
+		return copier.Copy(ctx, from, to)
 	}
 	data, err := store.Read(ctx, from)
 	if err != nil {

@@ -200,6 +200,34 @@ type StorageConfig struct {
 	// its runOutputBase (so cached outputs come only from its own run), and file:// only
 	// under a prefix listed here. Default empty.
 	AllowedPrefixes []string `json:"allowedPrefixes,omitempty"`
+
+	// What a task's data may cost the executor: a task decides how large the objects it
+	// leaves are (a sparse file costs it nothing), how many files its output holds, and
+	// a store may stall; past a bound the action fails, naming it (docs/security.md).
+
+	// MaxDocumentBytes bounds an object read into memory: error documents, and inputs
+	// documents, which the cache hashes. Default 2Mi, Flyte's own bound on what it
+	// downloads (storage.limits.maxDownloadMBs): documents of values, not data.
+	MaxDocumentBytes resource.Quantity `json:"maxDocumentBytes"`
+	// MaxCopyBytes bounds an object copied, streamed through a small buffer (cached
+	// outputs, echoed inputs, a staged file:// input): memory stays flat, so this bounds
+	// the disk and time a copy spends. Default 1Gi.
+	MaxCopyBytes resource.Quantity `json:"maxCopyBytes"`
+	// CallTimeout is the deadline of one call of the store (a read of at most
+	// maxDocumentBytes, a write, an attribute lookup, opening a bucket); one exceeded is
+	// transient: the pass is retried after a backoff without charging the action.
+	// Default 30s: a healthy store answers in well under a second, and the SDKs' own
+	// retries fit in it.
+	CallTimeout metav1.Duration `json:"callTimeout"`
+	// CopyTimeout is the deadline of one copy. Default 5m: maxCopyBytes' default at
+	// 3.5 MiB/s, a slow store's pace.
+	CopyTimeout metav1.Duration `json:"copyTimeout"`
+	// MaxOutputEntries and MaxOutputDepth bound the tree a pod leaves in its staged
+	// output (k8s.mountFileStorage): files and directories in all, and directories
+	// nested. Defaults 10000 and 32: outputs are a document and a few files, 10000 are
+	// moved in about a second, and 32 levels leave room for any layout a task means.
+	MaxOutputEntries int `json:"maxOutputEntries"`
+	MaxOutputDepth   int `json:"maxOutputDepth"`
 }
 
 // TenancyConfig ties an action's project and domain to its namespace: a namespace's
@@ -273,6 +301,14 @@ func Default() Config {
 		RetryBackoff: RetryBackoff{
 			Base: metav1.Duration{Duration: time.Second},
 			Cap:  metav1.Duration{Duration: 5 * time.Minute},
+		},
+		Storage: StorageConfig{
+			MaxDocumentBytes: resource.MustParse("2Mi"),
+			MaxCopyBytes:     resource.MustParse("1Gi"),
+			CallTimeout:      metav1.Duration{Duration: 30 * time.Second},
+			CopyTimeout:      metav1.Duration{Duration: 5 * time.Minute},
+			MaxOutputEntries: 10000,
+			MaxOutputDepth:   32,
 		},
 		K8s: K8sPluginConfig{
 			DefaultCPURequest:        resource.MustParse("100m"),

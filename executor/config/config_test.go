@@ -62,6 +62,12 @@ serviceTokenFile: ` + tokenFile + `
 serviceCAFile: ` + caFile + `
 storage:
   allowedPrefixes: ["s3://flyte-data/{project}/{domain}/", "file:///srv/flyte"]
+  maxDocumentBytes: 4Mi
+  maxCopyBytes: 2Gi
+  callTimeout: 45s
+  copyTimeout: 10m
+  maxOutputEntries: 20000
+  maxOutputDepth: 16
 tenancy:
   projectLabel: example.com/project
   domainLabel: example.com/domain
@@ -134,7 +140,10 @@ k8s:
 		CacheServiceURL:         "",
 		ServiceTokenFile:        tokenFile,
 		ServiceCAFile:           caFile,
-		Storage:                 config.StorageConfig{AllowedPrefixes: []string{"s3://flyte-data/{project}/{domain}/", "file:///srv/flyte"}},
+		Storage: config.StorageConfig{AllowedPrefixes: []string{"s3://flyte-data/{project}/{domain}/", "file:///srv/flyte"},
+			MaxDocumentBytes: resource.MustParse("4Mi"), MaxCopyBytes: resource.MustParse("2Gi"),
+			CallTimeout: duration(45 * time.Second), CopyTimeout: duration(10 * time.Minute),
+			MaxOutputEntries: 20000, MaxOutputDepth: 16},
 		Tenancy:                 config.TenancyConfig{ProjectLabel: "example.com/project", DomainLabel: "example.com/domain", NamespaceTemplate: "{project}-{domain}"},
 		Cluster:                 "prod-eu-1",
 		DefaultServiceAccount:   "flyte-tasks",
@@ -332,6 +341,13 @@ func TestLoadRejects(t *testing.T) {
 		{"the executor's own secrets", "storage:\n  allowedPrefixes: [file:///var/run/secrets/]\n", "storage.allowedPrefixes[0]: \"file:///var/run/secrets/\": the system directory /var/run"},
 		{"unknown placeholder", "storage:\n  allowedPrefixes: [\"s3://b/{team}/\"]\n", "storage.allowedPrefixes[0]: \"s3://b/{team}/\": unknown placeholder {team}"},
 		{"duplicate prefix", "storage:\n  allowedPrefixes: [s3://b/x, s3://b/x/]\n", "storage.allowedPrefixes[1]: s3://b/x/ is listed twice"},
+		{"no document at all", "storage:\n  maxDocumentBytes: 0\n", "storage.maxDocumentBytes: must be from 1024 to 268435456, got 0"},
+		{"documents beyond memory", "storage:\n  maxDocumentBytes: 1Gi\n", "storage.maxDocumentBytes: must be from 1024 to 268435456"},
+		{"no copy at all", "storage:\n  maxCopyBytes: 10\n", "storage.maxCopyBytes: must be from 1024"},
+		{"no output entries", "storage:\n  maxOutputEntries: 0\n", "storage.maxOutputEntries: must be from 1"},
+		{"outputs too deep to walk", "storage:\n  maxOutputDepth: 5000\n", "storage.maxOutputDepth: must be from 1 to 1024, got 5000"},
+		{"no call deadline", "storage:\n  callTimeout: 0s\n", "storage.callTimeout: must be positive"},
+		{"copies shorter than calls", "storage:\n  callTimeout: 1m\n  copyTimeout: 30s\n", "storage.copyTimeout: must be at least storage.callTimeout (1m0s), got 30s"},
 		{"missing token file", "serviceTokenFile: /nonexistent/token\n", "serviceTokenFile: open /nonexistent/token: no such file"},
 		{"missing CA file", "serviceCAFile: /nonexistent/ca.pem\neventsServiceURL: https://events\ncacheServiceURL: https://cache\n", "serviceCAFile: open /nonexistent/ca.pem: no such file"},
 		{"a removed webhook field", "webhookCertPath: /certs\nwebhookCertName: tls.crt\n", "webhookCertName: removed: the executor serves no webhook. An action's secrets are delivered to its pod by the kubelet (spec.secrets); docs/configuration.md says why; webhookCertPath: removed"},

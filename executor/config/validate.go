@@ -103,6 +103,29 @@ func (c Config) Validate() error {
 	if err := c.Tenancy.Rule().Validate(); err != nil {
 		fail("tenancy", "%v", err)
 	}
+	st := c.Storage
+	for _, q := range []struct {
+		path     string
+		value    int64
+		min, max int64
+	}{
+		// A document is held in memory whole, by every worker at once at worst.
+		{"storage.maxDocumentBytes", st.MaxDocumentBytes.Value(), 1 << 10, 256 << 20},
+		{"storage.maxCopyBytes", st.MaxCopyBytes.Value(), 1 << 10, 1 << 40},
+		{"storage.maxOutputEntries", int64(st.MaxOutputEntries), 1, 10_000_000},
+		// Each level is a directory held open and a frame of the walk.
+		{"storage.maxOutputDepth", int64(st.MaxOutputDepth), 1, 1024},
+	} {
+		if q.value < q.min || q.value > q.max {
+			fail(q.path, "must be from %d to %d, got %d", q.min, q.max, q.value)
+		}
+	}
+	if st.CallTimeout.Duration <= 0 {
+		fail("storage.callTimeout", "must be positive, got %s", st.CallTimeout.Duration)
+	}
+	if st.CopyTimeout.Duration < st.CallTimeout.Duration {
+		fail("storage.copyTimeout", "must be at least storage.callTimeout (%s), got %s", st.CallTimeout.Duration, st.CopyTimeout.Duration)
+	}
 	if c.K8s.MountFileStorage && !onDisk {
 		// Without one, every action's file:// data is refused, so nothing would be mounted.
 		fail("k8s.mountFileStorage", "needs a file:// prefix in storage.allowedPrefixes")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"gocloud.dev/blob"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore/prefix"
@@ -76,6 +79,8 @@ var (
 	_ core.HostPathStore         = view{}
 	_ Checker                    = (*Confined)(nil)
 	_ Checker                    = view{}
+	_ core.Copier                = (*Confined)(nil)
+	_ core.Copier                = view{}
 )
 
 // Confine limits s to the allowed prefixes (see package prefix for their form). With
@@ -118,6 +123,11 @@ func (c *Confined) Exists(ctx context.Context, uri string) (bool, error) {
 // Size implements core.Sizer, as Read.
 func (c *Confined) Size(ctx context.Context, uri string) (int64, error) {
 	return c.size(ctx, c.rules(), uri)
+}
+
+// Copy implements core.Copier, as Read for from and Write for to.
+func (c *Confined) Copy(ctx context.Context, from, to string) error {
+	return c.copy(ctx, c.rules(), from, to)
 }
 
 // Check implements Checker, as Read.
@@ -186,6 +196,9 @@ func (v view) Exists(ctx context.Context, uri string) (bool, error) {
 	return v.c.exists(ctx, v.r, uri)
 }
 func (v view) Size(ctx context.Context, uri string) (int64, error) { return v.c.size(ctx, v.r, uri) }
+func (v view) Copy(ctx context.Context, from, to string) error {
+	return v.c.copy(ctx, v.r, from, to)
+}
 
 // Check implements Checker.
 func (v view) Check(uri string, write bool) error {
@@ -293,16 +306,43 @@ func (c *Confined) read(ctx context.Context, r rules, uri string) ([]byte, error
 	if at.loc.Scheme != "file" {
 		return c.store.read(ctx, bucketURL(at.loc), at.loc.Key(), uri)
 	}
+	f, size, err := openFile(at, "reading")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	data, err := readLimited(f, size, c.store.limits.MaxDocumentBytes, uri)
+	if err != nil && !errors.Is(err, core.ErrTooLarge) {
+		return nil, fileError("reading", at, err)
+	}
+	return data, err
+}
+
+// openFile opens a file:// object for reading, and tells its size. Only a regular file
+// is data: a named pipe a task left would block a reader for ever, so it is opened
+// without waiting and refused.
+func openFile(at place, op string) (*os.File, int64, error) {
 	root, err := openRoot(at.under, false)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("datastore: reading %s: %w", uri, core.ErrNotFound)
+		return nil, 0, fmt.Errorf("datastore: %s %s: %w", op, at.uri, core.ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("datastore: reading %s: %w", uri, err)
+		return nil, 0, fmt.Errorf("datastore: %s %s: %w", op, at.uri, err)
 	}
-	defer func() { _ = root.Close() }()
-	data, err := root.ReadFile(relative(at))
-	return data, fileError("reading", at, err)
+	defer func() { _ = root.Close() }() // the file stays open without it
+	f, err := root.OpenFile(relative(at), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, 0, fileError(op, at, err)
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("datastore: %s %s: not a regular file", op, at.uri)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, 0, fileError(op, at, err)
+	}
+	return f, fi.Size(), nil
 }
 
 func (c *Confined) write(ctx context.Context, r rules, uri string, content []byte) error {
@@ -319,6 +359,50 @@ func (c *Confined) write(ctx context.Context, r rules, uri string, content []byt
 	}
 	defer func() { _ = root.Close() }()
 	return fileError("writing", at, writeFile(root, relative(at), content))
+}
+
+func (c *Confined) copy(ctx context.Context, r rules, from, to string) error {
+	src, err := r.check(from, false)
+	if err != nil {
+		return err
+	}
+	dst, err := r.check(to, true)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.store.limits.CopyTimeout)
+	defer cancel()
+	var (
+		in   io.ReadCloser
+		size int64
+	)
+	if src.loc.Scheme == "file" {
+		in, size, err = openFile(src, "copying")
+	} else {
+		var br *blob.Reader
+		br, err = c.store.openBlob(ctx, bucketURL(src.loc), src.loc.Key(), from, "copying")
+		if err == nil {
+			in, size = br, br.Size()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	var out sink
+	if dst.loc.Scheme == "file" {
+		root, err := openRoot(dst.under, true)
+		if err != nil {
+			return fmt.Errorf("datastore: writing %s: %w", to, err)
+		}
+		defer func() { _ = root.Close() }()
+		if out, err = createFile(root, relative(dst)); err != nil {
+			return fileError("writing", dst, err)
+		}
+	} else if out, err = c.store.createBlob(ctx, bucketURL(dst.loc), dst.loc.Key(), to); err != nil {
+		return err
+	}
+	return c.store.stream(from, to, in, size, out)
 }
 
 func (c *Confined) exists(ctx context.Context, r rules, uri string) (bool, error) {
@@ -389,27 +473,55 @@ func openRoot(p prefix.Prefix, create bool) (*os.Root, error) {
 // writeFile replaces name's content at once: a reader sees the old file or the new,
 // never part of one.
 func writeFile(root *os.Root, name string, content []byte) error {
+	f, err := createFile(root, name)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(content); err != nil {
+		f.abort()
+		return err
+	}
+	return f.commit()
+}
+
+// fileSink writes a file:// object into a temporary file beside it, renamed over it on
+// commit. It is an *os.File, so that a copy from another reaches the kernel's
+// copy_file_range (a reflink where the file system has them).
+type fileSink struct {
+	*os.File
+	root      *os.Root
+	tmp, name string
+}
+
+// createFile starts replacing name in root, making the directories on its way.
+func createFile(root *os.Root, name string) (*fileSink, error) {
 	if dir := path.Dir(name); dir != "." {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	tmp := path.Join(path.Dir(name), fmt.Sprintf(".%s.%016x.tmp", path.Base(name), rand.Uint64()))
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = f.Write(content)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	return &fileSink{File: f, root: root, tmp: tmp, name: name}, nil
+}
+
+func (f *fileSink) commit() error {
+	err := f.Close()
 	if err == nil {
-		err = root.Rename(tmp, name)
+		err = f.root.Rename(f.tmp, f.name)
 	}
 	if err != nil {
-		_ = root.Remove(tmp)
+		_ = f.root.Remove(f.tmp)
 	}
 	return err
+}
+
+func (f *fileSink) abort() {
+	_ = f.Close()
+	_ = f.root.Remove(f.tmp)
 }
 
 // fileError classifies an error of os.Root: a missing file is ErrNotFound, and a path

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
 )
@@ -22,7 +24,7 @@ import (
 // their way for a link to any host path between the executor's check and the mount. So
 // no pod writes in the data store: each attempt has a staging directory,
 //
-//	<prefix's directory>/.flyte-staging/<attempt>/in/<input's name>   (a hard link, read-only)
+//	<prefix's directory>/.flyte-staging/<attempt>/in/<input's name>   (a copy, read-only)
 //	<prefix's directory>/.flyte-staging/<attempt>/out/                (read-write)
 //
 // made by the executor through the prefix's os.Root, on a path no pod can write: the
@@ -30,14 +32,21 @@ import (
 // Once the pod has stopped, CollectOutput moves what it left there (regular files and
 // directories; links and devices stay behind and go with the staging directory) to the
 // output's URI. URIs through a ".flyte-staging" segment are refused everywhere else.
+//
+// The input is a copy, never a hard link to the stored object: a pod that got its mount
+// writable (a pod template, a runtime's bug) would otherwise rewrite the data store in
+// place, and every other attempt's input with it. The copy is bounded as every copy is
+// (Limits.MaxCopyBytes) and costs little: copy_file_range clones it where the file
+// system can. The tree a pod leaves is bounded too (Limits.MaxOutputEntries and
+// MaxOutputDepth): one over a bound is not moved, and the action fails naming it.
 
 // StagingDir is the directory, in each file:// prefix's directory, that holds the
 // attempts' staged mounts.
 const StagingDir = ".flyte-staging"
 
-// maxCollectDepth bounds how deep CollectOutput follows what a pod made; deeper is left
-// behind.
-const maxCollectDepth = 64
+// readDirBatch is how many entries of a directory are read at once: a directory of any
+// size is held a batch at a time.
+const readDirBatch = 256
 
 var attemptID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
 
@@ -69,21 +78,35 @@ func (v view) StageInput(_ context.Context, uri, attempt string) (core.HostMount
 	if err := root.MkdirAll(in, 0o755); err != nil {
 		return core.HostMount{}, fileError("staging", at, err)
 	}
-	link := path.Join(in, path.Base(rel))
-	if err := root.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	staged := path.Join(in, path.Base(rel))
+	if err := root.Remove(staged); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return core.HostMount{}, fileError("staging", at, err)
 	}
-	// A hard link costs nothing; across file systems inside the prefix, a copy.
-	if err := root.Link(rel, link); err != nil {
-		data, rerr := root.ReadFile(rel)
-		if rerr != nil {
-			return core.HostMount{}, fileError("staging", at, rerr)
-		}
-		if werr := writeFile(root, link, data); werr != nil {
-			return core.HostMount{}, fileError("staging", at, werr)
-		}
+	if err := v.c.stageCopy(root, at, rel, staged); err != nil {
+		return core.HostMount{}, err
 	}
-	return core.HostMount{Source: path.Join(at.under.Path(), link), Target: path.Join(at.under.Path(), rel)}, nil
+	return core.HostMount{Source: path.Join(at.under.Path(), staged), Target: path.Join(at.under.Path(), rel)}, nil
+}
+
+// stageCopy copies rel to staged, both in root, streamed and bounded as Copy is.
+func (c *Confined) stageCopy(root *os.Root, at place, rel, staged string) error {
+	in, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fileError("staging", at, err)
+	}
+	defer func() { _ = in.Close() }()
+	fi, err := in.Stat()
+	if err != nil {
+		return fileError("staging", at, err)
+	}
+	if !fi.Mode().IsRegular() { // checked on the way, but it may have changed since
+		return fmt.Errorf("datastore: %s is not a regular file", at.uri)
+	}
+	out, err := createFile(root, staged)
+	if err != nil {
+		return fileError("staging", at, err)
+	}
+	return c.store.stream(at.uri, "its staged copy", in, fi.Size(), out)
 }
 
 // StageOutput implements core.HostPathStore.
@@ -129,6 +152,13 @@ func (v view) CollectOutput(_ context.Context, uri, attempt string) error {
 	if !fi.IsDir() {
 		return fileError("collecting", at, root.RemoveAll(out))
 	}
+	// Measured before anything moves: a tree over a bound is refused whole, the same
+	// way however often it is collected, rather than cut.
+	if err := measure(root, out, at.uri, v.c.store.limits); errors.Is(err, core.ErrTooLarge) {
+		return err
+	} else if err != nil {
+		return fileError("collecting", at, err)
+	}
 	rel := relative(at)
 	if rel != "" {
 		if err := root.MkdirAll(rel, 0o755); err != nil {
@@ -138,10 +168,57 @@ func (v view) CollectOutput(_ context.Context, uri, attempt string) error {
 	if err := noLinkOnTheWay(at, root, rel, true); err != nil {
 		return err
 	}
-	if err := move(root, out, orDot(rel), 0); err != nil {
+	if err := move(root, out, orDot(rel)); err != nil {
 		return fileError("collecting", at, err)
 	}
 	return fileError("collecting", at, root.RemoveAll(out))
+}
+
+// measure walks the tree under dir, a batch of entries at a time, and fails as soon as
+// it holds more entries than limits.MaxOutputEntries or nests directories deeper than
+// limits.MaxOutputDepth; uri names the outputs in the error.
+func measure(root *os.Root, dir, uri string, limits Limits) error {
+	entries := 0
+	var walk func(dir string, depth int) error
+	walk = func(dir string, depth int) error {
+		return eachEntry(root, dir, func(e fs.DirEntry) error {
+			if entries++; entries > limits.MaxOutputEntries {
+				return tooLarge(uri, -1, int64(limits.MaxOutputEntries), SettingMaxOutputEntries)
+			}
+			if !e.Type().IsDir() {
+				return nil
+			}
+			if depth+1 > limits.MaxOutputDepth {
+				return tooLarge(uri, -1, int64(limits.MaxOutputDepth), SettingMaxOutputDepth)
+			}
+			return walk(path.Join(dir, e.Name()), depth+1)
+		})
+	}
+	return walk(dir, 0)
+}
+
+// eachEntry calls fn with the entries of dir, readDirBatch at a time; their types are
+// lstat's (a link is a link). fn may remove the entry it is given.
+func eachEntry(root *os.Root, dir string, fn func(fs.DirEntry) error) error {
+	d, err := root.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }()
+	for {
+		batch, err := d.ReadDir(readDirBatch)
+		for _, e := range batch {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // Unstage implements core.HostPathStore.
@@ -162,21 +239,9 @@ func (v view) Unstage(_ context.Context, uri, attempt string) error {
 }
 
 // move moves the regular files under from to the same places under to, making the
-// directories on the way; anything else stays.
-func move(root *os.Root, from, to string, depth int) error {
-	if depth > maxCollectDepth {
-		return nil
-	}
-	dir, err := root.Open(from)
-	if err != nil {
-		return err
-	}
-	entries, err := dir.ReadDir(-1)
-	_ = dir.Close()
-	if err != nil {
-		return err
-	}
-	for _, e := range entries { // the types are lstat's: a link is a link
+// directories on the way; anything else stays. measure has bounded the tree.
+func move(root *os.Root, from, to string) error {
+	return eachEntry(root, from, func(e fs.DirEntry) error {
 		src, dst := path.Join(from, e.Name()), path.Join(to, e.Name())
 		switch {
 		case e.Type().IsDir():
@@ -188,21 +253,17 @@ func move(root *os.Root, from, to string, depth int) error {
 			if err := root.MkdirAll(dst, 0o755); err != nil {
 				return err
 			}
-			if err := move(root, src, dst, depth+1); err != nil {
-				return err
-			}
+			return move(root, src, dst)
 		case e.Type().IsRegular():
 			if fi, err := root.Lstat(dst); err == nil && !fi.Mode().IsRegular() {
 				if err := root.RemoveAll(dst); err != nil {
 					return err
 				}
 			}
-			if err := root.Rename(src, dst); err != nil {
-				return err
-			}
+			return root.Rename(src, dst)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // hostPlace checks a file:// URI as a write (dir) or a read, and opens its prefix.

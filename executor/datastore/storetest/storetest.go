@@ -41,7 +41,8 @@ type rule struct {
 	key   string // a substring of the object's key
 	code  gcerrors.ErrorCode
 	cause error
-	times int // left to inject; negative: forever
+	times int  // left to inject; negative: forever
+	stall bool // block until the call's context ends, as a store that stopped answering
 }
 
 // Register serves scheme:// URIs from in-memory buckets (one per host) through blob's
@@ -84,6 +85,15 @@ func (f *Faults) FailWith(op Op, key string, code gcerrors.ErrorCode, cause erro
 	f.rules = append(f.rules, &rule{op: op, key: key, code: code, cause: cause, times: times})
 }
 
+// Stall makes the next times calls op on an object whose key contains key block until
+// their context ends, as a store that accepted the connection and stopped answering
+// (times < 0: every call, until Clear). The call then fails with the context's error.
+func (f *Faults) Stall(op Op, key string, times int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = append(f.rules, &rule{op: op, key: key, times: times, stall: true})
+}
+
 // Clear drops every fault not yet injected.
 func (f *Faults) Clear() {
 	f.mu.Lock()
@@ -109,10 +119,10 @@ func (f *Faults) Injected(op Op) int {
 	return f.injected[op]
 }
 
-// fault is the error for a call that a rule answers, if one does.
-func (f *Faults) fault(op Op, key string) error {
+// fault is the error for a call that a rule answers, if one does; a stalling rule
+// returns it only once ctx has ended.
+func (f *Faults) fault(ctx context.Context, op Op, key string) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	for _, r := range f.rules {
 		if r.op != op || !strings.Contains(key, r.key) || r.times == 0 {
 			continue
@@ -121,8 +131,14 @@ func (f *Faults) fault(op Op, key string) error {
 			r.times--
 		}
 		f.injected[op]++
+		f.mu.Unlock()
+		if r.stall {
+			<-ctx.Done()
+			return ctx.Err()
+		}
 		return &Error{Code: r.code, Op: op, Key: key, Cause: r.cause}
 	}
+	f.mu.Unlock()
 	return nil
 }
 
@@ -179,7 +195,7 @@ func (b *bucket) ListPaged(context.Context, *driver.ListOptions) (*driver.ListPa
 }
 
 func (b *bucket) Attributes(ctx context.Context, key string) (*driver.Attributes, error) {
-	if err := b.f.fault(OpExists, key); err != nil {
+	if err := b.f.fault(ctx, OpExists, key); err != nil {
 		return nil, err
 	}
 	a, err := b.real.Attributes(ctx, key)
@@ -191,7 +207,7 @@ func (b *bucket) Attributes(ctx context.Context, key string) (*driver.Attributes
 }
 
 func (b *bucket) NewRangeReader(ctx context.Context, key string, offset, length int64, _ *driver.ReaderOptions) (driver.Reader, error) {
-	if err := b.f.fault(OpRead, key); err != nil {
+	if err := b.f.fault(ctx, OpRead, key); err != nil {
 		return nil, err
 	}
 	r, err := b.real.NewRangeReader(ctx, key, offset, length, nil)
@@ -202,7 +218,7 @@ func (b *bucket) NewRangeReader(ctx context.Context, key string, offset, length 
 }
 
 func (b *bucket) NewTypedWriter(ctx context.Context, key, contentType string, _ *driver.WriterOptions) (driver.Writer, error) {
-	if err := b.f.fault(OpWrite, key); err != nil {
+	if err := b.f.fault(ctx, OpWrite, key); err != nil {
 		return nil, err
 	}
 	return b.real.NewWriter(ctx, key, &blob.WriterOptions{ContentType: contentType})

@@ -54,7 +54,8 @@ type TaskExecutionMetadata interface {
 
 // DataStore reads and writes blobs by URI.
 type DataStore interface {
-	// Read returns a blob's content; errors.Is(err, ErrNotFound) when it does not exist.
+	// Read returns a blob's content; errors.Is(err, ErrNotFound) when it does not exist,
+	// errors.Is(err, ErrTooLarge) when it is larger than the store reads into memory.
 	Read(ctx context.Context, uri string) ([]byte, error)
 	// Write stores content at uri, replacing what is there.
 	Write(ctx context.Context, uri string, content []byte) error
@@ -68,6 +69,14 @@ type Sizer interface {
 	Size(ctx context.Context, uri string) (int64, error)
 }
 
+// Copier is a DataStore that copies a blob without holding it in memory, streamed;
+// errors.Is(err, ErrNotFound) when from does not exist, errors.Is(err, ErrTooLarge) when
+// it is larger than the store copies. Cached outputs and echoed inputs are copied
+// through it.
+type Copier interface {
+	Copy(ctx context.Context, from, to string) error
+}
+
 // HostPathStore is a DataStore whose file:// objects lie on this machine's disk, where a
 // pod on the same machine can mount them: a single-node cluster whose executor runs on
 // the node. The kubelet makes a mount later than any check, following symbolic links, so
@@ -76,8 +85,9 @@ type Sizer interface {
 // stopped (see package datastore). Every method refuses what the action may not use, as
 // Read and Write do. attempt names the attempt uniquely: the action's UID and number.
 type HostPathStore interface {
-	// StageInput links the file at uri, a file:// object the action may read, into the
-	// attempt's staging directory, for the pod to mount read-only.
+	// StageInput copies the file at uri, a file:// object the action may read, into the
+	// attempt's staging directory, for the pod to mount read-only: a copy, never a link,
+	// so that no pod can change the stored object through its mount.
 	StageInput(ctx context.Context, uri, attempt string) (HostMount, error)
 	// StageOutput creates the attempt's staged output directory for uri, a file://
 	// location the action may write under, for the pod to mount read-write: the only
@@ -85,7 +95,8 @@ type HostPathStore interface {
 	StageOutput(ctx context.Context, uri, attempt string) (HostMount, error)
 	// CollectOutput moves what the attempt's pod wrote into its staged output directory
 	// to uri, regular files and directories only, and must be called only once the pod
-	// has stopped. Calling it again moves nothing more.
+	// has stopped. Calling it again moves nothing more. A tree over the store's bounds
+	// (entries, depth) is not moved: errors.Is(err, ErrTooLarge).
 	CollectOutput(ctx context.Context, uri, attempt string) error
 	// Unstage removes what was staged for the attempt under uri's prefix, collected or
 	// not.
@@ -103,11 +114,17 @@ type HostMount struct {
 // ErrNotFound is returned by DataStore.Read for a missing blob.
 var ErrNotFound = errors.New("blob not found")
 
+// ErrTooLarge is returned (wrapped, with the object and the limit named) for a blob or an
+// output tree over the data store's limits. What a task wrote decides it, so retrying
+// cannot help: the action fails as a user error.
+var ErrTooLarge = errors.New("over the data store's limit")
+
 // InputReader reads an action's inputs.
 type InputReader interface {
 	// InputURI is where the inputs are; empty when the action has none.
 	InputURI() string
-	// Read returns the inputs document; nil when the action has none.
+	// Read returns the inputs document; nil when the action has none. It is read with
+	// the data store's limit (see DataStore.Read).
 	Read(ctx context.Context) ([]byte, error)
 }
 

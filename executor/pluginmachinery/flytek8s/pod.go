@@ -176,6 +176,9 @@ func mountFileStorage(ctx context.Context, tCtx core.TaskExecutionContext, spec 
 			stage, kind = store.StageInput, corev1.HostPathFile
 		}
 		m, err := stage(ctx, uri, attempt)
+		if errors.Is(err, core.ErrTooLarge) {
+			return k8s.BadSpec(CodeInputsTooLarge, fmt.Errorf("container: mounting %s: %w", uri, err))
+		}
 		if err != nil {
 			return fmt.Errorf("container: mounting %s: %w", uri, err)
 		}
@@ -216,6 +219,13 @@ func (p TaskPods) CollectOutputs(ctx context.Context, tCtx core.TaskExecutionCon
 	return nil
 }
 
+// OutputsTooLarge fails, for good and as the user's error, an attempt whose pods left an
+// output tree over the data store's bounds (CollectOutputs' error): collecting it again
+// would meet the same bound.
+func OutputsTooLarge(err error) core.PhaseInfo {
+	return core.PhaseInfoPermanentFailure(core.ErrorKindUser, CodeOutputsTooLarge, "container: the outputs are not collected: "+err.Error())
+}
+
 // FinalizeAttempt removes the attempt's staged mounts (k8s.AttemptFinalizer).
 func (p TaskPods) FinalizeAttempt(ctx context.Context, tCtx core.TaskExecutionContext) error {
 	store, ok := hostPaths(tCtx)
@@ -251,7 +261,9 @@ func (p TaskPods) phaseOf(ctx context.Context, tCtx core.TaskExecutionContext, p
 	cfg := p.Config
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		// Its containers have stopped: nothing writes in the staged output any more.
-		if err := p.CollectOutputs(ctx, tCtx); err != nil {
+		if err := p.CollectOutputs(ctx, tCtx); errors.Is(err, core.ErrTooLarge) {
+			return OutputsTooLarge(err), nil
+		} else if err != nil {
 			return core.PhaseInfo{}, err
 		}
 	}
@@ -448,6 +460,14 @@ func MountingSecrets(pod *corev1.Pod, secrets []flytev1.TaskSecret) bool {
 	return false
 }
 
+// Codes of attempts that failed because the task left more than the data store takes
+// (datastore.Limits): the user's error, for good.
+const (
+	CodeErrorDocumentTooLarge = "ErrorDocumentTooLarge"
+	CodeOutputsTooLarge       = "OutputsTooLarge"
+	CodeInputsTooLarge        = "InputsTooLarge"
+)
+
 // errorDocument is what a task writes to its error URI to report a user error.
 type errorDocument struct {
 	Code    string `json:"code"`
@@ -470,6 +490,10 @@ func Outcome(ctx context.Context, tCtx core.TaskExecutionContext) (core.PhaseInf
 			return core.PhaseInfoUserFailure(doc.Code, doc.Message), nil
 		case errors.Is(err, datastore.ErrNotAllowed):
 			return notAllowed(err), nil
+		case errors.Is(err, core.ErrTooLarge):
+			// Read whole, it would take the executor down: the task chose its size.
+			return core.PhaseInfoPermanentFailure(core.ErrorKindUser, CodeErrorDocumentTooLarge,
+				"container: the error document is not read: "+err.Error()), nil
 		case !errors.Is(err, core.ErrNotFound):
 			return core.PhaseInfo{}, fmt.Errorf("container: reading the error document: %w", err)
 		}

@@ -29,23 +29,35 @@ func (Plugin) GetID() string { return ID }
 func (Plugin) GetProperties() core.Properties { return core.Properties{} }
 
 // Handle implements core.Plugin. Writing the same outputs again is harmless, so a
-// repeated call after a conflict or a restart is idempotent.
+// repeated call after a conflict or a restart is idempotent. The inputs are copied
+// streamed when the store can (core.Copier), never held whole: their size is the user's
+// choice, bounded by the store's copy limit.
 func (Plugin) Handle(ctx context.Context, tCtx core.TaskExecutionContext) (core.Transition, error) {
-	in, err := tCtx.InputReader().Read(ctx)
+	in, out := tCtx.InputReader(), tCtx.OutputWriter()
+	var err error
+	copier, streamed := tCtx.DataStore().(core.Copier)
+	switch {
+	case in.InputURI() == "":
+		_, err = out.Write(ctx, []byte("{}"))
+	case streamed:
+		err = copier.Copy(ctx, in.InputURI(), out.OutputsURI())
+	default:
+		var data []byte
+		if data, err = in.Read(ctx); err == nil {
+			_, err = out.Write(ctx, data)
+		}
+	}
 	switch {
 	case errors.Is(err, core.ErrNotFound):
 		return core.DoTransition(core.PhaseInfoPermanentFailure(core.ErrorKindUser, "InputsNotFound",
-			fmt.Sprintf("no inputs at %s", tCtx.InputReader().InputURI()))), nil
+			fmt.Sprintf("no inputs at %s", in.InputURI()))), nil
+	case errors.Is(err, core.ErrTooLarge):
+		return core.DoTransition(core.PhaseInfoPermanentFailure(core.ErrorKindUser, "InputsTooLarge",
+			"core-echo: the inputs are not copied: "+err.Error())), nil
 	case err != nil:
-		return core.Transition{}, fmt.Errorf("core-echo: reading inputs: %w", err)
-	case in == nil:
-		in = []byte("{}")
+		return core.Transition{}, fmt.Errorf("core-echo: copying the inputs to the outputs: %w", err)
 	}
-	uri, err := tCtx.OutputWriter().Write(ctx, in)
-	if err != nil {
-		return core.Transition{}, fmt.Errorf("core-echo: writing outputs: %w", err)
-	}
-	return core.DoTransition(core.PhaseInfoSuccess(uri)), nil
+	return core.DoTransition(core.PhaseInfoSuccess(out.OutputsURI())), nil
 }
 
 // Abort implements core.Plugin.

@@ -7,6 +7,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -133,7 +134,9 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx core.TaskExecutionContext
 		switch c.Type {
 		case batchv1.JobComplete, batchv1.JobFailed:
 			// The Job controller sets either only once its pods have stopped.
-			if err := p.pods.CollectOutputs(ctx, tCtx); err != nil {
+			if err := p.pods.CollectOutputs(ctx, tCtx); errors.Is(err, core.ErrTooLarge) {
+				return flytek8s.OutputsTooLarge(err), nil
+			} else if err != nil {
 				return core.PhaseInfo{}, fmt.Errorf("k8s-job: %w", err)
 			}
 			if c.Type == batchv1.JobComplete {
