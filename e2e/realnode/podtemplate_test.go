@@ -78,9 +78,10 @@ func TestPodTemplateWithATolerationAndASidecar(t *testing.T) {
 	tolerant := containerAction(ns, "tolerant", 0, `test "$FROM_TEMPLATE" = yes || exit 3
 for i in $(seq 50); do test -s /shared/note && break; sleep 0.2; done; grep -q sidecar-was-here /shared/note`)
 	tolerant.Spec.PodTemplateName = template.Name
-	// An inline fragment without containers keeps the template's.
+	// An inline fragment without containers keeps the template's. (It may add to the
+	// template, not change what it sets, such as its grace period.)
 	tolerant.Spec.PodTemplate = &flytev1.PodTemplate{Metadata: flytev1.PodTemplateMetadata{Labels: map[string]string{"cost-center": "research"}},
-		Spec: runtime.RawExtension{Raw: []byte(`{"terminationGracePeriodSeconds": 3}`)}}
+		Spec: runtime.RawExtension{Raw: []byte(`{"activeDeadlineSeconds": 600}`)}}
 	tolerant.Spec.TaskName = "research/models:train"
 	plain := containerAction(ns, "plain", 0, "true")
 	create(t, tolerant)
