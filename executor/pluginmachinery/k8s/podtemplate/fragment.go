@@ -156,7 +156,9 @@ func checkNames(base, over *corev1.PodSpec, pod *corev1.Pod, task string) error 
 	}
 	for _, field := range []string{"containers", "initContainers"} {
 		for _, c := range containers(over, field) {
-			if theirs[c.Name] {
+			// The task's container is a regular one: an init container of its name
+			// would take the name of the executor's.
+			if theirs[c.Name] || field == "initContainers" && (c.Name == task || c.Name == DefaultContainer) {
 				return &Error{Code: CodeRefused, Err: fmt.Errorf("spec.podTemplate.spec.%s[%s]: the pod template or the executor has a container %q: "+
 					"an inline pod template may add containers of its own, not change the template's", field, c.Name, c.Name)}
 			}

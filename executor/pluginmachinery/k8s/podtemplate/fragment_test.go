@@ -103,6 +103,8 @@ func TestAFragmentOnlyAdds(t *testing.T) {
 			says: []string{"driver-setup"}},
 		{name: "a regular container named as the template's init container", spec: `{"containers":[{"name":"driver-setup","image":"evil:1"}]}`,
 			says: []string{"driver-setup"}},
+		{name: "an init container named as the task's container", spec: `{"initContainers":[{"name":"task","image":"b:1"}]}`,
+			says: []string{"initContainers[task]"}},
 		{name: "the task container mounts the template's hostPath volume", spec: `{"containers":[{"name":"task","volumeMounts":[{"name":"nvidia-driver","mountPath":"/host"}]}]}`,
 			says: []string{"nvidia-driver", "mounts only volumes it defines"}},
 		{name: "the default container mounts the template's hostPath volume", spec: `{"containers":[{"name":"default","volumeMounts":[{"name":"nvidia-driver","mountPath":"/host"}]}]}`,
