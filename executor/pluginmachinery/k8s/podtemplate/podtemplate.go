@@ -1,6 +1,7 @@
 // Package podtemplate shapes a task's pod with PodTemplates, as Flyte does: the
 // cluster's default (or the one the action names) is the base, the action's inline
-// fragment goes over it, and the pod the plugin built from the action goes over both.
+// fragment goes over it, only adding (LayInline), and the pod the plugin built from the
+// action goes over both.
 // Lists with a key (containers, env, volumes, volume mounts) merge by it, as a strategic
 // merge patch does; tolerations, which have no key, are joined.
 package podtemplate
