@@ -2,6 +2,8 @@ package executor_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,7 +51,8 @@ func tolerationKeys(pod *corev1.Pod) string {
 
 // TestPodTemplatesShapeTaskPods: the cluster's default template, one an action names
 // (from its namespace, else the executor's), and an action's inline fragment, merged as
-// documented; a name that is not there, or not labelled for tasks, fails the action with
+// documented (the fragment's tolerations too, once k8s.inlinePodTemplateFields lists
+// them); a name that is not there, or not labelled for tasks, fails the action with
 // PodTemplateNotFound, one adding a second container (which would keep the pod running
 // after the task) with BadPodTemplate, and a fragment asking for the host's network with
 // PodTemplateRefused.
@@ -69,6 +72,8 @@ func TestPodTemplatesShapeTaskPods(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.K8s.DefaultPodTemplateName, cfg.ExecutorNamespace = "cluster-default", home
+	// Tolerations are the platform's unless it lets fragments set them too.
+	cfg.K8s.InlinePodTemplateFields = append(cfg.K8s.InlinePodTemplateFields, "tolerations")
 	run(t, cfg, ns, nil)
 
 	plain := containerAction(ns, "plain", 0)
@@ -152,5 +157,94 @@ func TestPodTemplatesShapeTaskPods(t *testing.T) {
 		if err := env.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{core.LabelAction: tt.action.Name}); err != nil || len(pods.Items) > 0 {
 			t.Errorf("%s: %d pods (%v); want none", tt.action.Name, len(pods.Items), err)
 		}
+	}
+}
+
+// TestInlinePodTemplatesCannotTakeOver: beside a platform's labelled template with a
+// privileged init container and a hostPath volume (as GPU driver set-up templates
+// have), with the staged file storage mounted and a Secret of spec.secrets, an action's
+// fragment that takes over the init container by name, mounts the template's hostPath
+// volume or the executor's staged inputs (writable or not), defines a volume of the
+// executor's name, picks a node, tolerates every taint, claims a system priority or
+// another ServiceAccount, or references a Secret fails for good with
+// PodTemplateRefused, and no pod is created; a fragment that only adds still runs.
+func TestInlinePodTemplatesCannotTakeOver(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "inputs.json"), []byte(`{}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hostDir := corev1.HostPathDirectory
+	create(t, podTemplate(ns, "gpu-driver", true, corev1.PodSpec{
+		Volumes: []corev1.Volume{{Name: "nvidia-driver", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/nvidia", Type: &hostDir}}}},
+		InitContainers: []corev1.Container{{Name: "driver-setup", Image: "registry.k8s.io/pause:3.10", Command: []string{"/pause"},
+			SecurityContext: &corev1.SecurityContext{Privileged: new(true)},
+			VolumeMounts:    []corev1.VolumeMount{{Name: "nvidia-driver", MountPath: "/run/nvidia"}}}},
+		Containers: []corev1.Container{placeholder(corev1.EnvVar{Name: "FROM", Value: "gpu-driver"})},
+	}))
+	cfg := testConfig()
+	cfg.Storage.AllowedPrefixes, cfg.K8s.MountFileStorage = []string{"file://" + dir}, true
+	run(t, cfg, ns, nil)
+
+	action := func(name, fragment string) *flytev1.TaskAction {
+		a := containerAction(ns, name, 2)
+		a.Spec.InputURI, a.Spec.RunOutputBase = "file://"+dir+"/inputs.json", "file://"+dir+"/out"
+		a.Spec.Secrets = []flytev1.TaskSecret{{Name: "db", MountPath: "/etc/db"}}
+		a.Spec.PodTemplateName = "gpu-driver"
+		a.Spec.PodTemplate = &flytev1.PodTemplate{Spec: runtime.RawExtension{Raw: []byte(fragment)}}
+		return a
+	}
+	refused := []struct {
+		action *flytev1.TaskAction
+		says   string
+	}{
+		{action("takeover", `{"initContainers":[{"name":"driver-setup","image":"busybox:1.36","command":["sh","-c","cat /dev/mem"]}]}`), `"driver-setup"`},
+		{action("host-mount", `{"containers":[{"name":"task","volumeMounts":[{"name":"nvidia-driver","mountPath":"/host"}]}]}`), `"nvidia-driver"`},
+		{action("inputs-writable", `{"containers":[{"name":"task","volumeMounts":[{"name":"flyte-inputs","mountPath":"/rw"}]}]}`), `"flyte-inputs"`},
+		{action("inputs-read-only", `{"containers":[{"name":"task","volumeMounts":[{"name":"flyte-inputs","mountPath":"/ro","readOnly":true}]}]}`), `"flyte-inputs"`},
+		{action("secret-again", `{"containers":[{"name":"task","volumeMounts":[{"name":"flyte-secret-0","mountPath":"/again"}]}]}`), `"flyte-secret-0"`},
+		{action("inputs-volume", `{"volumes":[{"name":"flyte-inputs","emptyDir":{}}]}`), "reserved"},
+		{action("node-name", `{"nodeName":"gpu-node-7"}`), "nodeName: the executor's k8s.inlinePodTemplateFields does not list it"},
+		{action("tolerate-all", `{"tolerations":[{"operator":"Exists"}]}`), "tolerations: the executor's k8s.inlinePodTemplateFields"},
+		{action("critical", `{"priorityClassName":"system-node-critical"}`), "priorityClassName"},
+		{action("service-account", `{"serviceAccountName":"admin"}`), "serviceAccountName"},
+		{action("secret-volume", `{"volumes":[{"name":"s","secret":{"secretName":"other"}}]}`), "references a Secret"},
+		{action("privileged", `{"containers":[{"name":"task","securityContext":{"privileged":true}}]}`), "privileged"},
+	}
+	benign := action("benign", `{"nodeSelector":{"gpu":"a100"},"volumes":[{"name":"scratch","emptyDir":{}}],
+		"containers":[{"name":"task","env":[{"name":"MODE","value":"fast"}],"volumeMounts":[{"name":"scratch","mountPath":"/scratch"}]}]}`)
+	for _, tt := range refused {
+		create(t, tt.action)
+	}
+	create(t, benign)
+
+	for _, tt := range refused {
+		ta := waitFailed(t, client.ObjectKeyFromObject(tt.action))
+		if e := ta.Status.Error; e == nil || e.Code != podtemplate.CodeRefused || e.Kind != flytev1.ErrorKindUser || ta.Status.Attempts != 1 || !strings.Contains(e.Message, tt.says) {
+			t.Errorf("%s: status %+v; want one attempt failed for good with %s saying %s", tt.action.Name, ta.Status, podtemplate.CodeRefused, tt.says)
+		}
+		var pods corev1.PodList
+		if err := env.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{core.LabelAction: tt.action.Name}); err != nil || len(pods.Items) > 0 {
+			t.Errorf("%s: %d pods (%v); want none", tt.action.Name, len(pods.Items), err)
+		}
+	}
+
+	pod := waitPod(t, ns, "benign-1")
+	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Image != "registry.k8s.io/pause:3.10" {
+		t.Errorf("benign: init containers %+v; want the template's, as it is", pod.Spec.InitContainers)
+	}
+	c := pod.Spec.Containers[0]
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		if _, twice := mounts[m.Name]; twice {
+			t.Errorf("benign: volume %s mounted twice", m.Name)
+		}
+		mounts[m.Name] = m
+	}
+	if !mounts[flytek8s.InputsVolume].ReadOnly || mounts["scratch"].MountPath != "/scratch" || mounts["nvidia-driver"].Name != "" ||
+		pod.Spec.NodeSelector["gpu"] != "a100" || c.SecurityContext != nil {
+		t.Errorf("benign: task container %+v, node selector %v; want the staged inputs read-only once, the fragment's scratch, no host volume",
+			c, pod.Spec.NodeSelector)
 	}
 }

@@ -150,7 +150,8 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		ImagePullGracePeriod: cfg.K8s.ImagePullGracePeriod.Duration, MissingSecretGracePeriod: cfg.K8s.MissingSecretGracePeriod.Duration,
 		MountFileStorage: cfg.K8s.MountFileStorage,
 		PodTemplates: podtemplate.Config{DefaultName: cfg.K8s.DefaultPodTemplateName,
-			ExecutorNamespace: executorNamespace(cfg.ExecutorNamespace), InlineLevel: cfg.K8s.InlinePodTemplateLevel},
+			ExecutorNamespace: executorNamespace(cfg.ExecutorNamespace), InlineLevel: cfg.K8s.InlinePodTemplateLevel,
+			InlineFields: cfg.K8s.InlinePodTemplateFields},
 	}
 	for _, l := range cfg.LogLinks {
 		t, err := template.New(l.Name).Option("missingkey=error").Parse(l.URITemplate)

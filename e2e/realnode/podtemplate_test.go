@@ -2,6 +2,10 @@ package realnode_test
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -78,9 +82,10 @@ func TestPodTemplateWithATolerationAndASidecar(t *testing.T) {
 	tolerant := containerAction(ns, "tolerant", 0, `test "$FROM_TEMPLATE" = yes || exit 3
 for i in $(seq 50); do test -s /shared/note && break; sleep 0.2; done; grep -q sidecar-was-here /shared/note`)
 	tolerant.Spec.PodTemplateName = template.Name
-	// An inline fragment without containers keeps the template's.
+	// An inline fragment without containers keeps the template's. (It may add to the
+	// template, not change what it sets, such as its grace period.)
 	tolerant.Spec.PodTemplate = &flytev1.PodTemplate{Metadata: flytev1.PodTemplateMetadata{Labels: map[string]string{"cost-center": "research"}},
-		Spec: runtime.RawExtension{Raw: []byte(`{"terminationGracePeriodSeconds": 3}`)}}
+		Spec: runtime.RawExtension{Raw: []byte(`{"activeDeadlineSeconds": 600}`)}}
 	tolerant.Spec.TaskName = "research/models:train"
 	plain := containerAction(ns, "plain", 0, "true")
 	create(t, tolerant)
@@ -104,5 +109,65 @@ for i in $(seq 50); do test -s /shared/note && break; sleep 0.2; done; grep -q s
 	waiting := waitPhase(t, plain, flytev1.PhaseWaitingForResources)
 	if c := meta.FindStatusCondition(waiting.Status.Conditions, flytev1.ConditionProgressing); c == nil || c.Reason != "Unschedulable" || !strings.Contains(c.Message, "untolerated taint") {
 		t.Errorf("plain: condition %+v; want it unschedulable for the taint", c)
+	}
+}
+
+// TestInlinePodTemplateCannotTakeOverAPrivilegedInitContainer: a platform's template
+// whose privileged init container writes to a host directory (as GPU driver set-up
+// does) runs as the platform wrote it under a fragment that only adds; a fragment that
+// gives that init container its own command, or mounts the host directory in the
+// task's container, fails with PodTemplateRefused, and nothing of it reaches the host.
+func TestInlinePodTemplateCannotTakeOverAPrivilegedInitContainer(t *testing.T) {
+	ns := node.Namespace(t)
+	image := node.Images[0]
+	host := t.TempDir()
+	hostDir := corev1.HostPathDirectory
+	template := &corev1.PodTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-driver", Namespace: ns, Labels: map[string]string{podtemplate.Label: "true"}},
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Volumes: []corev1.Volume{{Name: "driver", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host, Type: &hostDir}}}},
+			InitContainers: []corev1.Container{{Name: "driver-setup", Image: image, Command: []string{"sh", "-c", "echo set-up > /host/driver"},
+				SecurityContext: &corev1.SecurityContext{Privileged: new(true)}, VolumeMounts: []corev1.VolumeMount{{Name: "driver", MountPath: "/host"}}}},
+			Containers: []corev1.Container{{Name: podtemplate.DefaultContainer, Image: image}},
+		}},
+	}
+	if err := node.Client.Create(context.Background(), template); err != nil {
+		t.Fatal(err)
+	}
+	runExecutor(t, ns)
+
+	withFragment := func(name, command, fragment string) *flytev1.TaskAction {
+		a := containerAction(ns, name, 0, command)
+		a.Spec.PodTemplateName = template.Name
+		a.Spec.PodTemplate = &flytev1.PodTemplate{Spec: runtime.RawExtension{Raw: []byte(fragment)}}
+		return a
+	}
+	takeover := withFragment("takeover", "true", `{"initContainers":[{"name":"driver-setup","command":["sh","-c","echo taken > /host/taken"]}]}`)
+	hostMount := withFragment("host-mount", "echo taken > /host/taken",
+		`{"containers":[{"name":"task","volumeMounts":[{"name":"driver","mountPath":"/host"}]}]}`)
+	benign := withFragment("benign", `test "$MODE" = fast && echo ok > /scratch/ok && test -s /scratch/ok`,
+		`{"volumes":[{"name":"scratch","emptyDir":{}}],"containers":[{"name":"task","env":[{"name":"MODE","value":"fast"}],"volumeMounts":[{"name":"scratch","mountPath":"/scratch"}]}]}`)
+	for _, a := range []*flytev1.TaskAction{takeover, hostMount, benign} {
+		create(t, a)
+	}
+
+	if got := waitFinished(t, benign); got.Status.Phase != flytev1.PhaseSucceeded {
+		t.Fatalf("benign ended %s (%s, %+v); want Succeeded", got.Status.Phase, history(got), got.Status.Error)
+	}
+	if out, err := os.ReadFile(filepath.Join(host, "driver")); err != nil || strings.TrimSpace(string(out)) != "set-up" {
+		t.Errorf("the template's init container wrote %q (%v); want it to have run as the platform wrote it", out, err)
+	}
+	for _, a := range []*flytev1.TaskAction{takeover, hostMount} {
+		got := waitFinished(t, a)
+		if e := got.Status.Error; got.Status.Phase != flytev1.PhaseFailed || e == nil || e.Code != podtemplate.CodeRefused {
+			t.Errorf("%s ended %s (%+v); want Failed with %s", a.Name, got.Status.Phase, e, podtemplate.CodeRefused)
+		}
+		var pods corev1.PodList
+		if err := node.Client.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{core.LabelAction: a.Name}); err != nil || len(pods.Items) > 0 {
+			t.Errorf("%s: %d pods (%v); want none", a.Name, len(pods.Items), err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(host, "taken")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a fragment wrote on the host (%v)", err)
 	}
 }

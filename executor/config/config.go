@@ -6,6 +6,7 @@
 package config
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -186,6 +187,28 @@ type K8sPluginConfig struct {
 	// clusters where that is everyone who may create pods anyway. The cluster's own Pod
 	// Security admission still applies to every pod. Default "baseline".
 	InlinePodTemplateLevel string `json:"inlinePodTemplateLevel"`
+	// InlinePodTemplateFields lists the top-level PodSpec fields (by their JSON names)
+	// an action's spec.podTemplate may set; any other is refused (PodTemplateRefused).
+	// Placement, priority and identity are the platform's: whoever may create a
+	// TaskAction may not thereby pick a node, tolerate a taint, pre-empt others or run
+	// as another ServiceAccount, so the default leaves out nodeName, affinity,
+	// tolerations, schedulerName, priorityClassName, priority, preemptionPolicy,
+	// topologySpreadConstraints, runtimeClassName, serviceAccountName, serviceAccount,
+	// automountServiceAccountToken, hostAliases, shareProcessNamespace (the template's
+	// sidecars' processes) and imagePullSecrets (Secrets reach a task only through
+	// spec.secrets). nodeSelector is in: it only narrows where the scheduler may put
+	// the pod (taints, quotas and the template's own selector still hold), and GPU
+	// tasks commonly need it. Setting the list replaces the default.
+	InlinePodTemplateFields []string `json:"inlinePodTemplateFields"`
+}
+
+// DefaultInlinePodTemplateFields is the default of k8s.inlinePodTemplateFields: what a
+// task needs of its own pod, and what Pod Security's level judges (securityContext,
+// host namespaces), so that k8s.inlinePodTemplateLevel decides on those.
+var DefaultInlinePodTemplateFields = []string{
+	"containers", "initContainers", "volumes", "securityContext", "hostNetwork", "hostPID", "hostIPC", "hostUsers",
+	"nodeSelector", "terminationGracePeriodSeconds", "activeDeadlineSeconds", "dnsPolicy", "dnsConfig",
+	"enableServiceLinks", "readinessGates", "os", "resources",
 }
 
 // StorageConfig limits the executor's data store. Cached outputs are copied only from
@@ -316,6 +339,7 @@ func Default() Config {
 			ImagePullGracePeriod:     metav1.Duration{Duration: 3 * time.Minute},
 			MissingSecretGracePeriod: metav1.Duration{Duration: 30 * time.Second},
 			InlinePodTemplateLevel:   "baseline",
+			InlinePodTemplateFields:  slices.Clone(DefaultInlinePodTemplateFields),
 		},
 		GC: GCConfig{
 			Interval:                metav1.Duration{Duration: 10 * time.Second},

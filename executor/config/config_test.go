@@ -122,6 +122,7 @@ k8s:
   mountFileStorage: true
   defaultPodTemplateName: gpu-default
   inlinePodTemplateLevel: privileged
+  inlinePodTemplateFields: [containers, volumes, tolerations]
 `
 	want := config.Config{
 		MetricsBindAddress:      ":9090",
@@ -162,6 +163,7 @@ k8s:
 			InterruptibleNodeSelector: map[string]string{"node.example.com/spot": "true"},
 			InjectFinalizer:           true, DeleteOnFinalize: true, ImagePullGracePeriod: duration(45 * time.Second), MissingSecretGracePeriod: duration(5 * time.Second), MountFileStorage: true,
 			DefaultPodTemplateName: "gpu-default", InlinePodTemplateLevel: "privileged",
+			InlinePodTemplateFields:       []string{"containers", "volumes", "tolerations"},
 			InterruptibleFailureThreshold: -2,
 		},
 	}
@@ -335,6 +337,12 @@ func TestLoadRejects(t *testing.T) {
 		{"bad default pod template name", "k8s:\n  defaultPodTemplateName: GPU_default\n", "k8s.defaultPodTemplateName: not a valid name"},
 		{"restricted inline pod templates", "k8s:\n  inlinePodTemplateLevel: restricted\n", "k8s.inlinePodTemplateLevel: must be baseline or privileged"},
 		{"a namespace template without the project", "tenancy:\n  namespaceTemplate: shared\n", "tenancy: namespaceTemplate \"shared\" lacks {project}"},
+		{"inline pod template field that is no PodSpec field", "k8s:\n  inlinePodTemplateFields: [containers, tolerationz]\n",
+			`k8s.inlinePodTemplateFields[1]: "tolerationz" is not a field of a PodSpec`},
+		{"inline pod template field in the wrong case", "k8s:\n  inlinePodTemplateFields: [NodeSelector]\n",
+			`k8s.inlinePodTemplateFields[0]: "NodeSelector" is not a field of a PodSpec`},
+		{"inline pod template field listed twice", "k8s:\n  inlinePodTemplateFields: [volumes, volumes]\n",
+			`k8s.inlinePodTemplateFields[1]: "volumes" is listed twice`},
 		{"unknown storage field", "storage:\n  prefixes: [s3://b/]\n", "unknown field"},
 		{"prefix that is no URI", "storage:\n  allowedPrefixes: [data/]\n", "storage.allowedPrefixes[0]: \"data/\" is not an absolute URI"},
 		{"the whole file system", "storage:\n  allowedPrefixes: [s3://b/, \"file:///\"]\n", "storage.allowedPrefixes[1]: \"file:///\" opens the whole file system"},

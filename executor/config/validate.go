@@ -7,14 +7,29 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"text/template"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/flytekube/backend/executor/datastore/prefix"
 )
+
+// podSpecFields are the JSON names of a PodSpec's fields, those an inline pod template
+// may be allowed to set.
+var podSpecFields = func() map[string]bool {
+	out := map[string]bool{}
+	t := reflect.TypeFor[corev1.PodSpec]()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			out[name] = true
+		}
+	}
+	return out
+}()
 
 // sampleLogLinkData is what a log link template is tried with: the fields the executor
 // fills in (see k8s.LogLinkData, which config does not import).
@@ -266,6 +281,15 @@ func (c Config) Validate() error {
 	}
 	if l := k.InlinePodTemplateLevel; l != "" && l != "baseline" && l != "privileged" { // "" is baseline
 		fail("k8s.inlinePodTemplateLevel", "must be baseline or privileged, got %q", l)
+	}
+	// A misspelt field would otherwise refuse every fragment that sets the field meant.
+	for i, f := range k.InlinePodTemplateFields {
+		switch {
+		case !podSpecFields[f]:
+			fail(fmt.Sprintf("k8s.inlinePodTemplateFields[%d]", i), "%q is not a field of a PodSpec", f)
+		case slices.Index(k.InlinePodTemplateFields, f) < i:
+			fail(fmt.Sprintf("k8s.inlinePodTemplateFields[%d]", i), "%q is listed twice", f)
+		}
 	}
 
 	return errors.Join(errs...)

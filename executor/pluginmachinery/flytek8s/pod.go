@@ -122,7 +122,9 @@ func (p TaskPods) applyTemplates(ctx context.Context, action *flytev1.TaskAction
 	if err != nil {
 		return templateError(err)
 	}
-	merged, err := podtemplate.Merge(base, inline, ContainerName)
+	// The fragment goes over the template only where it adds: pod is what the
+	// executor built, whose volumes it may not mount again.
+	merged, err := p.Templates.LayInline(base, inline, pod, ContainerName)
 	if err != nil {
 		return templateError(err)
 	}

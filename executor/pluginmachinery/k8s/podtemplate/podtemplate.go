@@ -1,6 +1,7 @@
 // Package podtemplate shapes a task's pod with PodTemplates, as Flyte does: the
 // cluster's default (or the one the action names) is the base, the action's inline
-// fragment goes over it, and the pod the plugin built from the action goes over both.
+// fragment goes over it, only adding (LayInline), and the pod the plugin built from the
+// action goes over both.
 // Lists with a key (containers, env, volumes, volume mounts) merge by it, as a strategic
 // merge patch does; tolerations, which have no key, are joined.
 package podtemplate
@@ -73,6 +74,9 @@ type Config struct {
 	// InlineLevel is the Pod Security level an inline fragment is held to:
 	// LevelBaseline (the default when empty) or LevelPrivileged.
 	InlineLevel string
+	// InlineFields are the top-level PodSpec fields (JSON names) an inline fragment may
+	// set; nil allows none.
+	InlineFields []string
 }
 
 // Source finds templates.
@@ -134,12 +138,14 @@ func (s Source) Inline(action *flytev1.TaskAction) (*corev1.PodTemplateSpec, err
 		if err = errors.Join(append([]error{err}, strict...)...); err != nil {
 			return nil, &Error{Code: CodeInvalid, Err: fmt.Errorf("spec.podTemplate.spec: %w", err)}
 		}
+		if err := s.checkFields(raw); err != nil {
+			return nil, err
+		}
 	}
-	level := s.Config.InlineLevel
-	if level == "" {
-		level = LevelBaseline
+	if err := checkSecrets(&out.Spec); err != nil {
+		return nil, err
 	}
-	if err := holdTo(level, out); err != nil {
+	if err := s.holdTo(out, "spec.podTemplate"); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -154,10 +160,13 @@ var evaluator = func() policy.Evaluator {
 	return e
 }()
 
-// holdTo refuses a fragment that asks for what level forbids. Only what the fragment
-// asks for is judged: baseline forbids, it requires nothing, so a fragment passes
-// whatever the rest of the pod holds.
-func holdTo(level string, t *corev1.PodTemplateSpec) error {
+// holdTo refuses t, what (a part of) a fragment asks for, if the configured level
+// forbids it. Baseline forbids, it requires nothing, so only what t holds is judged.
+func (s Source) holdTo(t *corev1.PodTemplateSpec, what string) error {
+	level := s.Config.InlineLevel
+	if level == "" {
+		level = LevelBaseline
+	}
 	lvl, err := psaapi.ParseLevel(level)
 	if err != nil {
 		return fmt.Errorf("podtemplate: %w", err)
@@ -169,8 +178,8 @@ func holdTo(level string, t *corev1.PodTemplateSpec) error {
 	if agg.Allowed {
 		return nil
 	}
-	return &Error{Code: CodeRefused, Err: fmt.Errorf("spec.podTemplate asks for what Pod Security's %s level forbids: %s (%s)",
-		lvl, agg.ForbiddenReason(), agg.ForbiddenDetail())}
+	return &Error{Code: CodeRefused, Err: fmt.Errorf("%s asks for what Pod Security's %s level forbids: %s (%s)",
+		what, lvl, agg.ForbiddenReason(), agg.ForbiddenDetail())}
 }
 
 // Merge lays over on base: labels, annotations and fields over sets win, lists with a

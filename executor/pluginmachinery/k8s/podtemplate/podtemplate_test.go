@@ -149,7 +149,7 @@ func TestInlineFragments(t *testing.T) {
 		code              string // "" for accepted
 		says              string
 	}{
-		{name: "tolerations and a sidecar", spec: `{"tolerations":[{"key":"gpu","operator":"Exists"}],"containers":[{"name":"sidecar","image":"s:1"}]}`},
+		{name: "a node selector and a sidecar", spec: `{"nodeSelector":{"gpu":"a100"},"containers":[{"name":"sidecar","image":"s:1"}]}`},
 		{name: "unknown field", spec: `{"tolerationz":[]}`, code: podtemplate.CodeInvalid, says: "tolerationz"},
 		{name: "field of the wrong case", spec: `{"NodeSelector":{"a":"b"}}`, code: podtemplate.CodeInvalid, says: "NodeSelector"},
 		{name: "wrong type", spec: `{"nodeSelector":["a"]}`, code: podtemplate.CodeInvalid, says: "nodeSelector"},
@@ -162,7 +162,11 @@ func TestInlineFragments(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := podtemplate.Source{Config: podtemplate.Config{InlineLevel: tt.level}}
+			cfg := defaults()
+			if tt.level != "" {
+				cfg.InlineLevel = tt.level
+			}
+			s := podtemplate.Source{Config: cfg}
 			got, err := s.Inline(inline(tt.spec))
 			var perr *podtemplate.Error
 			switch {
