@@ -8,7 +8,7 @@ import (
 )
 
 func TestCheck(t *testing.T) {
-	for _, c := range Cases {
+	for _, c := range tenancy.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			err := tenancy.Default().Check(c.Namespace, c.Project, c.Domain)
 			if allowed := err == nil; allowed != c.Allowed {
