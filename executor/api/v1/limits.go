@@ -87,11 +87,13 @@ const (
 	// MaxResourceClaims bounds container.resources.claims; their names are DNS labels.
 	MaxResourceClaims = 16
 
-	// MaxSpecTextLength bounds the spec's long texts together: command and args, env's
-	// and envVars' values, config's values, the annotations' values and secrets'
-	// mountPaths. With the small fields' limits, a spec stays well under 512 KiB, a
-	// third of the 1.5 MiB Kubernetes allows an object, except for
-	// podTemplate.spec: the API server cannot measure a schemaless field (see the
-	// PodTemplate type), so the executor bounds it when it reads it.
+	// MaxSpecTextLength bounds the spec's long texts together: command and args, the
+	// names and values of env, envVars, config and the annotations, and secrets'
+	// mountPaths. With the other fields' limits (labels 24 K, secrets' other fields
+	// 48 K, ignoredInputs 16 K, resources 20 K, env's valueFrom 97 K, the rest 7 K), a
+	// spec has at most 475 K characters, under a third of the 1.5 MiB Kubernetes allows
+	// an object; except for podTemplate.spec: the API server cannot measure a
+	// schemaless field (see the PodTemplate type), so the executor bounds it when it
+	// reads it.
 	MaxSpecTextLength = 256 << 10
 )

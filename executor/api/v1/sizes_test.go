@@ -70,6 +70,18 @@ func entries(n int, value func(i int) any) map[string]any {
 
 func text(n int) string { return strings.Repeat("x", n) }
 
+// textMap is a map whose keys (one letter each) and values of at most size characters
+// have n characters together.
+func textMap(n, size int) map[string]any {
+	out := map[string]any{}
+	for key := 'a'; n > 0; key++ {
+		v := min(n-1, size)
+		out[string(key)] = text(v)
+		n -= 1 + v
+	}
+	return out
+}
+
 // TestOversizedArgsAreRefused: the finding itself. One argument of 1.3 MB was admitted,
 // and two hundred such actions took the executor to a GiB; the API server now refuses it
 // and says what the limit is.
@@ -205,21 +217,18 @@ func TestSpecSizeLimits(t *testing.T) {
 		}, "annotation values are at most"},
 		// The whole spec: the long texts of every kind count together.
 		{"the spec's text, in envVars", flytev1.MaxSpecTextLength, func(t *testing.T, o *unstructured.Unstructured, n int) {
-			values := chunks(n, flytev1.MaxValueLength)
-			set(t, o, entries(len(values), func(i int) any { return values[i] }), "spec", "envVars")
+			set(t, o, textMap(n, flytev1.MaxValueLength), "spec", "envVars")
 		}, "the spec's texts are at most"},
 		{"the spec's text, in every kind", flytev1.MaxSpecTextLength, func(t *testing.T, o *unstructured.Unstructured, n int) {
 			// Each kind gets a part; what is left goes in annotations.
 			part := flytev1.MaxValueLength
 			set(t, o, []any{text(part)}, container("command")...)
 			set(t, o, []any{text(part)}, container("args")...)
-			set(t, o, []any{map[string]any{"name": "V", "value": text(part)}}, container("env")...)
-			set(t, o, map[string]any{"V": text(part)}, "spec", "envVars")
-			set(t, o, map[string]any{"other": text(part)}, "spec", "config")
+			set(t, o, []any{map[string]any{"name": "V", "value": text(part - 1)}}, container("env")...)
+			set(t, o, map[string]any{"V": text(part - 1)}, "spec", "envVars")
+			set(t, o, map[string]any{"o": text(part - 1)}, "spec", "config")
 			set(t, o, []any{map[string]any{"name": "db", "mountPath": "/" + strings.Repeat("m", 4095)}}, "spec", "secrets")
-			left := n - 5*part - 4096
-			values := chunks(left, flytev1.MaxValueLength)
-			set(t, o, entries(len(values), func(i int) any { return values[i] }), "spec", "podTemplate", "metadata", "annotations")
+			set(t, o, textMap(n-5*part-4096, flytev1.MaxValueLength), "spec", "podTemplate", "metadata", "annotations")
 		}, "the spec's texts are at most"},
 	}
 	for i, tt := range tests {
@@ -236,5 +245,23 @@ func TestSpecSizeLimits(t *testing.T) {
 				t.Fatalf("past the limit (%d): %v; want Invalid mentioning %q and %d", tt.limit+1, err, tt.want, tt.limit)
 			}
 		})
+	}
+}
+
+// TestEnvValueFromHasOneSource: an env variable's valueFrom with several sources, which
+// Kubernetes refuses when the pod is made, is refused at admission; it would otherwise
+// count several sources' names against the spec's size.
+func TestEnvValueFromHasOneSource(t *testing.T) {
+	ns := env.Namespace(t)
+	one := containerSample(t, ns, "one-source")
+	set(t, one, []any{map[string]any{"name": "V", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "db", "key": "k"}}}}, "spec", "container", "env")
+	if err := env.Client.Create(ctx(t), one); err != nil {
+		t.Fatalf("one source: %v", err)
+	}
+	two := containerSample(t, ns, "two-sources")
+	set(t, two, []any{map[string]any{"name": "V", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "db", "key": "k"},
+		"fieldRef": map[string]any{"fieldPath": "metadata.name"}}}}, "spec", "container", "env")
+	if err := env.Client.Create(ctx(t), two); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "valueFrom has one source") {
+		t.Fatalf("two sources: %v; want Invalid: valueFrom has one source", err)
 	}
 }
