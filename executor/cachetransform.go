@@ -5,6 +5,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
 )
 
 // The informers of the objects plugins create keep what the executor reads of them, and
@@ -17,7 +19,8 @@ import (
 // copy never wipes the rest. Reads of other fields go to the API server (APIReader).
 
 // cachedObjects strips managed fields from every object, as the default transform does,
-// and pods and Jobs to what the executor reads.
+// pods and Jobs to what the executor reads, and kubectl's last-applied copy from
+// actions.
 func cachedObjects() toolscache.TransformFunc {
 	stripManagedFields := cache.TransformStripManagedFields()
 	return func(obj any) (any, error) {
@@ -26,6 +29,10 @@ func cachedObjects() toolscache.TransformFunc {
 			return obj, err
 		}
 		switch o := obj.(type) {
+		case *flytev1.TaskAction:
+			// kubectl apply's copy of the whole object: the spec again. Status writes
+			// keep the stored metadata, and the finalizer's patches touch only it.
+			delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
 		case *corev1.Pod:
 			o.Annotations = nil
 			o.Spec = readPodSpec(&o.Spec)

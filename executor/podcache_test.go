@@ -179,3 +179,38 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// TestCachedActionsHoldNoLastAppliedCopy: `kubectl apply` keeps a copy of the whole
+// object in an annotation, which would hold an applied action's spec twice in the
+// informer of actions. The executor's cache drops that annotation (and keeps the others);
+// its writes to an action (status, finalizer patches) leave it on the API server.
+func TestCachedActionsHoldNoLastAppliedCopy(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	_, mgr := start(t, testConfig(), ns, runOptions{})
+
+	ta := &flytev1.TaskAction{
+		ObjectMeta: metav1.ObjectMeta{Name: "applied", Namespace: ns},
+		Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "r1", ActionName: "applied",
+			TaskName: "demo.sleep", TaskType: "core-sleep", RunOutputBase: "mem://out/applied", Config: map[string]string{"duration": "0s"}},
+	}
+	ta.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: fmt.Sprintf("%+v", ta.Spec), "team": "data"}
+	if err := env.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	waitSucceeded(t, client.ObjectKeyFromObject(ta))
+	var cached flytev1.TaskAction
+	eventually.True(t, 30*time.Second, func() bool {
+		return mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(ta), &cached) == nil && cached.Status.Phase == flytev1.PhaseSucceeded
+	}, func() string { return "the finished action never reached the cache" })
+	if _, ok := cached.Annotations[corev1.LastAppliedConfigAnnotation]; ok || cached.Annotations["team"] != "data" {
+		t.Fatalf("cached annotations %v; want team=data and no last-applied copy", cached.Annotations)
+	}
+	var stored flytev1.TaskAction
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ta), &stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.Annotations[corev1.LastAppliedConfigAnnotation] != ta.Annotations[corev1.LastAppliedConfigAnnotation] || stored.Annotations["team"] != "data" {
+		t.Fatalf("the executor's writes changed the action's annotations: %v", stored.Annotations)
+	}
+}

@@ -38,6 +38,10 @@ const (
 // data goes through inputUri, not its command line. docs/executor.md has the table.
 // The CRD's markers and rules carry the same numbers; TestLimitsMatchTheCRD checks them.
 const (
+	// MaxTimeoutLength bounds timeout, a duration such as "1h30m": a duration may
+	// repeat its units ("1s0s0s..."), so without it the field is a string of any length.
+	MaxTimeoutLength = 64
+
 	// MaxArgs bounds the items of container.command, and those of container.args.
 	MaxArgs = 256
 	// MaxArgLength bounds one item of command or args: a path, a URI, a flag, a module

@@ -84,6 +84,7 @@ func TestSpecLimitsMatchTheCRD(t *testing.T) {
 		message string // of the rule
 		want    int64
 	}{
+		{"timeout", spec.Properties["timeout"], rule, "timeout is at most", flytev1.MaxTimeoutLength},
 		{"container.command", container.Properties["command"], maxItems, "", flytev1.MaxArgs},
 		{"container.command[]", *container.Properties["command"].Items.Schema, maxLength, "", flytev1.MaxArgLength},
 		{"container.args", container.Properties["args"], maxItems, "", flytev1.MaxArgs},

@@ -121,6 +121,14 @@ func TestSpecSizeLimits(t *testing.T) {
 		fill  func(t *testing.T, o *unstructured.Unstructured, n int) // makes the field n long, or n items
 		want  string                                                  // part of the refusal, with the limit
 	}{
+		{"timeout", flytev1.MaxTimeoutLength, func(t *testing.T, o *unstructured.Unstructured, n int) {
+			// A duration may repeat its units: "1s0s0s" is a second.
+			d := "1s" + strings.Repeat("0s", (n-2)/2)
+			if n%2 == 1 {
+				d = "1ns" + strings.Repeat("0s", (n-3)/2)
+			}
+			set(t, o, d, "spec", "timeout")
+		}, "spec.timeout"},
 		{"command items", flytev1.MaxArgs, func(t *testing.T, o *unstructured.Unstructured, n int) {
 			set(t, o, items(n, func(int) any { return "x" }), container("command")...)
 		}, "spec.container.command"},

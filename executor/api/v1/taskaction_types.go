@@ -81,6 +81,7 @@ type TaskActionSpec struct {
 
 	// Timeout bounds one attempt; the action ends TimedOut when it is exceeded.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="size(self) <= 64",message="timeout is at most 64 characters"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// Cache makes the action's outputs reusable by identical actions.
