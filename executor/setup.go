@@ -173,8 +173,10 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	managed := labels.SelectorFromSet(labels.Set{core.LabelManagedBy: core.ManagedByValue})
 	// Managed fields are nearly half of a finished TaskAction's bytes, and the executor
 	// never reads them (it writes with merge patches and updates, which keep them on the
-	// API server): the cache holds none, of any kind.
-	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{}, DefaultTransform: cache.TransformStripManagedFields()}
+	// API server): the cache holds none, of any kind. Of pods and Jobs it holds what the
+	// executor reads, not their copy of the action's spec (cachedObjects). Actions are
+	// held whole: their spec is what the executor runs, bounded by the CRD's limits.
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{}, DefaultTransform: cachedObjects()}
 	for _, obj := range reg.Watches() {
 		cacheOpts.ByObject[obj] = cache.ByObject{Label: managed}
 	}

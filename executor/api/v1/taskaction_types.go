@@ -7,11 +7,13 @@ import (
 )
 
 // TaskActionSpec says what to run. It cannot change once the action exists: a different
-// task is a different action.
+// task is a different action. Every field that can grow is bounded, with the numbers of
+// limits.go (a marker cannot name a constant; TestSpecLimitsMatchTheCRD compares them).
 //
 // +kubebuilder:validation:XValidation:rule="self.taskType != 'container' || has(self.container)",message="taskType container needs a container section"
 // +kubebuilder:validation:XValidation:rule="!has(self.timeout) || duration(self.timeout) > duration('0s')",message="timeout must be positive"
 // +kubebuilder:validation:XValidation:rule="!has(self.secrets) || !has(self.envVars) || self.secrets.all(s, !has(s.env) || !(s.env in self.envVars))",message="a secret's env name is also a key of envVars"
+// +kubebuilder:validation:XValidation:rule="(has(self.container) && has(self.container.command) ? self.container.command.map(s, size(s)).sum() : 0) + (has(self.container) && has(self.container.args) ? self.container.args.map(s, size(s)).sum() : 0) + (has(self.container) && has(self.container.env) ? self.container.env.map(e, size(e.name) + (has(e.value) ? size(e.value) : 0)).sum() : 0) + (has(self.envVars) ? self.envVars.map(k, size(k) + size(self.envVars[k])).sum() : 0) + (has(self.config) ? self.config.map(k, size(k) + size(self.config[k])).sum() : 0) + (has(self.podTemplate) && has(self.podTemplate.metadata) && has(self.podTemplate.metadata.annotations) ? self.podTemplate.metadata.annotations.map(k, size(k) + size(self.podTemplate.metadata.annotations[k])).sum() : 0) + (has(self.secrets) ? self.secrets.map(s, has(s.mountPath) ? size(s.mountPath) : 0).sum() : 0) <= 262144",message="the spec's texts are at most 262144 characters together: command, args, env, envVars, config and annotations (names and values), and secrets' mountPaths"
 type TaskActionSpec struct {
 	// Project groups runs of one team or product.
 	// +kubebuilder:validation:MinLength=1
@@ -79,6 +81,7 @@ type TaskActionSpec struct {
 
 	// Timeout bounds one attempt; the action ends TimedOut when it is exceeded.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="size(self) <= 64",message="timeout is at most 64 characters"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// Cache makes the action's outputs reusable by identical actions.
@@ -88,6 +91,8 @@ type TaskActionSpec struct {
 	// EnvVars are set in the task's environment.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=128
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 256)",message="envVars names are at most 256 characters"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 32768)",message="envVars values are at most 32768 characters"
 	EnvVars map[string]string `json:"envVars,omitempty"`
 
 	// ServiceAccountName runs the task's pods under this service account; when empty the
@@ -113,6 +118,8 @@ type TaskActionSpec struct {
 	// Config holds plugin settings, such as core-sleep's "duration".
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317)",message="config keys are at most 317 characters"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 32768)",message="config values are at most 32768 characters"
 	Config map[string]string `json:"config,omitempty"`
 
 	// PodTemplateName names a PodTemplate, labelled flyte.org/pod-template=true, that the
@@ -157,11 +164,15 @@ type PodTemplateMetadata struct {
 	// Labels go on the pods; the executor's own labels win over them.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317)",message="label keys are at most 317 characters"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 63)",message="label values are at most 63 characters"
 	Labels map[string]string `json:"labels,omitempty"`
 
 	// Annotations go on the pods.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317)",message="annotation keys are at most 317 characters"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 32768)",message="annotation values are at most 32768 characters"
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
@@ -187,6 +198,7 @@ type CacheSpec struct {
 	// IgnoredInputs are left out of the inputs' hash.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=256
 	// +listType=set
 	IgnoredInputs []string `json:"ignoredInputs,omitempty"`
 
@@ -239,6 +251,8 @@ type TaskSecret struct {
 }
 
 // ContainerSpec describes the container of a container task.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.command) ? self.command.map(s, size(s)).sum() : 0) + (has(self.args) ? self.args.map(s, size(s)).sum() : 0) <= 131072",message="command and args are at most 131072 characters together"
 type ContainerSpec struct {
 	// Image is the container image.
 	// +kubebuilder:validation:MinLength=1
@@ -247,19 +261,34 @@ type ContainerSpec struct {
 
 	// Command is the entrypoint; the image's when empty.
 	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=32768
 	Command []string `json:"command,omitempty"`
 
 	// Args are the entrypoint's arguments.
 	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=32768
 	Args []string `json:"args,omitempty"`
 
 	// Env is set in the container, after the executor's own variables.
 	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:XValidation:rule="size(self.name) <= 256",message="env names are at most 256 characters"
+	// +kubebuilder:validation:items:XValidation:rule="!has(self.value) || size(self.value) <= 32768",message="env values are at most 32768 characters"
+	// +kubebuilder:validation:items:XValidation:rule="!has(self.valueFrom) || [has(self.valueFrom.secretKeyRef), has(self.valueFrom.configMapKeyRef), has(self.valueFrom.fieldRef), has(self.valueFrom.resourceFieldRef), has(self.valueFrom.fileKeyRef)].filter(x, x).size() <= 1",message="valueFrom has one source: Kubernetes refuses more"
+	// +kubebuilder:validation:items:XValidation:rule="!has(self.valueFrom) || ((!has(self.valueFrom.secretKeyRef) || (size(self.valueFrom.secretKeyRef.key) <= 253 && (!has(self.valueFrom.secretKeyRef.name) || size(self.valueFrom.secretKeyRef.name) <= 253))) && (!has(self.valueFrom.configMapKeyRef) || (size(self.valueFrom.configMapKeyRef.key) <= 253 && (!has(self.valueFrom.configMapKeyRef.name) || size(self.valueFrom.configMapKeyRef.name) <= 253))) && (!has(self.valueFrom.fieldRef) || (size(self.valueFrom.fieldRef.fieldPath) <= 253 && (!has(self.valueFrom.fieldRef.apiVersion) || size(self.valueFrom.fieldRef.apiVersion) <= 253))) && (!has(self.valueFrom.resourceFieldRef) || (size(self.valueFrom.resourceFieldRef.resource) <= 253 && (!has(self.valueFrom.resourceFieldRef.containerName) || size(self.valueFrom.resourceFieldRef.containerName) <= 253) && (!has(self.valueFrom.resourceFieldRef.divisor) || type(self.valueFrom.resourceFieldRef.divisor) == int || size(self.valueFrom.resourceFieldRef.divisor) <= 253))) && (!has(self.valueFrom.fileKeyRef) || (size(self.valueFrom.fileKeyRef.key) <= 253 && size(self.valueFrom.fileKeyRef.path) <= 253 && size(self.valueFrom.fileKeyRef.volumeName) <= 253)))",message="the names in valueFrom are at most 253 characters"
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// Resources are the container's requests and limits; the executor's defaults fill
 	// what is missing.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="(!has(self.limits) || size(self.limits) <= 16) && (!has(self.requests) || size(self.requests) <= 16)",message="resources' limits and requests name at most 16 resources each"
+	// +kubebuilder:validation:XValidation:rule="(!has(self.limits) || self.limits.all(k, size(k) <= 317)) && (!has(self.requests) || self.requests.all(k, size(k) <= 317))",message="resource names are at most 317 characters"
+	// +kubebuilder:validation:XValidation:rule="!has(self.limits) || self.limits.all(k, type(self.limits[k]) == int || size(self.limits[k]) <= 64)",message="quantities are at most 64 characters"
+	// +kubebuilder:validation:XValidation:rule="!has(self.requests) || self.requests.all(k, type(self.requests[k]) == int || size(self.requests[k]) <= 64)",message="quantities are at most 64 characters"
+	// +kubebuilder:validation:XValidation:rule="!has(self.claims) || size(self.claims) <= 16",message="resources' claims are at most 16"
+	// +kubebuilder:validation:XValidation:rule="!has(self.claims) || self.claims.all(c, size(c.name) <= 253 && (!has(c.request) || size(c.request) <= 253))",message="claim names are at most 253 characters"
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
