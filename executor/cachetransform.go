@@ -1,12 +1,16 @@
 package executor
 
 import (
+	"strings"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
 )
 
 // The informers of the objects plugins create keep what the executor reads of them, and
@@ -33,6 +37,7 @@ func cachedObjects() toolscache.TransformFunc {
 			// kubectl apply's copy of the whole object: the spec again. Status writes
 			// keep the stored metadata, and the finalizer's patches touch only it.
 			delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
+			boundInlinePodTemplate(o)
 		case *corev1.Pod:
 			o.Annotations = nil
 			o.Spec = readPodSpec(&o.Spec)
@@ -43,6 +48,23 @@ func cachedObjects() toolscache.TransformFunc {
 		return obj, nil
 	}
 }
+
+// boundInlinePodTemplate keeps no more of an action's inline pod template than the
+// executor reads: the API server bounds every other field of a spec, but not this one,
+// whose schema is free-form (CEL can neither see nor measure it), so an action may carry
+// about a megabyte of it. An oversized one is replaced by an empty object padded to one
+// byte past podtemplate.MaxInlineBytes, which the plugin refuses as it would the whole.
+// It stays valid JSON, since a status write sends the spec back (the API server keeps
+// the stored one).
+func boundInlinePodTemplate(ta *flytev1.TaskAction) {
+	if pt := ta.Spec.PodTemplate; pt != nil && len(pt.Spec.Raw) > podtemplate.MaxInlineBytes+1 {
+		pt.Spec = runtime.RawExtension{Raw: oversizedInlinePodTemplate}
+	}
+}
+
+// oversizedInlinePodTemplate stands for every inline pod template over the bound; shared,
+// as nothing writes to it.
+var oversizedInlinePodTemplate = []byte("{" + strings.Repeat(" ", podtemplate.MaxInlineBytes-1) + "}")
 
 // readPodSpec is what the executor reads of a pod's spec: its node. The containers keep
 // their names, so that the pod still says what it runs.

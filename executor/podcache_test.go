@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -20,6 +21,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/kubetest"
 )
@@ -212,5 +214,39 @@ func TestCachedActionsHoldNoLastAppliedCopy(t *testing.T) {
 	}
 	if stored.Annotations[corev1.LastAppliedConfigAnnotation] != ta.Annotations[corev1.LastAppliedConfigAnnotation] || stored.Annotations["team"] != "data" {
 		t.Fatalf("the executor's writes changed the action's annotations: %v", stored.Annotations)
+	}
+}
+
+// TestCachedActionsHoldABoundedInlinePodTemplate: the inline pod template is the one
+// part of a spec the API server cannot bound (its schema is free-form; CEL can neither
+// see nor measure it), so an action could carry one of about a megabyte. The cache keeps
+// no more of it than the executor would read, and the action fails as it would with the
+// whole of it.
+func TestCachedActionsHoldABoundedInlinePodTemplate(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	_, mgr := start(t, testConfig(), ns, runOptions{})
+
+	huge := fmt.Sprintf(`{"containers":[{"name":"default","env":[{"name":"PAD","value":%q}]}]}`, strings.Repeat("x", 1<<20))
+	ta := &flytev1.TaskAction{
+		ObjectMeta: metav1.ObjectMeta{Name: "huge-template", Namespace: ns},
+		Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "r1", ActionName: "huge-template",
+			TaskName: "demo.container", TaskType: "container", RunOutputBase: "mem://out/huge-template",
+			Container:   &flytev1.ContainerSpec{Image: "busybox"},
+			PodTemplate: &flytev1.PodTemplate{Spec: k8sruntime.RawExtension{Raw: []byte(huge)}}},
+	}
+	if err := env.Client.Create(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	failed := waitFailed(t, client.ObjectKeyFromObject(ta))
+	if e := failed.Status.Error; e == nil || e.Code != podtemplate.CodeInvalid || !strings.Contains(e.Message, "spec.podTemplate.spec is more than 65536 bytes") {
+		t.Fatalf("error %+v; want %s naming the bound", e, podtemplate.CodeInvalid)
+	}
+	var cached flytev1.TaskAction
+	if err := mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(ta), &cached); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(cached.Spec.PodTemplate.Spec.Raw); n > podtemplate.MaxInlineBytes+1 {
+		t.Fatalf("the cache holds %d bytes of the inline pod template; want at most %d", n, podtemplate.MaxInlineBytes+1)
 	}
 }

@@ -132,7 +132,8 @@ func (s Source) Inline(action *flytev1.TaskAction) (*corev1.PodTemplateSpec, err
 		Labels: maps.Clone(t.Metadata.Labels), Annotations: maps.Clone(t.Metadata.Annotations)}}
 	if raw := t.Spec.Raw; len(raw) > 0 {
 		if len(raw) > MaxInlineBytes {
-			return nil, &Error{Code: CodeInvalid, Err: fmt.Errorf("spec.podTemplate.spec is %d bytes, more than %d", len(raw), MaxInlineBytes)}
+			// Not its size: the executor's cache keeps only this much more of it.
+			return nil, &Error{Code: CodeInvalid, Err: fmt.Errorf("spec.podTemplate.spec is more than %d bytes", MaxInlineBytes)}
 		}
 		strict, err := kjson.UnmarshalStrict(raw, &out.Spec)
 		if err = errors.Join(append([]error{err}, strict...)...); err != nil {
