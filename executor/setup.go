@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"text/template"
@@ -40,6 +41,7 @@ import (
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/datastore"
+	"github.com/flytekube/backend/executor/datastore/prefix"
 	"github.com/flytekube/backend/executor/eventsink"
 	"github.com/flytekube/backend/executor/fairqueue"
 	executormetrics "github.com/flytekube/backend/executor/metrics"
@@ -251,6 +253,11 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	}
 	if len(cfg.Storage.AllowedPrefixes) == 0 {
 		log.Info("storage.allowedPrefixes is empty: each action reads only its inputUri and writes only under its runOutputBase, cached outputs are reused only within a run, and file:// is refused")
+	}
+	if !slices.ContainsFunc(cfg.Storage.AllowedPrefixes, func(p string) bool { return strings.Contains(p, prefix.Project) }) {
+		// The tenancy check keeps each action to its namespace's project; only a prefix
+		// with the project in it keeps each project's data to that project's actions.
+		log.Warn("no storage.allowedPrefixes entry holds " + prefix.Project + ": an action may name another project's data as its inputs or outputs; on a shared cluster give each project its part, such as s3://bucket/{project}/{domain}/")
 	}
 	conn := rpcclient.Options{CAFile: cfg.ServiceCAFile, TokenFile: cfg.ServiceTokenFile}
 	for _, u := range []struct{ name, url string }{{"eventsServiceURL", cfg.EventsServiceURL}, {"cacheServiceURL", cfg.CacheServiceURL}} {
