@@ -10,11 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/flytekube/backend/executor/tenancy"
 	"github.com/flytekube/backend/internal/eventually"
@@ -27,22 +25,7 @@ import (
 func installAdmission(t *testing.T) {
 	t.Helper()
 	ctx := t.Context()
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, dir := range []string{"deploy/crd", "deploy/kustomize/base/admission"} {
-		for _, u := range render(t, dir) {
-			if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("deploy-test"), client.ForceOwnership); err != nil {
-				t.Fatalf("applying %s: %v", id(u), err)
-			}
-			if u.GetKind() == "CustomResourceDefinition" {
-				crd := &apiextensionsv1.CustomResourceDefinition{}
-				convert(t, u, crd)
-				crds = append(crds, crd)
-			}
-		}
-	}
-	if err := envtest.WaitForCRDs(env.Config, crds, envtest.CRDInstallOptions{MaxTime: time.Minute, PollInterval: 100 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	applyServed(t, append(render(t, "deploy/crd"), render(t, "deploy/kustomize/base/admission")...))
 	// The policy is in force once an action of another project is refused.
 	ns := namespace(t, "admission-probe", nil)
 	eventually.True(t, time.Minute, func() bool {

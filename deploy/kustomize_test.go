@@ -115,6 +115,28 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	return objs
 }
 
+// applyServed applies objs as the test's field owner, and returns once the API server
+// serves the CRDs among them.
+func applyServed(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, u := range objs {
+		if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u.DeepCopy()), client.FieldOwner("deploy-test"), client.ForceOwnership); err != nil {
+			t.Fatalf("applying %s: %v", id(u), err)
+		}
+		if u.GetKind() == "CustomResourceDefinition" {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			convert(t, u, crd)
+			crds = append(crds, crd)
+		}
+	}
+	if err := envtest.WaitForCRDs(env.Config, crds, envtest.CRDInstallOptions{MaxTime: time.Minute, PollInterval: 100 * time.Millisecond}); err != nil {
+		t.Fatalf("the CRDs: %v", err)
+	}
+}
+
 // decodeObjects reads a stream of YAML documents.
 func decodeObjects(t *testing.T, data []byte) []*unstructured.Unstructured {
 	t.Helper()
@@ -156,23 +178,7 @@ func applyAll(t *testing.T, objs []*unstructured.Unstructured) *rbacReviews {
 	first := func(u *unstructured.Unstructured) bool {
 		return u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "Namespace"
 	}
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, u := range objs {
-		if !first(u) {
-			continue
-		}
-		if err := apply(u); err != nil {
-			t.Fatalf("applying %s: %v", id(u), err)
-		}
-		if u.GetKind() == "CustomResourceDefinition" {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			convert(t, u, crd)
-			crds = append(crds, crd)
-		}
-	}
-	if err := envtest.WaitForCRDs(env.Config, crds, envtest.CRDInstallOptions{MaxTime: time.Minute, PollInterval: 100 * time.Millisecond}); err != nil {
-		t.Fatalf("the overlay's CRDs: %v", err)
-	}
+	applyServed(t, slices.DeleteFunc(slices.Clone(objs), func(u *unstructured.Unstructured) bool { return !first(u) }))
 	rbac := &rbacReviews{t: t}
 	t.Cleanup(rbac.remove)
 	for _, u := range objs {

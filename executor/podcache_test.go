@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
+	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/kubetest"
 )
@@ -148,7 +148,7 @@ func BenchmarkHeapPerLargeAction(b *testing.B) {
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			b.Fatal("the cache did not sync")
 		}
-		before := liveHeap()
+		before := benchutil.LiveHeap()
 		for i := range n {
 			ta := containerAction(ns, fmt.Sprintf("big-%d", i), 0)
 			ta.Spec.Container.Command = nil
@@ -166,20 +166,11 @@ func BenchmarkHeapPerLargeAction(b *testing.B) {
 			return mgr.GetCache().List(ctx, &pods, client.InNamespace(ns)) == nil && len(pods.Items) == n &&
 				mgr.GetCache().List(ctx, &actions, client.InNamespace(ns)) == nil && len(actions.Items) == n
 		}, func() string { return "the pods never all reached the cache" })
-		held := liveHeap() - before
+		held := benchutil.LiveHeap() - before
 		stop()
 		b.ReportMetric(float64(held)/n/1024, "KiB/action")
 		b.ReportMetric(float64(held)/(1<<20), "MiB")
 	}
-}
-
-// liveHeap is the heap still in use after collecting garbage.
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
 
 // TestCachedActionsHoldNoLastAppliedCopy: `kubectl apply` keeps a copy of the whole

@@ -17,6 +17,7 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/kubetest"
 )
 
@@ -86,7 +87,7 @@ func runFlat(ctx context.Context, env *kubetest.Env, o Options, eventsURL, cache
 			return r, fmt.Errorf("after %d actions: %w", total, err)
 		}
 		time.Sleep(2 * time.Second) // let the last deletions' handlers and releases run
-		s := flatSample{actions: total, heap: liveHeap(), goroutines: runtime.NumGoroutine()}
+		s := flatSample{actions: total, heap: benchutil.LiveHeap(), goroutines: runtime.NumGoroutine()}
 		r.samples = append(r.samples, s)
 		if o.HeapProfiles != "" {
 			if err := writeHeapProfile(filepath.Join(o.HeapProfiles, fmt.Sprintf("heap-%d.pprof", total))); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/kubetest"
 )
 
@@ -157,15 +158,6 @@ func (m memoryResult) write(w io.Writer, o Options) {
 		100*float64(m.executorHeap)/float64(m.unfilteredHeap))
 }
 
-// liveHeap is the heap still in use after collecting garbage.
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 // measureMemory fills a namespace with others' pods and the executor's, then measures
 // the heap the executor takes once its caches are in sync, beside what one pod informer
 // without a label selector takes in the same process.
@@ -203,7 +195,7 @@ func measureMemory(ctx context.Context, env *kubetest.Env, o Options) (memoryRes
 
 	var m memoryResult
 	// The executor, as its binary sets itself up.
-	before := liveHeap()
+	before := benchutil.LiveHeap()
 	cfg := config.Default()
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
 	cfg.EventsServiceURL, cfg.CacheServiceURL = "", ""
@@ -224,7 +216,7 @@ func measureMemory(ctx context.Context, env *kubetest.Env, o Options) (memoryRes
 	}
 	m.executorPods = len(cached.Items)
 	cached = corev1.PodList{} // the copies the list returned are not the executor's
-	m.executorHeap = liveHeap() - before
+	m.executorHeap = benchutil.LiveHeap() - before
 	stop()
 	if derr := <-done; err == nil {
 		err = derr
@@ -234,7 +226,7 @@ func measureMemory(ctx context.Context, env *kubetest.Env, o Options) (memoryRes
 	}
 
 	// The baseline: a pod informer without a selector in the same namespace.
-	before = liveHeap()
+	before = benchutil.LiveHeap()
 	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
 		return m, err
@@ -251,7 +243,7 @@ func measureMemory(ctx context.Context, env *kubetest.Env, o Options) (memoryRes
 	}
 	m.unfilteredPods = len(all.Items)
 	all = corev1.PodList{}
-	m.unfilteredHeap = liveHeap() - before
+	m.unfilteredHeap = benchutil.LiveHeap() - before
 	runtime.KeepAlive(c)
 	return m, nil
 }

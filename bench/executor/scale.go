@@ -26,6 +26,7 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/internal/kubetest"
 )
 
@@ -167,7 +168,7 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL, 
 		case <-sample.C:
 		}
 		for len(heapAt) > 0 && delivered.Load() >= heapAt[0] {
-			r.heaps = append(r.heaps, heapSample{delivered: delivered.Load(), heap: liveHeap()})
+			r.heaps = append(r.heaps, heapSample{delivered: delivered.Load(), heap: benchutil.LiveHeap()})
 			heapAt = heapAt[1:]
 		}
 		n, err := stored()
@@ -195,7 +196,7 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL, 
 		time.Sleep(100 * time.Millisecond)
 	}
 	last := time.Unix(0, lastDelivered.Load())
-	r.heaps = append(r.heaps, heapSample{delivered: delivered.Load(), heap: liveHeap()})
+	r.heaps = append(r.heaps, heapSample{delivered: delivered.Load(), heap: benchutil.LiveHeap()})
 
 	// The store at its bound: compacted, so that etcd's size is what it holds.
 	if r.heldEtcd, err = etcd.compacted(ctx); err != nil {
@@ -204,7 +205,7 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL, 
 	if r.heldActions, err = stored(); err != nil {
 		return r, err
 	}
-	r.heldHeap = liveHeap()
+	r.heldHeap = benchutil.LiveHeap()
 	if o.HeapProfiles != "" {
 		if err := writeHeapProfile(filepath.Join(o.HeapProfiles, "heap-held.pprof")); err != nil {
 			return r, err
@@ -233,7 +234,7 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL, 
 	if r.emptyEtcd, err = etcd.compacted(ctx); err != nil {
 		return r, err
 	}
-	r.emptyHeap = liveHeap()
+	r.emptyHeap = benchutil.LiveHeap()
 	if o.HeapProfiles != "" {
 		if err := writeHeapProfile(filepath.Join(o.HeapProfiles, "heap-empty.pprof")); err != nil {
 			return r, err
