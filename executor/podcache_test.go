@@ -134,16 +134,28 @@ func TestCachedJobsHoldWhatTheExecutorReads(t *testing.T) {
 // BenchmarkHeapPerLargeAction measures what the executor holds for each action of the
 // longest command line the CRD admits (flytev1.MaxCommandLineLength): n such actions,
 // their pods created and pending, the executor's live heap over its heap before them,
-// per action. The action's spec is held once, in the informer of actions.
+// per action; with pods and Jobs cached whole (the baseline, as before) and as the
+// executor caches them, keeping what it reads, so that the action's spec is held once,
+// in the informer of actions.
 //
-//	go test -run '^$' -bench HeapPerLargeAction -benchtime 1x ./executor/
+//	go test -run '^$' -bench HeapPerLargeAction -benchtime 1x -count 2 ./executor/
 func BenchmarkHeapPerLargeAction(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		whole bool
+	}{{"whole-pods", true}, {"what-the-executor-reads", false}} {
+		b.Run(c.name, func(b *testing.B) { heapPerLargeAction(b, c.whole) })
+	}
+}
+
+func heapPerLargeAction(b *testing.B, whole bool) {
 	const n = 100
 	ctx := context.Background()
 	for range b.N {
 		ns := kubetest.Namespace(b, env.Client)
 		mgr, stop := kubetest.RunManager(b, func(ctx context.Context) (manager.Manager, error) {
-			return executor.Setup(ctx, testConfig(), env.Config, slog.New(slog.DiscardHandler), executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+			return executor.Setup(ctx, testConfig(), env.Config, slog.New(slog.DiscardHandler),
+				executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true, CacheWholeObjects: whole})
 		})
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			b.Fatal("the cache did not sync")

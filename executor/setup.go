@@ -85,6 +85,9 @@ type Hooks struct {
 	// FirstInFirstOutQueue gives the controller controller-runtime's own work queue
 	// instead of the fair one (benchmarks measure the fair queue against it).
 	FirstInFirstOutQueue bool
+	// CacheWholeObjects caches pods and Jobs whole, as before the executor kept only
+	// what it reads of them: the baseline of benchmarks.
+	CacheWholeObjects bool
 	// TracerProvider receives the executor's spans instead of the global provider (which
 	// a binary sets up with services/telemetry), for tests that run it beside other
 	// traced services in one process.
@@ -179,6 +182,9 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	// executor reads, not their copy of the action's spec (cachedObjects). Actions are
 	// held whole: their spec is what the executor runs, bounded by the CRD's limits.
 	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{}, DefaultTransform: cachedObjects()}
+	if hooks.CacheWholeObjects {
+		cacheOpts.DefaultTransform = cache.TransformStripManagedFields()
+	}
 	for _, obj := range reg.Watches() {
 		cacheOpts.ByObject[obj] = cache.ByObject{Label: managed}
 	}
