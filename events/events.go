@@ -74,6 +74,8 @@ type Config struct {
 	// JaegerQueryURL, when set, is Jaeger's query API, where the console finds an
 	// action's traces; JaegerUIURL, when set, a Jaeger UI it links them to.
 	JaegerQueryURL, JaegerUIURL string
+	// JaegerTimeout bounds one trace lookup; zero is 10 s.
+	JaegerTimeout time.Duration
 	// CloudEvents says where every recorded event is published as a CloudEvent (its
 	// Sinks, from --cloudevents-sink), and how (events/relay).
 	CloudEvents relay.Config
@@ -256,7 +258,7 @@ func startConsole(cfg Config, api http.Handler, tlsConfig *tls.Config, log *slog
 		tlsConfig = nil
 	}
 	h, err := console.Handler(console.Config{
-		API: api, JaegerQueryURL: cfg.JaegerQueryURL, JaegerUIURL: cfg.JaegerUIURL,
+		API: api, JaegerQueryURL: cfg.JaegerQueryURL, JaegerUIURL: cfg.JaegerUIURL, JaegerTimeout: cfg.JaegerTimeout,
 		TLS: tlsConfig != nil, Log: log,
 	})
 	if err != nil {

@@ -60,6 +60,8 @@ type Config struct {
 	JaegerQueryURL string
 	// JaegerUIURL, when set, is a Jaeger UI the page links each trace to.
 	JaegerUIURL string
+	// JaegerTimeout bounds one lookup; zero is 10 s.
+	JaegerTimeout time.Duration
 	// JaegerService is the service whose spans name actions: the executor's.
 	JaegerService string
 	// TLS says the listener speaks TLS (Serve's tlsConfig is not nil), so requests need

@@ -34,8 +34,8 @@ import (
 var actionTags = [...]string{"flyte.project", "flyte.domain", "flyte.run", "flyte.action"}
 
 const (
-	// jaegerTimeout bounds one lookup.
-	jaegerTimeout = 10 * time.Second
+	// defaultJaegerTimeout bounds one lookup, unless Config says otherwise.
+	defaultJaegerTimeout = 10 * time.Second
 	// maxJaegerBytes bounds Jaeger's answer; a larger one is refused, not cut.
 	maxJaegerBytes = 8 << 20
 	// maxTraces bounds the traces asked for: an action deleted and created again under
@@ -103,7 +103,7 @@ func newTraceLookup(cfg Config) (*traceLookup, error) {
 		ui:      strings.TrimSuffix(cfg.JaegerUIURL, "/"),
 		service: cmp.Or(cfg.JaegerService, "executor"),
 		client: &http.Client{
-			Timeout: jaegerTimeout,
+			Timeout: cmp.Or(cfg.JaegerTimeout, defaultJaegerTimeout),
 			// Only the search asked for: a redirect elsewhere is not followed.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
@@ -156,7 +156,7 @@ func (t *traceLookup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, connect.NewError(connect.CodeNotFound, errors.New("traces are not shown: the events service has no --jaeger-query-url")))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), jaegerTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), t.client.Timeout)
 	defer cancel()
 	req := connect.NewRequest(&eventsv1.GetActionRequest{Id: id})
 	if a := r.Header.Get("Authorization"); a != "" {
