@@ -36,7 +36,8 @@ func TestEveryRunsAtOnceAndUntilTheContextEnds(t *testing.T) {
 func TestEveryRunsFirstWithoutWaiting(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ran := make(chan struct{})
+	// Buffered: f may run before the test waits for it, and must not drop the news.
+	ran := make(chan struct{}, 1)
 	go periodic.Every(ctx, time.Hour, func(context.Context) {
 		select {
 		case ran <- struct{}{}:
