@@ -70,7 +70,7 @@ func TestOneTracePerAction(t *testing.T) {
 	cacheSvc := servicetest.Run(t, cacheservice.Run, cacheservice.Config{Listen: "127.0.0.1:0", DatabaseURL: pg.NewDatabase(t),
 		TracerProvider: providers["cacheservice"], Auth: auth.Config{Mode: auth.ModeNone}})
 
-	ns := kube.Namespace(t)
+	ns := kubetest.ProjectNamespace(t, kube.Client, "e2e") // the project its actions name
 	cfg := config.Default()
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
 	cfg.GC.Interval = metav1.Duration{}
