@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,6 +45,10 @@ type plan struct {
 	deleteAfter          time.Duration // for deleteLater
 	expect               flytev1.Phase // without a deletion
 	action               *flytev1.TaskAction
+	// hostile marks a plan of the hostile tenant (hostile.go): code is the error code it
+	// must fail with, victim the chaos plan a forged one names.
+	hostile      bool
+	code, victim string
 }
 
 // workload is every action of a run, planned from the seed before anything starts.
@@ -171,6 +176,12 @@ func (w *workload) exitCode(action string, attempt int) int32 {
 		return 1
 	}
 	return 0
+}
+
+// leave does what a hostile action's container would do before the stand-in kubelet
+// ends its pod (hostile.go).
+func (w *workload) leave(action string, pod *corev1.Pod) error {
+	return leave(w.byName[action], pod)
 }
 
 // run creates every action at its time and deletes the ones planned for deletion.
