@@ -44,7 +44,7 @@ type Report struct {
 	// HostileEnds says how each ended.
 	Hostile     int
 	HostileEnds []string
-	Faults  map[string]int
+	Faults      map[string]int
 	// PodsRun counts the pods whose container ran to its end, by container runtime
 	// ("" for the stand-in kubelet, which runs none).
 	PodsRun map[string]int
