@@ -38,7 +38,8 @@ const (
 	// output base: run, the mark would show in the chaos tenant's files.
 	kindForgeWrite = "forge-write"
 	// A cacheable action naming project chaos and a chaos cached group's task, version
-	// and inputs, with outputs of its own: run, the group's entry would point at them.
+	// and inputs, with outputs of its own, overwriting: run, the group's entry would
+	// point at them.
 	kindForgeCache = "forge-cache"
 	// A container whose attempt leaves a sparse 64 GiB error.json.
 	kindErrorDoc = "huge-error-doc"
@@ -125,11 +126,12 @@ func planHostile(rnd *rand.Rand, d time.Duration, chaos []*plan, dataDir, image 
 			}
 			p.code = flytev1.ReasonProjectNotOfNamespace
 		case kindForgeCache:
-			// The key of a chaos cached-echo group, the outputs its own.
+			// The key of a chaos cached-echo group, the outputs its own; overwrite, so
+			// that run, it would replace the group's entry rather than hit it.
 			group := rnd.IntN(3)
 			spec.Project, spec.RunName = "chaos", "soak"
 			spec.TaskType, spec.TaskName = "core-echo", fmt.Sprintf("chaos.%s.group%d", kindCachedEcho, group)
-			spec.Cache = &flytev1.CacheSpec{Enabled: true, Version: "1", Serializable: true}
+			spec.Cache = &flytev1.CacheSpec{Enabled: true, Version: "1", Serializable: true, Overwrite: true}
 			spec.InputURI = "file://" + filepath.ToSlash(filepath.Join(dataDir, "inputs", fmt.Sprintf("group-%d.json", group)))
 			p.code = flytev1.ReasonProjectNotOfNamespace
 		case kindErrorDoc:

@@ -191,6 +191,17 @@ func (w *workload) run(ctx context.Context, c client.Client, obs *observer) {
 	for _, p := range w.plans {
 		wg.Go(func() {
 			sleep(ctx, time.Until(start.Add(p.at)))
+			if p.victim != "" {
+				// A forger strikes once its victim has finished, so that what it would
+				// write is not then replaced by the victim's own and goes unseen.
+				deadline := time.Now().Add(2 * time.Minute)
+				for time.Now().Before(deadline) && ctx.Err() == nil {
+					if r, _ := obs.record(p.victim); r.last != nil && r.last.Status.Phase.IsTerminal() {
+						break
+					}
+					sleep(ctx, 100*time.Millisecond)
+				}
+			}
 			if ctx.Err() != nil {
 				return
 			}
