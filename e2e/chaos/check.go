@@ -86,10 +86,17 @@ func (ch *checker) check(ctx context.Context) []string {
 				add("%s: never seen by the watch", p.name)
 			}
 			// Deleted before the watch saw it: nothing was reported, so nothing is owed.
-			ch.checkEvents(ctx, p, nil, true, true, add)
+			if !p.hostile {
+				ch.checkEvents(ctx, p, nil, true, true, add)
+			}
 			continue
 		}
 		st := r.last.Status
+		if p.hostile {
+			// Never deleted by the client, nor gone before it ended.
+			ch.checkHostile(ctx, p, r, add)
+			continue
+		}
 		switch {
 		case wasDeleted && !r.gone:
 			add("%s: deleted by the client but still there (Terminating, finalizers %v, phase %s)", p.name, r.last.Finalizers, st.Phase)
@@ -103,6 +110,8 @@ func (ch *checker) check(ctx context.Context) []string {
 		}
 		ch.checkEvents(ctx, p, r.last, wasDeleted, r.endUnseen, add)
 	}
+
+	ch.checkTenants(ctx, add)
 
 	ch.obs.mu.Lock()
 	for name, uids := range ch.obs.podUIDs {
@@ -140,7 +149,8 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 	if deleted {
 		name += " (deleted by the client " + p.deletion + ")"
 	}
-	id := &flytecorev1.ActionIdentifier{Project: "chaos", Domain: "development", Run: "soak", Action: p.name}
+	spec := p.action.Spec
+	id := &flytecorev1.ActionIdentifier{Project: spec.Project, Domain: spec.Domain, Run: spec.RunName, Action: spec.ActionName}
 	var history []flytev1.PhaseTransition
 	if last != nil {
 		history = last.Status.PhaseHistory

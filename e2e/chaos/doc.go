@@ -6,6 +6,15 @@
 // gracefully. A stand-in kubelet plays the node for container actions. Afterwards the
 // soak holds the system to its promises and names every action that breaks one.
 //
+// Beside the workload of namespace chaos runs a hostile tenant, namespace hostile
+// (hostile.go): actions forging project chaos (an echo over a chaos action's name, input
+// and store; a chaos cache key), a sparse 64 GiB error document, an output tree over the
+// bound, an inline pod template taking over a platform template's privileged init
+// container. Each must fail alone, with its own error code; the checks (tenants.go) find
+// any trace of it in the chaos tenant's events, listings, files and cache entries, and
+// any executor exit the soak did not cause. The control plane has no admission policy,
+// so the executor's own tenancy check is what is tested.
+//
 // Everything random comes from one seed, so a failing run names the seed that replays
 // its workload and its faults (timing on a shared machine varies, so a replay is the same
 // plan, not the same interleaving).

@@ -29,14 +29,17 @@ type kubelet struct {
 	obs *observer
 	// exitCode says how an action's attempt ends: the workload's plan.
 	exitCode func(action string, attempt int) int32
+	// leave writes what an action's container leaves in its staged output, before its
+	// pod ends as exitCode says.
+	leave func(action string, pod *corev1.Pod) error
 
 	mu     sync.Mutex
 	rnd    *rand.Rand
 	timers map[types.UID]time.Time // when a pod's next step is due
 }
 
-func newKubelet(c client.Client, obs *observer, seed uint64, exitCode func(string, int) int32) *kubelet {
-	return &kubelet{c: c, obs: obs, exitCode: exitCode, rnd: rand.New(rand.NewPCG(seed, 0x6b75626c)), timers: map[types.UID]time.Time{}}
+func newKubelet(c client.Client, obs *observer, seed uint64, exitCode func(string, int) int32, leave func(string, *corev1.Pod) error) *kubelet {
+	return &kubelet{c: c, obs: obs, exitCode: exitCode, leave: leave, rnd: rand.New(rand.NewPCG(seed, 0x6b75626c)), timers: map[types.UID]time.Time{}}
 }
 
 // run takes a step on every pod each tick until ctx ends; a step that fails (the API
@@ -105,6 +108,9 @@ func (k *kubelet) step(ctx context.Context, p *corev1.Pod) {
 	case p.Status.Phase == corev1.PodRunning:
 		if k.due(p, 500*time.Millisecond, 4*time.Second) {
 			attempt, _ := strconv.Atoi(p.Labels[core.LabelAttempt])
+			if err := k.leave(p.Labels[core.LabelTaskAction], p); err != nil {
+				return // the next tick tries again
+			}
 			code := k.exitCode(p.Labels[core.LabelTaskAction], attempt)
 			phase, reason := corev1.PodSucceeded, "Completed"
 			if code != 0 {

@@ -19,8 +19,10 @@ type observer struct {
 	mu      sync.Mutex
 	actions map[string]*actionRecord
 	podUIDs map[string]map[string]bool // pod name -> UIDs seen
-	alive   map[string]map[string]bool // action name -> pods existing and not finished
-	pods    map[string]*corev1.Pod     // pod name -> latest version, for the kubelet and faults
+	// actionPods are the pod UIDs seen of each action, by its name.
+	actionPods map[string]map[string]bool
+	alive      map[string]map[string]bool // action name -> pods existing and not finished
+	pods       map[string]*corev1.Pod     // pod name -> latest version, for the kubelet and faults
 	// overlaps are pods of one action seen alive at once, as they were seen.
 	overlaps []string
 	// ran counts pods seen whose container a runtime ran to its end (a container ID
@@ -40,7 +42,7 @@ type actionRecord struct {
 }
 
 func newObserver() *observer {
-	return &observer{actions: map[string]*actionRecord{}, podUIDs: map[string]map[string]bool{},
+	return &observer{actions: map[string]*actionRecord{}, podUIDs: map[string]map[string]bool{}, actionPods: map[string]map[string]bool{},
 		alive: map[string]map[string]bool{}, pods: map[string]*corev1.Pod{}, ran: map[string]int{}, ranSeen: map[string]bool{}}
 }
 
@@ -94,6 +96,10 @@ func (o *observer) pod(ch change) {
 	if action == "" {
 		return
 	}
+	if o.actionPods[action] == nil {
+		o.actionPods[action] = map[string]bool{}
+	}
+	o.actionPods[action][string(p.UID)] = true
 	a := o.alive[action]
 	if a == nil {
 		a = map[string]bool{}
@@ -120,6 +126,13 @@ func (o *observer) pod(ch change) {
 		o.overlaps = append(o.overlaps, fmt.Sprintf("action %s: pod %s created while %v still existed", action, p.Name, others))
 	}
 	a[p.Name] = true
+}
+
+// podsOf counts the pods ever seen of an action.
+func (o *observer) podsOf(action string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.actionPods[action])
 }
 
 // snapshotPods returns the pods that exist now.

@@ -40,7 +40,11 @@ type Report struct {
 	Duration time.Duration
 	Actions  int
 	Deleted  int
-	Faults   map[string]int
+	// Hostile counts the hostile tenant's actions (hostile.go), not in Actions;
+	// HostileEnds says how each ended.
+	Hostile     int
+	HostileEnds []string
+	Faults      map[string]int
 	// PodsRun counts the pods whose container ran to its end, by container runtime
 	// ("" for the stand-in kubelet, which runs none).
 	PodsRun map[string]int
@@ -80,6 +84,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// with how many faults fired.
 	workRnd := rand.New(rand.NewPCG(o.Seed, 1))
 	faultRnd := rand.New(rand.NewPCG(o.Seed, 2))
+	hostileRnd := rand.New(rand.NewPCG(o.Seed, 3))
 
 	o.Log("starting the system in %s", o.Dir)
 	s, err := startSystem(ctx, o.Dir, o.Assets, o.Node, o.Log)
@@ -92,6 +97,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep.Actions = len(w.plans)
+	hostile, err := planHostile(hostileRnd, o.Duration, w.plans, s.dataDir, s.image())
+	if err != nil {
+		return nil, err
+	}
+	rep.Hostile = len(hostile)
+	for _, p := range hostile {
+		w.plans = append(w.plans, p)
+		w.byName[p.name] = p
+	}
+	if err := setUpHostile(ctx, s.client, s.image()); err != nil {
+		return nil, err
+	}
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -99,12 +116,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer bg.Wait()
 	defer stopRun()
 	obs := newObserver()
-	bg.Go(func() {
-		follow(runCtx, s.client, func() client.ObjectList { return &flytev1.TaskActionList{} }, obs.action)
-	})
-	bg.Go(func() { follow(runCtx, s.client, func() client.ObjectList { return &corev1.PodList{} }, obs.pod) })
+	for _, ns := range []string{taskNamespace, hostileNamespace} {
+		bg.Go(func() {
+			follow(runCtx, s.client, ns, func() client.ObjectList { return &flytev1.TaskActionList{} }, obs.action)
+		})
+		bg.Go(func() { follow(runCtx, s.client, ns, func() client.ObjectList { return &corev1.PodList{} }, obs.pod) })
+	}
 	if s.node == nil {
-		k := newKubelet(s.client, obs, o.Seed, w.exitCode)
+		k := newKubelet(s.client, obs, o.Seed, w.exitCode, w.leave)
 		bg.Go(func() { k.run(runCtx) })
 	}
 	f := newFaults(s, obs, faultRnd, o.Log)
@@ -115,7 +134,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		bg.Go(func() { f.supervise(runCtx, p, func(ctx context.Context) error { return s.startService(ctx, p) }) })
 	}
 
-	o.Log("chaos for %s: %d actions, faults at random", o.Duration, len(w.plans))
+	o.Log("chaos for %s: %d actions, %d of them the hostile tenant's, faults at random", o.Duration, len(w.plans), rep.Hostile)
 	chaosCtx, stopChaos := context.WithTimeout(runCtx, o.Duration+5*time.Minute) // faults in progress may finish
 	var chaos sync.WaitGroup
 	chaos.Go(func() { w.run(chaosCtx, s.client, obs) })
@@ -132,6 +151,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Faults[k] = n
 	}
 	f.mu.Unlock()
+	for _, p := range w.plans {
+		if r, ok := obs.record(p.name); p.hostile && ok && r.last != nil {
+			code := ""
+			if e := r.last.Status.Error; e != nil {
+				code = e.Code
+			}
+			rep.HostileEnds = append(rep.HostileEnds, fmt.Sprintf("%s %s %s (%d history entries)", p.name, r.last.Status.Phase, code, len(r.last.Status.PhaseHistory)))
+		}
+	}
 	w.mu.Lock()
 	rep.Deleted = len(w.deleted)
 	w.mu.Unlock()

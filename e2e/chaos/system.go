@@ -22,6 +22,7 @@ import (
 
 	"github.com/flytekube/backend/executor"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/internal/ports"
@@ -51,7 +52,10 @@ type system struct {
 	svcClient  *http.Client // trusts the soak's CA
 	client     client.WithWatch
 	viewer     eventsv1connect.EventsServiceClient
-	dataDir    string // file:// inputs and outputs of the actions
+	// cacheReader reads cache entries with the executor's token, the only one the cache
+	// service serves them to; the soak only reads.
+	cacheReader cachev1connect.CacheServiceClient
+	dataDir     string // file:// inputs and outputs of the actions
 	// node is the real node the pods run on; nil with the stand-in kubelet.
 	node *realNode
 }
@@ -124,10 +128,15 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	if s.client, err = newClient(s.cp); err != nil {
 		return s, err
 	}
+	// The CRD alone: not the admission policy of deploy/kustomize/base/admission, which
+	// would refuse the hostile tenant's forged actions before the executor saw them. The
+	// soak tests the executor's own check (executor/tenancy), which holds where a cluster
+	// lacks the policy.
 	if err := installCRD(ctx, s.client, filepath.Join(root, "deploy", "crd", "flyte.org_taskactions.yaml")); err != nil {
 		return s, err
 	}
-	for _, ns := range []string{taskNamespace, leaderNS} {
+	// hostile has no project label: its name is its project (hostile.go).
+	for _, ns := range []string{taskNamespace, hostileNamespace, leaderNS} {
 		if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return s, fmt.Errorf("system: creating namespace %s: %w", ns, err)
 		}
@@ -179,6 +188,11 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 		return s, err
 	}
 	s.viewer = eventsv1connect.NewEventsServiceClient(viewer, s.eventsURL)
+	reader, err := rpcclient.New(rpcclient.Options{CAFile: creds.CAFile, TokenFile: creds.ExecutorTokenFile, Timeout: 10 * time.Second})
+	if err != nil {
+		return s, err
+	}
+	s.cacheReader = cachev1connect.NewCacheServiceClient(reader, s.cacheURL)
 
 	log("Postgres and the services up")
 	for i := range 2 {
@@ -204,12 +218,13 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 }
 
 // executorConfig is one replica's configuration: leader election on, the soak's
-// namespace only, retries quick enough to finish within a short run.
+// namespaces only (the chaos tenant's and the hostile one's), retries quick enough to
+// finish within a short run.
 func executorConfig(s *system, creds *devcreds.Credentials, health, metrics int) config.Config {
 	cfg := config.Default()
 	cfg.LeaderElect = true
 	cfg.LeaderElectionID, cfg.LeaderElectionNamespace = leaderLockName, leaderNS
-	cfg.Namespaces = []string{taskNamespace}
+	cfg.Namespaces = []string{taskNamespace, hostileNamespace}
 	cfg.EventsServiceURL, cfg.CacheServiceURL = s.eventsURL, s.cacheURL
 	cfg.ServiceCAFile, cfg.ServiceTokenFile = creds.CAFile, creds.ExecutorTokenFile
 	cfg.HealthProbeBindAddress = "127.0.0.1:" + strconv.Itoa(health)
@@ -218,7 +233,16 @@ func executorConfig(s *system, creds *devcreds.Credentials, health, metrics int)
 	cfg.RetryBackoff.Base = metav1.Duration{Duration: 200 * time.Millisecond}
 	cfg.RetryBackoff.Cap = metav1.Duration{Duration: 2 * time.Second}
 	cfg.Cluster = "chaos"
+	// One prefix for both tenants, without {project}: the store does not keep them
+	// apart, so that only the executor's tenancy check stands between a forged project
+	// and the chaos tenant's data, and the soak tests it.
 	cfg.Storage.AllowedPrefixes = []string{"file://" + filepath.ToSlash(s.dataDir)}
+	// Pods' outputs are staged and collected, as on a single node (make run): the hostile
+	// tenant's error documents and output trees are read where the executor reads them.
+	cfg.K8s.MountFileStorage = true
+	// Small, so that the hostile tenant's tree over it is a thousand empty files, cheap
+	// on a shared machine; the bound's code is the same at any size.
+	cfg.Storage.MaxOutputEntries = soakMaxOutputEntries
 	return cfg
 }
 

@@ -21,19 +21,19 @@ type change struct {
 	relisted bool
 }
 
-// follow lists and watches one kind in the soak's namespace until ctx ends, calling
+// follow lists and watches one kind in namespace ns until ctx ends, calling
 // handle for every change in order. It survives the API server going away: a watch
 // that ends is resumed from the last resource version seen, and when that version is
 // gone, a new list is compared with what was known, deletions first, so that a pod
 // replaced while the watch was down never looks alive beside its successor.
-func follow(ctx context.Context, c client.WithWatch, newList func() client.ObjectList, handle func(change)) {
+func follow(ctx context.Context, c client.WithWatch, ns string, newList func() client.ObjectList, handle func(change)) {
 	known := map[string]client.Object{} // by name
 	rv := ""
 	for ctx.Err() == nil {
 		if rv == "" {
 			list := newList()
 			lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			err := c.List(lctx, list, client.InNamespace(taskNamespace))
+			err := c.List(lctx, list, client.InNamespace(ns))
 			cancel()
 			if err != nil {
 				sleep(ctx, time.Second)
@@ -62,7 +62,7 @@ func follow(ctx context.Context, c client.WithWatch, newList func() client.Objec
 			rv = list.(metav1.ListInterface).GetResourceVersion()
 		}
 		wctx, cancel := context.WithCancel(ctx)
-		w, err := c.Watch(wctx, newList(), client.InNamespace(taskNamespace),
+		w, err := c.Watch(wctx, newList(), client.InNamespace(ns),
 			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
 		if err != nil {
 			cancel()

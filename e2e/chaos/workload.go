@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,6 +45,10 @@ type plan struct {
 	deleteAfter          time.Duration // for deleteLater
 	expect               flytev1.Phase // without a deletion
 	action               *flytev1.TaskAction
+	// hostile marks a plan of the hostile tenant (hostile.go): code is the error code it
+	// must fail with, victim the chaos plan a forged one names.
+	hostile      bool
+	code, victim string
 }
 
 // workload is every action of a run, planned from the seed before anything starts.
@@ -173,6 +178,12 @@ func (w *workload) exitCode(action string, attempt int) int32 {
 	return 0
 }
 
+// leave does what a hostile action's container would do before the stand-in kubelet
+// ends its pod (hostile.go).
+func (w *workload) leave(action string, pod *corev1.Pod) error {
+	return leave(w.byName[action], pod)
+}
+
 // run creates every action at its time and deletes the ones planned for deletion.
 func (w *workload) run(ctx context.Context, c client.Client, obs *observer) {
 	start := time.Now()
@@ -180,6 +191,17 @@ func (w *workload) run(ctx context.Context, c client.Client, obs *observer) {
 	for _, p := range w.plans {
 		wg.Go(func() {
 			sleep(ctx, time.Until(start.Add(p.at)))
+			if p.victim != "" {
+				// A forger strikes once its victim has finished, so that what it would
+				// write is not then replaced by the victim's own and goes unseen.
+				deadline := time.Now().Add(2 * time.Minute)
+				for time.Now().Before(deadline) && ctx.Err() == nil {
+					if r, _ := obs.record(p.victim); r.last != nil && r.last.Status.Phase.IsTerminal() {
+						break
+					}
+					sleep(ctx, 100*time.Millisecond)
+				}
+			}
 			if ctx.Err() != nil {
 				return
 			}
