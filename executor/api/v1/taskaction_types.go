@@ -149,9 +149,14 @@ type PodTemplate struct {
 	// Spec is a corev1.PodSpec fragment. A container named "default" applies to the
 	// task's container, as does one named "task"; sidecars go in initContainers, with
 	// restartPolicy Always.
-	// It may not ask for what Pod Security's baseline level forbids (host namespaces,
-	// privileged containers, hostPath volumes, added capabilities), unless the executor
-	// is configured otherwise (k8s.inlinePodTemplateLevel).
+	// It only adds to the pod: it sets only the fields the executor's
+	// k8s.inlinePodTemplateFields lists (not nodeName, tolerations, priorityClassName or
+	// the service account, by default), references no Secret (spec.secrets does),
+	// takes over no container or volume of the template's or the executor's, and what
+	// it touches, merged, may not ask for what Pod Security's baseline level forbids
+	// (host namespaces, privileged containers, hostPath volumes, added capabilities),
+	// unless the executor is configured otherwise (k8s.inlinePodTemplateLevel). At most
+	// 64 KiB.
 	// +optional
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:validation:Schemaless
