@@ -248,8 +248,9 @@ func firstDifference(path string, a, b any) (string, bool) {
 		if !ok {
 			return path, true
 		}
+		// Sorted, so that of several differences the same is named each time.
 		keys := slices.Sorted(maps.Keys(a))
-		for k := range bm {
+		for _, k := range slices.Sorted(maps.Keys(bm)) {
 			if _, ok := a[k]; !ok {
 				keys = append(keys, k)
 			}
