@@ -341,7 +341,8 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		gc := &controller.GarbageCollector{Reader: mgr.GetCache(), Writer: mgr.GetClient(),
 			Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration,
 			MaxFinished: cfg.GC.MaxFinished, MaxFinishedPerNamespace: cfg.GC.MaxFinishedPerNamespace,
-			DeletesPerSecond: cfg.GC.DeletesPerSecond, Clock: clk, Log: log.With("component", "gc"), Metrics: instruments}
+			DeletesPerSecond: cfg.GC.DeletesPerSecond, Clock: clk, Log: log.With("component", "gc"), Metrics: instruments,
+			Recorder: recorder}
 		if r.Events != nil {
 			gc.Delivered = r.Events.Delivered
 		}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -10,14 +11,17 @@ import (
 
 	"golang.org/x/time/rate"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/metrics"
+	"github.com/flytekube/backend/internal/backoff"
 )
 
 // GarbageCollector deletes finished TaskActions, so that the API server holds the work
@@ -26,6 +30,8 @@ import (
 // oldest first, however recent. An action whose history is not yet delivered is never
 // deleted. It collects continuously, every Interval, its deletes spread at
 // DeletesPerSecond rather than in bursts that would crowd out the reconciler's writes.
+// An action the API server refuses to delete (a webhook, a policy, RBAC) is skipped,
+// counted and reported, and tried again after a backoff, while the others go as before.
 // It is a manager runnable that only the leader runs. It walks the actions the informer
 // cache already holds and picks the finished ones by their status, so collecting costs
 // the API server nothing but the deletes.
@@ -50,8 +56,35 @@ type GarbageCollector struct {
 	Log              *slog.Logger
 	// Metrics records each collection; nil records nothing.
 	Metrics *metrics.Metrics
+	// Recorder, when set, puts a Warning Event (DeleteRefused) on each action the API
+	// server refuses to delete.
+	Recorder record.EventRecorder
 
 	limiter *rate.Limiter
+	// refused holds the actions whose last delete the API server refused, by UID, until
+	// they go or are no longer finished and held.
+	refused map[types.UID]*refusal
+	// refusalLog spaces the log lines about refusals; the counts go in the metrics.
+	refusalLog *rate.Limiter
+	unlogged   int
+}
+
+// ReasonDeleteRefused is the reason of the Warning Event on an action the collector
+// could not delete.
+const ReasonDeleteRefused = "DeleteRefused"
+
+// refusal is an action the API server refused to delete: tried again at retryAt.
+type refusal struct {
+	failures int32
+	retryAt  time.Time
+}
+
+// refusalBackoff spaces the tries to delete an action the API server refused: from two
+// passes up to an hour (or two passes if longer), so that a refused action does not spend
+// every pass's delete budget and is still tried again should the refusal end.
+func (g *GarbageCollector) refusalBackoff() backoff.Backoff {
+	base := 2 * max(g.Interval, time.Second)
+	return backoff.Backoff{Base: base, Cap: max(time.Hour, base)}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: one collector is enough.
@@ -73,7 +106,7 @@ func (g *GarbageCollector) collectAndLog(ctx context.Context) {
 		g.Log.Warn("garbage collection failed", "error", err, "deleted", c.Deleted)
 	case c.Deleted > 0 || c.Undelivered > 0:
 		g.Log.Info("garbage collected finished actions", "deleted", c.Deleted,
-			"keptUndelivered", c.Undelivered, "finished", c.Finished, "maxTTL", g.MaxTTL.String())
+			"keptUndelivered", c.Undelivered, "undeletable", c.Undeletable, "finished", c.Finished, "maxTTL", g.MaxTTL.String())
 	}
 }
 
@@ -86,6 +119,10 @@ type Collection struct {
 	// Deleted actions were expired or over a bound, and delivered; Undelivered ones were
 	// expired but kept, their history not yet recorded.
 	Deleted, Undelivered int
+	// Refused is how many deletes the API server refused in this pass; Undeletable how
+	// many actions are held after it because their last delete was refused (the bounds
+	// count only the others).
+	Refused, Undeletable int
 }
 
 // finished is what the collector needs of a finished action, copied out of the cache.
@@ -102,6 +139,13 @@ type finished struct {
 // nothing: its plugin finalized when it finished, and it carries no finalizer, so it
 // goes at once and records no Aborted phase.
 func (g *GarbageCollector) Collect(ctx context.Context) (Collection, error) {
+	c, err := g.collect(ctx)
+	c.Undeletable = len(g.refused)
+	g.Metrics.Undeletable(c.Undeletable)
+	return c, err
+}
+
+func (g *GarbageCollector) collect(ctx context.Context) (Collection, error) {
 	var c Collection
 	started := time.Now()
 	held, err := g.finished(ctx, &c)
@@ -109,6 +153,8 @@ func (g *GarbageCollector) Collect(ctx context.Context) (Collection, error) {
 		return c, err
 	}
 	c.Walk = time.Since(started)
+	now := g.Clock.Now()
+	held = g.withoutRefused(held, now)
 	doomed := g.pick(held, &c)
 	if g.DeletesPerSecond > 0 {
 		if g.limiter == nil {
@@ -131,12 +177,117 @@ func (g *GarbageCollector) Collect(ctx context.Context) (Collection, error) {
 		switch {
 		case err == nil:
 			c.Deleted++
+			delete(g.refused, d.uid)
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		default:
+			delete(g.refused, d.uid)
+		case ctx.Err() != nil || !refusedAction(err):
+			// Not this action's doing: the next pass tries again.
 			return c, fmt.Errorf("deleting %s: %w", d.key, err)
+		default:
+			c.Refused++
+			g.refuse(d, err, now)
 		}
 	}
 	return c, nil
+}
+
+// refusedAction reports whether err is the API server's answer about deleting this one
+// action (a webhook's or a policy's denial, RBAC, an invalid request), rather than the
+// server being unreachable, overloaded or slow, which ends the pass instead.
+func refusedAction(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	return !apierrors.IsTooManyRequests(err) && !apierrors.IsServiceUnavailable(err) &&
+		!apierrors.IsServerTimeout(err) && !apierrors.IsTimeout(err) && !apierrors.IsUnauthorized(err)
+}
+
+// refusalReason is the metric's label for a refusal: a small fixed set.
+func refusalReason(err error) string {
+	switch {
+	case apierrors.IsForbidden(err):
+		return "forbidden"
+	case apierrors.IsInvalid(err):
+		return "invalid"
+	case apierrors.IsBadRequest(err):
+		return "bad_request"
+	case apierrors.IsInternalError(err):
+		return "internal"
+	default:
+		return "other"
+	}
+}
+
+// refusalMessage is what the API server said, without the client's wrapping.
+func refusalMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		return status.Status().Message
+	}
+	return string(apierrors.ReasonForError(err))
+}
+
+// withoutRefused leaves out of held the actions refused before whose backoff has not
+// ended, so that they neither count against the bounds nor spend the pass's deletes, and
+// forgets the refusals of actions no longer held.
+func (g *GarbageCollector) withoutRefused(held []finished, now time.Time) []finished {
+	if len(g.refused) == 0 {
+		return held
+	}
+	seen := make(map[types.UID]bool, len(g.refused))
+	kept := held[:0]
+	for _, f := range held {
+		r, ok := g.refused[f.uid]
+		if ok {
+			seen[f.uid] = true
+		}
+		if ok && now.Before(r.retryAt) {
+			continue
+		}
+		kept = append(kept, f)
+	}
+	for uid := range g.refused {
+		if !seen[uid] {
+			delete(g.refused, uid)
+		}
+	}
+	return kept
+}
+
+// refuse records a refused delete: its backoff, the metric, a log line (at most one a
+// minute, with the number left unlogged) and a Warning Event on the action.
+func (g *GarbageCollector) refuse(d finished, err error, now time.Time) {
+	if g.refused == nil {
+		g.refused = map[types.UID]*refusal{}
+	}
+	r := g.refused[d.uid]
+	if r == nil {
+		r = &refusal{}
+		g.refused[d.uid] = r
+	}
+	r.failures = min(r.failures+1, math.MaxInt32-1)
+	wait := g.refusalBackoff().Delay(r.failures)
+	r.retryAt = now.Add(wait)
+	reason := refusalReason(err)
+	g.Metrics.DeleteRefused(reason)
+	if g.refusalLog == nil {
+		g.refusalLog = rate.NewLimiter(rate.Every(time.Minute), 1)
+	}
+	if g.refusalLog.AllowN(now, 1) {
+		g.Log.Warn("could not delete a finished action; skipped it and collected the others", "action", d.key,
+			"reason", reason, "error", err, "retryIn", wait.Round(time.Second).String(), "refusedUnlogged", g.unlogged)
+		g.unlogged = 0
+	} else {
+		g.unlogged++
+	}
+	if g.Recorder != nil {
+		ta := &flytev1.TaskAction{}
+		ta.Namespace, ta.Name, ta.UID = d.key.Namespace, d.key.Name, d.uid
+		g.Recorder.Eventf(ta, corev1.EventTypeWarning, ReasonDeleteRefused,
+			"the garbage collector could not delete this finished action: %s; it tries again in %s",
+			refusalMessage(err), wait.Round(time.Second))
+	}
 }
 
 // finished lists the finished actions not being deleted, oldest first.

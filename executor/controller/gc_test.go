@@ -1,21 +1,29 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/metricstest"
 )
 
 // The collector picks actions by their status: finished more than MaxTTL ago, with their
@@ -183,4 +191,167 @@ func TestGarbageCollectorBoundsFinishedActionsHeld(t *testing.T) {
 			t.Errorf("%s: gone %v (err %v); want %v", s.name, gone, err, s.wantGone)
 		}
 	}
+}
+
+// refuseDeletes installs an admission policy under which the API server refuses to
+// delete any TaskAction labelled label=value, as a webhook or a policy of the cluster's
+// would, and returns once it is in force for probe (an action so labelled).
+func refuseDeletes(t *testing.T, label, value string, probe *flytev1.TaskAction) {
+	t.Helper()
+	ctx := context.Background()
+	name := "refuse-deletes-" + value
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: value}},
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"flyte.org"}, APIVersions: []string{"*"},
+						Resources: []string{"taskactions"}},
+				}}},
+			},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false",
+				Message: "this action is held for an investigation", Reason: ptr.To(metav1.StatusReasonForbidden)}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	for _, o := range []client.Object{policy, binding} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+	}
+	eventually.True(t, time.Minute, func() bool {
+		return apierrors.IsForbidden(env.Client.Delete(ctx, probe.DeepCopy(), client.DryRunAll))
+	}, func() string { return "the API server never refused to delete " + probe.Name })
+}
+
+// An action the API server refuses to delete (a webhook, a policy, RBAC) does not stop
+// the collection: the collector skips it, counts it, reports it (a log line, a Warning
+// Event on the action) and deletes the rest in the same pass, so the bound holds for the
+// actions that can go. It tries the refused one again after a backoff, not on every
+// pass, so that it does not spend each pass's delete budget.
+func TestGarbageCollectorSkipsAnActionItCannotDelete(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	now := time.Now()
+	const heldLabel = "test.flyte.org/held"
+	seed := func(name string, finished time.Duration, held bool) *flytev1.TaskAction {
+		t.Helper()
+		ta := newAction(ns, name, "test-finalizer", nil)
+		if held {
+			ta.Labels = map[string]string{heldLabel: ns}
+		}
+		create(t, ta)
+		ta = waitFor(t, ta, "running", func(a *flytev1.TaskAction) bool { return a.Status.Phase == flytev1.PhaseRunning })
+		done := metav1.NewTime(now.Add(-finished))
+		ta.Status = flytev1.TaskActionStatus{Phase: flytev1.PhaseSucceeded, Attempts: 1, PhaseHistory: ta.Status.PhaseHistory, CompletedAt: &done}
+		if err := env.Client.Status().Update(ctx, ta); err != nil {
+			t.Fatal(err)
+		}
+		return ta
+	}
+	// The oldest is held; 2 finished are allowed; 5 others can go.
+	held := seed("held", 10*time.Minute, true)
+	for i := 5; i >= 1; i-- {
+		seed(fmt.Sprintf("done-%dm", i), time.Duration(i)*time.Minute, false)
+	}
+	refuseDeletes(t, heldLabel, ns, held)
+
+	reg := prometheus.NewRegistry()
+	instruments, err := metrics.New(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	clock := clocktesting.NewFakeClock(now)
+	own := client.NewNamespacedClient(env.Client, ns)
+	gc := &controller.GarbageCollector{Reader: own, Writer: own, Interval: time.Minute, MaxTTL: 1000 * time.Hour,
+		MaxFinishedPerNamespace: 2, Clock: clock, Recorder: reconciler.Recorder, Metrics: instruments,
+		Log: slog.New(slog.NewTextHandler(&logged, nil))}
+	gone := func(name string) bool {
+		var ta flytev1.TaskAction
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ta)
+		return apierrors.IsNotFound(err) || (err == nil && !ta.DeletionTimestamp.IsZero())
+	}
+	type pass struct {
+		before         func()
+		deleted        int
+		refused        int
+		undeletable    int
+		gone, kept     []string
+		refusalsMetric string
+	}
+	passes := []pass{
+		// The 4 oldest are over the bound: held is refused, the 3 others go.
+		{deleted: 3, refused: 1, undeletable: 1, gone: []string{"done-5m", "done-4m", "done-3m"},
+			kept: []string{"held", "done-2m", "done-1m"}, refusalsMetric: "1"},
+		// A new one finishes: the oldest deletable goes; held, in its backoff, is not
+		// tried again.
+		{before: func() { seed("done-0m", 0, false) }, deleted: 1, refused: 0, undeletable: 1,
+			gone: []string{"done-2m"}, kept: []string{"held", "done-1m", "done-0m"}, refusalsMetric: "1"},
+		// Past its backoff it is tried again, and refused again.
+		{before: func() { clock.Step(3 * time.Minute) }, deleted: 0, refused: 1, undeletable: 1,
+			kept: []string{"held", "done-1m", "done-0m"}, refusalsMetric: "2"},
+		// Released, it goes on its next try, and the bound holds for all three.
+		{before: func() {
+			patch := client.MergeFrom(held.DeepCopy())
+			held.Labels = nil
+			if err := env.Client.Patch(ctx, held, patch); err != nil {
+				t.Fatal(err)
+			}
+			clock.Step(time.Hour)
+		}, deleted: 1, refused: 0, undeletable: 0, gone: []string{"held"}, kept: []string{"done-1m", "done-0m"}, refusalsMetric: "2"},
+	}
+	for i, p := range passes {
+		if p.before != nil {
+			p.before()
+		}
+		c, err := gc.Collect(ctx)
+		if err != nil {
+			t.Fatalf("pass %d: %v", i, err)
+		}
+		if c.Deleted != p.deleted || c.Refused != p.refused || c.Undeletable != p.undeletable {
+			t.Fatalf("pass %d: deleted %d, refused %d, undeletable %d; want %d, %d, %d",
+				i, c.Deleted, c.Refused, c.Undeletable, p.deleted, p.refused, p.undeletable)
+		}
+		for _, name := range p.gone {
+			if !gone(name) {
+				t.Errorf("pass %d: %s kept; want it deleted", i, name)
+			}
+		}
+		for _, name := range p.kept {
+			if gone(name) {
+				t.Errorf("pass %d: %s deleted; want it kept", i, name)
+			}
+		}
+		metricstest.Require(t, reg,
+			`flyte_executor_gc_delete_refusals_total{reason="forbidden"} `+p.refusalsMetric,
+			fmt.Sprintf(`flyte_executor_gc_undeletable_actions %d`, p.undeletable))
+	}
+	if n := strings.Count(logged.String(), "could not delete a finished action"); n < 1 {
+		t.Errorf("the refusal was not logged:\n%s", logged.String())
+	}
+	if !strings.Contains(logged.String(), "held for an investigation") {
+		t.Errorf("the log does not say why the action was refused:\n%s", logged.String())
+	}
+	eventually.True(t, 30*time.Second, func() bool {
+		var events corev1.EventList
+		if err := env.Client.List(ctx, &events, client.InNamespace(ns)); err != nil {
+			return false
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == "held" && e.Type == corev1.EventTypeWarning && e.Reason == controller.ReasonDeleteRefused &&
+				strings.Contains(e.Message, "held for an investigation") {
+				return true
+			}
+		}
+		return false
+	}, func() string { return "no Warning Event " + controller.ReasonDeleteRefused + " on the held action" })
 }

@@ -47,6 +47,8 @@ type Metrics struct {
 	gcUndelivered       prometheus.Gauge
 	gcFinished          prometheus.Gauge
 	gcWalk              prometheus.Histogram
+	gcRefused           *prometheus.CounterVec
+	gcUndeletable       prometheus.Gauge
 }
 
 // New creates the instruments and registers them with reg, with the gauge of actions by
@@ -97,10 +99,15 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 		gcWalk: instrument.Histogram("flyte_executor_gc_walk_seconds",
 			"Time one collection took to walk the cached actions.",
 			[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5}),
+		gcRefused: instrument.CounterVec("flyte_executor_gc_delete_refusals_total",
+			"Deletes of finished actions the API server refused (a webhook, an admission policy, RBAC), by reason: forbidden (403), invalid (422), bad_request (400), internal (500, as a failing webhook), other. The collector skips such an action, collects the others and tries it again later.",
+			"reason", "forbidden", "invalid", "bad_request", "internal", "other"),
+		gcUndeletable: instrument.Gauge("flyte_executor_gc_undeletable_actions",
+			"Finished actions whose last delete the API server refused, as of the last collection; they are tried again after a backoff and do not count against gc.maxFinished."),
 	}
 	collectors := []prometheus.Collector{m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
 		m.cacheOutputsRefused, m.cachePuts, m.undelivered, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
-		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk}
+		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk, m.gcRefused, m.gcUndeletable}
 	if actions != nil {
 		collectors = append(collectors, &actionsByPhase{reader: actions, desc: prometheus.NewDesc("flyte_executor_actions",
 			"TaskActions in the executor's informer cache, by phase (finished ones until they are deleted).", []string{"phase"}, nil)})
@@ -232,4 +239,18 @@ func (m *Metrics) Collected(walk time.Duration, finished, deleted, undelivered i
 	m.gcWalk.Observe(walk.Seconds())
 	m.gcDeleted.Add(float64(deleted))
 	m.gcUndelivered.Set(float64(undelivered))
+}
+
+// DeleteRefused counts a delete of a finished action that the API server refused.
+func (m *Metrics) DeleteRefused(reason string) {
+	if m != nil {
+		m.gcRefused.WithLabelValues(reason).Inc()
+	}
+}
+
+// Undeletable sets how many finished actions the collector holds as refused.
+func (m *Metrics) Undeletable(n int) {
+	if m != nil {
+		m.gcUndeletable.Set(float64(n))
+	}
 }
