@@ -11,6 +11,15 @@
 // higher priorities go first (controller-runtime adds the objects of an informer's
 // first list at a low priority, so that a restart's backlog does not hold up new work).
 //
+// Unlike controller-runtime's queue, it does not let a lower priority wait for ever: an
+// item ready for PromoteAfter while higher priorities are served is promoted to the
+// highest priority with work, at the back of its tenant's line there, and handed out with
+// that priority (so that the controller's requeues of it keep it). Without this, after a
+// failover the new leader's first list, at low priority, and every requeue of it, which
+// keeps the priority it had (timeouts, backoffs, cache waits), waited behind any stream of
+// new work in any namespace. So an item waits behind higher priorities for at most
+// PromoteAfter, and then as any item of that priority does.
+//
 // Within a priority, tenants with work are served in a round: each in its turn gets as
 // many items as its weight (a weighted deficit round robin with unit costs), in the order
 // its items became ready. An item at the front of a tenant's line so waits for at most
@@ -46,9 +55,16 @@ type Options[T comparable] struct {
 	// IdleAfter is how long a tenant with nothing queued or in progress is remembered
 	// (and its metric series kept) before it is forgotten. Default 10 minutes.
 	IdleAfter time.Duration
+	// PromoteAfter is how long a ready item waits behind higher priorities before it is
+	// promoted to the highest. Default 1 minute.
+	PromoteAfter time.Duration
 	// Clock is for tests; default the real one.
 	Clock clock.WithTicker
 }
+
+// DefaultPromoteAfter is PromoteAfter when not set: longer than a restart's first list
+// takes to reach a worker on a quiet executor, short beside an action's timeout.
+const DefaultPromoteAfter = time.Minute
 
 // Queue is a fair work queue; it implements controller-runtime's
 // priorityqueue.PriorityQueue. Make one with New.
@@ -86,8 +102,11 @@ type entry[T comparable] struct {
 	readyAt time.Time
 	// readySince is when the item became ready, for its wait.
 	readySince time.Time
-	// elem is the item's place in its tenant's lane while ready.
-	elem *list.Element
+	// enteredAt is when it entered its priority's line, for its promotion.
+	enteredAt time.Time
+	// elem is the item's place in its tenant's lane while ready, age its place in its
+	// priority's line by age.
+	elem, age *list.Element
 	// index is the item's place in the waiting heap, -1 when not in it.
 	index  int
 	parked bool
@@ -113,12 +132,18 @@ type level struct {
 	// turn is the tenant being served, credit the items its turn has left.
 	turn   *list.Element
 	credit int
+	// byAge holds the level's ready items of all tenants in the order they entered it,
+	// oldest first: the front is the next to promote.
+	byAge *list.List
 }
 
 // New makes a queue and starts its timer; ShutDown stops it.
 func New[T comparable](opts Options[T]) *Queue[T] {
 	if opts.RateLimiter == nil {
 		opts.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[T](5*time.Millisecond, 1000*time.Second)
+	}
+	if opts.PromoteAfter <= 0 {
+		opts.PromoteAfter = DefaultPromoteAfter
 	}
 	if opts.IdleAfter <= 0 {
 		opts.IdleAfter = 10 * time.Minute
@@ -216,13 +241,13 @@ func (q *Queue[T]) update(e *entry[T], priority int, readyAt, now time.Time) {
 		if higher {
 			q.unready(e)
 			e.priority = priority
-			q.makeReady(e, e.readySince)
+			q.makeReady(e, e.readySince, now)
 		}
 	case readyAt.IsZero():
 		heap.Remove(&q.waiting, e.index)
 		e.priority = max(e.priority, priority)
 		e.readyAt = time.Time{}
-		q.makeReady(e, now)
+		q.makeReady(e, now, now)
 	default:
 		if higher {
 			e.priority = priority
@@ -244,7 +269,7 @@ func (q *Queue[T]) place(e *entry[T], now time.Time) {
 			since = e.readyAt
 		}
 		e.readyAt = time.Time{}
-		q.makeReady(e, since)
+		q.makeReady(e, since, now)
 		return
 	}
 	heap.Push(&q.waiting, e)
@@ -255,7 +280,7 @@ func (q *Queue[T]) place(e *entry[T], now time.Time) {
 
 // makeReady appends an item to its tenant's lane at its priority, entering the tenant
 // in that priority's round if it was not in it.
-func (q *Queue[T]) makeReady(e *entry[T], since time.Time) {
+func (q *Queue[T]) makeReady(e *entry[T], since, now time.Time) {
 	t := e.tenant
 	lane := t.lanes[e.priority]
 	if lane == nil {
@@ -263,10 +288,12 @@ func (q *Queue[T]) makeReady(e *entry[T], since time.Time) {
 		t.lanes[e.priority] = lane
 	}
 	e.elem = lane.PushBack(e)
-	e.readySince = since
+	e.readySince, e.enteredAt = since, now
+	l := q.level(e.priority)
 	if lane.Len() == 1 {
-		q.level(e.priority).enter(t)
+		l.enter(t)
 	}
+	e.age = l.byAge.PushBack(e)
 	t.ready++
 	q.ready++
 	t.stats.depth(t.ready)
@@ -278,7 +305,8 @@ func (q *Queue[T]) unready(e *entry[T]) {
 	t := e.tenant
 	lane := t.lanes[e.priority]
 	lane.Remove(e.elem)
-	e.elem = nil
+	q.levels[e.priority].byAge.Remove(e.age)
+	e.elem, e.age = nil, nil
 	if lane.Len() == 0 {
 		delete(t.lanes, e.priority)
 		q.leave(e.priority, t)
@@ -293,7 +321,7 @@ func (q *Queue[T]) level(priority int) *level {
 	if l, ok := q.levels[priority]; ok {
 		return l
 	}
-	l := &level{priority: priority, round: list.New(), places: map[*tenant]*list.Element{}}
+	l := &level{priority: priority, round: list.New(), places: map[*tenant]*list.Element{}, byAge: list.New()}
 	q.levels[priority] = l
 	i, _ := slices.BinarySearchFunc(q.priorities, priority, func(a, b int) int { return cmp.Compare(b, a) })
 	q.priorities = slices.Insert(q.priorities, i, priority)
@@ -344,8 +372,9 @@ func (l *level) next() {
 }
 
 // take hands out the next item: the tenant in turn at the highest priority, the front
-// of its lane.
-func (q *Queue[T]) take() *entry[T] {
+// of its lane, once the items that waited long enough below were promoted.
+func (q *Queue[T]) take(now time.Time) *entry[T] {
+	q.promoteAged(now)
 	l := q.levels[q.priorities[0]]
 	if l.credit <= 0 {
 		l.next()
@@ -355,6 +384,26 @@ func (q *Queue[T]) take() *entry[T] {
 	l.credit--
 	q.unready(e)
 	return e
+}
+
+// promoteAged moves the items ready for PromoteAfter at a lower priority to the highest
+// with work. Each level's line is in the order its items entered it, so only the fronts
+// are looked at: a handful of levels per take, and each item moved once.
+func (q *Queue[T]) promoteAged(now time.Time) {
+	// From the lowest up: a level that empties shifts only those after it, done already.
+	for i := len(q.priorities) - 1; i >= 1; i-- {
+		for i < len(q.priorities) {
+			l := q.levels[q.priorities[i]]
+			e := l.byAge.Front().Value.(*entry[T])
+			if now.Sub(e.enteredAt) < q.opts.PromoteAfter {
+				break
+			}
+			q.unready(e)
+			e.priority = q.priorities[0]
+			q.makeReady(e, e.readySince, now)
+			e.tenant.stats.promoted()
+		}
+	}
 }
 
 // GetWithPriority blocks until an item is ready or the queue shuts down, and hands the
@@ -368,10 +417,11 @@ func (q *Queue[T]) GetWithPriority() (item T, priority int, shutdown bool) {
 	if q.shutdown {
 		return item, 0, true
 	}
-	e := q.take()
+	now := q.opts.Clock.Now()
+	e := q.take(now)
 	delete(q.items, e.key)
 	q.inProgress[e.key] = e.tenant
-	e.tenant.stats.waited(q.opts.Clock.Since(e.readySince))
+	e.tenant.stats.waited(now.Sub(e.readySince))
 	return e.key, e.priority, false
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flytekube/backend/executor/fairqueue"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/metricstest"
 )
 
 // Items are "tenant/name".
@@ -360,6 +361,86 @@ func TestRandomOperationsKeepTheContract(t *testing.T) {
 			if n := q.Len(); n != 0 {
 				t.Fatalf("Len %d after the drain, want 0", n)
 			}
+		})
+	}
+}
+
+// A low-priority item (the informer's first list after a failover, or a requeue that
+// kept that priority: a timeout, a backoff, a cache wait) is not starved by a stream of
+// higher-priority work, in another tenant or its own: once it has waited PromoteAfter
+// behind it, it is served at that priority, in its tenant's turn. Before that, the
+// higher priority goes first.
+func TestALowPriorityItemIsNotStarvedByAStream(t *testing.T) {
+	const (
+		promoteAfter = 30 * time.Second
+		step         = time.Second // the clock moves this much between two items handed out
+		backlog      = 20          // burst items ready at any time
+		steps        = 300
+	)
+	low, normal := -100, 0
+	cases := []struct {
+		name string
+		// add queues the low-priority item and returns it once it is ready.
+		add func(q *fairqueue.Queue[string], clock *clocktesting.FakeClock) string
+		// within is how many items may be handed out, once it is promoted, before it.
+		within int
+	}{
+		{name: "another tenant's item from the first list", within: 2,
+			add: func(q *fairqueue.Queue[string], _ *clocktesting.FakeClock) string {
+				q.AddWithOpts(priorityqueue.AddOpts{Priority: &low}, "quiet/old")
+				return "quiet/old"
+			}},
+		{name: "another tenant's requeue at low priority", within: 2,
+			add: func(q *fairqueue.Queue[string], clock *clocktesting.FakeClock) string {
+				q.AddWithOpts(priorityqueue.AddOpts{Priority: &low, After: 5 * time.Second}, "quiet/timeout")
+				clock.Step(5 * time.Second)
+				eventually.True(t, 5*time.Second, func() bool { return q.Len() == backlog+1 },
+					func() string { return "the requeue never became ready" })
+				return "quiet/timeout"
+			}},
+		{name: "the bursting tenant's own older item", within: backlog + 2,
+			add: func(q *fairqueue.Queue[string], _ *clocktesting.FakeClock) string {
+				q.AddWithOpts(priorityqueue.AddOpts{Priority: &low}, "burst/old")
+				return "burst/old"
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clock := clocktesting.NewFakeClock(time.Now())
+			reg := prometheus.NewRegistry()
+			metrics, err := fairqueue.NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := newQueue(t, fairqueue.Options[string]{Clock: clock, PromoteAfter: promoteAfter, Metrics: metrics})
+			next := 0
+			burst := func() {
+				q.AddWithOpts(priorityqueue.AddOpts{Priority: &normal}, fmt.Sprintf("burst/%d", next))
+				next++
+			}
+			for range backlog {
+				burst()
+			}
+			item := c.add(q, clock)
+			for i := range steps {
+				got, priority, _ := q.GetWithPriority()
+				q.Done(got)
+				if got == item {
+					if promoted := int(promoteAfter / step); i < promoted-1 {
+						t.Fatalf("%s handed out after %d items, before it waited %s behind higher priorities", item, i, promoteAfter)
+					} else if i > promoted+c.within {
+						t.Fatalf("%s handed out after %d items; want at most %d", item, i, promoted+c.within)
+					}
+					if priority != normal {
+						t.Errorf("%s handed out at priority %d; want %d, the priority it was promoted to", item, priority, normal)
+					}
+					metricstest.Require(t, reg, fmt.Sprintf(`flyte_executor_queue_promoted_total{namespace=%q} 1`, tenantOf(item)))
+					return
+				}
+				burst()
+				clock.Step(step)
+			}
+			t.Fatalf("%s never handed out in %d items of a stream of higher priority", item, steps)
 		})
 	}
 }
