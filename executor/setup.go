@@ -85,6 +85,9 @@ type Hooks struct {
 	// FirstInFirstOutQueue gives the controller controller-runtime's own work queue
 	// instead of the fair one (benchmarks measure the fair queue against it).
 	FirstInFirstOutQueue bool
+	// QueuePromoteAfter replaces how long an action waits in the work queue behind
+	// higher priorities before it is promoted (fairqueue.DefaultPromoteAfter).
+	QueuePromoteAfter time.Duration
 	// CacheWholeObjects caches pods and Jobs whole, as before the executor kept only
 	// what it reads of them: the baseline of benchmarks.
 	CacheWholeObjects bool
@@ -299,6 +302,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			QueueWeights:            cfg.QueueWeights,
 			QueueMetrics:            queueMetrics,
 			FirstInFirstOutQueue:    hooks.FirstInFirstOutQueue,
+			QueuePromoteAfter:       hooks.QueuePromoteAfter,
 			Backoff:                 backoff.Backoff{Base: cfg.RetryBackoff.Base.Duration, Cap: cfg.RetryBackoff.Cap.Duration},
 			Tenancy:                 cfg.Tenancy.Rule(),
 

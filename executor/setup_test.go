@@ -58,6 +58,12 @@ type runOptions struct {
 	plugins []core.Entry
 	// restConfig replaces the test API server's admin config (to count requests).
 	restConfig *rest.Config
+	// alsoNamespaces are watched beside the namespace.
+	alsoNamespaces []string
+	// observe is called at the start of every reconcile.
+	observe func(ctrl.Request)
+	// promoteAfter replaces the work queue's PromoteAfter.
+	promoteAfter time.Duration
 }
 
 // start runs an executor restricted to namespace until the test ends and returns how to
@@ -70,14 +76,18 @@ func start(t *testing.T, cfg config.Config, namespace string, o runOptions) (con
 	}
 	mgr, stop := kubetest.RunManager(t, func(ctx context.Context) (manager.Manager, error) {
 		return executor.Setup(ctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
-			Namespaces:       []string{namespace},
+			Namespaces:       append([]string{namespace}, o.alsoNamespaces...),
 			SeveralInProcess: true,
-			Observe: func(ctrl.Request) {
+			Observe: func(req ctrl.Request) {
 				if o.count != nil {
 					o.count.Add(1)
 				}
+				if o.observe != nil {
+					o.observe(req)
+				}
 			},
-			Plugins: o.plugins,
+			Plugins:           o.plugins,
+			QueuePromoteAfter: o.promoteAfter,
 		})
 	})
 	return stop, mgr

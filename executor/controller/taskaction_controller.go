@@ -78,6 +78,10 @@ type Options struct {
 	QueueMetrics *fairqueue.Metrics
 	// FirstInFirstOutQueue uses controller-runtime's queue instead (benchmarks).
 	FirstInFirstOutQueue bool
+	// QueuePromoteAfter is how long an action waits in the work queue behind higher
+	// priorities before it is promoted (fairqueue.Options.PromoteAfter); 0 is the
+	// queue's default.
+	QueuePromoteAfter time.Duration
 	// Tenancy ties actions' projects to their namespaces; the zero value is
 	// tenancy.Default(). There is no way to turn it off.
 	Tenancy tenancy.Rule
@@ -212,13 +216,14 @@ func (r *TaskActionReconciler) newQueue() func(string, workqueue.TypedRateLimite
 	if r.Options.FirstInFirstOutQueue {
 		return nil // controller-runtime's default
 	}
-	weights, metrics := r.Options.QueueWeights, r.Options.QueueMetrics
+	weights, metrics, promoteAfter := r.Options.QueueWeights, r.Options.QueueMetrics, r.Options.QueuePromoteAfter
 	return func(_ string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 		return fairqueue.New(fairqueue.Options[reconcile.Request]{
-			TenantOf:    func(req reconcile.Request) string { return req.Namespace },
-			Weight:      func(namespace string) int { return weights[namespace] },
-			RateLimiter: limiter,
-			Metrics:     metrics,
+			TenantOf:     func(req reconcile.Request) string { return req.Namespace },
+			Weight:       func(namespace string) int { return weights[namespace] },
+			RateLimiter:  limiter,
+			Metrics:      metrics,
+			PromoteAfter: promoteAfter,
 		})
 	}
 }
