@@ -7,11 +7,14 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/internal/eventually"
 )
 
@@ -61,4 +64,92 @@ func TestCollectorWaitsForRedeliveryAfterARestart(t *testing.T) {
 			t.Fatalf("%s: %d events stored; want its %d history entries, once each", ta.Name, stored, history[ta.Name])
 		}
 	}
+}
+
+// TestCollectionGoesOnPastAnActionItCannotDelete: an executor whose API server refuses
+// to delete one finished action (here an admission policy; in a cluster a webhook or
+// RBAC may) collects the others all the same, and says so on the refused action with a
+// Warning Event.
+func TestCollectionGoesOnPastAnActionItCannotDelete(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	const heldLabel = "test.flyte.org/held"
+	actions := createActions(t, 4, func(i int) *flytev1.TaskAction {
+		ta := &flytev1.TaskAction{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("done-%d", i), Namespace: ns},
+			Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "refused", ActionName: fmt.Sprintf("done-%d", i),
+				TaskName: "demo.sleep", TaskType: "core-sleep", RunOutputBase: "mem://out/refused", Config: map[string]string{"duration": "0s"}},
+		}
+		if i == 0 {
+			ta.Labels = map[string]string{heldLabel: ns}
+		}
+		return ta
+	})
+	held := actions[0]
+	refuseDeletes(t, heldLabel, ns, held)
+
+	cfg := testConfig()
+	cfg.GC.Interval, cfg.GC.MaxTTL = metav1.Duration{Duration: 100 * time.Millisecond}, metav1.Duration{Duration: time.Millisecond}
+	var count atomic.Int64
+	run(t, cfg, ns, &count)
+	for _, ta := range actions[1:] {
+		eventually.True(t, time.Minute, func() bool {
+			return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(ta), &flytev1.TaskAction{}))
+		}, func() string { return ta.Name + " was never collected" })
+	}
+	eventually.True(t, time.Minute, func() bool {
+		var events corev1.EventList
+		if err := env.Client.List(ctx, &events, client.InNamespace(ns)); err != nil {
+			return false
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == held.Name && e.Type == corev1.EventTypeWarning && e.Reason == controller.ReasonDeleteRefused {
+				return true
+			}
+		}
+		return false
+	}, func() string { return "no Warning Event " + controller.ReasonDeleteRefused + " on the refused action" })
+	var got flytev1.TaskAction
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(held), &got); err != nil || !got.DeletionTimestamp.IsZero() {
+		t.Fatalf("the refused action is gone (err %v); want it kept", err)
+	}
+}
+
+// refuseDeletes installs an admission policy under which the API server refuses to
+// delete any TaskAction labelled label=value, as a webhook or a policy of the cluster's
+// would, and returns once it is in force for probe (an action so labelled).
+func refuseDeletes(t *testing.T, label, value string, probe *flytev1.TaskAction) {
+	t.Helper()
+	ctx := context.Background()
+	name := "refuse-deletes-" + value
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: value}},
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"flyte.org"}, APIVersions: []string{"*"},
+						Resources: []string{"taskactions"}},
+				}}},
+			},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false",
+				Message: "this action is held for an investigation", Reason: ptr(metav1.StatusReasonForbidden)}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	for _, o := range []client.Object{policy, binding} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+	}
+	eventually.True(t, time.Minute, func() bool {
+		return apierrors.IsForbidden(env.Client.Delete(ctx, probe.DeepCopy(), client.DryRunAll))
+	}, func() string { return "the API server never refused to delete " + probe.Name })
 }
