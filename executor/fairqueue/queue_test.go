@@ -300,14 +300,16 @@ func TestMetricsFollowTheActiveTenants(t *testing.T) {
 	}
 }
 
-// TestRandomOperationsKeepTheContract drives the queue with a seeded random mix of adds,
-// gets and dones, against a model: every item added is handed out, none twice at once,
-// and an item waits for at most the other tenants' turns plus its own line.
+// TestRandomOperationsKeepTheContract drives the queue with a seeded random mix of adds
+// (at two priorities, with promotions as the clock moves), gets and dones, against a
+// model: every item added is handed out, none twice at once.
 func TestRandomOperationsKeepTheContract(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, seed))
-			q := newQueue(t, fairqueue.Options[string]{})
+			clock := clocktesting.NewFakeClock(time.Now())
+			q := newQueue(t, fairqueue.Options[string]{Clock: clock, PromoteAfter: time.Second})
+			priorities := []int{-100, 0}
 			queued := map[string]bool{}       // added and not handed out since
 			inProgress := map[string]bool{}   // handed out, not Done
 			pendingAgain := map[string]bool{} // added while in progress
@@ -316,7 +318,10 @@ func TestRandomOperationsKeepTheContract(t *testing.T) {
 				switch op := rng.IntN(10); {
 				case op < 5:
 					item := fmt.Sprintf("t%d/%d", rng.IntN(tenants), rng.IntN(30))
-					q.Add(item)
+					q.AddWithOpts(priorityqueue.AddOpts{Priority: &priorities[rng.IntN(2)]}, item)
+					if rng.IntN(4) == 0 {
+						clock.Step(300 * time.Millisecond)
+					}
 					if inProgress[item] {
 						pendingAgain[item] = true
 					} else {
