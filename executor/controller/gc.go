@@ -79,9 +79,10 @@ type refusal struct {
 	retryAt  time.Time
 }
 
-// refusalBackoff spaces the tries to delete an action the API server refused: from two
-// passes up to an hour (or two passes if longer), so that a refused action does not spend
-// every pass's delete budget and is still tried again should the refusal end.
+// refusalBackoff spaces the tries to delete an action the API server refused: one to
+// two passes at first, doubling up to an hour (or two passes if longer), so that a
+// refused action does not spend every pass's delete budget and is still tried again
+// should the refusal end.
 func (g *GarbageCollector) refusalBackoff() backoff.Backoff {
 	base := 2 * max(g.Interval, time.Second)
 	return backoff.Backoff{Base: base, Cap: max(time.Hour, base)}
