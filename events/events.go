@@ -82,6 +82,11 @@ type Config struct {
 	// CloudEventsConfig, when set, is the sinks' configuration file
 	// (--cloudevents-config, cloudevents.File): Run adds its sinks to CloudEvents.Sinks.
 	CloudEventsConfig string
+	// CloudEventsUnregister names sinks taken out of every replica's configuration whose
+	// cursors Run deletes at start (--cloudevents-unregister-sink), so that they stop
+	// holding the outbox back before the relay forgets them
+	// (CloudEvents.ForgetSinksAfter).
+	CloudEventsUnregister []string
 	// KubeClient, when set, is the API server client of auth mode kubernetes (tests).
 	KubeClient kubernetes.Interface
 	// TracerProvider, when set, receives the service's spans instead of the provider the
@@ -91,6 +96,10 @@ type Config struct {
 
 // minPartitionWidth keeps partitions few: tests use seconds, deployments hours or days.
 const minPartitionWidth = time.Second
+
+// minForgetSinksAfter is the shortest time the relay keeps the cursor of a sink no
+// replica notes it is configured with: ten of their notes (relay.Config.SinkHeartbeat).
+const minForgetSinksAfter = 10 * time.Minute
 
 // minResponseBytes is the smallest response cap: room for a page token beside its items.
 const minResponseBytes = 64 << 10
@@ -121,6 +130,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxResponseBytes == 0 {
 		c.MaxResponseBytes = 4 << 20
 	}
+	if c.CloudEvents.ForgetSinksAfter == 0 {
+		c.CloudEvents.ForgetSinksAfter = relay.DefaultForgetSinksAfter
+	}
 	return c
 }
 
@@ -146,12 +158,21 @@ func (c Config) Validate() error {
 	case c.MaxResponseBytes < minResponseBytes:
 		return fmt.Errorf("max-response-bytes: must be at least %d, got %d", minResponseBytes, c.MaxResponseBytes)
 	}
+	if c.CloudEvents.ForgetSinksAfter < minForgetSinksAfter {
+		return fmt.Errorf("cloudevents-forget-sink-after: must be at least %s (many of the replicas' notes that they are configured with a sink, a minute apart), got %s",
+			minForgetSinksAfter, c.CloudEvents.ForgetSinksAfter)
+	}
 	names := map[string]bool{}
 	for _, sink := range c.CloudEvents.Sinks {
 		if names[sink.Name()] {
 			return fmt.Errorf("cloudevents: two sinks are named %q: give one a name of its own", sink.Name())
 		}
 		names[sink.Name()] = true
+	}
+	for _, name := range c.CloudEventsUnregister {
+		if names[name] {
+			return fmt.Errorf("cloudevents-unregister-sink: %q is a sink this replica is configured with: take it out of the configuration first", name)
+		}
 	}
 	if c.ConsoleListen != "" {
 		if err := console.ValidateAddress(c.ConsoleListen, c.consoleTLS()); err != nil {
@@ -218,6 +239,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		} else if cursors+letters > 0 {
 			log.Info("CloudEvents sinks renamed to names without their URL's path", "cursors", cursors, "dead_letters", letters)
 		}
+		// An operator's explicit step: sinks taken out of every configuration stop holding
+		// the outbox back now rather than once the relay forgets them.
+		if removed, err := ob.UnregisterSinks(ctx, cfg.CloudEventsUnregister); err != nil {
+			return nil, err
+		} else if len(removed) > 0 {
+			log.Info("CloudEvents sinks unregistered", "sinks", removed)
+		}
 		if added, err := ob.AddSinks(ctx, names); err != nil {
 			return nil, err
 		} else if len(added) > 0 {
@@ -228,8 +256,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		if err != nil {
 			return nil, err
 		}
-		// It runs even without sinks: its leader unregisters the sinks of an earlier
-		// configuration, so that nothing is queued for them any more.
+		// It runs even without sinks: its leader unregisters the sinks no replica has been
+		// configured with for CloudEvents.ForgetSinksAfter, so that nothing is queued for
+		// them any more; a sink it does not know but another replica does keeps its cursor.
 		egress := relay.New(ob, cfg.CloudEvents, hub.Nudges(), relayMetrics, log.With("component", "relay"))
 		loops := []app.Background{func(ctx context.Context) { _ = hub.Run(ctx) }, egress.Run}
 		serveConsole, err := startConsole(cfg, handler, d.Server.TLSConfig(), log)

@@ -38,6 +38,11 @@ func Flags(fs *flag.FlagSet, cfg *Config) {
 		cfg.CloudEvents.Sinks = append(cfg.CloudEvents.Sinks, sink)
 		return nil
 	})
+	fs.DurationVar(&cfg.CloudEvents.ForgetSinksAfter, "cloudevents-forget-sink-after", defaults.CloudEvents.ForgetSinksAfter, "how long the relay keeps the cursor of a sink no replica has said it is configured with (a rollout adding a sink runs replicas that do not know it)")
+	fs.Func("cloudevents-unregister-sink", "delete the cursor of this sink `NAME` at start, for a sink taken out of every replica's configuration (repeatable); its dead letters stay", func(name string) error {
+		cfg.CloudEventsUnregister = append(cfg.CloudEventsUnregister, name)
+		return nil
+	})
 	fs.StringVar(&cfg.CloudEvents.Cluster, "cloudevents-cluster", "default", "this cluster's name in each CloudEvent's source (flyte://CLUSTER/PROJECT/DOMAIN)")
 	app.SecurityFlags(fs, &cfg.Server, &cfg.Auth)
 }
