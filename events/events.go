@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/events/watch"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/instrument"
 	"github.com/flytekube/backend/internal/periodic"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
@@ -39,6 +41,11 @@ type Config struct {
 	// RetentionTTL deletes finished actions and their events this long after they
 	// finished; 0 keeps them forever.
 	RetentionTTL time.Duration
+	// RetentionUnfinishedTTL deletes an unfinished action and its events once its newest
+	// state is this old (its executor is gone, or lost it), when retention reaches its
+	// partition; 0 is DefaultUnfinishedTTLFactor times RetentionTTL. Only with a
+	// RetentionTTL, and at least RetentionTTL plus PartitionWidth.
+	RetentionUnfinishedTTL time.Duration
 	// RetentionInterval is how often retention looks for finished actions.
 	RetentionInterval time.Duration
 	// RetentionBatch bounds the actions deleted (or re-filed) per transaction.
@@ -143,6 +150,13 @@ func (c Config) Validate() error {
 		return errors.New("database-url: required (or set DATABASE_URL)")
 	case c.RetentionTTL < 0:
 		return fmt.Errorf("retention-ttl: must not be negative, got %s", c.RetentionTTL)
+	case c.RetentionUnfinishedTTL < 0:
+		return fmt.Errorf("retention-unfinished-ttl: must not be negative, got %s", c.RetentionUnfinishedTTL)
+	case c.RetentionUnfinishedTTL > 0 && c.RetentionTTL == 0:
+		return errors.New("retention-unfinished-ttl: needs --retention-ttl: without it nothing is deleted")
+	case c.RetentionUnfinishedTTL > 0 && c.RetentionUnfinishedTTL < c.RetentionTTL+c.PartitionWidth:
+		return fmt.Errorf("retention-unfinished-ttl: must be at least --retention-ttl plus --partition-width (%s), got %s: an unfinished action must not go before a finished one",
+			c.RetentionTTL+c.PartitionWidth, c.RetentionUnfinishedTTL)
 	case c.RetentionInterval <= 0:
 		return fmt.Errorf("retention-interval: must be positive, got %s", c.RetentionInterval)
 	case c.RetentionBatch <= 0:
@@ -210,7 +224,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		if err != nil {
 			return nil, err
 		}
-		st := store.New(d.Pool, store.Options{PartitionWidth: cfg.PartitionWidth})
+		st := store.New(d.Pool, store.Options{PartitionWidth: cfg.PartitionWidth, UnfinishedTTL: cfg.RetentionUnfinishedTTL})
+		abandoned := instrument.Counter("flyte_events_retention_abandoned_actions_total",
+			"Unfinished actions retention deleted with their events, their newest state older than --retention-unfinished-ttl.")
+		if err := instrument.Register(d.Registry, abandoned); err != nil {
+			return nil, fmt.Errorf("events: registering metrics: %w", err)
+		}
 		// Before serving, so that Record finds a partition for the present.
 		if _, err := st.MaintainPartitions(ctx, time.Now()); err != nil {
 			return nil, err
@@ -270,10 +289,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}
 		plog := log.With("component", "partitions")
 		loops = append(loops, func(ctx context.Context) {
-			periodic.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { maintain(ctx, st, cfg, plog) })
+			periodic.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { maintain(ctx, st, cfg, abandoned, plog) })
 		})
 		return loops, nil
 	}, started)
+}
+
+// unfinishedTTL is the effective --retention-unfinished-ttl.
+func unfinishedTTL(cfg Config) time.Duration {
+	if cfg.RetentionUnfinishedTTL > 0 {
+		return cfg.RetentionUnfinishedTTL
+	}
+	return store.DefaultUnfinishedTTLFactor * cfg.RetentionTTL
 }
 
 // startConsole listens for the console, when one is asked for, and returns the loop
@@ -306,7 +333,7 @@ func startConsole(cfg Config, api http.Handler, tlsConfig *tls.Config, log *slog
 }
 
 // maintain makes the partitions ahead and, with a TTL, drops those past it.
-func maintain(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
+func maintain(ctx context.Context, st *store.Store, cfg Config, abandoned prometheus.Counter, log *slog.Logger) {
 	now := time.Now()
 	made, err := st.MaintainPartitions(ctx, now)
 	if err != nil {
@@ -324,6 +351,15 @@ func maintain(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger
 	res, err := st.DropExpired(ctx, now, cfg.RetentionTTL, cfg.RetentionBatch)
 	if err != nil && ctx.Err() == nil {
 		log.Warn("dropping expired partitions", "error", err)
+	}
+	abandoned.Add(float64(res.Abandoned))
+	if res.Abandoned > 0 {
+		sample := make([]string, len(res.AbandonedSample))
+		for i, k := range res.AbandonedSample {
+			sample[i] = k.String()
+		}
+		log.Warn("deleted unfinished actions whose newest event is older than the retention-unfinished-ttl", "actions", res.Abandoned,
+			"first", sample, "unfinished_ttl", unfinishedTTL(cfg).String())
 	}
 	if res.Partitions+res.Refiled > 0 {
 		log.Info("dropped expired partitions", "partitions", res.Partitions, "actions", res.Actions,

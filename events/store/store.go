@@ -136,6 +136,11 @@ type Options struct {
 	// PartitionsAhead is how many partitions beyond the present's MaintainPartitions
 	// keeps ready (DefaultPartitionsAhead).
 	PartitionsAhead int
+	// UnfinishedTTL is how long retention keeps an unfinished action after its newest
+	// state occurred (zero: DefaultUnfinishedTTLFactor times the TTL DropExpired is given;
+	// never less than that TTL and a partition's width): past it, the action is taken
+	// for abandoned, and dropped with its events when retention reaches its partition.
+	UnfinishedTTL time.Duration
 	// Clock gives Record its filing times (tests move it).
 	Clock clock.PassiveClock
 	// NotifyAfterCommit announces changes after Record's transaction commits, through
