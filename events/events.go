@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/events/watch"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/instrument"
 	"github.com/flytekube/backend/internal/periodic"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
@@ -39,6 +41,11 @@ type Config struct {
 	// RetentionTTL deletes finished actions and their events this long after they
 	// finished; 0 keeps them forever.
 	RetentionTTL time.Duration
+	// RetentionUnfinishedTTL deletes an unfinished action and its events once its newest
+	// state is this old (its executor is gone, or lost it), when retention reaches its
+	// partition; 0 is DefaultUnfinishedTTLFactor times RetentionTTL. Only with a
+	// RetentionTTL, and at least RetentionTTL plus PartitionWidth.
+	RetentionUnfinishedTTL time.Duration
 	// RetentionInterval is how often retention looks for finished actions.
 	RetentionInterval time.Duration
 	// RetentionBatch bounds the actions deleted (or re-filed) per transaction.
@@ -82,6 +89,11 @@ type Config struct {
 	// CloudEventsConfig, when set, is the sinks' configuration file
 	// (--cloudevents-config, cloudevents.File): Run adds its sinks to CloudEvents.Sinks.
 	CloudEventsConfig string
+	// CloudEventsUnregister names sinks taken out of every replica's configuration whose
+	// cursors Run deletes at start (--cloudevents-unregister-sink), so that they stop
+	// holding the outbox back before the relay forgets them
+	// (CloudEvents.ForgetSinksAfter).
+	CloudEventsUnregister []string
 	// KubeClient, when set, is the API server client of auth mode kubernetes (tests).
 	KubeClient kubernetes.Interface
 	// TracerProvider, when set, receives the service's spans instead of the provider the
@@ -91,6 +103,10 @@ type Config struct {
 
 // minPartitionWidth keeps partitions few: tests use seconds, deployments hours or days.
 const minPartitionWidth = time.Second
+
+// minForgetSinksAfter is the shortest time the relay keeps the cursor of a sink no
+// replica notes it is configured with: ten of their notes (relay.Config.SinkHeartbeat).
+const minForgetSinksAfter = 10 * time.Minute
 
 // minResponseBytes is the smallest response cap: room for a page token beside its items.
 const minResponseBytes = 64 << 10
@@ -121,6 +137,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxResponseBytes == 0 {
 		c.MaxResponseBytes = 4 << 20
 	}
+	if c.CloudEvents.ForgetSinksAfter == 0 {
+		c.CloudEvents.ForgetSinksAfter = relay.DefaultForgetSinksAfter
+	}
 	return c
 }
 
@@ -131,6 +150,13 @@ func (c Config) Validate() error {
 		return errors.New("database-url: required (or set DATABASE_URL)")
 	case c.RetentionTTL < 0:
 		return fmt.Errorf("retention-ttl: must not be negative, got %s", c.RetentionTTL)
+	case c.RetentionUnfinishedTTL < 0:
+		return fmt.Errorf("retention-unfinished-ttl: must not be negative, got %s", c.RetentionUnfinishedTTL)
+	case c.RetentionUnfinishedTTL > 0 && c.RetentionTTL == 0:
+		return errors.New("retention-unfinished-ttl: needs --retention-ttl: without it nothing is deleted")
+	case c.RetentionUnfinishedTTL > 0 && c.RetentionUnfinishedTTL < c.RetentionTTL+c.PartitionWidth:
+		return fmt.Errorf("retention-unfinished-ttl: must be at least --retention-ttl plus --partition-width (%s), got %s: an unfinished action must not go before a finished one",
+			c.RetentionTTL+c.PartitionWidth, c.RetentionUnfinishedTTL)
 	case c.RetentionInterval <= 0:
 		return fmt.Errorf("retention-interval: must be positive, got %s", c.RetentionInterval)
 	case c.RetentionBatch <= 0:
@@ -146,12 +172,21 @@ func (c Config) Validate() error {
 	case c.MaxResponseBytes < minResponseBytes:
 		return fmt.Errorf("max-response-bytes: must be at least %d, got %d", minResponseBytes, c.MaxResponseBytes)
 	}
+	if c.CloudEvents.ForgetSinksAfter < minForgetSinksAfter {
+		return fmt.Errorf("cloudevents-forget-sink-after: must be at least %s (many of the replicas' notes that they are configured with a sink, a minute apart), got %s",
+			minForgetSinksAfter, c.CloudEvents.ForgetSinksAfter)
+	}
 	names := map[string]bool{}
 	for _, sink := range c.CloudEvents.Sinks {
 		if names[sink.Name()] {
 			return fmt.Errorf("cloudevents: two sinks are named %q: give one a name of its own", sink.Name())
 		}
 		names[sink.Name()] = true
+	}
+	for _, name := range c.CloudEventsUnregister {
+		if names[name] {
+			return fmt.Errorf("cloudevents-unregister-sink: %q is a sink this replica is configured with: take it out of the configuration first", name)
+		}
 	}
 	if c.ConsoleListen != "" {
 		if err := console.ValidateAddress(c.ConsoleListen, c.consoleTLS()); err != nil {
@@ -189,7 +224,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		if err != nil {
 			return nil, err
 		}
-		st := store.New(d.Pool, store.Options{PartitionWidth: cfg.PartitionWidth})
+		st := store.New(d.Pool, store.Options{PartitionWidth: cfg.PartitionWidth, UnfinishedTTL: cfg.RetentionUnfinishedTTL})
+		abandoned := instrument.Counter("flyte_events_retention_abandoned_actions_total",
+			"Unfinished actions retention deleted with their events, their newest state older than --retention-unfinished-ttl.")
+		if err := instrument.Register(d.Registry, abandoned); err != nil {
+			return nil, fmt.Errorf("events: registering metrics: %w", err)
+		}
 		// Before serving, so that Record finds a partition for the present.
 		if _, err := st.MaintainPartitions(ctx, time.Now()); err != nil {
 			return nil, err
@@ -218,6 +258,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		} else if cursors+letters > 0 {
 			log.Info("CloudEvents sinks renamed to names without their URL's path", "cursors", cursors, "dead_letters", letters)
 		}
+		// An operator's explicit step: sinks taken out of every configuration stop holding
+		// the outbox back now rather than once the relay forgets them.
+		if removed, err := ob.UnregisterSinks(ctx, cfg.CloudEventsUnregister); err != nil {
+			return nil, err
+		} else if len(removed) > 0 {
+			log.Info("CloudEvents sinks unregistered", "sinks", removed)
+		}
 		if added, err := ob.AddSinks(ctx, names); err != nil {
 			return nil, err
 		} else if len(added) > 0 {
@@ -228,8 +275,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		if err != nil {
 			return nil, err
 		}
-		// It runs even without sinks: its leader unregisters the sinks of an earlier
-		// configuration, so that nothing is queued for them any more.
+		// It runs even without sinks: its leader unregisters the sinks no replica has been
+		// configured with for CloudEvents.ForgetSinksAfter, so that nothing is queued for
+		// them any more; a sink it does not know but another replica does keeps its cursor.
 		egress := relay.New(ob, cfg.CloudEvents, hub.Nudges(), relayMetrics, log.With("component", "relay"))
 		loops := []app.Background{func(ctx context.Context) { _ = hub.Run(ctx) }, egress.Run}
 		serveConsole, err := startConsole(cfg, handler, d.Server.TLSConfig(), log)
@@ -241,10 +289,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}
 		plog := log.With("component", "partitions")
 		loops = append(loops, func(ctx context.Context) {
-			periodic.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { maintain(ctx, st, cfg, plog) })
+			periodic.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { maintain(ctx, st, cfg, abandoned, plog) })
 		})
 		return loops, nil
 	}, started)
+}
+
+// unfinishedTTL is the effective --retention-unfinished-ttl.
+func unfinishedTTL(cfg Config) time.Duration {
+	if cfg.RetentionUnfinishedTTL > 0 {
+		return cfg.RetentionUnfinishedTTL
+	}
+	return store.DefaultUnfinishedTTLFactor * cfg.RetentionTTL
 }
 
 // startConsole listens for the console, when one is asked for, and returns the loop
@@ -277,7 +333,7 @@ func startConsole(cfg Config, api http.Handler, tlsConfig *tls.Config, log *slog
 }
 
 // maintain makes the partitions ahead and, with a TTL, drops those past it.
-func maintain(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger) {
+func maintain(ctx context.Context, st *store.Store, cfg Config, abandoned prometheus.Counter, log *slog.Logger) {
 	now := time.Now()
 	made, err := st.MaintainPartitions(ctx, now)
 	if err != nil {
@@ -295,6 +351,15 @@ func maintain(ctx context.Context, st *store.Store, cfg Config, log *slog.Logger
 	res, err := st.DropExpired(ctx, now, cfg.RetentionTTL, cfg.RetentionBatch)
 	if err != nil && ctx.Err() == nil {
 		log.Warn("dropping expired partitions", "error", err)
+	}
+	abandoned.Add(float64(res.Abandoned))
+	if res.Abandoned > 0 {
+		sample := make([]string, len(res.AbandonedSample))
+		for i, k := range res.AbandonedSample {
+			sample[i] = k.String()
+		}
+		log.Warn("deleted unfinished actions whose newest event is older than the retention-unfinished-ttl", "actions", res.Abandoned,
+			"first", sample, "unfinished_ttl", unfinishedTTL(cfg).String())
 	}
 	if res.Partitions+res.Refiled > 0 {
 		log.Info("dropped expired partitions", "partitions", res.Partitions, "actions", res.Actions,

@@ -18,6 +18,7 @@ func Flags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":9090", "address for Prometheus /metrics; empty disables it")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
 	fs.DurationVar(&cfg.RetentionTTL, "retention-ttl", 0, "delete finished actions and their events this long after they finished; 0 keeps them")
+	fs.DurationVar(&cfg.RetentionUnfinishedTTL, "retention-unfinished-ttl", 0, "delete an unfinished action and its events once its newest event is this old (its executor is gone); 0 is 4 times --retention-ttl; needs --retention-ttl")
 	fs.DurationVar(&cfg.RetentionInterval, "retention-interval", defaults.RetentionInterval, "how often partitions are made ahead and retention runs")
 	fs.IntVar(&cfg.RetentionBatch, "retention-batch", defaults.RetentionBatch, "actions retention deletes or re-files per transaction")
 	fs.DurationVar(&cfg.PartitionWidth, "partition-width", defaults.PartitionWidth, "span of filing times one partition of the events table holds; history is kept up to this much beyond --retention-ttl")
@@ -36,6 +37,11 @@ func Flags(fs *flag.FlagSet, cfg *Config) {
 			return fmt.Errorf("cloudevents-sink: %w", err)
 		}
 		cfg.CloudEvents.Sinks = append(cfg.CloudEvents.Sinks, sink)
+		return nil
+	})
+	fs.DurationVar(&cfg.CloudEvents.ForgetSinksAfter, "cloudevents-forget-sink-after", defaults.CloudEvents.ForgetSinksAfter, "how long the relay keeps the cursor of a sink no replica has said it is configured with (a rollout adding a sink runs replicas that do not know it)")
+	fs.Func("cloudevents-unregister-sink", "delete the cursor of this sink `NAME` at start, for a sink taken out of every replica's configuration (repeatable); its dead letters stay", func(name string) error {
+		cfg.CloudEventsUnregister = append(cfg.CloudEventsUnregister, name)
 		return nil
 	})
 	fs.StringVar(&cfg.CloudEvents.Cluster, "cloudevents-cluster", "default", "this cluster's name in each CloudEvent's source (flyte://CLUSTER/PROJECT/DOMAIN)")

@@ -25,6 +25,7 @@ import (
 	"github.com/flytekube/backend/events/store"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/metricstest"
 	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/postgres"
 )
@@ -168,7 +169,9 @@ func TestRefilingRacingRecordLosesNothing(t *testing.T) {
 	db := pg.NewDatabase(t)
 	_, pool := openStore(t, db)
 	writer := store.New(pool, store.Options{PartitionWidth: time.Second})
-	retention := store.New(pool, store.Options{PartitionWidth: time.Second})
+	// The shortest hold, so that the actions are re-filed again and again; their events
+	// occur now, so none is abandoned while it gets them.
+	retention := store.New(pool, store.Options{PartitionWidth: time.Second, UnfinishedTTL: 2 * time.Second})
 	if _, err := retention.MaintainPartitions(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +218,7 @@ func TestRefilingRacingRecordLosesNothing(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				continue
 			}
-			e := event(actionID("forever", fmt.Sprintf("a%d", a)), 1, running, uint32(version), version)
+			e := occurredAt(event(actionID("forever", fmt.Sprintf("a%d", a)), 1, running, uint32(version), version), time.Now())
 			batch = append(batch, e)
 			if rng.IntN(4) == 0 { // a redelivery in the same batch now and then
 				batch = append(batch, proto.Clone(e).(*eventsv1.ActionEvent))
@@ -313,7 +316,7 @@ ON CONFLICT (project, domain, run, action) DO UPDATE SET phase = EXCLUDED.phase,
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
-	st := store.New(pool, store.Options{Clock: clk})
+	st := store.New(pool, store.Options{Clock: clk, UnfinishedTTL: 30 * 24 * time.Hour})
 	if _, err := st.MaintainPartitions(ctx, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -356,22 +359,61 @@ func TestServiceDropsExpiredPartitions(t *testing.T) {
 	inst := startInstance(t, db, func(c *events.Config) {
 		c.PartitionWidth = time.Second
 		c.RetentionTTL = time.Second
+		c.RetentionUnfinishedTTL = time.Hour
 		c.RetentionInterval = 100 * time.Millisecond
 	})
 	done := event(actionID("svc", "done"), 1, succeeded, 0, 0)
 	done.OccurredAt = timestamppb.Now()
 	stillRunning := event(actionID("svc", "running"), 1, running, 0, 0)
+	stillRunning.OccurredAt = timestamppb.Now()
 	record(t, inst.client, done, stillRunning)
 
 	var evs, acts int
 	eventually.True(t, 30*time.Second, func() bool { evs, acts = countRows(t, db); return evs == 1 && acts == 1 },
 		func() string { return fmt.Sprintf("retention left %d events and %d actions; want 1 and 1", evs, acts) })
 	getAction(t, inst.client, stillRunning.GetId())
-	var partitions int
-	pgtest.QueryRow(t, db, "SELECT count(*) FROM pg_inherits WHERE inhparent = 'action_events'::regclass", &partitions)
-	if partitions > 6 {
-		t.Errorf("%d partitions of one second are kept; want the present's, a few ahead and at most a few past", partitions)
+	// Those ahead hold the running action until it would be abandoned (at most
+	// MaxHoldPartitions); of those past, retention leaves few.
+	st, _ := openStore(t, db)
+	parts, err := st.Partitions(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
+	past := 0
+	for _, p := range parts {
+		if p.To.Before(time.Now().Add(-5 * time.Second)) {
+			past++
+		}
+	}
+	if past > 2 || len(parts) > store.MaxHoldPartitions+6 {
+		t.Errorf("%d partitions of one second are kept, %d more than 5 s past; want the present's, those ahead and at most a few past", len(parts), past)
+	}
+}
+
+// The service deletes an unfinished action whose newest event is older than
+// --retention-unfinished-ttl, counts it in a metric, and keeps a newer one.
+func TestServiceDropsAbandonedActions(t *testing.T) {
+	db := pg.NewDatabase(t)
+	inst := startInstance(t, db, func(c *events.Config) {
+		c.PartitionWidth = time.Second
+		c.RetentionTTL = time.Second
+		c.RetentionUnfinishedTTL = time.Hour
+		c.RetentionInterval = 100 * time.Millisecond
+	})
+	abandoned := event(actionID("svc", "abandoned"), 1, running, 0, 0)
+	abandoned.OccurredAt = timestamppb.New(time.Now().Add(-2 * time.Hour))
+	going := event(actionID("svc", "going"), 1, running, 0, 0)
+	going.OccurredAt = timestamppb.Now()
+	record(t, inst.client, abandoned, going)
+
+	eventually.True(t, 30*time.Second, func() bool {
+		return metricstest.Has(t, inst.Gatherer(), "flyte_events_retention_abandoned_actions_total 1")
+	}, func() string { return "the abandoned action was never counted" })
+	evs, acts := countRows(t, db)
+	if evs != 1 || acts != 1 {
+		t.Fatalf("retention left %d events and %d actions; want the going action's 1 and 1", evs, acts)
+	}
+	getAction(t, inst.client, going.GetId())
 }
 
 // testSeed is TEST_SEED when set, so that a failing run replays, else a fresh one.
@@ -385,4 +427,106 @@ func testSeed(t *testing.T) uint64 {
 		return seed
 	}
 	return rand.Uint64()
+}
+
+// Unfinished actions are moved out of an expiring partition once, to where they stay
+// until they are abandoned: later passes move only what is new, however many unfinished
+// actions are held.
+func TestRetentionMovesAnUnfinishedActionOnce(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	clk := clocktesting.NewFakeClock(day0)
+	_, pool := openStore(t, db)
+	st := store.New(pool, store.Options{Clock: clk, UnfinishedTTL: 30 * 24 * time.Hour})
+	if _, err := st.MaintainPartitions(ctx, day0); err != nil {
+		t.Fatal(err)
+	}
+	const held = 10
+	for i := range held {
+		id := actionID("held", fmt.Sprintf("a%d", i))
+		storeRecord(t, st, occurredAt(event(id, 1, queued, 0, 0), day0), occurredAt(event(id, 1, running, 0, 0), day0.Add(time.Minute)))
+	}
+
+	// A pass a day for a week, a TTL of one day: a new unfinished action each day.
+	var perPass []int
+	for day := 2; day <= 8; day++ {
+		now := day0.Add(time.Duration(day) * 24 * time.Hour)
+		clk.SetTime(now)
+		storeRecord(t, st, occurredAt(event(actionID("daily", fmt.Sprintf("d%d", day)), 1, running, 0, 0), now))
+		if _, err := st.MaintainPartitions(ctx, now); err != nil {
+			t.Fatal(err)
+		}
+		res, err := st.DropExpired(ctx, now, 24*time.Hour, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		perPass = append(perPass, res.Refiled)
+	}
+	// Day 2 moves the held ones; each later pass at most the one new action that
+	// expired (a day's action is unfinished when its partition expires).
+	if perPass[0] != held {
+		t.Fatalf("the first pass moved %d actions; want the %d held (passes moved %v)", perPass[0], held, perPass)
+	}
+	for i, n := range perPass[1:] {
+		if n > 1 {
+			t.Fatalf("pass %d moved %d actions; want at most the day's new one, not the held ones again (passes moved %v)", i+2, n, perPass)
+		}
+	}
+	for i := range held {
+		if n := eventsOf(t, st, event(actionID("held", fmt.Sprintf("a%d", i)), 1, running, 0, 0)); n != 2 {
+			t.Fatalf("held action a%d lists %d events; want 2", i, n)
+		}
+	}
+}
+
+// An unfinished action whose newest event is older than the bound is dropped with its
+// events when retention reaches it; one with a newer event is kept.
+func TestRetentionDropsAbandonedUnfinishedActions(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	clk := clocktesting.NewFakeClock(day0)
+	_, pool := openStore(t, db)
+	st := store.New(pool, store.Options{Clock: clk, UnfinishedTTL: 3 * 24 * time.Hour})
+	if _, err := st.MaintainPartitions(ctx, day0); err != nil {
+		t.Fatal(err)
+	}
+	stale := occurredAt(event(actionID("left", "stale"), 1, running, 0, 0), day0)
+	lively := occurredAt(event(actionID("left", "lively"), 1, running, 0, 0), day0)
+	storeRecord(t, st, stale, lively)
+
+	pass := func(now time.Time) store.RetentionResult {
+		t.Helper()
+		clk.SetTime(now)
+		if _, err := st.MaintainPartitions(ctx, now); err != nil {
+			t.Fatal(err)
+		}
+		res, err := st.DropExpired(ctx, now, 24*time.Hour, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// Two days on, both are a day past the TTL but within the bound: kept.
+	if res := pass(day0.Add(48 * time.Hour)); res.Abandoned != 0 {
+		t.Fatalf("retention at day 2 did %+v; want nothing abandoned", res)
+	}
+	// One goes on at day 3; at day 5 the other's newest event is past the bound.
+	storeRecord(t, st, occurredAt(event(actionID("left", "lively"), 1, running, 1, 0), day0.Add(72*time.Hour)))
+	var res store.RetentionResult
+	for day := 3; day <= 6; day++ {
+		r := pass(day0.Add(time.Duration(day) * 24 * time.Hour))
+		res.Abandoned += r.Abandoned
+	}
+	if res.Abandoned != 1 {
+		t.Fatalf("retention abandoned %d actions by day 6; want the stale one", res.Abandoned)
+	}
+	if _, err := st.GetAction(ctx, storeKey(stale)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetAction(stale) = %v; want ErrNotFound", err)
+	}
+	if n := eventsOf(t, st, stale); n != 0 {
+		t.Fatalf("the abandoned action lists %d events; want none", n)
+	}
+	if n := eventsOf(t, st, lively); n != 2 {
+		t.Fatalf("the lively action lists %d events; want 2", n)
+	}
 }

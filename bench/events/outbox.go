@@ -47,7 +47,7 @@ type OutboxResult struct {
 func CompareOutbox(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service, progress io.Writer) ([]OutboxResult, error) {
 	box := outbox.New(pool)
 	defer func() {
-		_, _ = box.RegisterSinks(ctx, nil)
+		_, _ = pool.Exec(ctx, "DELETE FROM cloudevent_sinks")
 		_, _ = pool.Exec(ctx, "ALTER TABLE action_events ENABLE TRIGGER queue_recorded_events")
 	}()
 	var results []OutboxResult
@@ -103,7 +103,11 @@ func recordInSetup(ctx context.Context, o Options, pool *pgxpool.Pool, box *outb
 	if _, err := pool.Exec(ctx, "ALTER TABLE action_events "+toggle+" TRIGGER queue_recorded_events"); err != nil {
 		return 0, nil, err
 	}
-	if _, err := box.RegisterSinks(ctx, setup.sinks); err != nil {
+	// Exactly the setup's sinks: none left from the setup before.
+	if _, err := pool.Exec(ctx, "DELETE FROM cloudevent_sinks"); err != nil {
+		return 0, nil, err
+	}
+	if _, err := box.AddSinks(ctx, setup.sinks); err != nil {
 		return 0, nil, err
 	}
 	meter := benchutil.CPUMeter{Groups: map[string]func(benchutil.Proc) bool{}}

@@ -344,8 +344,8 @@ func WriteScale(w io.Writer, o Options, r *ScaleResult) {
 // inside its transaction, store against store in this process, with small batches from
 // many clients, where commits are most frequent.
 func Notify(ctx context.Context, o Options, pool *pgxpool.Pool, progress io.Writer) (*NotifyResult, error) {
-	after := store.New(pool)
-	inside := store.New(pool, store.Options{NotifyInTransaction: true})
+	after := store.New(pool, store.Options{NotifyAfterCommit: true})
+	inside := store.New(pool)
 	res := &NotifyResult{Clients: o.NotifyClients, Batch: o.NotifyBatch}
 	for round := range o.Rounds {
 		for _, way := range []struct {

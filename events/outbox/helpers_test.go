@@ -62,13 +62,26 @@ func (e *env) record(t *testing.T, evs ...*eventsv1.ActionEvent) store.RecordRes
 	return res
 }
 
+// forgetAfter is how long the tests' leader keeps the cursor of a sink it does not know.
+const forgetAfter = time.Hour
+
 func (e *env) register(t *testing.T, names ...string) outbox.SinkChanges {
 	t.Helper()
-	changes, err := e.box.RegisterSinks(context.Background(), names)
+	changes, err := e.box.RegisterSinks(context.Background(), names, forgetAfter)
 	if err != nil {
 		t.Fatalf("RegisterSinks(%q): %v", names, err)
 	}
 	return changes
+}
+
+// unconfigured makes it look as if no replica had been configured with the sinks for
+// longer than forgetAfter.
+func (e *env) unconfigured(t *testing.T, names ...string) {
+	t.Helper()
+	if _, err := e.pool.Exec(context.Background(), "UPDATE cloudevent_sinks SET configured_at = now() - $2::interval WHERE name = ANY ($1)",
+		names, 2*forgetAfter); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (e *env) read(t *testing.T, sink string, limit int) []outbox.Entry {

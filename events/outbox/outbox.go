@@ -38,6 +38,8 @@ var (
 	registerSinksSQL string
 	//go:embed queries/add_sinks.sql
 	addSinksSQL string
+	//go:embed queries/unregister_sinks.sql
+	unregisterSinksSQL string
 	//go:embed queries/rename_sink.sql
 	renameSinkSQL string
 	//go:embed queries/read.sql
@@ -119,14 +121,16 @@ func (e *Entry) decode() {
 type SinkChanges struct {
 	// Added are the sinks registered now, at the current end of the outbox.
 	Added []string
-	// Removed are the sinks whose cursors were deleted, being no longer configured.
+	// Removed are the sinks whose cursors were deleted, no replica having been
+	// configured with them for the time RegisterSinks was given.
 	Removed []string
 }
 
 // AddSinks registers each of names not yet registered, at the current end of the outbox,
-// and unregisters nothing; it returns the names it added. A service runs it before it
+// notes that a replica is configured with every one of them (see RegisterSinks), and
+// unregisters nothing; it returns the names it added. A service runs it before it
 // serves, so that every event it acknowledges is queued for the sinks it is configured
-// with, whether or not its relay leads yet.
+// with, whether or not its relay leads yet, and its relay again now and then.
 func (o *Outbox) AddSinks(ctx context.Context, names []string) ([]string, error) {
 	if err := checkSinkNames(names); err != nil {
 		return nil, err
@@ -138,11 +142,42 @@ func (o *Outbox) AddSinks(ctx context.Context, names []string) ([]string, error)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: adding sinks: %w", err)
 	}
-	added, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	var (
+		added  []string
+		name   string
+		wasNew bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &wasNew}, func() error {
+		if wasNew {
+			added = append(added, name)
+		}
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("outbox: adding sinks: %w", err)
 	}
 	return added, nil
+}
+
+// UnregisterSinks deletes the cursors of names, at once: the explicit step for sinks no
+// replica is configured with any more (a replica still configured with one registers it
+// again, at the then current end). Their dead letters stay. It returns the names it
+// removed.
+func (o *Outbox) UnregisterSinks(ctx context.Context, names []string) ([]string, error) {
+	if err := checkSinkNames(names); err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	rows, err := o.pool.Query(ctx, unregisterSinksSQL, pgx.StrictNamedArgs{"names": names})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: unregistering sinks: %w", err)
+	}
+	removed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("outbox: unregistering sinks: %w", err)
+	}
+	return removed, nil
 }
 
 // RenameSinks moves the cursor and the dead letters of each sink kept under an old name
@@ -183,19 +218,26 @@ func checkSinkNames(names []string) error {
 	return nil
 }
 
-// RegisterSinks makes names the registered sinks: a new name gets a cursor at the current
-// end of the outbox (it gets the events recorded from then on), a registered name keeps
-// its cursor, and the cursor of a name not given is deleted, so that a removed sink no
-// longer holds trimming back. Its dead letters stay. No names unregisters every sink,
-// and from then on nothing is queued.
-func (o *Outbox) RegisterSinks(ctx context.Context, names []string) (SinkChanges, error) {
+// RegisterSinks is the relay leader's registration of the sinks it is configured with:
+// a new name gets a cursor at the current end of the outbox (it gets the events recorded
+// from then on), a registered name keeps its cursor, and every name is noted as
+// configured now. The cursor of a sink not among names is kept while any replica has
+// noted it configured within forgetAfter (0: for ever): a leader of an older
+// configuration must not drop the cursor of a sink a rollout is adding. Past that, it is
+// deleted, so that a sink taken out of the configuration no longer holds trimming back;
+// its dead letters stay. Once no sink is registered, nothing is queued.
+func (o *Outbox) RegisterSinks(ctx context.Context, names []string, forgetAfter time.Duration) (SinkChanges, error) {
 	if err := checkSinkNames(names); err != nil {
 		return SinkChanges{}, err
 	}
 	if names == nil {
 		names = []string{} // NULL would make "<> ALL" unknown and remove nothing
 	}
-	rows, err := o.pool.Query(ctx, registerSinksSQL, pgx.StrictNamedArgs{"names": names})
+	var forget any // NULL keeps every cursor
+	if forgetAfter > 0 {
+		forget = forgetAfter
+	}
+	rows, err := o.pool.Query(ctx, registerSinksSQL, pgx.StrictNamedArgs{"names": names, "forget_after": forget})
 	if err != nil {
 		return SinkChanges{}, fmt.Errorf("outbox: registering sinks: %w", err)
 	}

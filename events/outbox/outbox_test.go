@@ -301,6 +301,9 @@ func TestLateCommitIsNotSkipped(t *testing.T) {
 	}
 }
 
+// The leader's registration adds its sinks and keeps the cursor of one it does not know
+// until no replica has been configured with it for forgetAfter: a rollout adding a sink
+// runs leaders of the old configuration beside replicas of the new.
 func TestRegisterSinks(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -308,8 +311,15 @@ func TestRegisterSinks(t *testing.T) {
 		t.Fatalf("first registration: %+v; want a and b added", ch)
 	}
 	e.record(t, event("r1", "a0", 0))
-	if ch := e.register(t, "b", "c"); !slices.Equal(ch.Added, []string{"c"}) || !slices.Equal(ch.Removed, []string{"a"}) {
-		t.Fatalf("second registration: %+v; want c added and a removed", ch)
+	if ch := e.register(t, "b", "c"); !slices.Equal(ch.Added, []string{"c"}) || len(ch.Removed) != 0 {
+		t.Fatalf("second registration: %+v; want c added and a, configured a moment ago, kept", ch)
+	}
+	if got := e.drain(t, "a"); len(got) != 1 {
+		t.Errorf("a, which a leader without it kept, read %q; want its pending event", names(got))
+	}
+	e.unconfigured(t, "a")
+	if ch := e.register(t, "b", "c"); len(ch.Added) != 0 || !slices.Equal(ch.Removed, []string{"a"}) {
+		t.Fatalf("registration once a was unconfigured for long: %+v; want a removed", ch)
 	}
 	if got := e.drain(t, "b"); len(got) != 1 {
 		t.Errorf("b, which stayed, read %q; want its pending event", names(got))
@@ -323,11 +333,38 @@ func TestRegisterSinks(t *testing.T) {
 	if err := e.box.Advance(ctx, "a", outbox.Position{Tx: 1, Pos: 1}); !errors.Is(err, outbox.ErrUnknownSink) {
 		t.Errorf("Advance of a removed sink: %v; want ErrUnknownSink", err)
 	}
-	if _, err := e.box.RegisterSinks(ctx, []string{""}); err == nil {
+	if _, err := e.box.RegisterSinks(ctx, []string{""}, forgetAfter); err == nil {
 		t.Error("an empty sink name was accepted")
 	}
+	if ch := e.register(t); len(ch.Removed) != 0 {
+		t.Errorf("registering none: %+v; want b and c, configured a moment ago, kept", ch)
+	}
+	e.unconfigured(t, "b", "c")
+	if ch, err := e.box.RegisterSinks(ctx, nil, 0); err != nil || len(ch.Removed) != 0 {
+		t.Errorf("registering none, forgetting never: %+v, %v; want nothing removed", ch, err)
+	}
 	if ch := e.register(t); !slices.Equal(ch.Removed, []string{"b", "c"}) {
-		t.Errorf("registering none: %+v; want b and c removed", ch)
+		t.Errorf("registering none once b and c were unconfigured for long: %+v; want both removed", ch)
+	}
+}
+
+// UnregisterSinks, the explicit step, removes the named cursors at once.
+func TestUnregisterSinks(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.register(t, "a", "b")
+	removed, err := e.box.UnregisterSinks(ctx, []string{"a", "gone"})
+	if err != nil || !slices.Equal(removed, []string{"a"}) {
+		t.Fatalf("UnregisterSinks(a, gone) = %v, %v; want a removed", removed, err)
+	}
+	if _, err := e.box.Read(ctx, "a", 10); !errors.Is(err, outbox.ErrUnknownSink) {
+		t.Errorf("Read of an unregistered sink: %v; want ErrUnknownSink", err)
+	}
+	if _, err := e.box.Read(ctx, "b", 10); err != nil {
+		t.Errorf("b, not named, was removed: %v", err)
+	}
+	if _, err := e.box.UnregisterSinks(ctx, []string{""}); err == nil {
+		t.Error("an empty sink name was accepted")
 	}
 }
 
@@ -398,6 +435,7 @@ func TestTrim(t *testing.T) {
 	}
 
 	// Removed, the slow sink no longer holds trimming back.
+	e.unconfigured(t, "slow")
 	e.register(t, "fast")
 	if n, err := e.box.Trim(ctx, 100); err != nil || n != 3 || e.queued(t) != 0 {
 		t.Fatalf("Trim after removing slow: %d, %v, %d left; want 3 deleted, none left", n, err, e.queued(t))
@@ -418,6 +456,7 @@ func TestTrim(t *testing.T) {
 	// With no sink, everything goes.
 	e.record(t, event("r3", "a0", 0), event("r3", "a0", 1))
 	e.record(t, event("r3", "a0", 2))
+	e.unconfigured(t, "fast")
 	e.register(t)
 	if n, err := e.box.Trim(ctx, 100); err != nil || n != 2 || e.queued(t) != 0 {
 		t.Fatalf("Trim with no sink: %d rows, %v, %d events left; want both rows deleted, none left", n, err, e.queued(t))

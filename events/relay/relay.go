@@ -3,8 +3,10 @@
 //
 // One replica relays at a time: the one holding the outbox's leadership (a Postgres
 // advisory lock on a session of its own). The others try again every few seconds and
-// take over once the leader's session is gone. The leader registers the sinks it is
-// configured with and runs one loop per sink, so a slow or dead sink holds up neither
+// take over once the leader's session is gone. Every replica notes, now and then, the
+// sinks it is configured with; the leader registers its sinks, removes the cursor of
+// one it does not know only once no replica has noted it for Config.ForgetSinksAfter
+// (a rollout adding a sink runs leaders that do not know it), and runs one loop per sink, so a slow or dead sink holds up neither
 // another one nor Record. A loop publishes the dead letters asked to be replayed, then
 // the next entries after its cursor; it moves the cursor past what the sink delivered
 // or refused for good (refusals become dead letters), and on a transient failure waits
@@ -57,7 +59,19 @@ type Config struct {
 	Trim time.Duration
 	// Lag is how often the leader measures each sink's backlog for the metrics.
 	Lag time.Duration
+	// SinkHeartbeat is how often a replica notes that it is configured with its sinks
+	// (registering one that is missing).
+	SinkHeartbeat time.Duration
+	// ForgetSinksAfter is how long the leader keeps the cursor of a sink it is not
+	// configured with after a replica last noted it: while kept, the sink's backlog
+	// holds trimming back; once removed, a replica configured with it again registers it
+	// at the then current end.
+	ForgetSinksAfter time.Duration
 }
+
+// DefaultForgetSinksAfter is Config.ForgetSinksAfter's default: longer than a rollout
+// takes, or an outage of every replica configured with a sink lasts.
+const DefaultForgetSinksAfter = 7 * 24 * time.Hour
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
@@ -85,6 +99,12 @@ func (c Config) WithDefaults() Config {
 	if c.Lag <= 0 {
 		c.Lag = 5 * time.Second
 	}
+	if c.SinkHeartbeat <= 0 {
+		c.SinkHeartbeat = time.Minute
+	}
+	if c.ForgetSinksAfter <= 0 {
+		c.ForgetSinksAfter = DefaultForgetSinksAfter
+	}
 	return c
 }
 
@@ -106,11 +126,18 @@ func New(ob *outbox.Outbox, cfg Config, nudges <-chan struct{}, m *Metrics, log 
 // Run relays whenever this replica leads, until ctx ends.
 func (r *Relay) Run(ctx context.Context) {
 	failures := int32(0)
+	var noted time.Time // when this standby last noted its sinks (the service did at start)
 	for ctx.Err() == nil {
 		lead, err := r.outbox.TryLead(ctx)
 		switch {
 		case errors.Is(err, outbox.ErrLedElsewhere):
 			failures = 0
+			if noted.IsZero() {
+				noted = time.Now()
+			} else if time.Since(noted) >= r.cfg.SinkHeartbeat {
+				r.noteSinks(ctx)
+				noted = time.Now()
+			}
 			sleep(ctx, jitter(r.cfg.LeaderCheck))
 			continue
 		case err != nil:
@@ -136,20 +163,48 @@ func (r *Relay) Run(ctx context.Context) {
 	}
 }
 
-// lead registers the sinks and relays to each until ctx ends or the leadership is lost.
-func (r *Relay) lead(ctx context.Context, l *outbox.Leadership) error {
-	// Room for a few batches of every sink, so sinks that keep up share conversions.
-	cache := newConverted(r.cfg.Cluster, 4*r.cfg.Batch*max(len(r.cfg.Sinks), 1))
+// names are the configured sinks' names.
+func (r *Relay) names() []string {
 	names := make([]string, len(r.cfg.Sinks))
 	for i, s := range r.cfg.Sinks {
 		names[i] = s.Name()
 	}
-	changes, err := r.outbox.RegisterSinks(ctx, names)
+	return names
+}
+
+// noteSinks notes, as a standby, that this replica is configured with its sinks, so
+// that no leader of another configuration forgets them.
+func (r *Relay) noteSinks(ctx context.Context) {
+	added, err := r.outbox.AddSinks(ctx, r.names())
+	switch {
+	case err != nil && ctx.Err() == nil:
+		r.log.Warn("noting the configured CloudEvents sinks failed", "error", err)
+	case len(added) > 0:
+		// Someone unregistered a sink this replica is still configured with.
+		r.log.Warn("CloudEvents sinks registered again at the end of the outbox: they were unregistered while this replica was configured with them", "sinks", added)
+	}
+}
+
+// register registers the leader's sinks, and removes those no replica has noted for
+// ForgetSinksAfter.
+func (r *Relay) register(ctx context.Context) error {
+	changes, err := r.outbox.RegisterSinks(ctx, r.names(), r.cfg.ForgetSinksAfter)
 	if err != nil {
 		return err
 	}
 	if len(changes.Added) > 0 || len(changes.Removed) > 0 {
-		r.log.Info("CloudEvents sinks registered", "added", changes.Added, "removed", changes.Removed)
+		r.log.Info("CloudEvents sinks registered", "added", changes.Added, "removed", changes.Removed,
+			"removed_after", r.cfg.ForgetSinksAfter.String())
+	}
+	return nil
+}
+
+// lead registers the sinks and relays to each until ctx ends or the leadership is lost.
+func (r *Relay) lead(ctx context.Context, l *outbox.Leadership) error {
+	// Room for a few batches of every sink, so sinks that keep up share conversions.
+	cache := newConverted(r.cfg.Cluster, 4*r.cfg.Batch*max(len(r.cfg.Sinks), 1))
+	if err := r.register(ctx); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -162,6 +217,16 @@ func (r *Relay) lead(ctx context.Context, l *outbox.Leadership) error {
 	wg.Go(func() { r.fanOut(ctx, wakes) })
 	wg.Go(func() { periodic.Every(ctx, r.cfg.Trim, r.trim) })
 	wg.Go(func() { periodic.Every(ctx, r.cfg.Lag, r.measureLag) })
+	wg.Go(func() {
+		// Registered just now; again after each heartbeat, to note the sinks and forget
+		// those long unconfigured.
+		sleep(ctx, r.cfg.SinkHeartbeat)
+		periodic.Every(ctx, r.cfg.SinkHeartbeat, func(ctx context.Context) {
+			if err := r.register(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("registering the CloudEvents sinks failed", "error", err)
+			}
+		})
+	})
 	wg.Go(func() {
 		t := time.NewTicker(r.cfg.LeaderCheck)
 		defer t.Stop()

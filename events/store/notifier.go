@@ -18,7 +18,9 @@ const ResyncPayload = "resync"
 // goes through is ResyncPayload.
 const maxPendingKeys = 1 << 16
 
-// notifier announces changed actions after their transactions commit.
+// notifier announces changed actions after their transactions commit, when
+// Options.NotifyAfterCommit asks for it; by default Record notifies inside its
+// transaction instead, so that a crash cannot separate a commit from its announcement.
 //
 // A NOTIFY inside Record's transaction would hold Postgres's notification lock, which
 // is global to the cluster, from the moment it queues to the end of the commit, the

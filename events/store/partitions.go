@@ -19,9 +19,12 @@ import (
 // every action is filed at the time it was first recorded, and its events carry that
 // time, so they all live in the partition whose range holds it. Retention then drops a
 // partition once every action filed in it finished before the cutoff, which costs the
-// same whatever the partition holds; an action still running (or finished since the
-// cutoff) is first re-filed at the present, its events moved with it, so that one
-// straggler does not keep a whole partition.
+// same whatever the partition holds; an action finished since the cutoff is first
+// re-filed at the present, its events moved with it, so that one straggler does not
+// keep a whole partition. An unfinished action is re-filed further ahead, where it can
+// stay until it would be abandoned (Options.UnfinishedTTL after its newest state), so
+// that it is moved once rather than at every pass; one already abandoned is dropped
+// with the partition.
 //
 // The partitions' DDL runs under one session-level advisory lock, so replicas take
 // turns; a replica that finds it held skips its turn.
@@ -37,6 +40,14 @@ const DefaultPartitionWidth = 24 * time.Hour
 
 // DefaultPartitionsAhead is how many partitions beyond the present's are kept ready.
 const DefaultPartitionsAhead = 2
+
+// DefaultUnfinishedTTLFactor makes Options.UnfinishedTTL's default from the retention TTL.
+const DefaultUnfinishedTTLFactor = 4
+
+// MaxHoldPartitions bounds the partitions retention makes ahead of the present to hold
+// unfinished actions: with narrow partitions and a long UnfinishedTTL, such an action is
+// then moved once per TTL plus this many partitions' width, rather than once.
+const MaxHoldPartitions = 64
 
 // Partition is one partition of action_events: it holds the events of actions filed in
 // [From, To). From is the zero time for the first, which holds all earlier times.
@@ -56,6 +67,8 @@ var (
 	refileEventsSQL string
 	//go:embed queries/delete_filed.sql
 	deleteFiledSQL string
+	//go:embed queries/delete_abandoned.sql
+	deleteAbandonedSQL string
 	//go:embed queries/orphan_partitions.sql
 	orphanPartitionsSQL string
 )
@@ -138,17 +151,29 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time, wait bool
 		if err := dropOrphans(ctx, conn); err != nil {
 			return err
 		}
-		parts, err := listPartitions(ctx, conn)
-		if err != nil {
-			return err
-		}
-		s.observePartitions(parts)
+		var err error
+		made, err = s.makePartitions(ctx, conn, now, now.Add(time.Duration(s.opts.PartitionsAhead+1)*s.opts.PartitionWidth))
+		return err
+	})
+	return made, err
+}
+
+// makePartitions makes, on a connection holding the partitions' lock, the partitions
+// from now's up to the one holding until, when they are missing, and returns the names
+// it made.
+func (s *Store) makePartitions(ctx context.Context, conn *pgx.Conn, now, until time.Time) ([]string, error) {
+	var made []string
+	parts, err := listPartitions(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	s.observePartitions(parts)
+	err = func() error {
 		width := s.opts.PartitionWidth
 		from := now.Truncate(width)
 		if n := len(parts); n > 0 && parts[n-1].To.After(from) {
 			from = parts[n-1].To
 		}
-		until := now.Add(time.Duration(s.opts.PartitionsAhead+1) * width)
 		for from.Before(until) {
 			to := from.Truncate(width).Add(width)
 			name := fmt.Sprintf("%s%s_%06dz", partitionPrefix, from.UTC().Format("20060102t150405"), from.Nanosecond()/1000)
@@ -167,9 +192,9 @@ func (s *Store) maintainPartitions(ctx context.Context, now time.Time, wait bool
 			parts = append(parts, Partition{Name: name, From: from, To: to})
 			from = to
 		}
-		s.observePartitions(parts)
 		return nil
-	})
+	}()
+	s.observePartitions(parts)
 	return made, err
 }
 
@@ -198,9 +223,12 @@ type RetentionResult struct {
 	Partitions int
 	// Actions counts the actions deleted with them.
 	Actions int
-	// Refiled counts actions re-filed at the present because they had not finished
-	// before the cutoff.
+	// Refiled counts actions re-filed because they had not finished before the cutoff.
 	Refiled int
+	// Abandoned counts unfinished actions deleted, their newest state older than
+	// Options.UnfinishedTTL; AbandonedSample names the first few.
+	Abandoned       int
+	AbandonedSample []Key
 	// Dropped says what each dropped partition cost.
 	Dropped []DroppedPartition
 }
@@ -208,21 +236,26 @@ type RetentionResult struct {
 // DroppedPartition is one partition retention dropped.
 type DroppedPartition struct {
 	Name string
-	// Actions and Refiled count its actions deleted and re-filed.
-	Actions, Refiled int
+	// Actions, Refiled and Abandoned count its finished actions deleted, its actions
+	// re-filed and its abandoned ones deleted.
+	Actions, Refiled, Abandoned int
 	// States is how long re-filing and deleting its actions' states took, in batches;
 	// Detach how long detaching it took, Drop how long dropping it (its events) then did.
 	States, Detach, Drop time.Duration
 }
 
-// DropExpired drops every partition whose actions were all filed before now-ttl, after
-// re-filing at now those of its actions that had not finished by then and deleting the
-// others' states, batch at a time. Retention thus keeps an action's history at least
-// ttl after it finished, and at most ttl plus one partition's width. It does nothing
-// when another replica is at it.
+// DropExpired drops every partition whose actions were all filed before now-ttl, batch
+// at a time: first it re-files those of its actions that had not finished by then
+// (one finished since at now; an unfinished one ahead, where it can stay until it would
+// be abandoned), then deletes the states of the finished ones and of the abandoned
+// (unfinished, their newest state older than Options.UnfinishedTTL). Retention thus
+// keeps an action's history at least ttl after it finished, and at most ttl plus one
+// partition's width. It does nothing when another replica is at it.
 func (s *Store) DropExpired(ctx context.Context, now time.Time, ttl time.Duration, batch int) (RetentionResult, error) {
 	var res RetentionResult
 	cutoff := now.Add(-ttl)
+	unfinishedTTL := s.unfinishedTTL(ttl)
+	hold := min(unfinishedTTL-ttl, MaxHoldPartitions*s.opts.PartitionWidth)
 	_, err := withPartitionLock(ctx, s.pool, false, func(conn *pgx.Conn) error {
 		if err := dropOrphans(ctx, conn); err != nil {
 			return err
@@ -236,7 +269,17 @@ func (s *Store) DropExpired(ctx context.Context, now time.Time, ttl time.Duratio
 			if i == len(parts)-1 || p.To.After(cutoff) {
 				break
 			}
-			if err := s.dropPartition(ctx, conn, p, now, cutoff, batch, &res); err != nil {
+			if i == 0 {
+				// Where unfinished actions are held, made once there is a partition to drop.
+				if _, err := s.makePartitions(ctx, conn, now, now.Add(hold+s.opts.PartitionWidth)); err != nil {
+					return err
+				}
+			}
+			r := filedRange{
+				to: p.To, cutoff: cutoff, now: s.clampToNewest(now), limit: batch,
+				abandonCutoff: now.Add(-unfinishedTTL), hold: hold, holdUntil: s.clampToNewest(now.Add(hold)),
+			}
+			if err := s.dropPartition(ctx, conn, p, r, &res); err != nil {
 				return err
 			}
 		}
@@ -245,16 +288,28 @@ func (s *Store) DropExpired(ctx context.Context, now time.Time, ttl time.Duratio
 	return res, err
 }
 
-func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, now, cutoff time.Time, batch int, res *RetentionResult) error {
+// unfinishedTTL is Options.UnfinishedTTL, or its default, for a retention TTL of ttl.
+func (s *Store) unfinishedTTL(ttl time.Duration) time.Duration {
+	d := s.opts.UnfinishedTTL
+	if d <= 0 {
+		d = DefaultUnfinishedTTLFactor * ttl
+	}
+	return max(d, ttl+s.opts.PartitionWidth)
+}
+
+// maxAbandonedSample bounds the abandoned actions a retention pass names.
+const maxAbandonedSample = 10
+
+func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, r filedRange, res *RetentionResult) error {
 	d := DroppedPartition{Name: p.Name}
+	batch := r.limit
 	start := time.Now()
 	if !p.DetachPending {
 		// The first partition's range starts at MINVALUE: -infinity is its least filing.
-		from := pgtype.Timestamptz{Time: p.From, Valid: true}
+		r.from = pgtype.Timestamptz{Time: p.From, Valid: true}
 		if p.From.IsZero() {
-			from = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+			r.from = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 		}
-		r := filedRange{from: from, to: p.To, cutoff: cutoff, now: s.clampToNewest(now), limit: batch}
 		// Re-file the stragglers, then delete the rest, until nothing is filed here; a
 		// late event may make a finished action a straggler in between.
 		for {
@@ -284,6 +339,19 @@ func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, 
 					break
 				}
 				resume = last
+			}
+			for {
+				keys, err := deleteAbandoned(ctx, conn, r)
+				if err != nil {
+					return fmt.Errorf("store: deleting abandoned actions of %s: %w", p.Name, err)
+				}
+				d.Abandoned += len(keys)
+				if room := maxAbandonedSample - len(res.AbandonedSample); room > 0 {
+					res.AbandonedSample = append(res.AbandonedSample, keys[:min(room, len(keys))]...)
+				}
+				if len(keys) < batch {
+					break
+				}
 			}
 			var left bool
 			if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM actions WHERE filed_at >= $1 AND filed_at < $2)", r.from, r.to).Scan(&left); err != nil {
@@ -315,6 +383,7 @@ func (s *Store) dropPartition(ctx context.Context, conn *pgx.Conn, p Partition, 
 	res.Partitions++
 	res.Actions += d.Actions
 	res.Refiled += d.Refiled
+	res.Abandoned += d.Abandoned
 	res.Dropped = append(res.Dropped, d)
 	return nil
 }
@@ -325,6 +394,32 @@ type filedRange struct {
 	to          time.Time
 	cutoff, now time.Time
 	limit       int
+	// abandonCutoff: an unfinished action whose newest state is older is abandoned.
+	abandonCutoff time.Time
+	// hold is how far past its newest state an unfinished action is re-filed, up to
+	// holdUntil.
+	hold      time.Duration
+	holdUntil time.Time
+}
+
+// deleteAbandoned deletes up to a batch of a partition's abandoned actions' states (their
+// events go with the partition) and returns their keys.
+func deleteAbandoned(ctx context.Context, conn *pgx.Conn, r filedRange) ([]Key, error) {
+	rows, err := conn.Query(ctx, deleteAbandonedSQL, pgx.StrictNamedArgs{
+		"from": r.from, "to": r.to, "abandon_cutoff": r.abandonCutoff, "terminal_rank": terminalRank, "limit": r.limit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var (
+		keys []Key
+		k    Key
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k.Project, &k.Domain, &k.Run, &k.Action}, func() error {
+		keys = append(keys, k)
+		return nil
+	})
+	return keys, err
 }
 
 // clampToNewest keeps a filing time inside the newest partition known.
@@ -336,25 +431,29 @@ func (s *Store) clampToNewest(now time.Time) time.Time {
 	return now
 }
 
-// refile moves up to a batch of a partition's unfinished actions, and their events, to
-// the present, in one transaction: actions first, as Record locks them, then in a second
-// statement (whose snapshot sees what Records holding those actions committed) their
-// events.
+// refile moves up to a batch of a partition's unfinished actions (and those finished
+// since the cutoff), and their events, to their new filings (refile_actions.sql), in one
+// transaction: actions first, as Record locks them, then in a second statement (whose
+// snapshot sees what Records holding those actions committed) their events.
 func refile(ctx context.Context, conn *pgx.Conn, r filedRange) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, refileActionsSQL, pgx.StrictNamedArgs{
 			"from": r.from, "to": r.to, "cutoff": r.cutoff, "now": r.now, "terminal_rank": terminalRank, "limit": r.limit,
+			"abandon_cutoff": r.abandonCutoff, "hold": r.hold, "hold_until": r.holdUntil,
 		})
 		if err != nil {
 			return err
 		}
 		var (
 			projects, domains, runs, actions []string
+			filings                          []time.Time
 			k                                Key
+			filed                            time.Time
 		)
-		if _, err := pgx.ForEachRow(rows, []any{&k.Project, &k.Domain, &k.Run, &k.Action}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&k.Project, &k.Domain, &k.Run, &k.Action, &filed}, func() error {
 			projects, domains, runs, actions = append(projects, k.Project), append(domains, k.Domain), append(runs, k.Run), append(actions, k.Action)
+			filings = append(filings, filed)
 			return nil
 		}); err != nil {
 			return err
@@ -363,8 +462,8 @@ func refile(ctx context.Context, conn *pgx.Conn, r filedRange) (int, error) {
 			return nil
 		}
 		_, err = tx.Exec(ctx, refileEventsSQL, pgx.StrictNamedArgs{
-			"from": r.from, "to": r.to, "now": r.now,
-			"projects": projects, "domains": domains, "runs": runs, "actions": actions,
+			"from": r.from, "to": r.to,
+			"projects": projects, "domains": domains, "runs": runs, "actions": actions, "filings": filings,
 		})
 		return err
 	})

@@ -4,8 +4,8 @@
 // action_events (a redelivered event is absorbed by its primary key), and every action
 // they touch is folded into the actions table, where a state is replaced only by a
 // greater one (see Rank). Changed actions are announced with NOTIFY on NotifyChannel,
-// several to a notification, once the transaction has committed, so watchers on every
-// replica hear of them. action_events is partitioned by filing time, so that retention
+// several to a notification, within the same transaction, so watchers on every replica
+// hear of them exactly when the change commits. action_events is partitioned by filing time, so that retention
 // drops partitions (partitions.go).
 package store
 
@@ -136,11 +136,18 @@ type Options struct {
 	// PartitionsAhead is how many partitions beyond the present's MaintainPartitions
 	// keeps ready (DefaultPartitionsAhead).
 	PartitionsAhead int
+	// UnfinishedTTL is how long retention keeps an unfinished action after its newest
+	// state occurred (zero: DefaultUnfinishedTTLFactor times the TTL DropExpired is given;
+	// never less than that TTL and a partition's width): past it, the action is taken
+	// for abandoned, and dropped with its events when retention reaches its partition.
+	UnfinishedTTL time.Duration
 	// Clock gives Record its filing times (tests move it).
 	Clock clock.PassiveClock
-	// NotifyInTransaction announces changes inside Record's transaction, as the store
-	// once did: the benchmark's baseline for the notifier (notifier.go).
-	NotifyInTransaction bool
+	// NotifyAfterCommit announces changes after Record's transaction commits, through
+	// the notifier (notifier.go), as the store once did: faster under many concurrent
+	// Records, but a replica that dies between the commit and the announcement leaves
+	// the change unannounced. The benchmark compares the two ways.
+	NotifyAfterCommit bool
 }
 
 // New returns a store over a migrated database.
@@ -169,6 +176,10 @@ type RecordResult struct {
 	Duplicates int
 	// Changed counts actions whose latest state moved.
 	Changed int
+	// Confirmed counts actions the batch left as they were but whose latest state is
+	// one of its events (a redelivery): they are announced again, so that watchers
+	// converge even when the first announcement was lost with its replica.
+	Confirmed int
 }
 
 // The store's statements, one file each in queries/, where they are explained.
@@ -238,8 +249,12 @@ func (k Key) compare(o Key) int {
 // redelivered event was folded when it was first recorded, so the conditional upsert
 // finds it no greater than the stored state.
 //
-// Once the transaction has committed, the changed actions are announced on NotifyChannel
-// (see notifier: not within the transaction, which would serialize every commit).
+// The changed actions, and those whose latest state a redelivered event of the batch
+// confirms, are announced on NotifyChannel within the same transaction: Postgres
+// delivers a transaction's notifications when it commits, atomically with it, so no
+// crash can leave a committed change unannounced. That costs some throughput under many
+// concurrent Records (Postgres takes a global lock for notifying commits;
+// docs/benchmarks.md measures it); Options.NotifyAfterCommit trades it back.
 func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (RecordResult, error) {
 	rows, err := prepare(events)
 	if err != nil {
@@ -249,12 +264,12 @@ func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (Rec
 	winners, created := fold(rows)
 	b := &batch{rows: unique, winners: winners, created: created, filedAt: s.filingTime()}
 
-	var changed []int64
+	var f folded
 	for try := 0; ; try++ {
-		changed, err = s.copyAndFold(ctx, b)
+		f, err = s.copyAndFold(ctx, b)
 		recorded := len(unique)
 		if isUniqueViolation(err) {
-			recorded, changed, err = s.insertAndFold(ctx, b)
+			recorded, f, err = s.insertAndFold(ctx, b)
 		}
 		if isNoPartition(err) && try == 0 {
 			// Maintenance is behind (or never ran against this database): make the
@@ -268,10 +283,10 @@ func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (Rec
 		if err != nil {
 			return RecordResult{}, fmt.Errorf("store: recording %d events: %w", len(events), err)
 		}
-		if !s.opts.NotifyInTransaction {
-			s.notifier.announce(winners.keysAt(changed))
+		if s.opts.NotifyAfterCommit {
+			s.notifier.announce(winners.keysAt(f.announced()))
 		}
-		return RecordResult{Recorded: recorded, Duplicates: len(events) - recorded, Changed: len(changed)}, nil
+		return RecordResult{Recorded: recorded, Duplicates: len(events) - recorded, Changed: len(f.changed), Confirmed: len(f.confirmed)}, nil
 	}
 }
 
@@ -284,35 +299,36 @@ type batch struct {
 	filedAt time.Time
 }
 
-func (s *Store) copyAndFold(ctx context.Context, b *batch) (changed []int64, err error) {
+func (s *Store) copyAndFold(ctx context.Context, b *batch) (f folded, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var filings []pgtype.Timestamptz
-		if changed, filings, err = foldInto(ctx, tx, b); err != nil {
+		if f, err = foldInto(ctx, tx, b); err != nil {
 			return err
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"action_events"}, eventColumns, copySource(b.rows, filings)); err != nil {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"action_events"}, eventColumns, copySource(b.rows, f.filings)); err != nil {
 			return err
 		}
-		return s.notifyInTransaction(ctx, tx, b, changed)
+		return s.notifyInTransaction(ctx, tx, b, f)
 	})
-	return changed, err
+	return f, err
 }
 
-// notifyInTransaction announces the changed actions within tx when the options ask for it.
-func (s *Store) notifyInTransaction(ctx context.Context, tx pgx.Tx, b *batch, changed []int64) error {
-	if !s.opts.NotifyInTransaction || len(changed) == 0 {
+// notifyInTransaction announces the changed and confirmed actions within tx, unless the
+// options leave it to after commit.
+func (s *Store) notifyInTransaction(ctx context.Context, tx pgx.Tx, b *batch, f folded) error {
+	ords := f.announced()
+	if s.opts.NotifyAfterCommit || len(ords) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, notifySQL, NotifyChannel, payloadsOf(b.winners.keysAt(changed), false))
+	_, err := tx.Exec(ctx, notifySQL, NotifyChannel, payloadsOf(b.winners.keysAt(ords), false))
 	return err
 }
 
-func (s *Store) insertAndFold(ctx context.Context, b *batch) (recorded int, changed []int64, err error) {
+func (s *Store) insertAndFold(ctx context.Context, b *batch) (recorded int, f folded, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var filings []pgtype.Timestamptz
-		if changed, filings, err = foldInto(ctx, tx, b); err != nil {
+		if f, err = foldInto(ctx, tx, b); err != nil {
 			return err
 		}
+		filings := f.filings
 		ev := newColumns(len(b.rows))
 		filed := make([]pgtype.Timestamptz, 0, len(b.rows))
 		eachAction(b.rows, func(i, action int) {
@@ -325,9 +341,9 @@ func (s *Store) insertAndFold(ctx context.Context, b *batch) (recorded int, chan
 			return err
 		}
 		recorded = int(tag.RowsAffected())
-		return s.notifyInTransaction(ctx, tx, b, changed)
+		return s.notifyInTransaction(ctx, tx, b, f)
 	})
-	return recorded, changed, err
+	return recorded, f, err
 }
 
 // eachAction calls f with each row's index and the index of its action among the
@@ -342,70 +358,99 @@ func eachAction(rows []row, f func(i, action int)) {
 	}
 }
 
+// folded is what the fold of a batch found, by the actions' places in it (from 1).
+type folded struct {
+	// changed are the actions whose state moved; confirmed those left as they were
+	// whose state is the batch's winning event (a redelivery of it). Both are sorted.
+	changed, confirmed []int64
+	// filings are every action's filing.
+	filings []pgtype.Timestamptz
+}
+
+// announced are the places of the actions Record announces: the changed and the
+// confirmed, in order.
+func (f folded) announced() []int64 {
+	if len(f.confirmed) == 0 {
+		return f.changed
+	}
+	return slices.Sorted(slices.Values(append(slices.Clip(f.changed), f.confirmed...)))
+}
+
 // foldInto runs fold.sql for the winners and each action's earliest occurrence, and
-// returns the places (from 1) of the actions that changed and every action's filing.
-func foldInto(ctx context.Context, tx pgx.Tx, b *batch) (changed []int64, filings []pgtype.Timestamptz, err error) {
+// returns what it found.
+func foldInto(ctx context.Context, tx pgx.Tx, b *batch) (folded, error) {
 	w := b.winners
 	rows, err := tx.Query(ctx, foldSQL,
 		w.projects, w.domains, w.runs, w.actions, w.attempts, w.phases,
 		w.versions, w.ranks, w.occurred, b.created, w.encoded, b.filedAt,
 	)
 	if err != nil {
-		return nil, nil, err
+		return folded{}, err
 	}
 	// A filing may be -infinity (actions from before partitioning), which time.Time
 	// cannot hold.
-	filings = make([]pgtype.Timestamptz, len(w.projects))
+	f := folded{filings: make([]pgtype.Timestamptz, len(w.projects))}
 	var (
 		ord     int64
 		filedAt pgtype.Timestamptz
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&ord, &filedAt}, func() error {
-		changed = append(changed, ord)
-		filings[ord-1] = filedAt
+		f.changed = append(f.changed, ord)
+		f.filings[ord-1] = filedAt
 		return nil
 	}); err != nil {
-		return nil, nil, err
+		return folded{}, err
 	}
-	if len(changed) < len(filings) {
-		if err := unchangedFilings(ctx, tx, w, filings); err != nil {
-			return nil, nil, err
+	if len(f.changed) < len(f.filings) {
+		if f.confirmed, err = unchangedFilings(ctx, tx, w, f.filings); err != nil {
+			return folded{}, err
 		}
 	}
-	slices.Sort(changed)
-	return changed, filings, nil
+	slices.Sort(f.changed)
+	return f, nil
 }
 
-// unchangedFilings reads the filings of the actions the fold left as they were.
-func unchangedFilings(ctx context.Context, tx pgx.Tx, w *columns, filings []pgtype.Timestamptz) error {
+// unchangedFilings reads the filings of the actions the fold left as they were, and
+// returns the places of those whose state is the batch's winning event.
+func unchangedFilings(ctx context.Context, tx pgx.Tx, w *columns, filings []pgtype.Timestamptz) (confirmed []int64, err error) {
 	var projects, domains, runs, actions []string
-	var ords []int64
+	var (
+		ords             []int64
+		attempts, versns []int32
+		phases           []int16
+	)
 	for i, f := range filings {
 		if !f.Valid {
 			projects, domains, runs, actions = append(projects, w.projects[i]), append(domains, w.domains[i]), append(runs, w.runs[i]), append(actions, w.actions[i])
 			ords = append(ords, int64(i+1))
+			attempts, phases, versns = append(attempts, w.attempts[i]), append(phases, w.phases[i]), append(versns, w.versions[i])
 		}
 	}
-	rows, err := tx.Query(ctx, filingsSQL, projects, domains, runs, actions, ords)
+	rows, err := tx.Query(ctx, filingsSQL, projects, domains, runs, actions, ords, attempts, phases, versns)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var (
 		ord     int64
 		filedAt pgtype.Timestamptz
+		current bool
 		found   int
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&ord, &filedAt}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&ord, &filedAt, &current}, func() error {
 		filings[ord-1] = filedAt
+		if current {
+			confirmed = append(confirmed, ord)
+		}
 		found++
 		return nil
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	if found != len(ords) {
-		return fmt.Errorf("%d of the batch's actions have no state after the fold", len(ords)-found)
+		return nil, fmt.Errorf("%d of the batch's actions have no state after the fold", len(ords)-found)
 	}
-	return nil
+	slices.Sort(confirmed)
+	return confirmed, nil
 }
 
 func isUniqueViolation(err error) bool {

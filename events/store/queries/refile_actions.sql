@@ -1,15 +1,26 @@
 -- Retention's re-filing: up to @limit actions filed in [@from, @to) that had not
--- finished before @cutoff are filed at @now instead; their events follow
--- (refile_events.sql). Locked in key order, as Record locks them.
+-- finished before @cutoff, and are not abandoned (unfinished, their newest state older
+-- than @abandon_cutoff: delete_abandoned.sql drops them), are filed anew; their events
+-- follow (refile_events.sql). Locked in key order, as Record locks them.
+--
+-- An action that finished since the cutoff is filed at @now, and goes a TTL later. An
+-- unfinished one is filed where it can stay until it would be abandoned, @hold after its
+-- newest state (no earlier than @now, no later than @hold_until, the end of the
+-- partitions made for it): retention moves it again only if it is still going by then,
+-- not at every pass, however many unfinished actions there are.
 WITH stragglers AS (
     SELECT project, domain, run, action FROM actions
     WHERE filed_at >= @from AND filed_at < @to
       AND NOT (rank = @terminal_rank AND occurred_at < @cutoff)
+      AND NOT (rank < @terminal_rank AND occurred_at < @abandon_cutoff)
     ORDER BY project, domain, run, action
     LIMIT @limit
     FOR UPDATE
 )
-UPDATE actions a SET filed_at = @now
+UPDATE actions a SET filed_at = CASE
+        WHEN a.rank = @terminal_rank THEN @now::timestamptz
+        ELSE least(greatest(@now::timestamptz, a.occurred_at + @hold::interval), @hold_until::timestamptz)
+    END
 FROM stragglers s
 WHERE a.project = s.project AND a.domain = s.domain AND a.run = s.run AND a.action = s.action
-RETURNING a.project, a.domain, a.run, a.action
+RETURNING a.project, a.domain, a.run, a.action, a.filed_at
