@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -58,6 +59,10 @@ type runOptions struct {
 	plugins []core.Entry
 	// restConfig replaces the test API server's admin config (to count requests).
 	restConfig *rest.Config
+	// registry receives the executor's metrics, for the test to read.
+	registry prometheus.Registerer
+	// observe is called at the start of every reconcile.
+	observe func(ctrl.Request)
 }
 
 // start runs an executor restricted to namespace until the test ends and returns how to
@@ -72,12 +77,16 @@ func start(t *testing.T, cfg config.Config, namespace string, o runOptions) (con
 		return executor.Setup(ctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
 			Namespaces:       []string{namespace},
 			SeveralInProcess: true,
-			Observe: func(ctrl.Request) {
+			Observe: func(req ctrl.Request) {
 				if o.count != nil {
 					o.count.Add(1)
 				}
+				if o.observe != nil {
+					o.observe(req)
+				}
 			},
-			Plugins: o.plugins,
+			Plugins:         o.plugins,
+			MetricsRegistry: o.registry,
 		})
 	})
 	return stop, mgr

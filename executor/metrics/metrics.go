@@ -47,6 +47,9 @@ type Metrics struct {
 	gcUndelivered       prometheus.Gauge
 	gcFinished          prometheus.Gauge
 	gcWalk              prometheus.Histogram
+	backlogHeld         prometheus.Gauge
+	backlogUndelivered  prometheus.Gauge
+	backlogBound        prometheus.Gauge
 }
 
 // New creates the instruments and registers them with reg, with the gauge of actions by
@@ -97,10 +100,16 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 		gcWalk: instrument.Histogram("flyte_executor_gc_walk_seconds",
 			"Time one collection took to walk the cached actions.",
 			[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5}),
+		backlogHeld: instrument.Gauge("flyte_executor_events_backlog_held_actions",
+			"New actions that wait (Queued, reason EventsBacklog) because the finished actions whose history is not yet delivered reached eventsBacklog.maxUndeliveredFinished; the leader's count."),
+		backlogUndelivered: instrument.Gauge("flyte_executor_events_backlog_finished_undelivered_actions",
+			"Finished actions stored whose history is not yet delivered to the events service: what eventsBacklog.maxUndeliveredFinished bounds; the leader's count."),
+		backlogBound: instrument.Gauge("flyte_executor_events_backlog_max_finished_undelivered",
+			"eventsBacklog.maxUndeliveredFinished: past it, new actions wait."),
 	}
 	collectors := []prometheus.Collector{m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
 		m.cacheOutputsRefused, m.cachePuts, m.undelivered, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
-		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk}
+		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk, m.backlogHeld, m.backlogUndelivered, m.backlogBound}
 	if actions != nil {
 		collectors = append(collectors, &actionsByPhase{reader: actions, desc: prometheus.NewDesc("flyte_executor_actions",
 			"TaskActions in the executor's informer cache, by phase (finished ones until they are deleted).", []string{"phase"}, nil)})
@@ -232,4 +241,15 @@ func (m *Metrics) Collected(walk time.Duration, finished, deleted, undelivered i
 	m.gcWalk.Observe(walk.Seconds())
 	m.gcDeleted.Add(float64(deleted))
 	m.gcUndelivered.Set(float64(undelivered))
+}
+
+// EventsBacklog records the finished actions whose history waits for the events
+// service, against their bound, and the new actions held for them.
+func (m *Metrics) EventsBacklog(undelivered, held, bound int) {
+	if m == nil {
+		return
+	}
+	m.backlogUndelivered.Set(float64(undelivered))
+	m.backlogHeld.Set(float64(held))
+	m.backlogBound.Set(float64(bound))
 }
