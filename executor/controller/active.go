@@ -146,8 +146,8 @@ func (s *scope) awaitEventsBacklog(context.Context) (ctrl.Result, error) {
 	// The message names the bound, not the count, which changes: a message that changed
 	// at each look would be a write at each look.
 	setConditions(s.ta, flytev1.PhaseQueued, flytev1.ReasonEventsBacklog, fmt.Sprintf(
-		"waiting to start: %d finished actions' history waits for the events service (eventsBacklog.maxUndeliveredFinished); "+
-			"the action starts once it is delivered", s.r.Backlog.Bound()), s.now)
+		"waiting to start: the history of %d finished actions waits for the events service (the executor's "+
+			"eventsBacklog.maxUndeliveredFinished); the action starts once it is delivered", s.r.Backlog.Bound()), s.now)
 	return ctrl.Result{}, nil
 }
 
