@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,7 +208,12 @@ func TestEventsOutageHoldsNewActionsWithinTheBound(t *testing.T) {
 		if ta.Name == gone.Name {
 			continue
 		}
-		waitDelivered(t, eventsClient, ta)
+		got := waitDelivered(t, eventsClient, ta)
+		// A held action's events begin with its Queued entry, which says it waited.
+		if first := got.Status.PhaseHistory[0]; heldVersions[ta.Name] != "" &&
+			(first.Phase != flytev1.PhaseQueued || !strings.Contains(first.Message, flytev1.ReasonEventsBacklog)) {
+			t.Fatalf("held action %s began its history with %+v; want Queued, saying it waited for the events backlog", ta.Name, first)
+		}
 	}
 	eventually.True(t, time.Minute, func() bool {
 		return metricstest.Has(t, secondMetrics, backlogMetrics(0, 0, bound)...)
