@@ -204,6 +204,7 @@ func TestEventsOutageHoldsNewActionsWithinTheBound(t *testing.T) {
 	// The events service comes back: the backlog is delivered, and every action starts,
 	// finishes and is delivered in turn.
 	restartEvents()
+	back := time.Now()
 	for _, ta := range append(append(running, late), stream...) {
 		if ta.Name == gone.Name {
 			continue
@@ -215,6 +216,7 @@ func TestEventsOutageHoldsNewActionsWithinTheBound(t *testing.T) {
 			t.Fatalf("held action %s began its history with %+v; want Queued, saying it waited for the events backlog", ta.Name, first)
 		}
 	}
+	t.Logf("every action finished and delivered %s after the events service came back", time.Since(back).Round(time.Millisecond))
 	eventually.True(t, time.Minute, func() bool {
 		return metricstest.Has(t, secondMetrics, backlogMetrics(0, 0, bound)...)
 	}, func() string { return "the backlog metrics did not drain to zero" })
