@@ -37,6 +37,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/backlog"
 	"github.com/flytekube/backend/executor/cacheclient"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/controller"
@@ -332,11 +333,18 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		if hooks.Delivered != nil {
 			pubOpts = append(pubOpts, eventsink.OnDelivered(hooks.Delivered))
 		}
+		// While the events service is away, finished actions stay until their history is
+		// delivered: past a bound, new actions wait rather than fill etcd.
+		var gate *backlog.Gate
+		pubOpts = append(pubOpts, eventsink.OnDelivered(func(ta *flytev1.TaskAction) { gate.Acknowledged(ta) }))
 		pub := eventsink.New(client, cfg.Cluster, clk, log.With("component", "events"), pubOpts...)
 		if err := mgr.Add(pub); err != nil {
 			return nil, err
 		}
 		r.Events = pub
+		gate = backlog.New(backlog.Options{Max: cfg.EventsBacklog.MaxUndeliveredFinished, Cache: mgr.GetCache(),
+			Delivered: pub.Delivered, Metrics: instruments, Log: log.With("component", "events-backlog")})
+		r.Backlog = gate
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("executor: setting up the controller: %w", err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -64,6 +65,8 @@ type runOptions struct {
 	observe func(ctrl.Request)
 	// promoteAfter replaces the work queue's PromoteAfter.
 	promoteAfter time.Duration
+	// registry receives the executor's metrics, for the test to read.
+	registry prometheus.Registerer
 }
 
 // start runs an executor restricted to namespace until the test ends and returns how to
@@ -88,6 +91,7 @@ func start(t *testing.T, cfg config.Config, namespace string, o runOptions) (con
 			},
 			Plugins:           o.plugins,
 			QueuePromoteAfter: o.promoteAfter,
+			MetricsRegistry:   o.registry,
 		})
 	})
 	return stop, mgr

@@ -114,6 +114,9 @@ type Config struct {
 	// GC removes finished actions once they are old enough.
 	GC GCConfig `json:"gc"`
 
+	// EventsBacklog bounds what an events outage piles up in the API server.
+	EventsBacklog EventsBacklogConfig `json:"eventsBacklog"`
+
 	// DefaultForTaskTypes picks the plugin, by ID, that runs each task type, such as
 	// {"python-task": "container"}. Default empty.
 	DefaultForTaskTypes map[string]string `json:"defaultForTaskTypes"`
@@ -302,6 +305,22 @@ type GCConfig struct {
 	DeletesPerSecond float64 `json:"deletesPerSecond"`
 }
 
+// EventsBacklogConfig bounds the finished actions whose history waits for the events
+// service: the collector keeps each until its history is delivered, so while the
+// service is away every action that finishes stays in etcd and in the executor's
+// memory. Past the bound, actions that have not started wait (Queued, reason
+// EventsBacklog) while those already running go on; they start, fairly across
+// namespaces, as the backlog is delivered. It applies only with an eventsServiceURL.
+type EventsBacklogConfig struct {
+	// MaxUndeliveredFinished is how many finished actions whose history is not yet
+	// delivered may be stored before new actions wait. It must be at least 1: there is
+	// no setting without a bound. Actions running when it is reached may still add to
+	// it as they finish. Default 10000: 35 MB of etcd at the 3.5 KB a stored action
+	// measured in docs/benchmarks.md, under 2 % of etcd's 2 GiB default quota, and
+	// about as much of the executor's heap (docs/configuration.md has the arithmetic).
+	MaxUndeliveredFinished int `json:"maxUndeliveredFinished"`
+}
+
 // Default returns the configuration used for every field the file leaves out. It builds a
 // new value on each call, so callers may modify the result freely.
 func Default() Config {
@@ -348,6 +367,7 @@ func Default() Config {
 			MaxFinishedPerNamespace: 2000,
 			DeletesPerSecond:        200,
 		},
+		EventsBacklog: EventsBacklogConfig{MaxUndeliveredFinished: 10000},
 	}
 }
 

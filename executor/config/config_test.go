@@ -100,6 +100,8 @@ gc:
   maxFinished: 20000
   maxFinishedPerNamespace: 4000
   deletesPerSecond: 50.5
+eventsBacklog:
+  maxUndeliveredFinished: 250
 defaultForTaskTypes:
   python-task: container
   sql: sqlite
@@ -154,6 +156,7 @@ k8s:
 		RetryBackoff:            config.RetryBackoff{Base: duration(500 * time.Millisecond), Cap: duration(2 * time.Minute)},
 		GC: config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour),
 			MaxFinished: 20000, MaxFinishedPerNamespace: 4000, DeletesPerSecond: 50.5},
+		EventsBacklog:       config.EventsBacklogConfig{MaxUndeliveredFinished: 250},
 		DefaultForTaskTypes: map[string]string{"python-task": "container", "sql": "sqlite"},
 		LogLinks:            []config.LogLink{{Name: "Kubernetes", URITemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}"}},
 		K8s: config.K8sPluginConfig{
@@ -296,6 +299,8 @@ func TestLoadRejects(t *testing.T) {
 		{"unknown field", "maxConcurrentReconcile: 4\n", `unknown field "maxConcurrentReconcile"`},
 		{"unknown nested field", "gc:\n  ttl: 1h\n", "gc.ttl: unknown field"},
 		{"duplicate key", "cluster: a\ncluster: b\n", "cluster"},
+		{"no bound on the events backlog", "eventsBacklog:\n  maxUndeliveredFinished: 0\n", "eventsBacklog.maxUndeliveredFinished: must be at least 1 (there is no unbounded setting), got 0"},
+		{"negative bound on the events backlog", "eventsBacklog:\n  maxUndeliveredFinished: -1\n", "eventsBacklog.maxUndeliveredFinished: must be at least 1"},
 		{"gc interval set with maxTTL 0", "gc:\n  interval: 5m\n  maxTTL: 0s\n", "gc.maxTTL: must be positive when gc.interval is set"},
 		{"file storage mounted without a file prefix", "k8s:\n  mountFileStorage: true\nstorage:\n  allowedPrefixes: [\"s3://b/\"]\n", "k8s.mountFileStorage: needs a file:// prefix"},
 		{"negative missing secret grace period", "k8s:\n  missingSecretGracePeriod: -1s\n", "k8s.missingSecretGracePeriod: must not be negative"},

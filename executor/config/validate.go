@@ -196,6 +196,11 @@ func (c Config) Validate() error {
 			fail(bound.name, "must not be negative (0 is no bound), got %v", bound.value)
 		}
 	}
+	// Without a bound an events outage fills etcd, which then refuses every write of the
+	// cluster: 0 is refused rather than read as "none".
+	if n := c.EventsBacklog.MaxUndeliveredFinished; n < 1 {
+		fail("eventsBacklog.maxUndeliveredFinished", "must be at least 1 (there is no unbounded setting), got %d", n)
+	}
 
 	// An action's phase keeps at most 8 links, and the events service refuses a link
 	// whose name is empty or long, or whose URI is not absolute: such a link would hold

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cacheclient"
@@ -33,7 +34,7 @@ type step func(ctx context.Context) (ctrl.Result, error)
 // runSteps runs steps as step says, and returns what the last one run returned.
 func (s *scope) runSteps(ctx context.Context, steps ...step) (ctrl.Result, error) {
 	for _, run := range steps {
-		if result, err := run(ctx); err != nil || !result.IsZero() || s.ta.Status.Phase.IsTerminal() {
+		if result, err := run(ctx); err != nil || !result.IsZero() || s.ta.Status.Phase.IsTerminal() || s.held {
 			return result, err
 		}
 	}
@@ -58,6 +59,7 @@ func lowestNonZeroResult(i, j ctrl.Result) ctrl.Result {
 func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 	return s.runSteps(ctx,
 		s.checkTenancy,
+		s.awaitEventsBacklog,
 		s.ensureFinalizer,
 		s.resolvePlugin,
 		s.validateSpec,
@@ -123,13 +125,55 @@ func (s *scope) specError() string {
 	return ""
 }
 
+// awaitEventsBacklog holds an action that has not started (it has no history) while the
+// finished actions whose history waits for the events service are at their bound. Its
+// status says so, Queued for EventsBacklog, in one write the first time (a pass that
+// finds it held again writes nothing), and nothing else is done for it: no finalizer, no
+// history entry (which would itself wait for the events service, adding to the backlog
+// it waits on), no plugin. Deleted, it goes at once, with nothing to report, as an
+// action deleted before its first pass. The backlog queues it again when there is room.
+// An action with history has started and is never held.
+func (s *scope) awaitEventsBacklog(context.Context) (ctrl.Result, error) {
+	if s.r.Backlog == nil || s.admitted || len(s.ta.Status.PhaseHistory) > 0 {
+		return ctrl.Result{}, nil
+	}
+	if s.r.Backlog.Admit(client.ObjectKeyFromObject(s.ta), s.ta.UID) {
+		s.admitted = true
+		return ctrl.Result{}, nil
+	}
+	s.held = true
+	s.ta.Status.Phase = flytev1.PhaseQueued
+	// The message names the bound, not the count, which changes: a message that changed
+	// at each look would be a write at each look.
+	setConditions(s.ta, flytev1.PhaseQueued, flytev1.ReasonEventsBacklog, fmt.Sprintf(
+		"waiting to start: the history of %d finished actions waits for the events service (the executor's "+
+			"eventsBacklog.maxUndeliveredFinished); the action starts once it is delivered", s.r.Backlog.Bound()), s.now)
+	return ctrl.Result{}, nil
+}
+
+// heldFor says, for the first history entry, how long the action was held for the
+// events backlog; empty when it was not.
+func (s *scope) heldFor() string {
+	c := meta.FindStatusCondition(s.ta.Status.Conditions, flytev1.ConditionProgressing)
+	if c == nil || c.Reason != flytev1.ReasonEventsBacklog {
+		return ""
+	}
+	return fmt.Sprintf("started after waiting %s for the events service's backlog (%s)",
+		s.now.Sub(c.LastTransitionTime.Time).Round(time.Second), flytev1.ReasonEventsBacklog)
+}
+
+// joinNotes joins the non-empty notes with "; ".
+func joinNotes(notes ...string) string {
+	return strings.Join(slices.DeleteFunc(notes, func(n string) bool { return n == "" }), "; ")
+}
+
 // startAttempt queues a new action's first attempt, and holds a retried attempt until
 // its backoff is over.
 func (s *scope) startAttempt(context.Context) (ctrl.Result, error) {
 	st := &s.ta.Status
 	if st.Attempts == 0 {
 		st.Attempts = 1
-		s.setPhase(flytev1.PhaseQueued, flytev1.ReasonQueued, s.onDemand())
+		s.setPhase(flytev1.PhaseQueued, flytev1.ReasonQueued, joinNotes(s.heldFor(), s.onDemand()))
 	}
 	if next := st.NextAttemptAt; next != nil {
 		if wait := next.Sub(s.now.Time); wait > 0 {

@@ -39,6 +39,9 @@ type scope struct {
 	// logLinks and clusterEvents are what the plugin reported in this pass.
 	logLinks      []flytev1.LogLink
 	clusterEvents []flytev1.ClusterEvent
+	// admitted: the backlog let the action start in this pass (Release at its end);
+	// held: it did not, and the pass ends.
+	admitted, held bool
 }
 
 // reconcile is one pass over the action, in the shape of cluster-api's controllers:
@@ -65,7 +68,12 @@ func (s *scope) reconcile(ctx context.Context) (result ctrl.Result, err error) {
 		// nothing to keep.
 		return ctrl.Result{}, nil
 	}
-	defer func() { result, err = s.closePass(ctx, result, err) }()
+	defer func() {
+		result, err = s.closePass(ctx, result, err)
+		if s.admitted {
+			s.r.Backlog.Release() // after the status, whose finish it counts
+		}
+	}()
 	switch {
 	case s.ta.Status.Phase.IsTerminal():
 		return ctrl.Result{}, nil // its status is final; closePass lets it go
@@ -191,6 +199,9 @@ func (s *scope) writeStatus(ctx context.Context, passSucceeded bool) error {
 		// A conflict means someone wrote meanwhile; Handle is idempotent, so the next
 		// reconcile simply does this pass again.
 		return fmt.Errorf("updating status: %w", err)
+	}
+	if s.r.Backlog != nil && s.ta.Status.Phase.IsTerminal() {
+		s.r.Backlog.Finished(s.ta) // before the sink can deliver it
 	}
 	// New history is a new last entry: a folded repeat changes its version, not the
 	// history's length.

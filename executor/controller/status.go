@@ -42,7 +42,9 @@ func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
 func recordPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time, newVersion bool, links []flytev1.LogLink, events []flytev1.ClusterEvent) bool {
 	st := &ta.Status
 	attempt := max(st.Attempts, 1)
-	changed := st.Phase != phase || newVersion || len(events) > 0
+	// The first entry is always written: a held action is Queued before its history
+	// begins (awaitEventsBacklog).
+	changed := len(st.PhaseHistory) == 0 || st.Phase != phase || newVersion || len(events) > 0
 	if n := len(st.PhaseHistory); n > 0 && st.PhaseHistory[n-1].Attempt != attempt {
 		changed = true
 	}

@@ -49,6 +49,21 @@ func TestRecordPhaseRecordsWhatIsNew(t *testing.T) {
 	}
 }
 
+// An action held for the events backlog is Queued before its history begins: when it
+// starts, its first Queued entry is written all the same, so that its events begin with
+// it.
+func TestRecordPhaseWritesTheFirstEntryOfAHeldAction(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+	ta := &flytev1.TaskAction{Status: flytev1.TaskActionStatus{Phase: flytev1.PhaseQueued, Attempts: 1}}
+	setConditions(ta, flytev1.PhaseQueued, flytev1.ReasonEventsBacklog, "waiting to start", now)
+	if !recordPhase(ta, flytev1.PhaseQueued, flytev1.ReasonQueued, "", now, false, nil, nil) || len(ta.Status.PhaseHistory) != 1 {
+		t.Fatalf("the held action's first Queued entry was not written: history %+v", ta.Status.PhaseHistory)
+	}
+	if c := ta.Status.Conditions[0]; c.Reason != flytev1.ReasonQueued {
+		t.Fatalf("Progressing condition %+v; want reason %s once it starts", c, flytev1.ReasonQueued)
+	}
+}
+
 // fitText keeps at most n bytes of valid UTF-8 without NULs, and never cuts a character
 // in two: a message cut inside a character is not UTF-8, which protobuf refuses to send,
 // and the events contract refuses NULs.

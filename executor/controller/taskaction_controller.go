@@ -113,6 +113,22 @@ type EventSink interface {
 	Source() source.Source
 }
 
+// Backlog bounds the finished actions whose history waits for the events service: at
+// its bound, actions that have not started wait (backlog.Gate).
+type Backlog interface {
+	// Admit reports whether the action, which has not started, may start; if so, Release
+	// is called when the pass ends. If not, the action is held, and its key is queued
+	// again (through Source) when there is room.
+	Admit(key types.NamespacedName, uid types.UID) bool
+	Release()
+	// Finished is told of each finished status written.
+	Finished(ta *flytev1.TaskAction)
+	// Bound is the number of finished, undelivered actions at which new ones wait.
+	Bound() int
+	// Source counts the backlog before the first reconcile and wakes held actions.
+	Source() source.TypedSource[reconcile.Request]
+}
+
 // TaskActionReconciler reconciles TaskActions.
 type TaskActionReconciler struct {
 	Client    client.Client
@@ -122,6 +138,9 @@ type TaskActionReconciler struct {
 	Clock     clock.PassiveClock
 	Log       *slog.Logger
 	Events    EventSink
+	// Backlog holds new actions while too much finished history waits for the events
+	// service; nil starts every action.
+	Backlog Backlog
 	// Metrics records what the reconciler does; nil records nothing.
 	Metrics *metrics.Metrics
 	// Cache memoizes outputs of cacheable actions; nil turns caching off.
@@ -259,6 +278,9 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.Events != nil {
 		b = b.WatchesRawSource(r.Events.Source())
+	}
+	if r.Backlog != nil {
+		b = b.WatchesRawSource(r.Backlog.Source())
 	}
 	// Objects that plugins create (pods, jobs) wake their action when they change: the
 	// action is found by the object's owner reference or, for objects that cannot be

@@ -167,9 +167,16 @@ func WithMaxRefusals(n int) Option {
 }
 
 // OnDelivered calls f (from the delivering goroutine) with each finished action whose
-// whole history the events service acknowledged; benchmarks time actions by it.
+// whole history the events service acknowledged; benchmarks time actions by it, and the
+// events backlog counts down by it. Given more than once, each f is called, in order.
 func OnDelivered(f func(*flytev1.TaskAction)) Option {
-	return func(p *Publisher) { p.onDelivered = f }
+	return func(p *Publisher) {
+		if before := p.onDelivered; before != nil {
+			p.onDelivered = func(ta *flytev1.TaskAction) { before(ta); f(ta) }
+			return
+		}
+		p.onDelivered = f
+	}
 }
 
 // New creates a publisher.

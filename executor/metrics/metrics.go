@@ -49,6 +49,9 @@ type Metrics struct {
 	gcWalk              prometheus.Histogram
 	gcRefused           *prometheus.CounterVec
 	gcUndeletable       prometheus.Gauge
+	backlogHeld         prometheus.Gauge
+	backlogUndelivered  prometheus.Gauge
+	backlogBound        prometheus.Gauge
 }
 
 // New creates the instruments and registers them with reg, with the gauge of actions by
@@ -104,10 +107,16 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 			"reason", "forbidden", "invalid", "bad_request", "internal", "other"),
 		gcUndeletable: instrument.Gauge("flyte_executor_gc_undeletable_actions",
 			"Finished actions whose last delete the API server refused, as of the last collection; they are tried again after a backoff and do not count against gc.maxFinished."),
+		backlogHeld: instrument.Gauge("flyte_executor_events_backlog_held_actions",
+			"New actions that wait (Queued, reason EventsBacklog) because the finished actions whose history is not yet delivered reached eventsBacklog.maxUndeliveredFinished; the leader's count."),
+		backlogUndelivered: instrument.Gauge("flyte_executor_events_backlog_finished_undelivered_actions",
+			"Finished actions stored whose history is not yet delivered to the events service: what eventsBacklog.maxUndeliveredFinished bounds; the leader's count."),
+		backlogBound: instrument.Gauge("flyte_executor_events_backlog_max_finished_undelivered",
+			"eventsBacklog.maxUndeliveredFinished: past it, new actions wait."),
 	}
 	collectors := []prometheus.Collector{m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
 		m.cacheOutputsRefused, m.cachePuts, m.undelivered, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
-		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk, m.gcRefused, m.gcUndeletable}
+		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk, m.gcRefused, m.gcUndeletable, m.backlogHeld, m.backlogUndelivered, m.backlogBound}
 	if actions != nil {
 		collectors = append(collectors, &actionsByPhase{reader: actions, desc: prometheus.NewDesc("flyte_executor_actions",
 			"TaskActions in the executor's informer cache, by phase (finished ones until they are deleted).", []string{"phase"}, nil)})
@@ -253,4 +262,15 @@ func (m *Metrics) Undeletable(n int) {
 	if m != nil {
 		m.gcUndeletable.Set(float64(n))
 	}
+}
+
+// EventsBacklog records the finished actions whose history waits for the events
+// service, against their bound, and the new actions held for them.
+func (m *Metrics) EventsBacklog(undelivered, held, bound int) {
+	if m == nil {
+		return
+	}
+	m.backlogUndelivered.Set(float64(undelivered))
+	m.backlogHeld.Set(float64(held))
+	m.backlogBound.Set(float64(bound))
 }

@@ -356,6 +356,13 @@ const (
 	ReasonRetriesExhausted      = "RetriesExhausted"
 	ReasonAborted               = "Aborted"
 	ReasonTimedOut              = "TimedOut"
+	// ReasonEventsBacklog: the action has not started because too many finished
+	// actions' history waits for the events service (the executor's
+	// eventsBacklog.maxUndeliveredFinished). It is the Progressing condition's reason
+	// of a Queued action with no history yet; the action starts, with no one touching
+	// it, once that history is delivered. Nothing of the wait reaches the events
+	// service until then: an entry for it would add to the backlog it waits on.
+	ReasonEventsBacklog = "EventsBacklog"
 )
 
 // ErrorKind says whose fault a failure is, which decides the budget it spends.
