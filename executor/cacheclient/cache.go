@@ -58,6 +58,9 @@ func NewClient(url string, conn rpcclient.Options, opts ...connect.ClientOption)
 type Cache struct {
 	// Metrics counts refused hits; nil counts nothing.
 	Metrics *metrics.Metrics
+	// MaxQueuedReleases bounds the gone actions' reservations waiting to be released
+	// (Start); zero is DefaultMaxQueuedReleases.
+	MaxQueuedReleases int
 
 	client    cachev1connect.CacheServiceClient
 	store     core.DataStore

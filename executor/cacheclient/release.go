@@ -1,6 +1,7 @@
 package cacheclient
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -18,9 +19,10 @@ import (
 // heartbeat intervals after its heartbeats stopped, and an identical action waits that
 // long at most.
 const (
-	// MaxQueuedReleases bounds the releases waiting to be made; past it one is dropped,
-	// counted (flyte_executor_cache_releases_total{result="dropped"}) and logged.
-	MaxQueuedReleases = 10_000
+	// DefaultMaxQueuedReleases bounds the releases waiting to be made (Cache's
+	// MaxQueuedReleases); past it one is dropped, counted
+	// (flyte_executor_cache_releases_total{result="dropped"}) and logged.
+	DefaultMaxQueuedReleases = 10_000
 	// maxReleaseTries bounds the tries of one release; the backoff between them outlasts
 	// the reservations' expiry.
 	maxReleaseTries = 8
@@ -53,7 +55,7 @@ func newReleaseQueue() workqueue.TypedRateLimitingInterface[string] {
 // queueRelease hands a reservation whose heartbeats have stopped to the workers; the
 // caller holds c.mu.
 func (c *Cache) queueRelease(r release) {
-	if _, ok := c.releasing[r.owner]; !ok && len(c.releasing) >= MaxQueuedReleases {
+	if _, ok := c.releasing[r.owner]; !ok && len(c.releasing) >= cmp.Or(c.MaxQueuedReleases, DefaultMaxQueuedReleases) {
 		c.Metrics.CacheReleased(ReleaseDropped)
 		c.log.Warn("too many reservations wait to be released; this one expires by itself instead",
 			"owner", r.owner, "queued", len(c.releasing))

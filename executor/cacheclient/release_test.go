@@ -129,6 +129,9 @@ func TestReleasesOfGoneActionsDoNotWaitOnTheCacheService(t *testing.T) {
 	}
 	cc := cacheclient.New(client, e.store, time.Second, slog.New(slog.DiscardHandler))
 	cc.Metrics = m
+	// Fewer than the actions deleted: the others' releases are dropped, and counted.
+	const queued = 3
+	cc.MaxQueuedReleases = queued
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); _ = cc.Start(ctx) }()
@@ -159,7 +162,7 @@ func TestReleasesOfGoneActionsDoNotWaitOnTheCacheService(t *testing.T) {
 	}()
 	select {
 	case <-handled:
-	case <-time.After(5 * time.Second): // a tenth of what n calls of the service's timeout would take
+	case <-time.After(5 * time.Second): // a tenth of what n calls of the client's timeout would take
 		t.Fatal("the delete handler waited on a cache service that does not answer")
 	}
 	for _, ta := range actions {
@@ -168,12 +171,22 @@ func TestReleasesOfGoneActionsDoNotWaitOnTheCacheService(t *testing.T) {
 		}
 	}
 
-	// Once the service answers, every reservation is released (not left to expire).
+	if got := releases(t, reg, "dropped"); got != n-queued {
+		t.Errorf("%v releases counted as dropped; want the %d over the queue's bound of %d", got, n-queued, queued)
+	}
+
+	// Once the service answers, every queued reservation is released (not left to
+	// expire).
 	proxy.resume()
-	eventually.True(t, time.Minute, func() bool { return releases(t, reg, "released") == n },
-		func() string { return fmt.Sprintf("%v of %d reservations released", releases(t, reg, "released"), n) })
-	for _, ta := range actions {
+	eventually.True(t, time.Minute, func() bool { return releases(t, reg, "released") == queued },
+		func() string {
+			return fmt.Sprintf("%v of %d queued reservations released", releases(t, reg, "released"), queued)
+		})
+	for _, ta := range actions[:queued] {
 		e.requireReservationFree(t, cc, ta)
+	}
+	if got := releases(t, reg, "failed"); got != 0 {
+		t.Errorf("%v releases failed on every try", got)
 	}
 }
 
