@@ -480,16 +480,16 @@ type pending struct {
 	uid    types.UID
 	action *flytev1.TaskAction // the snapshot delivered from
 	events []*eventsv1.ActionEvent
-	size   int  // the bytes events take in a request (eventBytes)
-	end    mark // the last entry in events
-	more   bool // entries after end remain
+	marks  []mark // the history entry of each event
+	size   int    // the bytes events take in a request (eventBytes)
+	end    mark   // the last entry in events
+	more   bool   // entries after end remain
 }
 
 // head is the first k of w's events, to go alone: the others follow from the delivered
 // mark once these are acknowledged.
 func (w pending) head(k int) pending {
-	last := w.events[k-1]
-	h := pending{uid: w.uid, action: w.action, events: w.events[:k], end: mark{int32(last.GetAttempt()), int32(last.GetVersion())}, more: true}
+	h := pending{uid: w.uid, action: w.action, events: w.events[:k], marks: w.marks[:k], end: w.marks[k-1], more: true}
 	for _, ev := range h.events {
 		h.size += eventBytes(ev)
 	}
@@ -786,6 +786,7 @@ func (p *Publisher) undelivered(uid types.UID) pending {
 			return w
 		}
 		w.events = append(w.events, ev)
+		w.marks = append(w.marks, m)
 		w.size += n
 		w.end = m
 	}
