@@ -230,3 +230,61 @@ func TestAnEventTooLargeAloneIsRefusedForGood(t *testing.T) {
 		t.Errorf("no error logged for the refusal:\n%s", logs.String())
 	}
 }
+
+// ResourceExhausted also says that the events service is overloaded right now (too many
+// calls, or request bytes, in progress): that is an outage to wait out, not a request to
+// split, and never a refusal of the events.
+func TestAnOverloadedServiceIsWaitedOut(t *testing.T) {
+	// One call at a time, held by a watch: every Record is refused as one too many.
+	svc := startEventsServiceWith(t, server.Config{MaxConcurrentCalls: 1})
+	wctx, endWatch := context.WithCancel(context.Background())
+	defer endWatch()
+	stream, err := svc.client.WatchActions(wctx, connect.NewRequest(&eventsv1.WatchActionsRequest{Project: "demo", Domain: "development"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.ResponseHeader() // sent once the server holds the call
+	t.Cleanup(func() { _ = stream.Close() })
+
+	var sent requests
+	client, err := NewClient(svc.inst.URL, rpcclient.Options{}, connect.WithInterceptors(sent.interceptor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, reg := newMetrics(t)
+	var logs servicetest.SyncBuffer
+	p := startPublisherOn(t, New(client, "test", clock.RealClock{}, slog.New(slog.NewTextHandler(&logs, nil)), WithMetrics(m), WithMaxRefusals(2)))
+	var all []*flytev1.TaskAction
+	for i := range 4 {
+		ta := action(fmt.Sprintf("overloaded-%d", i), flytev1.PhaseQueued, flytev1.PhaseRunning)
+		all = append(all, ta)
+		p.Enqueue(ta)
+	}
+	// More refusals than any action has tries, were they counted as refusals.
+	eventually.True(t, time.Minute, func() bool { sent.mu.Lock(); defer sent.mu.Unlock(); return sent.exhausted >= 6 },
+		func() string { return "Record was not refused as one call too many: " + sent.String() })
+	endWatch()
+	for _, ta := range all {
+		eventually.True(t, time.Minute, func() bool { return p.Delivered(ta) },
+			func() string { return ta.Name + " was not delivered once the service had room: " + sent.String() })
+		if n := len(svc.events(ta)); n != 2 {
+			t.Errorf("%s: the events service holds %d events; want 2", ta.Name, n)
+		}
+	}
+	if got := sample(t, reg, "flyte_executor_events_refused_total"); got != 0 {
+		t.Errorf("flyte_executor_events_refused_total = %v; an overload refused events for good", got)
+	}
+	if strings.Contains(logs.String(), "too large") {
+		t.Errorf("an overload was taken for a request too large:\n%s", logs.String())
+	}
+}
+
+// startPublisherOn runs p until the test ends.
+func startPublisherOn(t *testing.T, p *Publisher) *Publisher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return p
+}
