@@ -111,10 +111,18 @@ const minForgetSinksAfter = 10 * time.Minute
 // minResponseBytes is the smallest response cap: room for a page token beside its items.
 const minResponseBytes = 64 << 10
 
+// DefaultMaxMessageBytes bounds a request to the events service. A Record carries up to
+// 1,000 events, each of up to about 45 KB as the executor writes them; the executor
+// sizes its requests below this (executor/eventsink checks that the numbers agree).
+const DefaultMaxMessageBytes = 8 << 20
+
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	if c.Listen == "" {
 		c.Listen = ":8090"
+	}
+	if c.Server.MaxMessageBytes == 0 {
+		c.Server.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = time.Minute

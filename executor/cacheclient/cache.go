@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore"
@@ -57,6 +58,9 @@ func NewClient(url string, conn rpcclient.Options, opts ...connect.ClientOption)
 type Cache struct {
 	// Metrics counts refused hits; nil counts nothing.
 	Metrics *metrics.Metrics
+	// MaxQueuedReleases bounds the gone actions' reservations waiting to be released
+	// (Start); zero is DefaultMaxQueuedReleases.
+	MaxQueuedReleases int
 
 	client    cachev1connect.CacheServiceClient
 	store     core.DataStore
@@ -71,6 +75,11 @@ type Cache struct {
 	mu      sync.Mutex
 	holding map[types.UID]*hold             // reservations being heartbeated
 	keys    map[types.UID]*cachev1.CacheKey // computed keys, until the action is done with the cache
+
+	// releases queue the owners of gone actions' reservations, releasing their details
+	// (under mu), for Start's workers.
+	releases  workqueue.TypedRateLimitingInterface[string]
+	releasing map[string]release
 }
 
 // hold is a reservation being heartbeated.
@@ -83,7 +92,8 @@ type hold struct {
 // New creates a cache; heartbeat is the interval asked for reservations.
 func New(c cachev1connect.CacheServiceClient, store core.DataStore, heartbeat time.Duration, log *slog.Logger) *Cache {
 	return &Cache{client: c, store: store, heartbeat: heartbeat, log: log,
-		holding: make(map[types.UID]*hold), keys: make(map[types.UID]*cachev1.CacheKey)}
+		holding: make(map[types.UID]*hold), keys: make(map[types.UID]*cachev1.CacheKey),
+		releases: newReleaseQueue(), releasing: make(map[string]release)}
 }
 
 // Enabled reports whether an action is cacheable.
@@ -345,7 +355,7 @@ func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every t
 				if c.Exists != nil {
 					if ok, err := c.Exists(ctx, name, uid); err == nil && !ok {
 						c.log.Info("the action holding a reservation is gone; releasing it", "action", name.Name)
-						c.Gone(ctx, uid)
+						c.Gone(uid)
 						return
 					}
 				}
@@ -361,23 +371,20 @@ func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every t
 }
 
 // Gone lets go of what the cache holds for an action that no longer exists: its key and,
-// if it holds a reservation, the heartbeats and the reservation itself.
-func (c *Cache) Gone(ctx context.Context, uid types.UID) {
+// if it holds a reservation, the heartbeats and the reservation itself, which is
+// released in the background (Start). The informer's delete handler calls it: it never
+// waits on the cache service.
+func (c *Cache) Gone(uid types.UID) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	h := c.holding[uid]
 	delete(c.holding, uid)
 	delete(c.keys, uid)
-	c.mu.Unlock()
 	if h == nil {
 		return
 	}
 	h.stop()
-	// Not cancelled with the heartbeats just stopped: the release must still go out.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
-	defer cancel()
-	if _, err := c.client.ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: h.key, OwnerId: h.owner})); err != nil {
-		c.log.Warn("releasing a gone action's reservation failed; it expires by itself", "error", err)
-	}
+	c.queueRelease(release{key: h.key, owner: h.owner})
 }
 
 // Holds reports whether the action's reservation is being heartbeated.

@@ -212,7 +212,7 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // gone lets go of what is held for a deleted action: a reservation it heartbeats.
 func (r *TaskActionReconciler) gone(uid types.UID) {
 	if r.Cache != nil {
-		r.Cache.Gone(context.Background(), uid)
+		r.Cache.Gone(uid)
 	}
 }
 
@@ -307,6 +307,11 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return false, nil
 			}
 			return err == nil && ta.UID == uid, err
+		}
+		// Gone actions' reservations are released by the cache's own workers, which stop
+		// with the manager, never by the informer's delete handler.
+		if err := mgr.Add(r.Cache); err != nil {
+			return fmt.Errorf("adding the cache's releases: %w", err)
 		}
 	}
 	// The same kinds whose informers the manager's cache restricts to managed objects.

@@ -31,6 +31,7 @@ import (
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/services/server"
 )
 
 // eventsService is a real events service on a database of its own, which a test can stop
@@ -38,13 +39,20 @@ import (
 type eventsService struct {
 	t      *testing.T
 	db     string
+	server server.Config // the RPC server's limits; zero takes the service's defaults
 	inst   *servicetest.Instance
 	client eventsv1connect.EventsServiceClient
 }
 
 func startEventsService(t *testing.T) *eventsService {
 	t.Helper()
-	s := &eventsService{t: t, db: pg.NewDatabase(t)}
+	return startEventsServiceWith(t, server.Config{})
+}
+
+// startEventsServiceWith starts an events service whose RPC server has the limits of srv.
+func startEventsServiceWith(t *testing.T, srv server.Config) *eventsService {
+	t.Helper()
+	s := &eventsService{t: t, db: pg.NewDatabase(t), server: srv}
 	s.run("127.0.0.1:0")
 	c, err := NewClient(s.inst.URL, rpcclient.Options{Timeout: 2 * time.Second})
 	if err != nil {
@@ -55,7 +63,7 @@ func startEventsService(t *testing.T) *eventsService {
 }
 
 func (s *eventsService) run(listen string) {
-	s.inst = servicetest.Run(s.t, events.Run, events.Config{Listen: listen, DatabaseURL: s.db, Auth: auth.Config{Mode: auth.ModeNone}})
+	s.inst = servicetest.Run(s.t, events.Run, events.Config{Listen: listen, DatabaseURL: s.db, Auth: auth.Config{Mode: auth.ModeNone}, Server: s.server})
 }
 
 func (s *eventsService) stop() { s.inst.Stop() }

@@ -17,8 +17,10 @@ package eventsink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -28,6 +30,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,6 +65,15 @@ const maxEventMessage = 1024
 
 // maxBatch is the events service's limit per Record.
 const maxBatch = 1000
+
+// serviceReadLimit is the largest request the events service reads
+// (events.DefaultMaxMessageBytes; a test checks that they agree): a larger one is refused
+// with ResourceExhausted before it is looked at.
+const serviceReadLimit = 8 << 20
+
+// maxRequestBytes bounds the encoded size of one Record request, with a margin below
+// serviceReadLimit for what a proxy on the way may add.
+const maxRequestBytes = serviceReadLimit - serviceReadLimit/16
 
 // maxLinks bounds the links of a delivery span to actions' traces (the SDK's default
 // limit: more would be dropped anyway).
@@ -474,46 +487,100 @@ type pending struct {
 	uid    types.UID
 	action *flytev1.TaskAction // the snapshot delivered from
 	events []*eventsv1.ActionEvent
-	end    mark // the last entry in events
-	more   bool // entries after end remain
+	marks  []mark // the history entry of each event
+	size   int    // the bytes events take in a request (eventBytes)
+	end    mark   // the last entry in events
+	more   bool   // entries after end remain
+}
+
+// head is the first k of w's events, to go alone: the others follow from the delivered
+// mark once these are acknowledged.
+func (w pending) head(k int) pending {
+	h := pending{uid: w.uid, action: w.action, events: w.events[:k], marks: w.marks[:k], end: w.marks[k-1], more: true}
+	for _, ev := range h.events {
+		h.size += eventBytes(ev)
+	}
+	return h
+}
+
+// eventBytes is what ev adds to a RecordRequest's encoded size: its tag, its length and
+// itself. A request's proto.Size is the sum over its events.
+func eventBytes(ev *eventsv1.ActionEvent) int {
+	return protowire.SizeTag(1) + protowire.SizeBytes(proto.Size(ev))
 }
 
 func (p *Publisher) deliver(ctx context.Context, uids []types.UID) {
 	var work []pending
 	for _, uid := range uids {
-		ta, evs, end, more := p.undelivered(uid)
-		if len(evs) == 0 {
+		w := p.undelivered(uid)
+		if len(w.events) == 0 {
 			p.queue.Forget(uid)
 			p.queue.Done(uid)
-			if ta != nil { // delivered meanwhile, under an older snapshot
-				p.acknowledged(ctx, pending{uid: uid, action: ta, end: end})
+			if w.action != nil { // delivered meanwhile, under an older snapshot
+				p.acknowledged(ctx, w)
 			}
 			continue
 		}
-		work = append(work, pending{uid: uid, action: ta, events: evs, end: end, more: more})
+		work = append(work, w)
 	}
-	// One Record per batch of up to maxBatch events; an action's events stay together
-	// and in order.
+	// One Record per batch of up to maxBatch events and maxRequestBytes; an action's
+	// events stay together and in order (undelivered bounds one action's part alike).
 	for len(work) > 0 {
-		var batch []*eventsv1.ActionEvent
-		n := 0
-		for n < len(work) && (n == 0 || len(batch)+len(work[n].events) <= maxBatch) {
-			batch = append(batch, work[n].events...)
+		n, events, size := 0, 0, 0
+		for n < len(work) && (n == 0 || events+len(work[n].events) <= maxBatch && size+work[n].size <= maxRequestBytes) {
+			events += len(work[n].events)
+			size += work[n].size
 			n++
 		}
 		part := work[:n]
 		work = work[n:]
-		err := p.record(ctx, part, batch)
-		if connect.CodeOf(err) == connect.CodeInvalidArgument && len(part) > 1 {
-			// One action's bad event must not hold the others back: each goes alone,
-			// and only the bad one waits.
-			for _, w := range part {
-				p.settle(ctx, []pending{w}, w.events, p.record(ctx, []pending{w}, w.events))
-			}
-			continue
+		p.send(ctx, part)
+	}
+}
+
+// send records part's events in one request. A request the events service refuses as
+// too large (its limit is smaller than maxRequestBytes assumes, or a proxy's is) goes
+// again at once in halves: by actions, or for a single action the first half of its
+// events, the others following once those are acknowledged; one event refused as too
+// large even alone is refused for good, as an invalid one is (settle). A request refused
+// as invalid goes again action by action: one action's bad event must not hold the
+// others back, and only the bad one waits.
+func (p *Publisher) send(ctx context.Context, part []pending) {
+	var batch []*eventsv1.ActionEvent
+	size := 0
+	for _, w := range part {
+		batch = append(batch, w.events...)
+		size += w.size
+	}
+	err := p.record(ctx, part, batch)
+	switch {
+	case tooLarge(err) && len(batch) > 1:
+		p.log.Warn("the events service refused a request as too large; sending it again in halves",
+			"error", err, "actions", len(part), "events", len(batch), "bytes", size)
+		if len(part) > 1 {
+			p.send(ctx, part[:len(part)/2])
+			p.send(ctx, part[len(part)/2:])
+			return
 		}
+		p.send(ctx, []pending{part[0].head(len(part[0].events) / 2)})
+	case connect.CodeOf(err) == connect.CodeInvalidArgument && len(part) > 1:
+		for _, w := range part {
+			p.send(ctx, []pending{w})
+		}
+	default:
 		p.settle(ctx, part, batch, err)
 	}
+}
+
+// tooLarge reports whether the events service refused a request for its size: its RPC
+// server says "message size N is larger than configured max M" (a gRPC server
+// "received message larger than max"). Its other ResourceExhausted errors (too many
+// calls, or request bytes, in progress right now) are an overload, which the same
+// request answers after a backoff, not smaller ones.
+func tooLarge(err error) bool {
+	var ce *connect.Error
+	return connect.CodeOf(err) == connect.CodeResourceExhausted && errors.As(err, &ce) &&
+		strings.Contains(strings.ToLower(ce.Message()), "larger than")
 }
 
 // record sends one batch of events.
@@ -541,13 +608,14 @@ func (p *Publisher) settle(ctx context.Context, part []pending, batch []*eventsv
 		}
 		p.metrics.Delivered(lags)
 	}
-	invalid := connect.CodeOf(err) == connect.CodeInvalidArgument
+	// send offers an action's events alone before counting their refusal, and one event
+	// alone before counting it too large.
+	invalid := connect.CodeOf(err) == connect.CodeInvalidArgument || tooLarge(err)
 	for _, w := range part {
 		switch {
 		case err == nil:
 			p.done(ctx, w)
 		case invalid:
-			// deliver sends an action alone before counting its refusal.
 			p.refused(ctx, w, err)
 		default:
 			p.retry(w)
@@ -698,31 +766,38 @@ func (p *Publisher) startDelivery(ctx context.Context, part []pending, events in
 	return ctx, span
 }
 
-// undelivered turns the history entries of an action's pending snapshot after its
-// delivered mark into events, at most maxBatch of them; more says whether others remain.
-func (p *Publisher) undelivered(uid types.UID) (ta *flytev1.TaskAction, evs []*eventsv1.ActionEvent, end mark, more bool) {
+// undelivered is the next part of an action's delivery: the history entries of its
+// pending snapshot after its delivered mark, as events, at most maxBatch of them and
+// (unless one alone is more) maxRequestBytes; more says whether others remain. Its
+// action is nil when nothing is pending.
+func (p *Publisher) undelivered(uid types.UID) pending {
 	p.mu.Lock()
 	st := p.states[uid]
 	if st == nil || st.pending == nil {
 		p.mu.Unlock()
-		return nil, nil, mark{}, false
+		return pending{uid: uid}
 	}
 	ta, done, known := st.pending, st.delivered, st.known
 	p.mu.Unlock()
-	end = done
+	w := pending{uid: uid, action: ta, end: done}
 	now := timestamppb.New(p.clock.Now())
 	for _, h := range ta.Status.PhaseHistory {
 		m := mark{h.Attempt, h.Version}
 		if known && !done.less(m) {
 			continue
 		}
-		if len(evs) == maxBatch {
-			return ta, evs, end, true
+		ev := p.toEvent(ta, h, now)
+		n := eventBytes(ev)
+		if len(w.events) == maxBatch || len(w.events) > 0 && w.size+n > maxRequestBytes {
+			w.more = true
+			return w
 		}
-		evs = append(evs, p.toEvent(ta, h, now))
-		end = m
+		w.events = append(w.events, ev)
+		w.marks = append(w.marks, m)
+		w.size += n
+		w.end = m
 	}
-	return ta, evs, end, false
+	return w
 }
 
 var phases = map[flytev1.Phase]flytecorev1.ActionPhase{
@@ -778,7 +853,8 @@ func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, r
 	return ev
 }
 
-// recordTimeout bounds a Record call: a batch of up to maxBatch events.
+// recordTimeout bounds a Record call: a batch of up to maxBatch events and
+// maxRequestBytes.
 const recordTimeout = 30 * time.Second
 
 // NewClient returns an events service client for url, with the credentials and trust of

@@ -38,6 +38,7 @@ type Metrics struct {
 	cacheLookups        *prometheus.CounterVec
 	cacheOutputsRefused *prometheus.CounterVec
 	cachePuts           *prometheus.CounterVec
+	cacheReleases       *prometheus.CounterVec
 	undelivered         prometheus.Gauge
 	delivered           prometheus.Counter
 	deliveryFailures    prometheus.Counter
@@ -82,6 +83,9 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 			"reason", "outside", "other_project", "symlink"), // datastore.Reason*
 		cachePuts: instrument.CounterVec("flyte_executor_cache_puts_total",
 			"Outputs offered to the cache after a success, by the cache status that resulted.", "status"),
+		cacheReleases: instrument.CounterVec("flyte_executor_cache_releases_total",
+			"Reservations of deleted actions given back to the cache service in the background, by result: released, failed (on every try) or dropped (too many queued, or the executor stopped first). A reservation not released expires by itself a few heartbeat intervals later.",
+			"result", "released", "failed", "dropped"),
 		undelivered: instrument.Gauge("flyte_executor_events_undelivered_actions",
 			"Actions with phase changes not yet delivered to the events service."),
 		delivered: instrument.Counter("flyte_executor_events_delivered_total",
@@ -115,7 +119,7 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 			"eventsBacklog.maxUndeliveredFinished: past it, new actions wait."),
 	}
 	collectors := []prometheus.Collector{m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
-		m.cacheOutputsRefused, m.cachePuts, m.undelivered, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
+		m.cacheOutputsRefused, m.cachePuts, m.cacheReleases, m.undelivered, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
 		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk, m.gcRefused, m.gcUndeletable, m.backlogHeld, m.backlogUndelivered, m.backlogBound}
 	if actions != nil {
 		collectors = append(collectors, &actionsByPhase{reader: actions, desc: prometheus.NewDesc("flyte_executor_actions",
@@ -203,6 +207,13 @@ func (m *Metrics) CacheOutputsRefused(reason string) {
 func (m *Metrics) CachePut(status string) {
 	if m != nil {
 		m.cachePuts.WithLabelValues(status).Inc()
+	}
+}
+
+// CacheReleased counts a gone action's reservation given back, or not, by result.
+func (m *Metrics) CacheReleased(result string) {
+	if m != nil {
+		m.cacheReleases.WithLabelValues(result).Inc()
 	}
 }
 
