@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -67,6 +68,8 @@ type runOptions struct {
 	promoteAfter time.Duration
 	// registry receives the executor's metrics, for the test to read.
 	registry prometheus.Registerer
+	// clock replaces the executor's clock.
+	clock clock.PassiveClock
 }
 
 // start runs an executor restricted to namespace until the test ends and returns how to
@@ -92,6 +95,7 @@ func start(t *testing.T, cfg config.Config, namespace string, o runOptions) (con
 			Plugins:           o.plugins,
 			QueuePromoteAfter: o.promoteAfter,
 			MetricsRegistry:   o.registry,
+			Clock:             o.clock,
 		})
 	})
 	return stop, mgr

@@ -63,6 +63,7 @@ func (s *scope) reconcileActive(ctx context.Context) (ctrl.Result, error) {
 		s.ensureFinalizer,
 		s.resolvePlugin,
 		s.validateSpec,
+		s.boundWrittenTimes,
 		s.startAttempt,
 		s.consultCache,
 		s.enforceTimeout,

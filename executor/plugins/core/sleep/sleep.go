@@ -55,8 +55,8 @@ func (Plugin) Handle(_ context.Context, tCtx core.TaskExecutionContext) (core.Tr
 	if _, err := tCtx.PluginStateReader().Get(&st); err != nil {
 		return core.Transition{}, err
 	}
-	if st.StartedAt.IsZero() {
-		st.StartedAt = now
+	if started := startedWithin(st.StartedAt, tCtx.Metadata().Action().CreationTimestamp.Time, now); !started.Equal(st.StartedAt) {
+		st.StartedAt = started
 		if err := tCtx.PluginStateWriter().Put(stateVersion, st); err != nil {
 			return core.Transition{}, err
 		}
@@ -86,3 +86,17 @@ func (Plugin) Abort(context.Context, core.TaskExecutionContext) error { return n
 
 // Finalize implements core.Plugin: there is nothing to release.
 func (Plugin) Finalize(context.Context, core.TaskExecutionContext) error { return nil }
+
+// startedWithin is when the sleep started, for one that has not (zero) now. A start
+// another executor wrote on its own clock is held to [the action's creation (the API
+// server's clock), now]: read as written, a clock an hour ahead would make the sleep an
+// hour longer and one an hour behind end it at once.
+func startedWithin(started, created, now time.Time) time.Time {
+	switch {
+	case started.IsZero() || started.After(now):
+		return now
+	case started.Before(created) && !created.After(now):
+		return created
+	}
+	return started
+}
