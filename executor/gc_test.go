@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +15,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/kubetest"
 )
 
 // TestCollectorWaitsForRedeliveryAfterARestart: an executor that restarts knows nothing
@@ -86,7 +86,7 @@ func TestCollectionGoesOnPastAnActionItCannotDelete(t *testing.T) {
 		return ta
 	})
 	held := actions[0]
-	refuseDeletes(t, heldLabel, ns, held)
+	kubetest.RefuseDeletes(t, env.Client, heldLabel, ns, held)
 
 	cfg := testConfig()
 	cfg.GC.Interval, cfg.GC.MaxTTL = metav1.Duration{Duration: 100 * time.Millisecond}, metav1.Duration{Duration: time.Millisecond}
@@ -113,43 +113,4 @@ func TestCollectionGoesOnPastAnActionItCannotDelete(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(held), &got); err != nil || !got.DeletionTimestamp.IsZero() {
 		t.Fatalf("the refused action is gone (err %v); want it kept", err)
 	}
-}
-
-// refuseDeletes installs an admission policy under which the API server refuses to
-// delete any TaskAction labelled label=value, as a webhook or a policy of the cluster's
-// would, and returns once it is in force for probe (an action so labelled).
-func refuseDeletes(t *testing.T, label, value string, probe *flytev1.TaskAction) {
-	t.Helper()
-	ctx := context.Background()
-	name := "refuse-deletes-" + value
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: value}},
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{"flyte.org"}, APIVersions: []string{"*"},
-						Resources: []string{"taskactions"}},
-				}}},
-			},
-			Validations: []admissionregistrationv1.Validation{{Expression: "false",
-				Message: "this action is held for an investigation", Reason: ptr(metav1.StatusReasonForbidden)}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-	}
-	for _, o := range []client.Object{policy, binding} {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
-	}
-	eventually.True(t, time.Minute, func() bool {
-		return apierrors.IsForbidden(env.Client.Delete(ctx, probe.DeepCopy(), client.DryRunAll))
-	}, func() string { return "the API server never refused to delete " + probe.Name })
 }

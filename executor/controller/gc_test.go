@@ -11,18 +11,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/metricstest"
 )
 
@@ -193,45 +192,6 @@ func TestGarbageCollectorBoundsFinishedActionsHeld(t *testing.T) {
 	}
 }
 
-// refuseDeletes installs an admission policy under which the API server refuses to
-// delete any TaskAction labelled label=value, as a webhook or a policy of the cluster's
-// would, and returns once it is in force for probe (an action so labelled).
-func refuseDeletes(t *testing.T, label, value string, probe *flytev1.TaskAction) {
-	t.Helper()
-	ctx := context.Background()
-	name := "refuse-deletes-" + value
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: value}},
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{"flyte.org"}, APIVersions: []string{"*"},
-						Resources: []string{"taskactions"}},
-				}}},
-			},
-			Validations: []admissionregistrationv1.Validation{{Expression: "false",
-				Message: "this action is held for an investigation", Reason: ptr.To(metav1.StatusReasonForbidden)}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-	}
-	for _, o := range []client.Object{policy, binding} {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
-	}
-	eventually.True(t, time.Minute, func() bool {
-		return apierrors.IsForbidden(env.Client.Delete(ctx, probe.DeepCopy(), client.DryRunAll))
-	}, func() string { return "the API server never refused to delete " + probe.Name })
-}
-
 // An action the API server refuses to delete (a webhook, a policy, RBAC) does not stop
 // the collection: the collector skips it, counts it, reports it (a log line, a Warning
 // Event on the action) and deletes the rest in the same pass, so the bound holds for the
@@ -262,7 +222,7 @@ func TestGarbageCollectorSkipsAnActionItCannotDelete(t *testing.T) {
 	for i := 5; i >= 1; i-- {
 		seed(fmt.Sprintf("done-%dm", i), time.Duration(i)*time.Minute, false)
 	}
-	refuseDeletes(t, heldLabel, ns, held)
+	kubetest.RefuseDeletes(t, env.Client, heldLabel, ns, held)
 
 	reg := prometheus.NewRegistry()
 	instruments, err := metrics.New(reg, nil)
