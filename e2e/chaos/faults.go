@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,6 +98,11 @@ func newFaults(s *system, obs *observer, rnd *rand.Rand, log func(string, ...any
 func (f *faults) run(ctx context.Context, d time.Duration) {
 	order := append([]string(nil), f.kinds...)
 	f.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	// The undeletable action is made first, so that the collector meets it through
+	// every other fault, and while the workload still runs.
+	if i := slices.Index(order, faultUndeletable); i > 0 {
+		order = append([]string{faultUndeletable}, slices.Delete(order, i, i+1)...)
+	}
 	end := time.Now().Add(d)
 	for i := 0; ; i++ {
 		gap := time.Duration(1+f.rnd.IntN(4)) * time.Second

@@ -87,20 +87,29 @@ func (f *faults) stallStore(ctx context.Context) error {
 	return err
 }
 
-// makeUndeletable labels a finished chaos action the client keeps so that the API
-// server refuses to delete it (undeletable.go): the collector must go on collecting the
-// rest.
+// makeUndeletable labels a chaos action the client keeps, finished if one is stored,
+// so that the API server refuses to delete it (undeletable.go): once it has finished,
+// the collector must go on collecting the rest.
 func (f *faults) makeUndeletable(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		var candidates []string
+		var finished, unfinished []string
 		f.obs.mu.Lock()
 		for name, r := range f.obs.actions {
-			if r.last != nil && !r.gone && r.last.Namespace == taskNamespace && r.last.Status.Phase.IsTerminal() && f.kept(name) {
-				candidates = append(candidates, name)
+			if r.last == nil || r.gone || r.last.Namespace != taskNamespace || !f.kept(name) || f.undeletable[name] {
+				continue
+			}
+			if r.last.Status.Phase.IsTerminal() {
+				finished = append(finished, name)
+			} else {
+				unfinished = append(unfinished, name)
 			}
 		}
 		f.obs.mu.Unlock()
+		candidates := finished
+		if len(candidates) == 0 {
+			candidates = unfinished
+		}
 		if len(candidates) > 0 {
 			slices.Sort(candidates)
 			name := candidates[f.rnd.IntN(len(candidates))]

@@ -34,6 +34,8 @@ type faultProxy struct {
 }
 
 func newFaultProxy() *faultProxy {
+	// The toxics log through zerolog's global logger, at trace level.
+	zerolog.SetGlobalLevel(zerolog.WarnLevel)
 	return &faultProxy{
 		server:  toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()),
 		proxies: map[string][]*toxiproxy.Proxy{},

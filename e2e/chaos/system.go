@@ -199,7 +199,7 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 		return s, fmt.Errorf("system: the database URL %q does not name %s", dbURL, s.pg.addr)
 	}
 
-	p, err := ports.Free(10)
+	p, err := ports.Free(12)
 	if err != nil {
 		return s, err
 	}
@@ -213,9 +213,9 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	env := []string{"DATABASE_URL=" + svcDBURL, "OTEL_SDK_DISABLED=true"}
 	s.health = map[*proc]string{}
 	for i := range eventsReplicas {
-		e := newProc(fmt.Sprintf("events-%d", i), bins["events"], s.logs, env, svcArgs(p[6+2*i], p[7+2*i])...)
+		e := newProc(fmt.Sprintf("events-%d", i), bins["events"], s.logs, env, svcArgs(p[8+2*i], p[9+2*i])...)
 		s.events = append(s.events, e)
-		s.eventsURLs = append(s.eventsURLs, "https://127.0.0.1:"+strconv.Itoa(p[6+2*i]))
+		s.eventsURLs = append(s.eventsURLs, "https://127.0.0.1:"+strconv.Itoa(p[8+2*i]))
 		s.health[e] = s.eventsURLs[i] + "/healthz"
 	}
 	s.eventsURL, s.cacheURL = s.eventsURLs[0], "https://127.0.0.1:"+strconv.Itoa(p[1])
