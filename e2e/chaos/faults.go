@@ -98,10 +98,13 @@ func newFaults(s *system, obs *observer, rnd *rand.Rand, log func(string, ...any
 func (f *faults) run(ctx context.Context, d time.Duration) {
 	order := append([]string(nil), f.kinds...)
 	f.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	// The undeletable action is made first, so that the collector meets it through
-	// every other fault, and while the workload still runs.
-	if i := slices.Index(order, faultUndeletable); i > 0 {
-		order = append([]string{faultUndeletable}, slices.Delete(order, i, i+1)...)
+	// The kinds that act on the workload's actions come first, while it still runs even
+	// in a short run: the undeletable action, which the collector then meets through
+	// every other fault, and the deleted pod.
+	for _, first := range []string{faultDeleteRunning, faultUndeletable} {
+		if i := slices.Index(order, first); i > 0 {
+			order = append([]string{first}, slices.Delete(order, i, i+1)...)
+		}
 	}
 	end := time.Now().Add(d)
 	for i := 0; ; i++ {

@@ -54,6 +54,10 @@ type sampler struct {
 	startedMax int
 	peakStored int
 	violations []string
+	// over counts the samples over the bound, peakOver by how much at most, lastOver
+	// when the last was.
+	over, peakOver int
+	lastOver       time.Time
 	// rss is each program's peak resident memory and when it was seen.
 	rss     map[string]int64
 	rssWhen map[string]time.Time
@@ -135,7 +139,13 @@ func (sm *sampler) sampleActions(ctx context.Context) {
 			recent++
 		}
 	}
-	if bound := storedBound(sm.startedMax, recent); finished > bound && len(sm.violations) < 20 {
+	if bound := storedBound(sm.startedMax, recent); finished > bound {
+		sm.over++
+		sm.lastOver = now
+		sm.peakOver = max(sm.peakOver, finished-bound)
+		if len(sm.violations) > 0 {
+			return
+		}
 		sort.Strings(held)
 		if len(held) > 8 {
 			held = append(held[:8], "…")
@@ -201,11 +211,16 @@ func (sm *sampler) summary() string {
 		sm.samples, sm.peakStored, sm.startedMax, strings.Join(mem, ", "))
 }
 
-// boundProblems are the samples over the bound on stored actions.
+// boundProblems name the first sample over the bound on stored actions, and how many
+// more were.
 func (sm *sampler) boundProblems() []string {
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	return append([]string(nil), sm.violations...)
+	if len(sm.violations) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s; %d samples in all were over the bound, by up to %d, the last at %s",
+		sm.violations[0], sm.over, sm.peakOver, sm.lastOver.Format(time.TimeOnly))}
 }
 
 // programOf is a process's program: its name without the replica's number.
