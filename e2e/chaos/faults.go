@@ -96,16 +96,7 @@ func newFaults(s *system, obs *observer, rnd *rand.Rand, log func(string, ...any
 // that a short run has them all, then kinds at random. Between two faults the system
 // gets a random pause.
 func (f *faults) run(ctx context.Context, d time.Duration) {
-	order := append([]string(nil), f.kinds...)
-	f.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	// The kinds that act on the workload's actions come first, while it still runs even
-	// in a short run: the undeletable action, which the collector then meets through
-	// every other fault, and the deleted pod.
-	for _, first := range []string{faultDeleteRunning, faultUndeletable} {
-		if i := slices.Index(order, first); i > 0 {
-			order = append([]string{first}, slices.Delete(order, i, i+1)...)
-		}
-	}
+	order := firstRound(f.rnd, f.kinds)
 	end := time.Now().Add(d)
 	for i := 0; ; i++ {
 		gap := time.Duration(1+f.rnd.IntN(4)) * time.Second
@@ -130,6 +121,21 @@ func (f *faults) run(ctx context.Context, d time.Duration) {
 			}
 		}
 	}
+}
+
+// firstRound is the order in which every kind fires once: drawn from rnd, but for the
+// kinds that act on the workload's actions, which come first, while it still runs even
+// in a short run: the undeletable action, which the collector then meets through every
+// other fault, and the deleted pod.
+func firstRound(rnd *rand.Rand, kinds []string) []string {
+	order := append([]string(nil), kinds...)
+	rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for _, first := range []string{faultDeleteRunning, faultUndeletable} {
+		if i := slices.Index(order, first); i > 0 {
+			order = append([]string{first}, slices.Delete(order, i, i+1)...)
+		}
+	}
+	return order
 }
 
 func (f *faults) fire(ctx context.Context, kind string) error {
