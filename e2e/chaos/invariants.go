@@ -37,7 +37,7 @@ const (
 var memoryLimits = map[string]int64{
 	"executor":       256 << 20,
 	"events":         192 << 20,
-	"cacheservice":   128 << 20,
+	"cacheservice":   160 << 20,
 	"etcd":           512 << 20,
 	"kube-apiserver": 1536 << 20,
 }
