@@ -45,6 +45,9 @@ type checker struct {
 	f   *faults
 	sm  *sampler
 	ws  *watchers
+	// tightest is the action that came closest to its fault-cost bound, and how close.
+	tightest      string
+	tightestRatio float64
 }
 
 // settle checks until every check passes or the time is up, and returns what is still

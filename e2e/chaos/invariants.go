@@ -296,7 +296,12 @@ func (ch *checker) costProblems() []string {
 			bound += sp.to.Sub(sp.from) + costRecovery
 			faults = append(faults, fmt.Sprintf("%s %s %s–%s", sp.kind, sp.target, sp.from.Format(time.TimeOnly), sp.to.Format(time.TimeOnly)))
 		}
-		if took := r.endedAt.Sub(created); took > bound {
+		took := r.endedAt.Sub(created)
+		if ratio := float64(took) / float64(bound); ratio > ch.tightestRatio {
+			ch.tightestRatio = ratio
+			ch.tightest = fmt.Sprintf("%s took %s of its %s", p.name, took.Round(time.Second), bound.Round(time.Second))
+		}
+		if took > bound {
 			out = append(out, fmt.Sprintf("fault cost: %s took %s from create to end, over its bound of %s (%s base + %s work + the faults touching it: %s)",
 				p.name, took.Round(time.Second), bound.Round(time.Second), costBase, work, orNone(strings.Join(faults, ", "))))
 		}
