@@ -256,6 +256,23 @@ func (f *faults) restartAPIServer(ctx context.Context) error {
 	return err
 }
 
+// outageSince returns when the outage of the API server t falls in began (or the zero
+// time when t falls in none).
+func (f *faults) outageSince(t time.Time) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var since time.Time
+	for _, w := range f.outages {
+		if !t.Before(w.from) && !t.After(w.to) && (since.IsZero() || w.from.Before(since)) {
+			since = w.from
+		}
+	}
+	if !f.outageFrom.IsZero() && !t.Before(f.outageFrom) && (since.IsZero() || f.outageFrom.Before(since)) {
+		since = f.outageFrom
+	}
+	return since
+}
+
 // inOutage reports whether t falls in an outage of the API server (or just after).
 func (f *faults) inOutage(t time.Time) bool {
 	f.mu.Lock()

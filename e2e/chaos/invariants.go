@@ -46,6 +46,7 @@ var memoryLimits = map[string]int64{
 // and started (the bound on stored actions), and every program's resident memory.
 type sampler struct {
 	s *system
+	f *faults
 
 	mu sync.Mutex
 	// finishedAt is when a sample first showed each action finished.
@@ -64,8 +65,8 @@ type sampler struct {
 	samples int
 }
 
-func newSampler(s *system) *sampler {
-	return &sampler{s: s, finishedAt: map[string]time.Time{}, rss: map[string]int64{}, rssWhen: map[string]time.Time{}}
+func newSampler(s *system, f *faults) *sampler {
+	return &sampler{s: s, f: f, finishedAt: map[string]time.Time{}, rss: map[string]int64{}, rssWhen: map[string]time.Time{}}
 }
 
 // run samples every second until ctx ends.
@@ -92,7 +93,9 @@ func (sm *sampler) run(ctx context.Context) {
 // maxUndeliveredFinished more, since new actions wait once that many are undelivered,
 // plus the actions already started then, which still finish (startedMax, the most seen
 // started at once); recent are those that finished within the last collector pass
-// (gc.interval and a second), which the collector has not yet seen. Actions not yet
+// (gc.interval and a second), which the collector has not yet seen, or, while the API
+// server is away or just back (the outage and 30 s after, in which a leader may change),
+// since the outage began: the collector cannot delete meanwhile. Actions not yet
 // finished are the workload's demand, which no setting bounds: the bound is on what the
 // system keeps of finished work.
 func storedBound(startedMax, recent int) int {
@@ -133,9 +136,13 @@ func (sm *sampler) sampleActions(ctx context.Context) {
 	sm.samples++
 	sm.startedMax = max(sm.startedMax, started)
 	sm.peakStored = max(sm.peakStored, len(list.Items))
+	since := now.Add(-soakGCInterval - time.Second)
+	if from := sm.f.outageSince(now); !from.IsZero() && from.Before(since) {
+		since = from
+	}
 	recent := 0
 	for _, at := range sm.finishedAt {
-		if now.Sub(at) <= soakGCInterval+time.Second {
+		if !at.Before(since) {
 			recent++
 		}
 	}
@@ -151,7 +158,7 @@ func (sm *sampler) sampleActions(ctx context.Context) {
 			held = append(held[:8], "…")
 		}
 		sm.violations = append(sm.violations, fmt.Sprintf(
-			"stored-actions bound: at %s %d finished actions were stored (%d in all), over the bound of %d (gc.maxFinished %d + eventsBacklog.maxUndeliveredFinished %d + %d started at most + %d finished within a collector pass); among them %s",
+			"stored-actions bound: at %s %d finished actions were stored (%d in all), over the bound of %d (gc.maxFinished %d + eventsBacklog.maxUndeliveredFinished %d + %d started at most + %d finished within the last collector pass or since the API server went away); among them %s",
 			now.Format(time.TimeOnly), finished, len(list.Items), bound, soakMaxFinished, soakMaxUndeliveredFinished, sm.startedMax, recent, strings.Join(held, " ")))
 	}
 }

@@ -140,7 +140,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, p := range s.services() {
 		bg.Go(func() { f.supervise(runCtx, p, func(ctx context.Context) error { return s.startService(ctx, p) }) })
 	}
-	sm := newSampler(s)
+	sm := newSampler(s, f)
 	bg.Go(func() { sm.run(runCtx) })
 	ws := newWatchers()
 	for i, url := range s.eventsURLs {
