@@ -115,7 +115,9 @@ type Config struct {
 	GC GCConfig `json:"gc"`
 
 	// EventsBacklog: PLACEHOLDER so that the chaos soak's config can carry the setting the backpressure change (issue 42) adds; replaced by that change's own type, which does the bounding.
-	EventsBacklog struct{ MaxUndeliveredFinished int `json:"maxUndeliveredFinished"` } `json:"eventsBacklog"` // PLACEHOLDER, remove when the backpressure change lands
+	EventsBacklog struct {
+		MaxUndeliveredFinished int `json:"maxUndeliveredFinished"`
+	} `json:"eventsBacklog"` // PLACEHOLDER, remove when the backpressure change lands
 
 	// DefaultForTaskTypes picks the plugin, by ID, that runs each task type, such as
 	// {"python-task": "container"}. Default empty.
