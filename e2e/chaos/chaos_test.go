@@ -52,6 +52,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("seed %d, %s: %d actions (%d deleted by the client), %d of the hostile tenant, %s; pods run to their end: %v",
 		seed, duration, rep.Actions, rep.Deleted, rep.Hostile, rep.FaultSummary(), rep.PodsRun)
 	t.Logf("the hostile tenant's actions ended: %s", strings.Join(rep.HostileEnds, "; "))
+	t.Logf("observed: %s", rep.Observed)
 	if len(rep.Problems) > 0 {
 		t.Errorf("seed %d: %d problems:\n  %s\nlogs in %s\n%s", seed, len(rep.Problems), strings.Join(rep.Problems, "\n  "),
 			filepath.Join(dir, "logs"), replay)

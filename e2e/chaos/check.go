@@ -43,6 +43,11 @@ type checker struct {
 	w   *workload
 	obs *observer
 	f   *faults
+	sm  *sampler
+	ws  *watchers
+	// tightest is the action that came closest to its fault-cost bound, and how close.
+	tightest      string
+	tightestRatio float64
 }
 
 // settle checks until every check passes or the time is up, and returns what is still
@@ -52,6 +57,12 @@ func (ch *checker) settle(ctx context.Context, timeout time.Duration) []string {
 	for {
 		problems := ch.check(ctx)
 		if len(problems) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			// What the run saw as it went (the bound on stored actions, memory, what
+			// each fault cost) no settling changes: checked once, at the end.
+			problems = append(problems, ch.sm.boundProblems()...)
+			problems = append(problems, ch.sm.memoryProblems()...)
+			problems = append(problems, ch.costProblems()...)
+			sort.Strings(problems)
 			return problems
 		}
 		sleep(ctx, 2*time.Second)
@@ -87,7 +98,7 @@ func (ch *checker) check(ctx context.Context) []string {
 			}
 			// Deleted before the watch saw it: nothing was reported, so nothing is owed.
 			if !p.hostile {
-				ch.checkEvents(ctx, p, nil, true, true, add)
+				ch.checkWatchers(p, ch.checkEvents(ctx, p, nil, true, true, add), add)
 			}
 			continue
 		}
@@ -108,10 +119,11 @@ func (ch *checker) check(ctx context.Context) []string {
 		case !wasDeleted && st.Phase != p.expect:
 			add("%s: %s, want %s (reason %s)", p.name, orNone(string(st.Phase)), p.expect, progressingReason(r.last))
 		}
-		ch.checkEvents(ctx, p, r.last, wasDeleted, r.endUnseen, add)
+		ch.checkWatchers(p, ch.checkEvents(ctx, p, r.last, wasDeleted, r.endUnseen, add), add)
 	}
 
 	ch.checkTenants(ctx, add)
+	problems = append(problems, ch.collectionProblems(ctx)...)
 
 	ch.obs.mu.Lock()
 	for name, uids := range ch.obs.podUIDs {
@@ -144,7 +156,9 @@ func (ch *checker) check(ctx context.Context) []string {
 // every entry of the action's history exactly once. When the watch did not see the end
 // (endUnseen: the action was gone by the time a new list was taken), the events service
 // may also hold what the action wrote after the last version seen, and nothing else.
-func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskAction, deleted, endUnseen bool, add func(string, ...any)) {
+// It returns the events service's latest phase of the action (unspecified when it has
+// none or could not say).
+func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskAction, deleted, endUnseen bool, add func(string, ...any)) flytecorev1.ActionPhase {
 	name := p.name
 	if deleted {
 		name += " (deleted by the client " + p.deletion + ")"
@@ -171,17 +185,17 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 		if len(history) > 0 {
 			add("%s: the events service has no record, but the executor wrote %d history entries", name, len(history))
 		}
-		return
+		return flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
 	case err != nil:
 		add("%s: GetAction: %v", name, err)
-		return
+		return flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
 	}
 	state := got.Msg.GetAction().GetPhase()
 
 	events, err := listEvents(ctx, ch.s.viewer, id)
 	if err != nil {
 		add("%s: ListActionEvents: %v", name, err)
-		return
+		return state
 	}
 	stored := map[eventKey]int{}
 	var keys []string
@@ -230,6 +244,19 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 			continue
 		}
 		add("%s: the events service holds %s (%d times), which is not in the action's history", name, k, n)
+	}
+	return state
+}
+
+// checkWatchers holds every watcher to having seen the action's end, once the events
+// service holds one.
+func (ch *checker) checkWatchers(p *plan, end flytecorev1.ActionPhase, add func(string, ...any)) {
+	if !isTerminal(end) {
+		return
+	}
+	spec := p.action.Spec
+	for _, m := range ch.ws.missed(idOf(spec.Project, spec.Domain, spec.RunName, spec.ActionName), end) {
+		add("%s: every finish reaches every watcher: the events service says %s, but watcher %s", p.name, strings.TrimPrefix(end.String(), "ACTION_PHASE_"), m)
 	}
 }
 

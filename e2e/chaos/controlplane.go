@@ -30,7 +30,20 @@ type controlPlane struct {
 	etcd, apiserver *proc
 	url             string
 	config          *rest.Config
-	kubeconfig      string // file, for the executors
+	kubeconfig      string // file, for the node and the soak
+	kc              *clientcmdapi.Config
+}
+
+// kubeconfigVia writes a kubeconfig that reaches the API server at addr (host:port, the
+// fault proxy's) with the same certificate and token, and returns its file.
+func (cp *controlPlane) kubeconfigVia(addr string) (string, error) {
+	kc := cp.kc.DeepCopy()
+	kc.Clusters["chaos"].Server = "https://" + addr
+	path := cp.kubeconfig + "-via-proxy"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return "", fmt.Errorf("control plane: writing the proxied kubeconfig: %w", err)
+	}
+	return path, nil
 }
 
 // startControlPlane starts etcd and kube-apiserver, serving TLS with the soak's
@@ -87,6 +100,7 @@ func startControlPlane(ctx context.Context, assets, dir, logs string, creds *dev
 	if err := clientcmd.WriteToFile(*kc, cp.kubeconfig); err != nil {
 		return nil, fmt.Errorf("control plane: writing the kubeconfig: %w", err)
 	}
+	cp.kc = kc
 
 	if err := cp.etcd.start(); err != nil {
 		return nil, err

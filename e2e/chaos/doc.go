@@ -6,6 +6,16 @@
 // gracefully. A stand-in kubelet plays the node for container actions. Afterwards the
 // soak holds the system to its promises and names every action that breaks one.
 //
+// Gray faults besides (grayfaults.go): toxiproxy, in the soak's process on 127.0.0.1
+// (proxy.go), stands between the services and Postgres and between the executors and
+// the API server, the events and the cache service, and makes one link slow, narrow or
+// half-open for a while; the executors lose every events replica for longer than the
+// collector's TTL; the data store's file system is frozen (store.go); the API server
+// refuses to delete one action (undeletable.go). The invariants of invariants.go and
+// watchers.go hold the system to a bound on the finished actions it stores, to every
+// finish reaching a watcher on each events replica, to each program's memory limit and
+// to what each fault may cost the work it does not touch.
+//
 // Beside the workload of namespace chaos runs a hostile tenant, namespace hostile
 // (hostile.go): actions forging project chaos (an echo over a chaos action's name, input
 // and store; a chaos cache key), a sparse 64 GiB error document, an output tree over the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 )
 
 // The kinds of fault.
@@ -24,9 +27,29 @@ const (
 	faultPostgres      = "restart-postgres"  // immediate shutdown and start of Postgres
 	faultAPIServer     = "restart-apiserver" // kube-apiserver stopped and started on the same etcd
 	faultDeleteRunning = "delete-pod"        // graceful deletion of a running pod
+	// Through the fault proxy (proxy.go), on one link drawn from the seed, for a while
+	// drawn from it, then taken off.
+	faultSlowLink   = "slow-link"      // latency with jitter, both ways
+	faultNarrowLink = "narrow-link"    // a bandwidth limit, both ways
+	faultHalfOpen   = "half-open-link" // connections accepted and never answered (toxiproxy's timeout)
+	// The executors cut off from every events replica for longer than gc.maxTTL.
+	faultEventsOutage = "events-outage"
+	// The file system of the data store frozen (fsfreeze): every write to it, the
+	// executor's and the pods', waits until it thaws (store.go).
+	faultStallStore = "stall-store"
+	// A finished chaos action the API server refuses to delete (a
+	// ValidatingAdmissionPolicy matching a label the soak puts on it; undeletable.go).
+	faultUndeletable = "undeletable"
 )
 
-var faultKinds = []string{faultKillLeader, faultKillEvents, faultKillCache, faultPostgres, faultAPIServer, faultDeleteRunning}
+var faultKinds = []string{faultKillLeader, faultKillEvents, faultKillCache, faultPostgres, faultAPIServer, faultDeleteRunning,
+	faultSlowLink, faultNarrowLink, faultHalfOpen, faultEventsOutage, faultStallStore, faultUndeletable}
+
+// span is the time a fault acted, and what it acted on: a link, a program, an action.
+type span struct {
+	kind, target string
+	from, to     time.Time
+}
 
 // faults fires faults one at a time at random times and keeps the system whole between
 // them: what it kills it starts again.
@@ -43,21 +66,37 @@ type faults struct {
 	outageFrom time.Time
 	errs       []string
 	deleted    []string // pods deleted by the soak
+	spans      []span
+	// undeletable are the chaos actions made undeletable, by name.
+	undeletable map[string]bool
+	// long says the run is long enough for faults held longer (a few minutes or more).
+	long bool
+	// kept says a chaos action is one the client never deletes.
+	kept func(name string) bool
+	// kinds are the kinds this run fires: faultKinds, less those the machine cannot
+	// inject (stall-store needs root).
+	kinds []string
 }
 
 // window is a span of time in which the soak caused some exits.
 type window struct{ from, to time.Time }
 
 func newFaults(s *system, obs *observer, rnd *rand.Rand, log func(string, ...any)) *faults {
-	return &faults{s: s, obs: obs, rnd: rnd, log: log, counts: map[string]int{}}
+	f := &faults{s: s, obs: obs, rnd: rnd, log: log, counts: map[string]int{}, undeletable: map[string]bool{}}
+	for _, k := range faultKinds {
+		if k == faultStallStore && s.store == nil {
+			continue
+		}
+		f.kinds = append(f.kinds, k)
+	}
+	return f
 }
 
 // run fires faults until the chaos ends: every kind once first, in a seeded order, so
 // that a short run has them all, then kinds at random. Between two faults the system
 // gets a random pause.
 func (f *faults) run(ctx context.Context, d time.Duration) {
-	order := append([]string(nil), faultKinds...)
-	f.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	order := firstRound(f.rnd, f.kinds)
 	end := time.Now().Add(d)
 	for i := 0; ; i++ {
 		gap := time.Duration(1+f.rnd.IntN(4)) * time.Second
@@ -68,7 +107,7 @@ func (f *faults) run(ctx context.Context, d time.Duration) {
 		if i < len(order) {
 			kind = order[i]
 		} else {
-			kind = faultKinds[f.rnd.IntN(len(faultKinds))]
+			kind = f.kinds[f.rnd.IntN(len(f.kinds))]
 		}
 		sleep(ctx, gap)
 		if ctx.Err() != nil || (i >= len(order) && time.Now().After(end)) {
@@ -84,21 +123,47 @@ func (f *faults) run(ctx context.Context, d time.Duration) {
 	}
 }
 
+// firstRound is the order in which every kind fires once: drawn from rnd, but for the
+// kinds that act on the workload's actions, which come first, while it still runs even
+// in a short run: the undeletable action, which the collector then meets through every
+// other fault, and the deleted pod.
+func firstRound(rnd *rand.Rand, kinds []string) []string {
+	order := append([]string(nil), kinds...)
+	rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for _, first := range []string{faultDeleteRunning, faultUndeletable} {
+		if i := slices.Index(order, first); i > 0 {
+			order = append([]string{first}, slices.Delete(order, i, i+1)...)
+		}
+	}
+	return order
+}
+
 func (f *faults) fire(ctx context.Context, kind string) error {
 	switch kind {
 	case faultKillLeader:
 		return f.killLeader(ctx)
 	case faultKillEvents:
-		return f.killService(ctx, kind, f.s.events)
+		return f.killService(ctx, kind, f.s.events[f.rnd.IntN(len(f.s.events))])
 	case faultKillCache:
 		return f.killService(ctx, kind, f.s.cache)
 	case faultPostgres:
 		f.count(kind)
-		return f.s.pg.restartImmediate(ctx)
+		from := time.Now()
+		err := f.s.pg.restartImmediate(ctx)
+		f.record(kind, "postgres", from)
+		return err
 	case faultAPIServer:
 		return f.restartAPIServer(ctx)
 	case faultDeleteRunning:
 		return f.deleteRunningPod(ctx)
+	case faultSlowLink, faultNarrowLink, faultHalfOpen:
+		return f.poisonLink(ctx, kind)
+	case faultEventsOutage:
+		return f.eventsOutage(ctx)
+	case faultStallStore:
+		return f.stallStore(ctx)
+	case faultUndeletable:
+		return f.makeUndeletable(ctx)
 	}
 	return fmt.Errorf("unknown fault %q", kind)
 }
@@ -111,6 +176,8 @@ func (f *faults) killLeader(ctx context.Context) error {
 		return err
 	}
 	f.count(faultKillLeader)
+	from := time.Now()
+	defer f.record(faultKillLeader, f.s.executors[leader].name, from)
 	if err := f.s.executors[leader].kill(30 * time.Second); err != nil {
 		return err
 	}
@@ -159,6 +226,8 @@ func isLeader(ctx context.Context, metricsURL string) bool {
 // killService kills a service and starts it again after a short random outage.
 func (f *faults) killService(ctx context.Context, kind string, p *proc) error {
 	f.count(kind)
+	from := time.Now()
+	defer f.record(kind, p.name, from)
 	if err := p.kill(30 * time.Second); err != nil {
 		return err
 	}
@@ -182,8 +251,26 @@ func (f *faults) restartAPIServer(ctx context.Context) error {
 	// A lease lost during the outage may be noticed a little after it.
 	f.outages = append(f.outages, window{from: from, to: time.Now().Add(30 * time.Second)})
 	f.outageFrom = time.Time{}
+	f.spans = append(f.spans, span{kind: faultAPIServer, target: "kube-apiserver", from: from, to: time.Now()})
 	f.mu.Unlock()
 	return err
+}
+
+// outageSince returns when the outage of the API server t falls in began (or the zero
+// time when t falls in none).
+func (f *faults) outageSince(t time.Time) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var since time.Time
+	for _, w := range f.outages {
+		if !t.Before(w.from) && !t.After(w.to) && (since.IsZero() || w.from.Before(since)) {
+			since = w.from
+		}
+	}
+	if !f.outageFrom.IsZero() && !t.Before(f.outageFrom) && (since.IsZero() || f.outageFrom.Before(since)) {
+		since = f.outageFrom
+	}
+	return since
 }
 
 // inOutage reports whether t falls in an outage of the API server (or just after).
@@ -219,6 +306,7 @@ func (f *faults) deleteRunningPod(ctx context.Context) error {
 			f.count(faultDeleteRunning)
 			f.mu.Lock()
 			f.deleted = append(f.deleted, p.Name)
+			f.spans = append(f.spans, span{kind: faultDeleteRunning, target: p.Labels[core.LabelTaskAction], from: time.Now(), to: time.Now()})
 			f.mu.Unlock()
 			f.log("deleted running pod %s", p.Name)
 			return nil
@@ -227,6 +315,20 @@ func (f *faults) deleteRunningPod(ctx context.Context) error {
 	}
 	f.log("no running pod to delete")
 	return nil
+}
+
+// record notes that a fault of kind acted on target from from until now.
+func (f *faults) record(kind, target string, from time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.spans = append(f.spans, span{kind: kind, target: target, from: from, to: time.Now()})
+}
+
+// snapshotSpans returns the faults' spans so far.
+func (f *faults) snapshotSpans() []span {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]span(nil), f.spans...)
 }
 
 func (f *faults) count(kind string) {

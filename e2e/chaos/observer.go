@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -39,6 +40,8 @@ type actionRecord struct {
 	// endUnseen says the deletion was inferred from a new list: the watch lost its place
 	// meanwhile, so the action may have written history after the last version seen.
 	endUnseen bool
+	// endedAt is when the watch first saw it finished.
+	endedAt time.Time
 }
 
 func newObserver() *observer {
@@ -69,6 +72,9 @@ func (o *observer) action(ch change) {
 	}
 	if ta.Status.Phase == flytev1.PhaseRunning {
 		r.running = true
+	}
+	if ta.Status.Phase.IsTerminal() && r.endedAt.IsZero() {
+		r.endedAt = time.Now()
 	}
 }
 

@@ -7,8 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flytekube/backend/internal/ports"
 )
 
 // postgres is a throwaway cluster of the soak's own, started by hack/postgres.sh even
@@ -16,15 +19,24 @@ import (
 // across the soak's restarts (FLYTE_PG_DURABLE).
 type postgres struct {
 	root, dir, url string
+	// addr is the server's TCP address (127.0.0.1), which the fault proxy forwards to;
+	// url reaches it there too.
+	addr string
 }
 
 func startPostgres(ctx context.Context, root string) (*postgres, error) {
+	port, err := ports.Free(1)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "postgres.sh"), "start")
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TEST_DATABASE_URL=") })
 	// Durable commits: the soak kills the server at once, and a test cluster's
 	// synchronous_commit=off would lose what the events service acknowledged, an event
 	// lost to the test's own shortcut rather than to the system.
 	cmd.Env = append(cmd.Env, "FLYTE_PG_DURABLE=1")
+	// A TCP port besides the socket, for the fault proxy to stand in front of.
+	cmd.Env = append(cmd.Env, "FLYTE_PG_TCP_PORT="+strconv.Itoa(port[0]))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -35,7 +47,7 @@ func startPostgres(ctx context.Context, root string) (*postgres, error) {
 	if len(lines) < 2 {
 		return nil, fmt.Errorf("hack/postgres.sh start printed %q", out)
 	}
-	return &postgres{root: root, dir: lines[len(lines)-2], url: lines[len(lines)-1]}, nil
+	return &postgres{root: root, dir: lines[len(lines)-2], url: lines[len(lines)-1], addr: "127.0.0.1:" + strconv.Itoa(port[0])}, nil
 }
 
 // restartImmediate stops the server without a shutdown checkpoint, as a crash would,

@@ -84,6 +84,16 @@ func (p *proc) start() error {
 	return nil
 }
 
+// pid is the running process's id, 0 when none runs.
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // running reports whether the program is up.
 func (p *proc) running() bool {
 	p.mu.Lock()

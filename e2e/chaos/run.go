@@ -51,6 +51,8 @@ type Report struct {
 	// Problems name every action (or process) that broke a promise; none means the
 	// run passed.
 	Problems []string
+	// Observed says what the sampler saw: stored actions and memory at their peaks.
+	Observed string
 }
 
 // FaultSummary lists the faults fired, kind by kind.
@@ -127,11 +129,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		bg.Go(func() { k.run(runCtx) })
 	}
 	f := newFaults(s, obs, faultRnd, o.Log)
+	f.long = o.Duration >= 2*time.Minute
+	f.kept = func(name string) bool {
+		p := w.byName[name]
+		return p != nil && !p.hostile && p.deletion == keep
+	}
 	for i, e := range s.executors {
 		bg.Go(func() { f.supervise(runCtx, e, func(ctx context.Context) error { return s.startExecutor(ctx, i) }) })
 	}
-	for _, p := range []*proc{s.events, s.cache} {
+	for _, p := range s.services() {
 		bg.Go(func() { f.supervise(runCtx, p, func(ctx context.Context) error { return s.startService(ctx, p) }) })
+	}
+	sm := newSampler(s, f)
+	bg.Go(func() { sm.run(runCtx) })
+	ws := newWatchers()
+	for i, url := range s.eventsURLs {
+		for _, project := range []string{"chaos", hostileProject} {
+			bg.Go(func() { ws.follow(runCtx, s.watchClient, s.events[i].name, url, project) })
+		}
 	}
 
 	o.Log("chaos for %s: %d actions, %d of them the hostile tenant's, faults at random", o.Duration, len(w.plans), rep.Hostile)
@@ -143,8 +158,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	stopChaos()
 
 	o.Log("chaos over; waiting up to %s for the system to settle", o.SettleTimeout)
-	ch := &checker{s: s, w: w, obs: obs, f: f}
+	ch := &checker{s: s, w: w, obs: obs, f: f, sm: sm, ws: ws}
 	rep.Problems = ch.settle(ctx, o.SettleTimeout)
+	rep.Observed = sm.summary() + "; closest to its fault-cost bound: " + orNone(ch.tightest)
 	f.mu.Lock()
 	rep.Faults = map[string]int{}
 	for k, n := range f.counts {
@@ -169,7 +185,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if s.node != nil && rep.PodsRun["containerd"] == 0 {
 		rep.Problems = append(rep.Problems, "no pod ran to its end on the real node's containerd")
 	}
-	for _, kind := range faultKinds {
+	for _, kind := range f.kinds {
 		if rep.Faults[kind] == 0 {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("fault %s never fired (the run was too short or found nothing to hit)", kind))
 		}

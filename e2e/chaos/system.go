@@ -45,19 +45,31 @@ type system struct {
 	executors  []*proc
 	execHealth []string // /readyz URLs
 	execMetric []string // /metrics URLs
-	events     *proc
+	// events are the events service's replicas, on one database: each executor
+	// replica records through its own (executor-i to events-i), and the soak watches
+	// each (watchers.go).
+	events     []*proc
 	cache      *proc
-	eventsURL  string
+	eventsURLs []string
+	eventsURL  string // the first replica's, which the checks read
 	cacheURL   string
-	svcClient  *http.Client // trusts the soak's CA
-	client     client.WithWatch
-	viewer     eventsv1connect.EventsServiceClient
+	health     map[*proc]string // each service's health check
+	// proxy stands between the programs and what they reach (proxy.go).
+	proxy     *faultProxy
+	svcClient *http.Client // trusts the soak's CA
+	client    client.WithWatch
+	viewer    eventsv1connect.EventsServiceClient
+	// watchClient is the viewer's, without a deadline, for WatchActions streams.
+	watchClient *http.Client
 	// cacheReader reads cache entries with the executor's token, the only one the cache
 	// service serves them to; the soak only reads.
 	cacheReader cachev1connect.CacheServiceClient
 	dataDir     string // file:// inputs and outputs of the actions
 	// node is the real node the pods run on; nil with the stand-in kubelet.
 	node *realNode
+	// store is the file system under dataDir, which the soak can stall; nil without
+	// root, when dataDir is a plain directory.
+	store *store
 }
 
 // image is the image of the soak's container actions: one the real node holds, or any
@@ -104,6 +116,13 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 			s.stop()
 		}
 	}()
+	if os.Geteuid() == 0 {
+		if s.store, err = mountStore(ctx, dir, s.dataDir); err != nil {
+			return s, err
+		}
+	} else {
+		log("not root: the data store is a plain directory, and the soak cannot stall it (no %s)", faultStallStore)
+	}
 	for _, d := range []string{s.logs, filepath.Join(s.dataDir, "inputs"), filepath.Join(s.dataDir, "outputs")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return s, fmt.Errorf("system: %w", err)
@@ -142,6 +161,11 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 		}
 	}
 
+	// An object the API server refuses to delete, for the undeletable fault.
+	if err := refuseDeletes(ctx, s.client); err != nil {
+		return s, err
+	}
+
 	log("control plane up at %s", s.cp.url)
 	switch node {
 	case NodeReal:
@@ -163,31 +187,76 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 		return s, err
 	}
 
-	p, err := ports.Free(8)
+	// The fault proxy: the services reach Postgres through it, the executors the API
+	// server, the events and the cache service.
+	s.proxy = newFaultProxy()
+	pgVia, err := s.proxy.add(linkPostgres, s.pg.addr)
+	if err != nil {
+		return s, err
+	}
+	svcDBURL := strings.Replace(dbURL, s.pg.addr, pgVia, 1)
+	if svcDBURL == dbURL {
+		return s, fmt.Errorf("system: the database URL %q does not name %s", dbURL, s.pg.addr)
+	}
+
+	p, err := ports.Free(12)
 	if err != nil {
 		return s, err
 	}
 	if s.svcClient, err = rpcclient.New(rpcclient.Options{CAFile: creds.CAFile, Timeout: 5 * time.Second}); err != nil {
 		return s, err
 	}
-	s.eventsURL, s.cacheURL = "https://127.0.0.1:"+strconv.Itoa(p[0]), "https://127.0.0.1:"+strconv.Itoa(p[1])
 	svcArgs := func(listen, metrics int) []string {
 		return []string{"--listen", "127.0.0.1:" + strconv.Itoa(listen), "--metrics-listen", "127.0.0.1:" + strconv.Itoa(metrics),
 			"--tls-cert-file", creds.CertFile, "--tls-key-file", creds.KeyFile, "--auth-mode", "token-file", "--auth-token-file", creds.TokensFile}
 	}
-	env := []string{"DATABASE_URL=" + dbURL, "OTEL_SDK_DISABLED=true"}
-	s.events = newProc("events", bins["events"], s.logs, env, svcArgs(p[0], p[2])...)
+	env := []string{"DATABASE_URL=" + svcDBURL, "OTEL_SDK_DISABLED=true"}
+	s.health = map[*proc]string{}
+	for i := range eventsReplicas {
+		e := newProc(fmt.Sprintf("events-%d", i), bins["events"], s.logs, env, svcArgs(p[8+2*i], p[9+2*i])...)
+		s.events = append(s.events, e)
+		s.eventsURLs = append(s.eventsURLs, "https://127.0.0.1:"+strconv.Itoa(p[8+2*i]))
+		s.health[e] = s.eventsURLs[i] + "/healthz"
+	}
+	s.eventsURL, s.cacheURL = s.eventsURLs[0], "https://127.0.0.1:"+strconv.Itoa(p[1])
 	s.cache = newProc("cacheservice", bins["cacheservice"], s.logs, env, svcArgs(p[1], p[3])...)
-	for _, svc := range []*proc{s.events, s.cache} {
+	s.health[s.cache] = s.cacheURL + "/healthz"
+	for _, svc := range s.services() {
 		if err := s.startService(ctx, svc); err != nil {
 			return s, err
 		}
+	}
+	// What the executors reach, through the proxy: the API server (a kubeconfig of its
+	// own), each events replica and the cache service.
+	apiVia, err := s.proxy.add(linkAPIServer, strings.TrimPrefix(s.cp.url, "https://"))
+	if err != nil {
+		return s, err
+	}
+	execKubeconfig, err := s.cp.kubeconfigVia(apiVia)
+	if err != nil {
+		return s, err
+	}
+	var execEvents []string
+	for _, u := range s.eventsURLs {
+		via, err := s.proxy.add(linkEvents, strings.TrimPrefix(u, "https://"))
+		if err != nil {
+			return s, err
+		}
+		execEvents = append(execEvents, "https://"+via)
+	}
+	cacheVia, err := s.proxy.add(linkCache, strings.TrimPrefix(s.cacheURL, "https://"))
+	if err != nil {
+		return s, err
 	}
 	viewer, err := rpcclient.New(rpcclient.Options{CAFile: creds.CAFile, TokenFile: creds.ViewerTokenFile, Timeout: 10 * time.Second})
 	if err != nil {
 		return s, err
 	}
 	s.viewer = eventsv1connect.NewEventsServiceClient(viewer, s.eventsURL)
+	// Streams last as long as the run: no deadline on the request.
+	if s.watchClient, err = rpcclient.New(rpcclient.Options{CAFile: creds.CAFile, TokenFile: creds.ViewerTokenFile}); err != nil {
+		return s, err
+	}
 	reader, err := rpcclient.New(rpcclient.Options{CAFile: creds.CAFile, TokenFile: creds.ExecutorTokenFile, Timeout: 10 * time.Second})
 	if err != nil {
 		return s, err
@@ -197,6 +266,7 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	log("Postgres and the services up")
 	for i := range 2 {
 		cfg := executorConfig(s, creds, p[4+2*i], p[5+2*i])
+		cfg.EventsServiceURL, cfg.CacheServiceURL = execEvents[i], "https://"+cacheVia
 		path := filepath.Join(dir, fmt.Sprintf("executor-%d.yaml", i))
 		raw, err := yaml.Marshal(cfg)
 		if err == nil {
@@ -206,7 +276,7 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 			return s, fmt.Errorf("system: writing %s: %w", path, err)
 		}
 		e := newProc(fmt.Sprintf("executor-%d", i), bins["executor"], s.logs,
-			[]string{"KUBECONFIG=" + s.cp.kubeconfig, "OTEL_SDK_DISABLED=true"}, "--config", path)
+			[]string{"KUBECONFIG=" + execKubeconfig, "OTEL_SDK_DISABLED=true"}, "--config", path)
 		s.executors = append(s.executors, e)
 		s.execHealth = append(s.execHealth, "http://"+cfg.HealthProbeBindAddress+"/readyz")
 		s.execMetric = append(s.execMetric, "http://"+cfg.MetricsBindAddress+"/metrics")
@@ -225,7 +295,6 @@ func executorConfig(s *system, creds *devcreds.Credentials, health, metrics int)
 	cfg.LeaderElect = true
 	cfg.LeaderElectionID, cfg.LeaderElectionNamespace = leaderLockName, leaderNS
 	cfg.Namespaces = []string{taskNamespace, hostileNamespace}
-	cfg.EventsServiceURL, cfg.CacheServiceURL = s.eventsURL, s.cacheURL
 	cfg.ServiceCAFile, cfg.ServiceTokenFile = creds.CAFile, creds.ExecutorTokenFile
 	cfg.HealthProbeBindAddress = "127.0.0.1:" + strconv.Itoa(health)
 	cfg.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(metrics)
@@ -243,6 +312,14 @@ func executorConfig(s *system, creds *devcreds.Credentials, health, metrics int)
 	// Small, so that the hostile tenant's tree over it is a thousand empty files, cheap
 	// on a shared machine; the bound's code is the same at any size.
 	cfg.Storage.MaxOutputEntries = soakMaxOutputEntries
+	// Short and small, so that an outage of the events service outlasts the TTL within
+	// a run and the bound on stored actions is reached (bound.go).
+	cfg.GC.Interval = metav1.Duration{Duration: soakGCInterval}
+	cfg.GC.MaxTTL = metav1.Duration{Duration: soakGCTTL}
+	cfg.GC.MaxFinished, cfg.GC.MaxFinishedPerNamespace = soakMaxFinished, soakMaxFinished
+	cfg.EventsBacklog.MaxUndeliveredFinished = soakMaxUndeliveredFinished
+	// A stalled store fails a call soon (faults.go, stall-store): shorter than a stall.
+	cfg.Storage.CallTimeout = metav1.Duration{Duration: soakStoreCallTimeout}
 	return cfg
 }
 
@@ -251,11 +328,7 @@ func (s *system) startService(ctx context.Context, p *proc) error {
 	if err := p.start(); err != nil {
 		return err
 	}
-	url := s.eventsURL
-	if p == s.cache {
-		url = s.cacheURL
-	}
-	return p.waitHTTP(ctx, s.svcClient, url+"/healthz", 2*time.Minute)
+	return p.waitHTTP(ctx, s.svcClient, s.health[p], 2*time.Minute)
 }
 
 // startExecutor starts (or restarts) replica i and waits until it is ready: a standby
@@ -272,10 +345,13 @@ func (s *system) stop() {
 	for _, e := range s.executors {
 		e.stop(15 * time.Second)
 	}
-	for _, p := range []*proc{s.events, s.cache} {
+	for _, p := range s.services() {
 		if p != nil {
 			p.stop(15 * time.Second)
 		}
+	}
+	if s.proxy != nil {
+		s.proxy.stop()
 	}
 	if s.pg != nil {
 		s.pg.stop()
@@ -285,6 +361,9 @@ func (s *system) stop() {
 	}
 	if s.cp != nil {
 		s.cp.stop()
+	}
+	if s.store != nil {
+		s.store.unmount()
 	}
 }
 
@@ -349,9 +428,21 @@ func createDatabase(ctx context.Context, maintenanceURL string) (string, error) 
 
 // allProcs is every process of the system, the control plane's included.
 func (s *system) allProcs() []*proc {
-	out := append([]*proc{s.events, s.cache}, s.executors...)
+	out := append(s.services(), s.executors...)
 	if s.cp != nil {
 		out = append(out, s.cp.etcd, s.cp.apiserver)
+	}
+	return out
+}
+
+// eventsReplicas is how many replicas of the events service run.
+const eventsReplicas = 2
+
+// services are the events replicas and the cache service.
+func (s *system) services() []*proc {
+	out := append([]*proc(nil), s.events...)
+	if s.cache != nil {
+		out = append(out, s.cache)
 	}
 	return out
 }

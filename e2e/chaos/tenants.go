@@ -47,7 +47,7 @@ func (ch *checker) checkHostile(ctx context.Context, p *plan, r actionRecord, ad
 			add("%s: %d pods created; want none", who, n)
 		}
 	}
-	ch.checkEvents(ctx, p, r.last, false, r.endUnseen, add)
+	ch.checkWatchers(p, ch.checkEvents(ctx, p, r.last, false, r.endUnseen, add), add)
 }
 
 // checkTenants finds any trace of the hostile tenant in the chaos tenant's data: 0

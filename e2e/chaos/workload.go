@@ -58,14 +58,16 @@ type workload struct {
 
 	mu      sync.Mutex
 	created map[string]bool
-	deleted map[string]time.Time // when the client's delete was accepted
-	errs    []string
+	// createdAt is when each action's create was accepted.
+	createdAt map[string]time.Time
+	deleted   map[string]time.Time // when the client's delete was accepted
+	errs      []string
 }
 
 // planWorkload draws the actions of a run of duration d from rnd; container actions
 // run image.
 func planWorkload(rnd *rand.Rand, d time.Duration, dataDir, image string) (*workload, error) {
-	w := &workload{byName: map[string]*plan{}, created: map[string]bool{}, deleted: map[string]time.Time{}}
+	w := &workload{byName: map[string]*plan{}, created: map[string]bool{}, createdAt: map[string]time.Time{}, deleted: map[string]time.Time{}}
 	kinds := []string{kindSleep, kindSleep, kindSleepRetry, kindEcho, kindCachedEcho, kindCachedEcho, kindCachedSleep,
 		kindContainerOK, kindContainerOK, kindContainerKO, kindFlaky}
 	const perSecond = 2
@@ -241,6 +243,9 @@ func (w *workload) create(ctx context.Context, c client.Client, p *plan) bool {
 		if err == nil || (apierrors.IsAlreadyExists(err) && try > 0) {
 			w.mu.Lock()
 			w.created[p.name] = true
+			if _, ok := w.createdAt[p.name]; !ok {
+				w.createdAt[p.name] = time.Now()
+			}
 			w.mu.Unlock()
 			return true
 		}
