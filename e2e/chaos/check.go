@@ -93,12 +93,17 @@ func (ch *checker) check(ctx context.Context) []string {
 		_, wasDeleted := deleted[p.name]
 		r, seen := ch.obs.record(p.name)
 		if !seen || r.last == nil {
-			if !wasDeleted {
-				add("%s: never seen by the watch", p.name)
-			}
 			// Deleted before the watch saw it: nothing was reported, so nothing is owed.
+			// Not deleted, it may have lived its whole life, and been collected, while
+			// the watch had lost its place (an API server restart): then the events
+			// service must hold the end it was planned to have.
+			state := flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
 			if !p.hostile {
-				ch.checkWatchers(p, ch.checkEvents(ctx, p, nil, true, true, add), add)
+				state = ch.checkEvents(ctx, p, nil, wasDeleted, true, add)
+				ch.checkWatchers(p, state, add)
+			}
+			if !wasDeleted && (!ch.obs.lostPlace() || state != protoPhase[p.expect]) {
+				add("%s: never seen by the watch (the events service says %s)", p.name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
 			}
 			continue
 		}
@@ -111,10 +116,12 @@ func (ch *checker) check(ctx context.Context) []string {
 		switch {
 		case wasDeleted && !r.gone:
 			add("%s: deleted by the client but still there (Terminating, finalizers %v, phase %s)", p.name, r.last.Finalizers, st.Phase)
-		case !wasDeleted && r.gone && !st.Phase.IsTerminal():
+		case !wasDeleted && r.gone && !st.Phase.IsTerminal() && !r.endUnseen:
 			// A finished action may go: the collector deletes it once its history is
-			// delivered and gc.maxTTL (5 minutes) has passed, which a soak of minutes
-			// reaches while it settles. Its events are checked below all the same.
+			// delivered and gc.maxTTL has passed, or it is over gc.maxFinished. One whose
+			// end and deletion both fell while the watch had lost its place is judged by
+			// the events service's record (checkEvents). Its events are checked below all
+			// the same.
 			add("%s: gone although nobody deleted it (last phase %s)", p.name, orNone(string(st.Phase)))
 		case !wasDeleted && st.Phase != p.expect:
 			add("%s: %s, want %s (reason %s)", p.name, orNone(string(st.Phase)), p.expect, progressingReason(r.last))
@@ -220,6 +227,11 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 		}
 		if !ok && !unseenEnd {
 			add("%s: deleted, but the events service says %s (want ABORTED)", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
+		}
+	} else if endUnseen && last != nil && !last.Status.Phase.IsTerminal() {
+		// Collected after an end the watch did not see: the end must be the planned one.
+		if !unseenEnd || state != protoPhase[p.expect] {
+			add("%s: gone after %s unseen, and the events service says %s, want %s", name, last.Status.Phase, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), p.expect)
 		}
 	} else if last != nil && state != protoPhase[last.Status.Phase] {
 		add("%s: the events service says %s, the action %s", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), last.Status.Phase)

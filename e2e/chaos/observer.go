@@ -30,6 +30,16 @@ type observer struct {
 	// and an exit code), by runtime: containerd's on a real node, none on the stand-in.
 	ran     map[string]int
 	ranSeen map[string]bool // pod UIDs counted
+	// relisted says the actions' watch lost its place at least once and listed again:
+	// what happened to an action meanwhile was not seen.
+	relisted bool
+}
+
+// lostPlace says whether the actions' watch ever lost its place.
+func (o *observer) lostPlace() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.relisted
 }
 
 // actionRecord is what the soak knows of one action.
@@ -61,6 +71,9 @@ func (o *observer) action(ch change) {
 	if r == nil {
 		r = &actionRecord{}
 		o.actions[ta.Name] = r
+	}
+	if ch.relisted {
+		o.relisted = true
 	}
 	if ch.deleted {
 		r.gone = true
