@@ -116,13 +116,15 @@ func (ch *checker) check(ctx context.Context) []string {
 		switch {
 		case wasDeleted && !r.gone:
 			add("%s: deleted by the client but still there (Terminating, finalizers %v, phase %s)", p.name, r.last.Finalizers, st.Phase)
-		case !wasDeleted && r.gone && !st.Phase.IsTerminal() && !r.endUnseen:
+		case !wasDeleted && r.gone && !st.Phase.IsTerminal():
 			// A finished action may go: the collector deletes it once its history is
 			// delivered and gc.maxTTL has passed, or it is over gc.maxFinished. One whose
 			// end and deletion both fell while the watch had lost its place is judged by
-			// the events service's record (checkEvents). Its events are checked below all
-			// the same.
-			add("%s: gone although nobody deleted it (last phase %s)", p.name, orNone(string(st.Phase)))
+			// the events service's record alone (checkEvents), not by the last phase the
+			// watch saw. Its events are checked below all the same.
+			if !r.endUnseen {
+				add("%s: gone although nobody deleted it (last phase %s)", p.name, orNone(string(st.Phase)))
+			}
 		case !wasDeleted && st.Phase != p.expect:
 			add("%s: %s, want %s (reason %s)", p.name, orNone(string(st.Phase)), p.expect, progressingReason(r.last))
 		}
