@@ -66,9 +66,25 @@ tools: ## Build buf and promtool, which tests also run (go tool caches the binar
 	@$(BUF) --version >/dev/null
 	@$(GO) tool -modfile=tools/prometheus/go.mod promtool --version >/dev/null
 
+# What a build is (internal/buildinfo): its version from the tags (v0.2.0, or
+# v0.2.0-3-g936b0fa-dirty between releases; the commit alone where no tag is), and its commit.
+VERSION  ?= $(shell git describe --tags --match 'v*' --always --dirty 2>/dev/null || echo devel)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -X github.com/flytekube/backend/internal/buildinfo.version=$(VERSION) -X github.com/flytekube/backend/internal/buildinfo.commit=$(COMMIT)
+BIN      ?= bin
+PROGRAMS := ./executor/cmd/executor ./events/cmd/events ./cacheservice/cmd/cacheservice
+
 .PHONY: build
-build: ## Build every package and binary.
+build: build-programs ## Build every package, and the three programs into BIN (bin/), stamped with VERSION and COMMIT.
 	$(GO) build ./...
+
+.PHONY: build-programs
+build-programs: ## Build the three programs into BIN (bin/), stamped with VERSION and COMMIT (--version, build_info).
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(PROGRAMS)
+
+.PHONY: version
+version: ## Print the version make stamps into what it builds.
+	@echo $(VERSION)
 
 REPOSITORY ?= ghcr.io/flytekube
 TAG        ?= dev
