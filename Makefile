@@ -86,12 +86,14 @@ build-programs: ## Build the three programs into BIN (bin/), stamped with VERSIO
 version: ## Print the version make stamps into what it builds.
 	@echo $(VERSION)
 
+# Images are tagged with VERSION and with each of TAG (comma-separated), their binaries
+# stamped with VERSION and COMMIT.
 REPOSITORY ?= ghcr.io/flytekube
 TAG        ?= dev
 .PHONY: images
-images: ## Build the images without Docker: build/images/<program>.tar (REPOSITORY, TAG; PUSH=1 pushes them).
-	$(GO) run ./hack/images --out build/images --repository $(REPOSITORY) --tag $(TAG) \
-		--revision "$$(git rev-parse HEAD 2>/dev/null || echo unknown)" $(if $(PUSH),--push)
+images: ## Build the images without Docker: build/images/<program>.tar, tagged VERSION and TAG (REPOSITORY; PUSH=1 pushes them).
+	$(GO) run ./hack/images --out build/images --repository $(REPOSITORY) --version $(VERSION) --tag "$(TAG)" \
+		--revision $(COMMIT) $(if $(PUSH),--push)
 
 .PHONY: generate
 generate: proto-generate crd-generate console-generate dashboard-generate ## Regenerate all generated code.
