@@ -157,8 +157,26 @@ check-generate: generate ## Fail when generated code differs from what is commit
 		echo "generated code is out of date: run 'make generate' and commit the result"; exit 1; \
 	fi
 
+# The previous release: the commit on RELEASES' last line. Tools read the file, not tags,
+# so that any clone with the history finds it.
+PREVIOUS_RELEASE = $(shell awk '!/^\#/ && NF { commit = $$2 } END { print commit }' RELEASES)
+PREVIOUS_PROTOS  := build/previous-release
+
+.PHONY: breaking
+breaking: $(PROTOVALIDATE_PROTO) ## Fail when proto/ breaks the previous release's contracts (buf breaking, rules FILE, against RELEASES' last commit).
+	@commit="$(PREVIOUS_RELEASE)"; \
+	if [[ -z "$$commit" ]]; then echo "breaking: RELEASES names no release" >&2; exit 1; fi; \
+	if ! git cat-file -e "$$commit^{commit}" 2>/dev/null; then \
+		echo "breaking: the previous release's commit $$commit (RELEASES) is not in this clone; a shallow clone needs 'git fetch --unshallow'" >&2; exit 1; \
+	fi; \
+	rm -rf $(PREVIOUS_PROTOS) && mkdir -p $(PREVIOUS_PROTOS)/build && \
+	git archive "$$commit" buf.yaml proto | tar -x -C $(PREVIOUS_PROTOS) && \
+	cp -R build/protovalidate $(PREVIOUS_PROTOS)/build/ && \
+	echo "breaking: proto/ against $$commit" && \
+	$(BUF) breaking --against $(PREVIOUS_PROTOS)
+
 .PHONY: lint
-lint: $(PROTOVALIDATE_PROTO) ## Lint protos and Go code.
+lint: $(PROTOVALIDATE_PROTO) breaking ## Lint protos and Go code; buf breaking against the previous release.
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
