@@ -4,6 +4,7 @@ package buildinfo_test
 // says what it is for --version, without any configuration.
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flytekube/backend/internal/buildinfo"
 	"github.com/flytekube/backend/internal/repo"
 )
 
@@ -84,5 +86,28 @@ func TestAPlainBuildNamesItsCommit(t *testing.T) {
 	}
 	if !strings.HasPrefix(got, "events ") || !strings.Contains(got, want) {
 		t.Errorf("--version printed %q; want it to hold %q", got, want)
+	}
+}
+
+// TestDescribeAgreesWithMake: the version the Go builders (make deploy-node) stamp is the
+// one make stamps.
+func TestDescribeAgreesWithMake(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("make", "-s", "--no-print-directory", "-C", root, "version").Output()
+	if err != nil {
+		t.Fatalf("make version: %v", err)
+	}
+	version, commit := buildinfo.Describe(context.Background(), root)
+	if want := strings.TrimSpace(string(out)); version != want {
+		t.Errorf("Describe's version %q; make version says %q", version, want)
+	}
+	if head := git(t, root, "rev-parse", "HEAD"); commit != head {
+		t.Errorf("Describe's commit %q; HEAD is %s", commit, head)
+	}
+	if v, c := buildinfo.Describe(context.Background(), t.TempDir()); v != buildinfo.Devel || c != buildinfo.Unknown {
+		t.Errorf("outside git: %q and %q; want %q and %q", v, c, buildinfo.Devel, buildinfo.Unknown)
 	}
 }

@@ -7,12 +7,15 @@
 package buildinfo
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -126,4 +129,27 @@ func Metric(name string) prometheus.Collector {
 		ConstLabels: prometheus.Labels{"version": i.Version, "revision": i.Commit, "goversion": i.GoVersion}})
 	g.Set(1)
 	return g
+}
+
+// Describe is the version and commit of the checkout at dir, as make stamps them
+// (VERSION and COMMIT in the Makefile), for builders written in Go; Devel and Unknown
+// outside git.
+func Describe(ctx context.Context, dir string) (version, commit string) {
+	run := func(args ...string) string {
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(out))
+	}
+	version, commit = run("describe", "--tags", "--match", "v*", "--always", "--dirty"), run("rev-parse", "HEAD")
+	if version == "" {
+		version = Devel
+	}
+	if commit == "" {
+		commit = Unknown
+	}
+	return version, commit
 }
