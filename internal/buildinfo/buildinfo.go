@@ -39,8 +39,9 @@ const (
 // Info is what a build is.
 type Info struct {
 	// Version is `git describe --tags --match 'v*' --always --dirty` at build time
-	// (v0.2.0, v0.2.0-3-g936b0fa, v0.2.0-dirty), else the module version the toolchain
-	// derived from the tags, else Devel.
+	// (v0.2.0, v0.2.0-3-g936b0fa, v0.2.0-dirty), else Devel. Not the pseudo-version the
+	// toolchain derives from the tags (v0.1.1-0.20261205031747-004474a24d72 after v0.1.0),
+	// which a dashboard grouping by version would read as a release.
 	Version string
 	// Commit is the full commit hash, with "-dirty" when the toolchain saw a modified
 	// tree, or Unknown.
@@ -63,16 +64,13 @@ func Get() Info {
 	return resolve(version, commit, bi)
 }
 
-// resolve prefers what was set at link time, then the toolchain's stamp in bi (nil when
-// the binary has none).
+// resolve prefers what was set at link time, then the toolchain's stamp of the commit in
+// bi (nil when the binary has none).
 func resolve(ldVersion, ldCommit string, bi *debug.BuildInfo) Info {
 	i := Info{Version: ldVersion, Commit: ldCommit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi != nil {
 		if bi.GoVersion != "" {
 			i.GoVersion = bi.GoVersion
-		}
-		if i.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			i.Version = bi.Main.Version
 		}
 		if i.Commit == "" {
 			var revision string

@@ -28,11 +28,11 @@ func TestResolve(t *testing.T) {
 		{"set at link time wins over the toolchain's stamp", "v0.2.0", sha, stamped("vcs.revision", "0000000", "vcs.modified", "true"), "v0.2.0", sha},
 		{"a plain go build names its commit", "", "", stamped("vcs.revision", sha, "vcs.modified", "false"), Devel, sha},
 		{"a modified tree says so", "", "", stamped("vcs.revision", sha, "vcs.modified", "true"), Devel, sha + "-dirty"},
-		{"the module version the toolchain derived from a tag", "", "", func() *debug.BuildInfo {
+		{"not the pseudo-version the toolchain derives from a tag, which reads as a release", "", "", func() *debug.BuildInfo {
 			bi := stamped("vcs.revision", sha)
 			bi.Main.Version = "v0.1.1-0.20261205020000-5a96befc044b"
 			return bi
-		}(), "v0.1.1-0.20261205020000-5a96befc044b", sha},
+		}(), Devel, sha},
 		{"no stamp at all (go test, -buildvcs=false)", "", "", stamped(), Devel, Unknown},
 		{"no build information", "", "", nil, Devel, Unknown},
 		{"only the version at link time", "v0.2.0", "", stamped("vcs.revision", sha), "v0.2.0", sha},
