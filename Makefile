@@ -66,16 +66,34 @@ tools: ## Build buf and promtool, which tests also run (go tool caches the binar
 	@$(BUF) --version >/dev/null
 	@$(GO) tool -modfile=tools/prometheus/go.mod promtool --version >/dev/null
 
+# What a build is (internal/buildinfo): its version from the tags (v0.2.0, or
+# v0.2.0-3-g936b0fa-dirty between releases; the commit alone where no tag is), and its commit.
+VERSION  ?= $(shell git describe --tags --match 'v*' --always --dirty 2>/dev/null || echo devel)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -X github.com/flytekube/backend/internal/buildinfo.version=$(VERSION) -X github.com/flytekube/backend/internal/buildinfo.commit=$(COMMIT)
+BIN      ?= bin
+PROGRAMS := ./executor/cmd/executor ./events/cmd/events ./cacheservice/cmd/cacheservice
+
 .PHONY: build
-build: ## Build every package and binary.
+build: build-programs ## Build every package, and the three programs into BIN (bin/), stamped with VERSION and COMMIT.
 	$(GO) build ./...
 
+.PHONY: build-programs
+build-programs: ## Build the three programs into BIN (bin/), stamped with VERSION and COMMIT (--version, build_info).
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(PROGRAMS)
+
+.PHONY: version
+version: ## Print the version make stamps into what it builds.
+	@echo $(VERSION)
+
+# Images are tagged with VERSION and with each of TAG (comma-separated), their binaries
+# stamped with VERSION and COMMIT.
 REPOSITORY ?= ghcr.io/flytekube
 TAG        ?= dev
 .PHONY: images
-images: ## Build the images without Docker: build/images/<program>.tar (REPOSITORY, TAG; PUSH=1 pushes them).
-	$(GO) run ./hack/images --out build/images --repository $(REPOSITORY) --tag $(TAG) \
-		--revision "$$(git rev-parse HEAD 2>/dev/null || echo unknown)" $(if $(PUSH),--push)
+images: ## Build the images without Docker: build/images/<program>.tar, tagged VERSION and TAG (REPOSITORY; PUSH=1 pushes them).
+	$(GO) run ./hack/images --out build/images --repository $(REPOSITORY) --version $(VERSION) --tag "$(TAG)" \
+		--revision $(COMMIT) $(if $(PUSH),--push)
 
 .PHONY: generate
 generate: proto-generate crd-generate console-generate dashboard-generate ## Regenerate all generated code.
@@ -139,8 +157,26 @@ check-generate: generate ## Fail when generated code differs from what is commit
 		echo "generated code is out of date: run 'make generate' and commit the result"; exit 1; \
 	fi
 
+# The previous release: the commit on RELEASES' last line. Tools read the file, not tags,
+# so that any clone with the history finds it.
+PREVIOUS_RELEASE = $(shell awk '!/^\#/ && NF { commit = $$2 } END { print commit }' RELEASES)
+PREVIOUS_PROTOS  := build/previous-release
+
+.PHONY: breaking
+breaking: $(PROTOVALIDATE_PROTO) ## Fail when proto/ breaks the previous release's contracts (buf breaking, rules FILE, against RELEASES' last commit).
+	@commit="$(PREVIOUS_RELEASE)"; \
+	if [[ -z "$$commit" ]]; then echo "breaking: RELEASES names no release" >&2; exit 1; fi; \
+	if ! git cat-file -e "$$commit^{commit}" 2>/dev/null; then \
+		echo "breaking: the previous release's commit $$commit (RELEASES) is not in this clone; a shallow clone needs 'git fetch --unshallow'" >&2; exit 1; \
+	fi; \
+	rm -rf $(PREVIOUS_PROTOS) && mkdir -p $(PREVIOUS_PROTOS)/build && \
+	git archive "$$commit" buf.yaml proto | tar -x -C $(PREVIOUS_PROTOS) && \
+	cp -R build/protovalidate $(PREVIOUS_PROTOS)/build/ && \
+	echo "breaking: proto/ against $$commit" && \
+	$(BUF) breaking --against $(PREVIOUS_PROTOS)
+
 .PHONY: lint
-lint: $(PROTOVALIDATE_PROTO) ## Lint protos and Go code.
+lint: $(PROTOVALIDATE_PROTO) breaking ## Lint protos and Go code; buf breaking against the previous release.
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

@@ -25,6 +25,8 @@ import (
 	"golang.org/x/tools/go/packages"
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/flytekube/backend/internal/imagebuild"
 )
 
 // image is what a Dockerfile builds, as far as can be told without building it.
@@ -337,6 +339,16 @@ func checkDockerfiles(t *testing.T, root string, images map[string]*image, bins 
 			}
 			if ld := strings.Fields(b.ldflags); !slices.Contains(ld, "-s") || !slices.Contains(ld, "-w") {
 				t.Errorf("%s: go build %s: -ldflags %q lacks -s -w", where, b.pkg, b.ldflags)
+			}
+			// The three programs (not the health check) say which release they are,
+			// from the build arguments the labels are set from.
+			if shipped := slices.ContainsFunc(imagebuild.Programs, func(p imagebuild.Program) bool { return p.Package == b.pkg }); shipped {
+				// (The shell's expansion here knows no build arguments: $VERSION is empty.)
+				for _, x := range []string{"version=", "commit="} {
+					if !strings.Contains(b.ldflags, "-X github.com/flytekube/backend/internal/buildinfo."+x) {
+						t.Errorf("%s: go build %s: -ldflags %q does not stamp buildinfo.%s", where, b.pkg, b.ldflags, x)
+					}
+				}
 			}
 			for _, cache := range []string{"/go/pkg/mod", "/root/.cache/go-build"} {
 				if !cacheMount(b.mounts, cache) {

@@ -11,7 +11,10 @@ import (
 	"log"
 	"maps"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -158,5 +161,48 @@ func TestImagesAreReproducible(t *testing.T) {
 	}
 	if d, err := pulled.Digest(); err != nil || d != digests[0] {
 		t.Fatalf("pulled %s (%v); pushed %s", d, err, digests[0])
+	}
+}
+
+// TestImagedBinariesSayTheirVersion: the binaries an image holds are stamped with its
+// version and revision, so --version and build_info name the image's release.
+func TestImagedBinariesSayTheirVersion(t *testing.T) {
+	ctx := context.Background()
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := imagebuild.Programs[1]
+	img, err := imagebuild.Build(ctx, p, imagebuild.Options{Root: root, Version: "v1.2.3", Revision: "abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), p.Name)
+	r := mutate.Extract(img)
+	defer func() { _ = r.Close() }()
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("/%s not found in the image: %v", p.Name, err)
+		}
+		if h.Name != p.Name {
+			continue
+		}
+		content, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, content, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s --version: %v\n%s", p.Name, err, out)
+	}
+	if want := p.Name + " v1.2.3 (commit abc, "; !strings.HasPrefix(string(out), want) {
+		t.Errorf("--version printed %q; want it to start %q", out, want)
 	}
 }

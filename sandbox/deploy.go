@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/buildinfo"
 	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/internal/imagebuild"
 	"github.com/flytekube/backend/internal/nodetest"
@@ -235,24 +237,30 @@ func serviceNames() []string {
 	return names
 }
 
-// importImages builds the three images as make images does and imports them into the
-// node's containerd, where the kubelet finds them without a pull.
+// importImages builds the three images as make images does (tagged with the checkout's
+// version and with imageTag, the binaries stamped with the version) and imports them into
+// the node's containerd, where the kubelet finds them without a pull.
 func importImages(ctx context.Context, root, nodeDir string) error {
 	dir := filepath.Join(nodeDir, "images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
+	version, commit := buildinfo.Describe(ctx, root)
 	for _, p := range imagebuild.Programs {
-		img, err := imagebuild.Build(ctx, p, imagebuild.Options{Root: root, Version: imageTag})
+		img, err := imagebuild.Build(ctx, p, imagebuild.Options{Root: root, Version: version, Revision: commit})
 		if err != nil {
 			return err
 		}
-		ref, err := name.NewTag(imageRepository + "/" + p.Name + ":" + imageTag)
-		if err != nil {
-			return fmt.Errorf("sandbox: %w", err)
+		refs := map[name.Reference]v1.Image{}
+		var ref name.Tag
+		for _, tag := range []string{version, imageTag} {
+			if ref, err = name.NewTag(imageRepository + "/" + p.Name + ":" + tag); err != nil {
+				return fmt.Errorf("sandbox: %w", err)
+			}
+			refs[ref] = img
 		}
 		archive := filepath.Join(dir, p.Name+".tar")
-		if err := tarball.WriteToFile(archive, ref, img); err != nil {
+		if err := tarball.MultiRefWriteToFile(archive, refs); err != nil {
 			return fmt.Errorf("sandbox: writing %s: %w", archive, err)
 		}
 		if out, err := exec.CommandContext(ctx, "ctr", "--address", filepath.Join(nodeDir, "containerd", "containerd.sock"),

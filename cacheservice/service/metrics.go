@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flytekube/backend/internal/buildinfo"
 	"github.com/flytekube/backend/internal/instrument"
 )
 
@@ -48,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Hits not recorded for eviction's order because more distinct entries were hit between two flushes than are kept."),
 	}
 	if err := instrument.Register(reg, m.gets, m.puts, m.deleted, m.reservations, m.releases, m.cleaned,
-		m.evicted, m.evictedBytes, m.hitsDropped); err != nil {
+		m.evicted, m.evictedBytes, m.hitsDropped, buildinfo.Metric("flyte_cache_build_info")); err != nil {
 		return nil, fmt.Errorf("cache: registering metrics: %w", err)
 	}
 	return m, nil

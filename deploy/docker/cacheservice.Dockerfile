@@ -2,7 +2,8 @@
 # The cache service image: ./cacheservice/cmd/cacheservice, static, on distroless as uid 65532, with
 # /healthcheck beside it for docker compose (the image has no shell). From the repository root:
 #
-#   docker build -f deploy/docker/cacheservice.Dockerfile -t ghcr.io/flytekube/cacheservice:latest .
+#   docker build -f deploy/docker/cacheservice.Dockerfile -t ghcr.io/flytekube/cacheservice:$(make -s version) \
+#     --build-arg VERSION=$(make -s version) --build-arg REVISION=$(git rev-parse HEAD) .
 #
 # deploy/compose_test.go checks this file against the code (package, ports, user).
 
@@ -16,10 +17,14 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
+# The release and commit the binary says it is (--version, build_info), as the labels
+# below; declared here, so that a new version leaves the module download cached.
+ARG VERSION=dev
+ARG REVISION=unknown
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/cacheservice ./cacheservice/cmd/cacheservice && \
+    go build -trimpath -ldflags="-s -w -X github.com/flytekube/backend/internal/buildinfo.version=$VERSION -X github.com/flytekube/backend/internal/buildinfo.commit=$REVISION" -o /out/cacheservice ./cacheservice/cmd/cacheservice && \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -ldflags="-s -w" -o /out/healthcheck ./deploy/docker/healthcheck
 

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flytekube/backend/events/watch"
+	"github.com/flytekube/backend/internal/buildinfo"
 	"github.com/flytekube/backend/internal/instrument"
 )
 
@@ -39,7 +40,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"WatchActions streams refused with ResourceExhausted, by the limit they met (service, identity).",
 			"limit", "service", "identity"),
 	}
-	if err := instrument.Register(reg, m.received, m.recorded, m.duplicates, m.batchSize, m.record, m.watchers, m.watchEnded, m.refused); err != nil {
+	if err := instrument.Register(reg, m.received, m.recorded, m.duplicates, m.batchSize, m.record, m.watchers, m.watchEnded, m.refused,
+		buildinfo.Metric("flyte_events_build_info")); err != nil {
 		return nil, fmt.Errorf("events: registering metrics: %w", err)
 	}
 	return m, nil

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/buildinfo"
 	"github.com/flytekube/backend/internal/instrument"
 )
 
@@ -121,6 +122,7 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 	collectors := []prometheus.Collector{m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
 		m.cacheOutputsRefused, m.cachePuts, m.cacheReleases, m.undelivered, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
 		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk, m.gcRefused, m.gcUndeletable, m.backlogHeld, m.backlogUndelivered, m.backlogBound}
+	collectors = append(collectors, buildinfo.Metric("flyte_executor_build_info"))
 	if actions != nil {
 		collectors = append(collectors, &actionsByPhase{reader: actions, desc: prometheus.NewDesc("flyte_executor_actions",
 			"TaskActions in the executor's informer cache, by phase (finished ones until they are deleted).", []string{"phase"}, nil)})

@@ -26,6 +26,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/flytekube/backend/internal/buildinfo"
 )
 
 // Program is one of the images.
@@ -67,8 +69,9 @@ type Options struct {
 	Root string
 	// Arch is the target's GOARCH; the host's when empty.
 	Arch string
-	// Version and Revision go in the labels; "dev" and "unknown" when empty, as the
-	// Dockerfiles' defaults.
+	// Version and Revision go in the labels and are stamped into the binaries
+	// (internal/buildinfo: --version, build_info); "dev" and "unknown" when empty, as
+	// the Dockerfiles' defaults.
 	Version, Revision string
 	// Created is the creation time of the image and of every file in it; the Unix epoch
 	// when zero (SOURCE_DATE_EPOCH's meaning).
@@ -178,10 +181,12 @@ func Build(ctx context.Context, p Program, o Options) (v1.Image, error) {
 	return img, nil
 }
 
-// goBuild compiles pkg for the image: static, without the paths of this machine or a
-// version-control stamp, which would make the same source give another binary.
+// goBuild compiles pkg for the image: static, without the paths of this machine or the
+// toolchain's version-control stamp (which would make the same source give another
+// binary when the tree is modified), its version and revision stamped from o instead.
 func goBuild(ctx context.Context, o Options, pkg, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
+		"-ldflags=-s -w "+buildinfo.LDFlags(o.Version, o.Revision), "-o", out, pkg)
 	cmd.Dir = o.Root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+o.Arch)
 	if msg, err := cmd.CombinedOutput(); err != nil {

@@ -4,6 +4,7 @@
 // account. Traces go over OTLP where the standard OTEL_* variables say (nowhere when no
 // endpoint is set), as service "executor". An API server that does not answer at start is
 // waited for, each try logged, until the executor is stopped or for --api-server-wait.
+// --version prints the build and exits.
 package main
 
 import (
@@ -19,11 +20,13 @@ import (
 
 	"github.com/flytekube/backend/executor"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/internal/buildinfo"
 	"github.com/flytekube/backend/services/telemetry"
 )
 
 func main() {
 	configFiles, apiServerWait := executor.Flags(flag.CommandLine)
+	buildinfo.Flag(flag.CommandLine, "executor")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
