@@ -38,13 +38,15 @@ type olderReplica struct {
 	real     eventsv1connect.EventsServiceClient
 	refusing atomic.Bool
 	refusals atomic.Int64
+	// refuses, when set, says which requests are refused while refusing; nil: all.
+	refuses func(*eventsv1.RecordRequest) bool
 
 	mu                   sync.Mutex
 	recorded, duplicates uint32
 }
 
 func (o *olderReplica) Record(ctx context.Context, req *connect.Request[eventsv1.RecordRequest]) (*connect.Response[eventsv1.RecordResponse], error) {
-	if o.refusing.Load() {
+	if o.refusing.Load() && (o.refuses == nil || o.refuses(req.Msg)) {
 		o.refusals.Add(1)
 		return nil, connect.NewError(connect.CodeInvalidArgument,
 			errors.New("validation error: events[0].phase: value must be one of the defined enum values"))
@@ -205,4 +207,34 @@ func eventOf(t *testing.T, c client.Client, ns string, uid types.UID, reason str
 		}
 	}
 	return nil
+}
+
+// TestHeldEventsWaitOutTheirBackoff: new history of an action whose events are held does
+// not make the publisher offer them before their backoff ends, so a busy action is not
+// refused (and its Warning Event recorded) at every status write, but once per step.
+func TestHeldEventsWaitOutTheirBackoff(t *testing.T) {
+	svc := startEventsService(t)
+	older := &olderReplica{real: svc.client, refuses: func(req *eventsv1.RecordRequest) bool {
+		for _, ev := range req.GetEvents() {
+			if ev.GetId().GetAction() == "held" {
+				return true
+			}
+		}
+		return false
+	}}
+	older.refusing.Store(true)
+	p := startPublisher(t, startOlderReplica(t, older), WithRefusalBackoff(time.Hour, time.Hour))
+	p.Enqueue(action("held", flytev1.PhaseQueued, flytev1.PhaseRunning))
+	eventually.True(t, 30*time.Second, func() bool { return older.refusals.Load() == 1 },
+		func() string { return fmt.Sprintf("offered %d times; want the first offer", older.refusals.Load()) })
+
+	// New history of the held action, then another action: once the other is delivered,
+	// the queue has passed the held one.
+	p.Enqueue(action("held", flytev1.PhaseQueued, flytev1.PhaseRunning, flytev1.PhaseSucceeded))
+	other := action("other", flytev1.PhaseQueued, flytev1.PhaseSucceeded)
+	p.Enqueue(other)
+	eventually.True(t, 30*time.Second, func() bool { return p.Delivered(other) }, func() string { return "the other action was not delivered" })
+	if n := older.refusals.Load(); n != 1 {
+		t.Fatalf("the held action's events were offered %d times within their backoff of an hour; want once", n)
+	}
 }

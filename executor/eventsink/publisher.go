@@ -164,6 +164,10 @@ type state struct {
 	// refusals counts the offers the events service refused in a row since the last
 	// delivery (setRefusals keeps the gauge).
 	refusals int
+	// heldUntil is when events held after a refusal may be offered again: new history
+	// handed over meanwhile waits for it too, so that a busy action is refused (and its
+	// Event recorded) once per step of the backoff, not at every status write.
+	heldUntil time.Time
 }
 
 // mark identifies a history entry.
@@ -542,6 +546,11 @@ func eventBytes(ev *eventsv1.ActionEvent) int {
 func (p *Publisher) deliver(ctx context.Context, uids []types.UID) {
 	var work []pending
 	for _, uid := range uids {
+		if wait := p.heldFor(uid); wait > 0 {
+			p.queue.AddAfter(uid, wait)
+			p.queue.Done(uid)
+			continue
+		}
 		w := p.undelivered(uid)
 		if len(w.events) == 0 {
 			p.queue.Forget(uid)
@@ -686,14 +695,22 @@ func (p *Publisher) refused(ctx context.Context, w pending, err error) {
 	p.metrics.EventsRefusal(connect.CodeOf(err))
 	p.mu.Lock()
 	tries := 0
-	if st := p.states[w.uid]; st != nil {
+	st := p.states[w.uid]
+	if st != nil {
 		p.setRefusals(st, st.refusals+1)
 		tries = st.refusals
 	}
+	wait := p.refusalBackoff.Delay(int32(min(tries, 64)))
+	hold := p.maxRefusals == 0 || tries < p.maxRefusals
+	if st != nil && hold {
+		// On the monotonic clock, as the work queue's delays are: a clock the
+		// publisher is given (which tests may hold still) or a stepped wall clock must
+		// not hold the events longer than their backoff.
+		st.heldUntil = time.Now().Add(wait)
+	}
 	p.mu.Unlock()
 	key := keyOf(w.action).String()
-	if p.maxRefusals == 0 || tries < p.maxRefusals {
-		wait := p.refusalBackoff.Delay(int32(min(tries, 64)))
+	if hold {
 		p.log.Warn("events service refused an action's events; holding them to offer again",
 			"error", err, "action", key, "events", len(w.events), "tries", tries, "next", wait.Round(time.Millisecond).String())
 		if p.recorder != nil {
@@ -710,6 +727,17 @@ func (p *Publisher) refused(ctx context.Context, w pending, err error) {
 		p.recorder.Event(w.action, corev1.EventTypeWarning, ReasonEventsRefused, refusalMessage(w, tries, err))
 	}
 	p.done(ctx, w)
+}
+
+// heldFor is how long the action's events are still held after a refusal; 0 when they
+// may go.
+func (p *Publisher) heldFor(uid types.UID) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st := p.states[uid]; st != nil && st.refusals > 0 {
+		return time.Until(st.heldUntil)
+	}
+	return 0
 }
 
 // setRefusals sets a state's refusals in a row, keeping the count and gauge of held
