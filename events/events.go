@@ -246,8 +246,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 			Buffer: cfg.WatchBuffer, MaxWatchers: cfg.MaxWatchers, MaxWatchersPerIdentity: cfg.MaxWatchersPerIdentity,
 		}, log.With("component", "watch"), metrics.Watch())
 		svc := service.New(st, hub, metrics, log, service.Options{MaxResponseBytes: cfg.MaxResponseBytes})
-		// The service's codec names the field of a string that is not UTF-8.
-		handler := server.Handle(d.Server, svc, eventsv1connect.NewEventsServiceHandler)
+		// The service's codec names the field of a string that is not UTF-8, and keeps the
+		// fields a newer executor sends that this release does not name: Record stores
+		// them with the event, so a rollback or an older replica loses none of them.
+		handler := server.Handle(d.Server, svc, eventsv1connect.NewEventsServiceHandler, server.KeepUnknownFields())
 		ob := outbox.New(d.Pool)
 		// Before serving: every event acknowledged from now on is queued for every sink
 		// configured here, even before this replica's relay (or any) leads.

@@ -89,8 +89,8 @@ func TestInvalidRequestsAreRejectedAndWriteNothing(t *testing.T) {
 			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "demo", Domain: "development", PageSize: 1001}))
 			return err
 		}, "page_size"},
-		{"ListActions undefined phase", func() error {
-			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "demo", Domain: "development", Phase: 42}))
+		{"ListActions phase past what the store holds", func() error { // a newer release's phase is a filter like any
+			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: "demo", Domain: "development", Phase: 70000}))
 			return err
 		}, "phase"},
 		{"ListActionEvents with a bad action name", func() error {

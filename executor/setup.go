@@ -320,9 +320,10 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		r.Cache.Metrics = instruments
 	}
 	if cfg.EventsServiceURL != "" {
-		// Events the service refuses for good are recorded on their action for kubectl
-		// describe, beside the counter and the log.
-		pubOpts := []eventsink.Option{eventsink.WithMetrics(instruments), eventsink.WithRecorder(recorder)}
+		// Events the service refuses are held and recorded on their action for kubectl
+		// describe, beside the counters and the log; given up only past an operator's limit.
+		pubOpts := []eventsink.Option{eventsink.WithMetrics(instruments), eventsink.WithRecorder(recorder),
+			eventsink.WithMaxRefusals(cfg.EventsDelivery.MaxRefusals)}
 		if hooks.TracerProvider != nil {
 			pubOpts = append(pubOpts, eventsink.WithTracerProvider(hooks.TracerProvider))
 		}

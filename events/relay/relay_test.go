@@ -18,6 +18,7 @@ import (
 
 	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/events/outbox"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	"github.com/flytekube/backend/internal/eventually"
 )
 
@@ -253,4 +254,33 @@ func TestEachPublishIsASpan(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("spans count %d delivered events, want %d", delivered, len(lifecycle))
 	})
+}
+
+// An event of a phase this release does not name (a newer executor's, stored by an older
+// events replica) cannot be made a CloudEvent: its type and id carry the phase's name.
+// It is kept as a dead letter, to replay once a release that knows the phase serves, and
+// the action's other events are published in order.
+func TestAPhaseThisReleaseDoesNotNameIsKeptAsADeadLetter(t *testing.T) {
+	d := newDB(t)
+	rc := newReceiver(t)
+	startRelay(t, d, rc.sink(t, "http", ""))
+	registered(t, d, "http")
+	evs := actionEvents("newer", "a")
+	evs[1].Phase = flytecorev1.ActionPhase(9) // in place of Initializing
+	d.record(t, evs...)
+	want := len(lifecycle) - 1
+	eventually.True(t, 30*time.Second, func() bool { return len(rc.got()) == want },
+		func() string {
+			return fmt.Sprintf("published %d of the %d events with a known phase", len(rc.got()), want)
+		})
+	inOrderOnce(t, rc.got(), want)
+	var letters []outbox.DeadLetter
+	eventually.True(t, 10*time.Second, func() bool {
+		var err error
+		letters, _, err = d.outbox.ListDeadLetters(context.Background(), outbox.DeadLetterFilter{Sink: "http", PageSize: 10})
+		return err == nil && len(letters) > 0
+	}, func() string { return "no dead letter was written" })
+	if len(letters) != 1 || letters[0].Entry.Version != 1 || letters[0].Entry.Phase != 9 || !strings.Contains(letters[0].Detail, "no known phase (9)") {
+		t.Fatalf("dead letters: %+v; want version 1, of phase 9, kept for want of a name", letters)
+	}
 }

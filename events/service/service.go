@@ -122,6 +122,11 @@ func pageSize(requested uint32) int {
 // ListActions implements EventsService.ListActions.
 func (s *Service) ListActions(ctx context.Context, req *connect.Request[eventsv1.ListActionsRequest]) (*connect.Response[eventsv1.ListActionsResponse], error) {
 	msg := req.Msg
+	// A phase this release does not name selects the actions a newer executor left in
+	// it; one the store's column cannot hold selects none, and is a mistake.
+	if p := msg.GetPhase(); p < 0 || p > store.MaxPhase {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("phase: %d is not a phase (1 to %d)", p, store.MaxPhase))
+	}
 	filter := store.ActionFilter{Project: msg.GetProject(), Domain: msg.GetDomain(), Run: msg.GetRun(), Phase: msg.GetPhase()}
 	query := fingerprint("actions", filter.Project, filter.Domain, filter.Run, strconv.Itoa(int(filter.Phase)))
 	token, err := decodeToken(msg.GetPageToken(), query)

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
@@ -16,8 +15,9 @@ import (
 
 // What the store accepts. The contract (events.proto) says the same and the server
 // validates it, but binary protobuf carries values the JSON mapping cannot (nanos out of
-// range, invalid UTF-8 built by hand, fields of a newer schema), and Record may be called
-// without the server, so the store checks again what would corrupt its rows or orders.
+// range, invalid UTF-8 built by hand), and Record may be called without the server, so
+// the store checks again what would corrupt its rows or orders. What a newer schema adds
+// (fields, enum values) is kept: it is bounded by MaxEventBytes like the rest.
 var (
 	// MinTime and MaxTime (exclusive) bound every timestamp of an event: the years 2000
 	// to 2200. Outside them, nanoseconds since the epoch overflow (before 1678, after
@@ -38,6 +38,9 @@ const (
 	// (every string at its longest, in 4-byte characters); this backstop keeps a page of
 	// one event under a response cap of 4 MiB.
 	MaxEventBytes = 3 << 20
+	// MaxPhase is the largest phase the smallint columns hold; phases past the ones this
+	// release names are a newer release's, and kept.
+	MaxPhase = math.MaxInt16
 )
 
 // InvalidEventError names the field of a batch that the store refuses.
@@ -54,10 +57,10 @@ func invalid(field, format string, args ...any) *InvalidEventError {
 	return &InvalidEventError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// checkEvent drops the fields of ev that the schema does not name (the store would keep
-// any number of bytes no reader asked for) and refuses what the store cannot hold
-// faithfully: text that is not UTF-8 or holds NUL, timestamps outside [MinTime, MaxTime)
-// or with nanos outside [0, 1e9). i is the event's position in its batch.
+// checkEvent refuses what the store cannot hold faithfully: text that is not UTF-8 or
+// holds NUL, timestamps outside [MinTime, MaxTime) or with nanos outside [0, 1e9), a
+// phase its column cannot hold. Fields the schema does not name are left in ev, and
+// stored with it. i is the event's position in its batch.
 func checkEvent(i int, ev *eventsv1.ActionEvent) error {
 	if err := checkFields(ev); err != nil {
 		err.Field = "events[" + strconv.Itoa(i) + "]" + err.Field
@@ -82,11 +85,12 @@ func checkFields(ev *eventsv1.ActionEvent) *InvalidEventError {
 	case ev.GetOccurredAt() == nil:
 		return invalid(".occurred_at", "required")
 	}
-	if _, ok := flytecorev1.ActionPhase_name[int32(ev.GetPhase())]; !ok || ev.GetPhase() == flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED {
-		return invalid(".phase", "%d is not a phase", ev.GetPhase())
+	// A phase this release does not name is a newer executor's, stored and ranked below
+	// the known ones (Rank); one the smallint column cannot hold would be stored as
+	// another.
+	if p := ev.GetPhase(); p < 1 || p > MaxPhase {
+		return invalid(".phase", "%d is not a phase (1 to %d)", p, MaxPhase)
 	}
-	dropUnknown(ev)
-	dropUnknown(ev.GetId())
 	if err := checkTexts(
 		namedText{".cluster", ev.GetCluster()}, namedText{".outputs_uri", ev.GetOutputsUri()},
 		namedText{".reason", ev.GetReason()}, namedText{".message", ev.GetMessage()}, namedText{".task_type", ev.GetTaskType()},
@@ -109,7 +113,6 @@ func checkFields(ev *eventsv1.ActionEvent) *InvalidEventError {
 		}
 	}
 	for i, l := range ev.GetLogLinks() {
-		dropUnknown(l)
 		if err := checkTexts(namedText{".name", l.GetName()}, namedText{".uri", l.GetUri()}); err != nil {
 			err.Field = ".log_links[" + strconv.Itoa(i) + "]" + err.Field
 			return err
@@ -119,7 +122,6 @@ func checkFields(ev *eventsv1.ActionEvent) *InvalidEventError {
 }
 
 func checkError(e *flytecorev1.ExecutionError) *InvalidEventError {
-	dropUnknown(e)
 	if err := checkTexts(namedText{".code", e.GetCode()}, namedText{".message", e.GetMessage()}); err != nil {
 		err.Field = ".error" + err.Field
 		return err
@@ -128,7 +130,6 @@ func checkError(e *flytecorev1.ExecutionError) *InvalidEventError {
 }
 
 func checkClusterEvent(ce *eventsv1.ClusterEvent) *InvalidEventError {
-	dropUnknown(ce)
 	if err := checkTime(".occurred_at", ce.GetOccurredAt()); err != nil {
 		return err
 	}
@@ -150,14 +151,6 @@ func checkTexts(texts ...namedText) *InvalidEventError {
 		}
 	}
 	return nil
-}
-
-// dropUnknown drops the fields of m that the schema does not name; an unset m is left
-// alone.
-func dropUnknown(m proto.Message) {
-	if r := m.ProtoReflect(); r.IsValid() {
-		r.SetUnknown(nil)
-	}
 }
 
 // checkKey refuses names that are not DNS labels: the key's parts are joined with '/' in
@@ -208,7 +201,6 @@ func checkTime(field string, ts *timestamppb.Timestamp) *InvalidEventError {
 	if ts == nil {
 		return nil
 	}
-	dropUnknown(ts)
 	if n := ts.GetNanos(); n < 0 || n >= 1e9 {
 		return invalid(field, "nanos %d is outside [0, 1e9)", n)
 	}

@@ -97,14 +97,38 @@ func parseKey(s string) (Key, error) {
 // terminalRank is the rank shared by every terminal phase.
 const terminalRank = 5
 
+// unnamedRank is the rank of a phase this release does not name: below every phase it
+// does (the unspecified phase is never stored).
+const unnamedRank = -1
+
 // Rank orders the phases of one attempt: non-terminal phases only move forward, so
 // their rank is their number; every terminal phase outranks them all and they tie with
 // each other (then version and occurred_at decide).
+//
+// A phase this release does not name (a newer executor's, sent to a replica older than
+// it) ranks below every phase it names. The replica cannot know where the phase stands
+// in an attempt's progress nor whether it ends the action: ranked by its number it would
+// outrank Succeeded and hold the action there for good when a newer non-terminal phase
+// came before the end. Ranked lowest, it is stored and listed like any event, is the
+// action's latest state only while nothing this release knows of its attempt (or a later
+// one) is stored, and never replaces a phase this release knows, so what the replica
+// serves among those is what it always served. The cost: a newer phase that ends an
+// action shows on such a replica as the known phase before it.
 func Rank(phase flytecorev1.ActionPhase) int16 {
-	if IsTerminal(phase) {
+	switch {
+	case IsTerminal(phase):
 		return terminalRank
+	case !IsNamed(phase):
+		return unnamedRank
 	}
 	return int16(phase)
+}
+
+// IsNamed reports whether this release's schema names the phase (the unspecified phase
+// aside).
+func IsNamed(phase flytecorev1.ActionPhase) bool {
+	_, ok := flytecorev1.ActionPhase_name[int32(phase)]
+	return ok && phase != flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
 }
 
 // IsTerminal reports whether an action in this phase is finished.
@@ -237,8 +261,8 @@ func (k Key) compare(o Key) int {
 }
 
 // Record stores a batch of validated events, all or nothing. An event the store cannot
-// hold faithfully fails the batch with an *InvalidEventError; fields the schema does not
-// name are dropped, in ev itself.
+// hold faithfully fails the batch with an *InvalidEventError. Fields and enum values the
+// schema does not name (a newer executor's) are stored with the event, as sent.
 //
 // Each action the batch touches is folded first (fold.sql), which files a new action and
 // locks an existing one, so its events then go to its partition. New events, the common
@@ -624,10 +648,10 @@ func stateOf(ev *eventsv1.ActionEvent) *eventsv1.Action {
 	}
 }
 
-// decodeEvent reads a stored event. Unknown fields, which rows stored before they were
-// dropped on the way in may hold, are not passed on.
+// decodeEvent reads a stored event, with the fields this release does not name: a
+// newer client sent them, and its readers get them back as sent.
 func decodeEvent(encoded []byte, ev *eventsv1.ActionEvent) error {
-	return proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(encoded, ev)
+	return proto.Unmarshal(encoded, ev)
 }
 
 // decodeAction turns an action's winning event into its state.

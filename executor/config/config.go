@@ -117,6 +117,9 @@ type Config struct {
 	// EventsBacklog bounds what an events outage piles up in the API server.
 	EventsBacklog EventsBacklogConfig `json:"eventsBacklog"`
 
+	// EventsDelivery says what becomes of events the events service refuses.
+	EventsDelivery EventsDeliveryConfig `json:"eventsDelivery"`
+
 	// DefaultForTaskTypes picks the plugin, by ID, that runs each task type, such as
 	// {"python-task": "container"}. Default empty.
 	DefaultForTaskTypes map[string]string `json:"defaultForTaskTypes"`
@@ -319,6 +322,19 @@ type EventsBacklogConfig struct {
 	// measured in docs/benchmarks.md, under 2 % of etcd's 2 GiB default quota, and
 	// about as much of the executor's heap (docs/configuration.md has the arithmetic).
 	MaxUndeliveredFinished int `json:"maxUndeliveredFinished"`
+}
+
+// EventsDeliveryConfig says what becomes of an action's events that the events service
+// refuses (InvalidArgument, or too large even alone). An events service older than the
+// executor refuses what it does not know until it is upgraded, so they are held and
+// offered again, with a backoff of up to 5 minutes: the action stays undelivered, so the
+// collector keeps it (a finished one counts toward eventsBacklog.maxUndeliveredFinished)
+// and a deleted one keeps its finalizer.
+type EventsDeliveryConfig struct {
+	// MaxRefusals gives an action's events up after this many refusals in a row, so that
+	// the action can go: lost to the events service, they stay in its status while it
+	// exists. Default 0: never.
+	MaxRefusals int `json:"maxRefusals"`
 }
 
 // Default returns the configuration used for every field the file leaves out. It builds a

@@ -102,6 +102,8 @@ gc:
   deletesPerSecond: 50.5
 eventsBacklog:
   maxUndeliveredFinished: 250
+eventsDelivery:
+  maxRefusals: 12
 defaultForTaskTypes:
   python-task: container
   sql: sqlite
@@ -157,6 +159,7 @@ k8s:
 		GC: config.GCConfig{Interval: duration(10 * time.Minute), MaxTTL: duration(24 * time.Hour),
 			MaxFinished: 20000, MaxFinishedPerNamespace: 4000, DeletesPerSecond: 50.5},
 		EventsBacklog:       config.EventsBacklogConfig{MaxUndeliveredFinished: 250},
+		EventsDelivery:      config.EventsDeliveryConfig{MaxRefusals: 12},
 		DefaultForTaskTypes: map[string]string{"python-task": "container", "sql": "sqlite"},
 		LogLinks:            []config.LogLink{{Name: "Kubernetes", URITemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}"}},
 		K8s: config.K8sPluginConfig{
@@ -301,6 +304,7 @@ func TestLoadRejects(t *testing.T) {
 		{"duplicate key", "cluster: a\ncluster: b\n", "cluster"},
 		{"no bound on the events backlog", "eventsBacklog:\n  maxUndeliveredFinished: 0\n", "eventsBacklog.maxUndeliveredFinished: must be at least 1 (there is no unbounded setting), got 0"},
 		{"negative bound on the events backlog", "eventsBacklog:\n  maxUndeliveredFinished: -1\n", "eventsBacklog.maxUndeliveredFinished: must be at least 1"},
+		{"negative refusals before events are given up", "eventsDelivery:\n  maxRefusals: -1\n", "eventsDelivery.maxRefusals: must not be negative"},
 		{"gc interval set with maxTTL 0", "gc:\n  interval: 5m\n  maxTTL: 0s\n", "gc.maxTTL: must be positive when gc.interval is set"},
 		{"file storage mounted without a file prefix", "k8s:\n  mountFileStorage: true\nstorage:\n  allowedPrefixes: [\"s3://b/\"]\n", "k8s.mountFileStorage: needs a file:// prefix"},
 		{"negative missing secret grace period", "k8s:\n  missingSecretGracePeriod: -1s\n", "k8s.missingSecretGracePeriod: must not be negative"},

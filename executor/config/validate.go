@@ -202,6 +202,10 @@ func (c Config) Validate() error {
 		fail("eventsBacklog.maxUndeliveredFinished", "must be at least 1 (there is no unbounded setting), got %d", n)
 	}
 
+	if n := c.EventsDelivery.MaxRefusals; n < 0 {
+		fail("eventsDelivery.maxRefusals", "must not be negative (0 never gives events up), got %d", n)
+	}
+
 	// An action's phase keeps at most 8 links, and the events service refuses a link
 	// whose name is empty or long, or whose URI is not absolute: such a link would hold
 	// the action's events back.

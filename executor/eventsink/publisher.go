@@ -9,10 +9,13 @@
 // Delivered says its whole history is recorded. After a restart the publisher knows
 // nothing, so the reconciler hands it every finished action again and their histories go
 // once more; the events service absorbs the repeats. Delivery is at least once, in order
-// per action. Two things end an action's delivery other than the events service's
-// acknowledgement: events it refuses as invalid on every try are given up on, with a
-// Kubernetes Event and a metric, so that the action can go; and an action that vanishes
-// unfinished is closed with an Aborted entry from what the publisher last knew of it.
+// per action. Events the events service refuses (InvalidArgument, as a replica older than
+// the executor refuses an enum value it does not know, or an event too large for it) are
+// held, not dropped: the action stays undelivered and they are offered again with a
+// backoff of up to RefusalBackoffCap, with a gauge, a counter and a Warning Event, until a
+// server takes them; they are given up on only after a number of refusals an operator
+// set (WithMaxRefusals). An action that vanishes unfinished is closed with an Aborted
+// entry from what the publisher last knew of it.
 package eventsink
 
 import (
@@ -57,8 +60,20 @@ import (
 // events the events service refused for good.
 const ReasonEventsRefused = "EventsRefused"
 
-// DefaultMaxRefusals is how many times refused events are offered by default.
-const DefaultMaxRefusals = 5
+// ReasonEventsHeld is the reason of the Warning Event recorded on an action whose events
+// the events service refused, each time they are held for another offer.
+const ReasonEventsHeld = "EventsHeld"
+
+// The spacing of the offers of an action's refused events: from RefusalBackoffBase,
+// doubling with each refusal in a row, up to RefusalBackoffCap. A refusal is not cured by
+// trying at once (an events service older than the executor refuses until it is
+// upgraded, or the executor rolled back), and each offer costs the service a call, so
+// the spacing grows further than a transient failure's (30 s); a few minutes keeps the
+// delay after the cure short.
+const (
+	RefusalBackoffBase = time.Second
+	RefusalBackoffCap  = 5 * time.Minute
+)
 
 // maxEventMessage bounds the message of a Kubernetes Event (the API's limit for a note).
 const maxEventMessage = 1024
@@ -99,8 +114,11 @@ type Publisher struct {
 	onDelivered func(*flytev1.TaskAction)
 	// recorder, when set, records refusals on the actions.
 	recorder record.EventRecorder
-	// maxRefusals is how many tries an invalid action's events get.
+	// maxRefusals is how many refusals in a row an action's events are given up after;
+	// 0, the default, never gives them up.
 	maxRefusals int
+	// refusalBackoff spaces the offers of refused events.
+	refusalBackoff backoff.Backoff
 
 	queue workqueue.TypedRateLimitingInterface[types.UID]
 	// deleted wakes the reconciler for a deleted action once its history (its Aborted
@@ -116,6 +134,8 @@ type Publisher struct {
 	// waiting counts the states with a pending snapshot: the delivery backlog, whether
 	// its actions are ready or waiting out a backoff.
 	waiting int
+	// held counts the states whose last offer was refused (refusals > 0).
+	held int
 }
 
 // state is everything the publisher knows of one action: the one place that says how
@@ -141,9 +161,13 @@ type state struct {
 	// last is what is kept of the newest snapshot of an unfinished action once it is
 	// delivered (see compact): enough to close its history should the action vanish.
 	last *flytev1.TaskAction
-	// refusals counts the tries the events service refused as invalid since the last
-	// delivery.
+	// refusals counts the offers the events service refused in a row since the last
+	// delivery (setRefusals keeps the gauge).
 	refusals int
+	// heldUntil is when events held after a refusal may be offered again: new history
+	// handed over meanwhile waits for it too, so that a busy action is refused (and its
+	// Event recorded) once per step of the backoff, not at every status write.
+	heldUntil time.Time
 }
 
 // mark identifies a history entry.
@@ -172,11 +196,20 @@ func WithRecorder(r record.EventRecorder) Option {
 	return func(p *Publisher) { p.recorder = r }
 }
 
-// WithMaxRefusals sets how many times an action's events are offered to an events
-// service that refuses them as invalid before they are given up on (default
-// DefaultMaxRefusals).
+// WithMaxRefusals gives an action's events up after n refusals in a row by the events
+// service, so that the action can go; n <= 0, the default, never gives them up. Events
+// given up on are lost to the events service (they stay in the action's status while it
+// exists), and an events service older than the executor refuses every event it does not
+// know until it is upgraded: only an operator who prefers losing them to keeping their
+// actions sets a limit (eventsDelivery.maxRefusals).
 func WithMaxRefusals(n int) Option {
-	return func(p *Publisher) { p.maxRefusals = max(n, 1) }
+	return func(p *Publisher) { p.maxRefusals = max(n, 0) }
+}
+
+// WithRefusalBackoff spaces the offers of refused events from base, doubling up to cap
+// (default RefusalBackoffBase and RefusalBackoffCap); tests shorten it.
+func WithRefusalBackoff(base, cap time.Duration) Option {
+	return func(p *Publisher) { p.refusalBackoff = backoff.Backoff{Base: base, Cap: cap} }
 }
 
 // OnDelivered calls f (from the delivering goroutine) with each finished action whose
@@ -195,7 +228,8 @@ func OnDelivered(f func(*flytev1.TaskAction)) Option {
 // New creates a publisher.
 func New(c eventsv1connect.EventsServiceClient, cluster string, clk clock.PassiveClock, log *slog.Logger, opts ...Option) *Publisher {
 	p := &Publisher{
-		client: c, cluster: cluster, clock: clk, log: log, tracer: otel.Tracer(tracing.ScopeName), maxRefusals: DefaultMaxRefusals,
+		client: c, cluster: cluster, clock: clk, log: log, tracer: otel.Tracer(tracing.ScopeName),
+		refusalBackoff: backoff.Backoff{Base: RefusalBackoffBase, Cap: RefusalBackoffCap},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig[types.UID](
 			// Jittered, so that the actions of one failed batch do not retry as one batch
 			// again at the same instant, and neither do several executors.
@@ -512,6 +546,11 @@ func eventBytes(ev *eventsv1.ActionEvent) int {
 func (p *Publisher) deliver(ctx context.Context, uids []types.UID) {
 	var work []pending
 	for _, uid := range uids {
+		if wait := p.heldFor(uid); wait > 0 {
+			p.queue.AddAfter(uid, wait)
+			p.queue.Done(uid)
+			continue
+		}
 		w := p.undelivered(uid)
 		if len(w.events) == 0 {
 			p.queue.Forget(uid)
@@ -641,34 +680,89 @@ func (p *Publisher) retry(w pending) {
 	p.queue.Done(w.uid)
 }
 
-// refused handles the events service refusing an action's events as invalid. That is
-// not the service's fault, and trying again will not help until the executor is fixed;
-// a few tries cover a service that is being upgraded. Then the refusal is recorded where
-// an operator looks (an Event on the action, a counter, the log) and the events are
-// given up on, so that a deleted action is not held in Terminating for ever. They stay
-// in the action's status for as long as it exists.
+// refused handles the events service refusing an action's events (InvalidArgument, or
+// too large even alone). The executor cannot tell a refusal it caused from one by an
+// events service older than itself, which refuses what it does not know until it is
+// upgraded (or the executor rolled back), so the events are held: the action stays
+// undelivered (the collector keeps it, a deleted one keeps its finalizer, a finished one
+// counts toward the events backlog's bound) and they are offered again after a backoff
+// that grows with each refusal in a row. Each refusal is recorded where an operator looks:
+// a counter by code, the gauge of held actions, the log and a Warning Event on the
+// action, one per offer, so at most one per step of the backoff. Only past a limit an
+// operator set (WithMaxRefusals) are they given up on, so that the action can go; they
+// stay in its status for as long as it exists.
 func (p *Publisher) refused(ctx context.Context, w pending, err error) {
+	p.metrics.EventsRefusal(connect.CodeOf(err))
 	p.mu.Lock()
 	tries := 0
-	if st := p.states[w.uid]; st != nil {
-		st.refusals++
+	st := p.states[w.uid]
+	if st != nil {
+		p.setRefusals(st, st.refusals+1)
 		tries = st.refusals
+	}
+	wait := p.refusalBackoff.Delay(int32(min(tries, 64)))
+	hold := p.maxRefusals == 0 || tries < p.maxRefusals
+	if st != nil && hold {
+		// On the monotonic clock, as the work queue's delays are: a clock the
+		// publisher is given (which tests may hold still) or a stepped wall clock must
+		// not hold the events longer than their backoff.
+		st.heldUntil = time.Now().Add(wait)
 	}
 	p.mu.Unlock()
 	key := keyOf(w.action).String()
-	if tries < p.maxRefusals {
-		p.log.Warn("events service refused an action's events; will try again",
-			"error", err, "action", key, "events", len(w.events), "tries", tries, "maxTries", p.maxRefusals)
-		p.retry(w)
+	if hold {
+		p.log.Warn("events service refused an action's events; holding them to offer again",
+			"error", err, "action", key, "events", len(w.events), "tries", tries, "next", wait.Round(time.Millisecond).String())
+		if p.recorder != nil {
+			p.recorder.Event(w.action, corev1.EventTypeWarning, ReasonEventsHeld, heldMessage(w, tries, wait, err))
+		}
+		p.queue.AddAfter(w.uid, wait)
+		p.queue.Done(w.uid)
 		return
 	}
-	p.log.Error("events service refused an action's events; giving up on them, so that the action can go (they stay in its status)",
+	p.log.Error("events service refused an action's events; giving up on them, as eventsDelivery.maxRefusals says, so that the action can go (they stay in its status)",
 		"error", err, "action", key, "events", len(w.events), "tries", tries)
 	p.metrics.EventsRefused(len(w.events))
 	if p.recorder != nil {
 		p.recorder.Event(w.action, corev1.EventTypeWarning, ReasonEventsRefused, refusalMessage(w, tries, err))
 	}
 	p.done(ctx, w)
+}
+
+// heldFor is how long the action's events are still held after a refusal; 0 when they
+// may go.
+func (p *Publisher) heldFor(uid types.UID) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st := p.states[uid]; st != nil && st.refusals > 0 {
+		return time.Until(st.heldUntil)
+	}
+	return 0
+}
+
+// setRefusals sets a state's refusals in a row, keeping the count and gauge of held
+// actions. The caller holds p.mu.
+func (p *Publisher) setRefusals(st *state, n int) {
+	switch {
+	case st.refusals == 0 && n > 0:
+		p.held++
+	case st.refusals > 0 && n == 0:
+		p.held--
+	default:
+		st.refusals = n
+		return
+	}
+	st.refusals = n
+	p.metrics.RefusedActions(p.held)
+}
+
+// heldMessage says what is held, why, and when it goes again, within an Event's limit.
+func heldMessage(w pending, tries int, wait time.Duration, err error) string {
+	first := w.events[0]
+	msg := fmt.Sprintf("the events service refused %d events of this action (attempt %d version %d to attempt %d version %d), %d times in a row; "+
+		"they are held, and offered again in %s (an events service older than the executor refuses what it does not know until it is upgraded): %v",
+		len(w.events), first.GetAttempt(), first.GetVersion(), w.end.attempt, w.end.version, tries, wait.Round(time.Second), err)
+	return truncate(msg, maxEventMessage)
 }
 
 // refusalMessage says what was refused, and why, within an Event's limit.
@@ -702,7 +796,8 @@ func (p *Publisher) acknowledged(ctx context.Context, w pending) bool {
 		p.mu.Unlock()
 		return false
 	}
-	st.delivered, st.known, st.refusals = w.end, true, 0
+	st.delivered, st.known = w.end, true
+	p.setRefusals(st, 0)
 	if w.more || st.pending != w.action {
 		p.mu.Unlock()
 		return true

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,6 +46,8 @@ type Metrics struct {
 	deliveryFailures    prometheus.Counter
 	deliveryLag         prometheus.Histogram
 	refused             prometheus.Counter
+	refusals            *prometheus.CounterVec
+	refusedActions      prometheus.Gauge
 	gcDeleted           prometheus.Counter
 	gcUndelivered       prometheus.Gauge
 	gcFinished          prometheus.Gauge
@@ -97,7 +100,12 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 			"Time from a phase change to the events service acknowledging its event.",
 			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}),
 		refused: instrument.Counter("flyte_executor_events_refused_total",
-			"Action events the events service refused as invalid on every try, then given up on so that their action could go; they stay in the action's status, and a Kubernetes Event (EventsRefused) names them."),
+			"Action events the events service refused on every try of eventsDelivery.maxRefusals, then given up on so that their action could go; they stay in the action's status, and a Kubernetes Event (EventsRefused) names them. Never, unless an operator set that limit."),
+		refusals: instrument.CounterVec("flyte_executor_events_refusals_total",
+			"Offers of an action's events the events service refused, by code: invalid_argument (an events service older than the executor refuses what it does not know, or the events are invalid), resource_exhausted (an event too large for the service even alone). The events are held and offered again with a backoff.",
+			"code", connect.CodeInvalidArgument.String(), connect.CodeResourceExhausted.String()),
+		refusedActions: instrument.Gauge("flyte_executor_events_refused_actions",
+			"Actions whose events the events service refused at their last offer: held, undelivered (the collector keeps them; finished ones count toward eventsBacklog.maxUndeliveredFinished) and offered again with a backoff of up to 5 minutes; the leader's count."),
 		gcDeleted: instrument.Counter("flyte_executor_gc_deleted_total",
 			"Finished actions the garbage collector deleted."),
 		gcUndelivered: instrument.Gauge("flyte_executor_gc_kept_undelivered_actions",
@@ -121,6 +129,7 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 	}
 	collectors := []prometheus.Collector{m.phaseChanges, m.reconcileDuration, m.retries, m.backoff, m.cacheLookups,
 		m.cacheOutputsRefused, m.cachePuts, m.cacheReleases, m.undelivered, m.delivered, m.deliveryFailures, m.deliveryLag, m.refused,
+		m.refusals, m.refusedActions,
 		m.gcDeleted, m.gcUndelivered, m.gcFinished, m.gcWalk, m.gcRefused, m.gcUndeletable, m.backlogHeld, m.backlogUndelivered, m.backlogBound}
 	collectors = append(collectors, buildinfo.Metric("flyte_executor_build_info"))
 	if actions != nil {
@@ -241,6 +250,20 @@ func (m *Metrics) Delivered(lags []time.Duration) {
 func (m *Metrics) EventsRefused(n int) {
 	if m != nil {
 		m.refused.Add(float64(n))
+	}
+}
+
+// EventsRefusal counts one refused offer of an action's events, by the answer's code.
+func (m *Metrics) EventsRefusal(code connect.Code) {
+	if m != nil {
+		m.refusals.WithLabelValues(code.String()).Inc()
+	}
+}
+
+// RefusedActions sets how many actions' events are held after a refusal.
+func (m *Metrics) RefusedActions(n int) {
+	if m != nil {
+		m.refusedActions.Set(float64(n))
 	}
 }
 

@@ -54,18 +54,22 @@ var Rows = []struct {
 			Queries: []Query{{`histogram_quantile(0.9, sum by (le, kind) (rate(flyte_executor_backoff_seconds_bucket{` + sel + `}[$__rate_interval])))`, "{{kind}}"}}},
 	}},
 	{"Events delivery", []Panel{
-		{Title: "Delivery backlog", Unit: "short", Description: "Actions whose phase changes wait for the events service.",
-			Queries: []Query{{`sum by (pod) (flyte_executor_events_undelivered_actions{` + sel + `})`, "{{pod}}"}}},
+		{Title: "Delivery backlog", Unit: "short", Description: "Actions whose phase changes wait for the events service, and of them those held after the service refused their events (an events service older than the executor, most often).",
+			Queries: []Query{
+				{`sum by (pod) (flyte_executor_events_undelivered_actions{` + sel + `})`, "{{pod}}"},
+				{`sum by (pod) (flyte_executor_events_refused_actions{` + sel + `})`, "{{pod}} held after refusals"},
+			}},
 		{Title: "Delivery lag", Unit: "s", Description: "From a phase change to the events service's acknowledgement.",
 			Queries: []Query{
 				{`histogram_quantile(0.5, sum by (le) (rate(flyte_executor_events_delivery_lag_seconds_bucket{` + sel + `}[$__rate_interval])))`, "p50"},
 				{`histogram_quantile(0.99, sum by (le) (rate(flyte_executor_events_delivery_lag_seconds_bucket{` + sel + `}[$__rate_interval])))`, "p99"},
 			}},
-		{Title: "Delivered and failed", Unit: "ops", Description: "Events acknowledged, Record calls that failed (retried), events refused as invalid.",
+		{Title: "Delivered and failed", Unit: "ops", Description: "Events acknowledged, Record calls that failed (retried), offers the service refused (held and offered again), events given up on after eventsDelivery.maxRefusals.",
 			Queries: []Query{
 				{`sum(rate(flyte_executor_events_delivered_total{` + sel + `}[$__rate_interval]))`, "delivered"},
 				{`sum(rate(flyte_executor_events_delivery_failures_total{` + sel + `}[$__rate_interval]))`, "failed calls"},
-				{`sum(rate(flyte_executor_events_refused_total{` + sel + `}[$__rate_interval]))`, "refused"},
+				{`sum by (code) (rate(flyte_executor_events_refusals_total{` + sel + `}[$__rate_interval]))`, "refused offers ({{code}})"},
+				{`sum(rate(flyte_executor_events_refused_total{` + sel + `}[$__rate_interval]))`, "given up"},
 			}},
 	}},
 	{"Cache", []Panel{

@@ -12,10 +12,23 @@ import (
 )
 
 // protoCodec is Connect's binary protobuf codec with two differences. Unknown fields are
-// dropped as a request is read: nothing stores them, and an answer built from a request
-// must not echo them. A string that is not UTF-8 is refused naming its path in the
-// request, such as "events[3].reason", where protobuf's decoder names no field.
-type protoCodec struct{}
+// dropped as a request is read, unless keepUnknown: a service that keeps requests in
+// columns has nowhere to store them, and an answer built from a request must not echo
+// them. A string that is not UTF-8 is refused naming its path in the request, such as
+// "events[3].reason", where protobuf's decoder names no field.
+type protoCodec struct {
+	// keepUnknown keeps the fields a request's schema does not name, for a service that
+	// stores what a newer client sends as it was sent (KeepUnknownFields).
+	keepUnknown bool
+}
+
+// KeepUnknownFields is a handler option, for Handle, that keeps the fields of a request
+// its schema does not name instead of dropping them: a service older than its clients
+// then stores and serves back what a newer client sent. The message's bound
+// (Config.MaxMessageBytes) bounds them.
+func KeepUnknownFields() connect.HandlerOption {
+	return connect.WithCodec(protoCodec{keepUnknown: true})
+}
 
 var _ connect.Codec = protoCodec{}
 
@@ -24,7 +37,7 @@ func (protoCodec) Name() string { return "proto" }
 
 func (protoCodec) IsBinary() bool { return true }
 
-func (protoCodec) Marshal(m any) ([]byte, error) { return protoCodec{}.MarshalAppend(nil, m) }
+func (c protoCodec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil, m) }
 
 func (protoCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	msg, err := protoMessage(m)
@@ -42,12 +55,12 @@ func (protoCodec) MarshalStable(m any) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 }
 
-func (protoCodec) Unmarshal(data []byte, m any) error {
+func (c protoCodec) Unmarshal(data []byte, m any) error {
 	msg, err := protoMessage(m)
 	if err != nil {
 		return err
 	}
-	err = proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, msg)
+	err = proto.UnmarshalOptions{DiscardUnknown: !c.keepUnknown}.Unmarshal(data, msg)
 	if err == nil {
 		return nil
 	}

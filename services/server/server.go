@@ -291,7 +291,7 @@ func (s *Server) Addr() net.Addr { return s.listener.Addr() }
 // Handle registers a service on s. newHandler is the service's generated
 // New<Service>Handler, which Handle calls with impl and the server's options: tracing,
 // validation, authorization, read limits and panic recovery are the server's to apply,
-// never the caller's to remember. The handler it registers is also authenticated and
+// never the caller's to remember; opts add to them (KeepUnknownFields). The handler it registers is also authenticated and
 // held to the byte and write limits; Handle returns it as registered, for another
 // listener of the same service (the events service's console). The service is listed by
 // reflection and reported healthy.
@@ -299,12 +299,12 @@ func (s *Server) Addr() net.Addr { return s.listener.Addr() }
 // Handle is a function because methods take no type parameters, and it has two because
 // Go cannot infer an interface from an implementation: it panics, as registering a
 // handler twice does, if impl does not implement the service.
-func Handle[Service, Impl any](s *Server, impl Impl, newHandler func(Service, ...connect.HandlerOption) (string, http.Handler)) http.Handler {
+func Handle[Service, Impl any](s *Server, impl Impl, newHandler func(Service, ...connect.HandlerOption) (string, http.Handler), opts ...connect.HandlerOption) http.Handler {
 	svc, ok := any(impl).(Service)
 	if !ok {
 		panic(fmt.Sprintf("server: %T does not implement %s", impl, reflect.TypeFor[Service]()))
 	}
-	path, handler := newHandler(svc, s.options...)
+	path, handler := newHandler(svc, append(slices.Clip(s.options), opts...)...)
 	guarded := s.guard(handler)
 	s.mux.Handle(path, guarded)
 	// Generated paths are "/<fully.qualified.Service>/".

@@ -81,7 +81,8 @@ type ExecutionError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// code is a short machine-readable cause, such as "OOMKilled" or "ResourceQuotaExceeded".
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
-	// kind says whose fault the failure is.
+	// kind says whose fault the failure is. A kind the receiver's release does not name
+	// (a newer sender's) is kept and passed on as its number, not refused.
 	Kind ExecutionError_Kind `protobuf:"varint,2,opt,name=kind,proto3,enum=flyte.core.v1.ExecutionError_Kind" json:"kind,omitempty"`
 	// message is the human-readable explanation.
 	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
@@ -144,10 +145,10 @@ var File_flyte_core_v1_error_proto protoreflect.FileDescriptor
 
 const file_flyte_core_v1_error_proto_rawDesc = "" +
 	"\n" +
-	"\x19flyte/core/v1/error.proto\x12\rflyte.core.v1\x1a\x1bbuf/validate/validate.proto\"\xdb\x01\n" +
+	"\x19flyte/core/v1/error.proto\x12\rflyte.core.v1\x1a\x1bbuf/validate/validate.proto\"\xd1\x01\n" +
 	"\x0eExecutionError\x12 \n" +
-	"\x04code\x18\x01 \x01(\tB\f\xbaH\tr\a\x18\x80\x02\xba\x01\x01\x00R\x04code\x12@\n" +
-	"\x04kind\x18\x02 \x01(\x0e2\".flyte.core.v1.ExecutionError.KindB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04kind\x12'\n" +
+	"\x04code\x18\x01 \x01(\tB\f\xbaH\tr\a\x18\x80\x02\xba\x01\x01\x00R\x04code\x126\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\".flyte.core.v1.ExecutionError.KindR\x04kind\x12'\n" +
 	"\amessage\x18\x03 \x01(\tB\r\xbaH\n" +
 	"r\b\x18\x80\x80\x04\xba\x01\x01\x00R\amessage\"<\n" +
 	"\x04Kind\x12\x14\n" +

@@ -36,7 +36,10 @@ type ActionEvent struct {
 	// larger attempt would outrank every real event of the action, so it is refused as a
 	// forgery.
 	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// phase is the action's phase in this attempt.
+	// phase is the action's phase in this attempt. A phase the service's release does not
+	// name (a newer executor's) is accepted, stored and listed; it ranks below every phase
+	// the service knows within its attempt (events/store Rank), so it never replaces one.
+	// Phases are at most 32767, which is what the store's column holds.
 	Phase v1.ActionPhase `protobuf:"varint,3,opt,name=phase,proto3,enum=flyte.core.v1.ActionPhase" json:"phase,omitempty"`
 	// version orders changes within one phase of one attempt (a new reason, new cluster
 	// events), starting at 0; at most 2^31-1, which is what the store's column and the
@@ -54,7 +57,8 @@ type ActionEvent struct {
 	Cluster string `protobuf:"bytes,8,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// outputs_uri is where the action's outputs are, once it has succeeded.
 	OutputsUri string `protobuf:"bytes,9,opt,name=outputs_uri,json=outputsUri,proto3" json:"outputs_uri,omitempty"`
-	// cache_status says what the cache did for the action.
+	// cache_status says what the cache did for the action. A status the service's release
+	// does not name (a newer executor's) is stored and served as its number.
 	CacheStatus v1.CacheStatus `protobuf:"varint,10,opt,name=cache_status,json=cacheStatus,proto3,enum=flyte.core.v1.CacheStatus" json:"cache_status,omitempty"`
 	// reason is a short CamelCase cause of the phase, such as "Terminating" or "ImagePullBackOff".
 	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -718,7 +722,8 @@ type ListActionsRequest struct {
 	Domain string `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
 	// run, when set, narrows the list to one run.
 	Run string `protobuf:"bytes,3,opt,name=run,proto3" json:"run,omitempty"`
-	// phase, when set, narrows the list to actions in that phase.
+	// phase, when set, narrows the list to actions in that phase, named or not by the
+	// service's release.
 	Phase v1.ActionPhase `protobuf:"varint,4,opt,name=phase,proto3,enum=flyte.core.v1.ActionPhase" json:"phase,omitempty"`
 	// page_size is the most actions to return; 0 means the server's default (100).
 	PageSize uint32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
@@ -1088,12 +1093,11 @@ var File_flyte_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1cflyte/events/v1/events.proto\x12\x0fflyte.events.v1\x1a\x1bbuf/validate/validate.proto\x1a flyte/core/v1/cache_status.proto\x1a\x19flyte/core/v1/error.proto\x1a\x1eflyte/core/v1/identifier.proto\x1a\x19flyte/core/v1/phase.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdd\x06\n" +
+	"\x1cflyte/events/v1/events.proto\x12\x0fflyte.events.v1\x1a\x1bbuf/validate/validate.proto\x1a flyte/core/v1/cache_status.proto\x1a\x19flyte/core/v1/error.proto\x1a\x1eflyte/core/v1/identifier.proto\x1a\x19flyte/core/v1/phase.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x06\n" +
 	"\vActionEvent\x127\n" +
 	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\x02id\x12#\n" +
-	"\aattempt\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18o(\x01R\aattempt\x12<\n" +
-	"\x05phase\x18\x03 \x01(\x0e2\x1a.flyte.core.v1.ActionPhaseB\n" +
-	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05phase\x12%\n" +
+	"\aattempt\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18o(\x01R\aattempt\x12:\n" +
+	"\x05phase\x18\x03 \x01(\x0e2\x1a.flyte.core.v1.ActionPhaseB\b\xbaH\x05\x82\x01\x02 \x00R\x05phase\x12%\n" +
 	"\aversion\x18\x04 \x01(\rB\v\xbaH\b*\x06\x18\xff\xff\xff\xff\aR\aversion\x12V\n" +
 	"\voccurred_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x19\xbaH\x16\xc8\x01\x01\xb2\x01\x10\x1a\x06\b\x80\x99\xfd\x93\x1b2\x06\b\x80\x87\xb5\xc3\x03R\n" +
 	"occurredAt\x12S\n" +
@@ -1102,9 +1106,9 @@ const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"\x05error\x18\a \x01(\v2\x1d.flyte.core.v1.ExecutionErrorR\x05error\x12&\n" +
 	"\acluster\x18\b \x01(\tB\f\xbaH\tr\a\x18\xfd\x01\xba\x01\x01\x00R\acluster\x12-\n" +
 	"\voutputs_uri\x18\t \x01(\tB\f\xbaH\tr\a\x18\x80\x10\xba\x01\x01\x00R\n" +
-	"outputsUri\x12G\n" +
+	"outputsUri\x12=\n" +
 	"\fcache_status\x18\n" +
-	" \x01(\x0e2\x1a.flyte.core.v1.CacheStatusB\b\xbaH\x05\x82\x01\x02\x10\x01R\vcacheStatus\x12$\n" +
+	" \x01(\x0e2\x1a.flyte.core.v1.CacheStatusR\vcacheStatus\x12$\n" +
 	"\x06reason\x18\v \x01(\tB\f\xbaH\tr\a\x18\x80\x02\xba\x01\x01\x00R\x06reason\x12'\n" +
 	"\amessage\x18\f \x01(\tB\r\xbaH\n" +
 	"r\b\x18\x80\x80\x04\xba\x01\x01\x00R\amessage\x12N\n" +
@@ -1151,12 +1155,12 @@ const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"\x10GetActionRequest\x127\n" +
 	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\x02id\"D\n" +
 	"\x11GetActionResponse\x12/\n" +
-	"\x06action\x18\x01 \x01(\v2\x17.flyte.events.v1.ActionR\x06action\"\xd3\x02\n" +
+	"\x06action\x18\x01 \x01(\v2\x17.flyte.events.v1.ActionR\x06action\"\xc9\x02\n" +
 	"\x12ListActionsRequest\x12<\n" +
 	"\aproject\x18\x01 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\aproject\x12:\n" +
 	"\x06domain\x18\x02 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x06domain\x127\n" +
-	"\x03run\x18\x03 \x01(\tB%\xbaH\"\xd8\x01\x01r\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x03run\x12:\n" +
-	"\x05phase\x18\x04 \x01(\x0e2\x1a.flyte.core.v1.ActionPhaseB\b\xbaH\x05\x82\x01\x02\x10\x01R\x05phase\x12%\n" +
+	"\x03run\x18\x03 \x01(\tB%\xbaH\"\xd8\x01\x01r\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x03run\x120\n" +
+	"\x05phase\x18\x04 \x01(\x0e2\x1a.flyte.core.v1.ActionPhaseR\x05phase\x12%\n" +
 	"\tpage_size\x18\x05 \x01(\rB\b\xbaH\x05*\x03\x18\xe8\aR\bpageSize\x12'\n" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"p\n" +

@@ -26,7 +26,8 @@ export type ExecutionError = Message<"flyte.core.v1.ExecutionError"> & {
   code: string;
 
   /**
-   * kind says whose fault the failure is.
+   * kind says whose fault the failure is. A kind the receiver's release does not name
+   * (a newer sender's) is kept and passed on as its number, not refused.
    *
    * @generated from field: flyte.core.v1.ExecutionError.Kind kind = 2;
    */

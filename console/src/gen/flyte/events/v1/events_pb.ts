@@ -48,7 +48,10 @@ export type ActionEvent = Message<"flyte.events.v1.ActionEvent"> & {
   attempt: number;
 
   /**
-   * phase is the action's phase in this attempt.
+   * phase is the action's phase in this attempt. A phase the service's release does not
+   * name (a newer executor's) is accepted, stored and listed; it ranks below every phase
+   * the service knows within its attempt (events/store Rank), so it never replaces one.
+   * Phases are at most 32767, which is what the store's column holds.
    *
    * @generated from field: flyte.core.v1.ActionPhase phase = 3;
    */
@@ -101,7 +104,8 @@ export type ActionEvent = Message<"flyte.events.v1.ActionEvent"> & {
   outputsUri: string;
 
   /**
-   * cache_status says what the cache did for the action.
+   * cache_status says what the cache did for the action. A status the service's release
+   * does not name (a newer executor's) is stored and served as its number.
    *
    * @generated from field: flyte.core.v1.CacheStatus cache_status = 10;
    */
@@ -467,7 +471,8 @@ export type ListActionsRequest = Message<"flyte.events.v1.ListActionsRequest"> &
   run: string;
 
   /**
-   * phase, when set, narrows the list to actions in that phase.
+   * phase, when set, narrows the list to actions in that phase, named or not by the
+   * service's release.
    *
    * @generated from field: flyte.core.v1.ActionPhase phase = 4;
    */
