@@ -145,7 +145,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	ws := newWatchers()
 	for i, url := range s.eventsURLs {
 		for _, project := range []string{"chaos", hostileProject} {
-			bg.Go(func() { ws.follow(runCtx, s.watchClient, s.events[i].name, url, project) })
+			bg.Go(func() { ws.follow(runCtx, s.watchClient, s.events[i].Name, url, project) })
 		}
 	}
 
