@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -82,33 +81,6 @@ func (s *system) image() string {
 	return "busybox:1.36"
 }
 
-// binDir keeps the programs between runs, outside the clone, as the sandbox does: go
-// build then relinks only what changed, which keeps a short soak short.
-func binDir() string {
-	if d := os.Getenv("FLYTE_CACHE_DIR"); d != "" {
-		return filepath.Join(d, "chaos-bin")
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	return filepath.Join(cache, "flyte-executor", "chaos-bin")
-}
-
-// build compiles the three programs once into dir.
-func build(ctx context.Context, root, dir string) (map[string]string, error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./events/cmd/events", "./cacheservice/cmd/cacheservice", "./executor/cmd/executor")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	bins := map[string]string{}
-	for _, name := range []string{"events", "cacheservice", "executor"} {
-		bins[name] = filepath.Join(dir, name)
-	}
-	return bins, nil
-}
-
 // startSystem brings everything up in dir; stop takes it all down.
 func startSystem(ctx context.Context, dir, assets, node string, log func(string, ...any)) (s *system, err error) {
 	s = &system{dir: dir, logs: filepath.Join(dir, "logs"), dataDir: filepath.Join(dir, "data")}
@@ -133,11 +105,11 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	if err != nil {
 		return s, err
 	}
-	bins, err := build(ctx, root, binDir())
+	bins, err := systemtest.Build(ctx, root, systemtest.BinDir("chaos"))
 	if err != nil {
 		return s, err
 	}
-	log("built the programs in %s", binDir())
+	log("built the programs in %s", systemtest.BinDir("chaos"))
 	creds, err := devcreds.Ensure(filepath.Join(dir, "creds"))
 	if err != nil {
 		return s, err
