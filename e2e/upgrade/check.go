@@ -2,8 +2,11 @@ package upgrade
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -92,7 +95,7 @@ func (ch *checker) settle(ctx context.Context, timeout time.Duration) []string {
 		if len(problems) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			_, over := ch.probe.report()
 			for _, r := range over {
-				problems = append(problems, "probe: "+r.String())
+				problems = append(problems, "probe: "+r.String()+explain(ch.s.logs, r.first))
 			}
 			ch.probe.mu.Lock()
 			for _, c := range ch.probe.inconsistent {
@@ -394,4 +397,36 @@ func orNone(s string) string {
 		return "no phase"
 	}
 	return s
+}
+
+// refPattern finds the reference an internal error names; the service logs the error
+// under it.
+var refPattern = regexp.MustCompile(`under ref ([0-9a-f]{32})`)
+
+// explain finds what the service logged under the reference an internal error shows
+// its caller, so that a failure says its cause: " (logged by events-v0.1.0: ...)".
+func explain(logs, msg string) string {
+	m := refPattern.FindStringSubmatch(msg)
+	if m == nil {
+		return ""
+	}
+	files, _ := filepath.Glob(filepath.Join(logs, "*.log"))
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if !strings.Contains(line, m[1]) {
+				continue
+			}
+			var entry struct {
+				Error string `json:"error"`
+			}
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Error != "" {
+				return fmt.Sprintf(" (logged by %s: %s)", strings.TrimSuffix(filepath.Base(f), ".log"), entry.Error)
+			}
+		}
+	}
+	return ""
 }

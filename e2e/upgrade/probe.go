@@ -43,6 +43,7 @@ type outcome struct {
 	at   time.Time
 	took time.Duration
 	err  error
+	step string // the step of the upgrade the call began in
 }
 
 // probe calls every RPC of both services on each of its targets (the services'
@@ -53,6 +54,7 @@ type probe struct {
 	failures *os.File // every failure, one a line, with its time
 
 	mu      sync.Mutex
+	step    string               // the step of the upgrade under way
 	results map[string][]outcome // "target RPC" -> outcomes, in order
 	targets map[string]context.CancelFunc
 	wg      sync.WaitGroup
@@ -91,7 +93,7 @@ func (p *probe) note(target, rpc string, at time.Time, err error) {
 		}
 		p.log("probe: %s %s answers again after %d failures over %s", target, rpc, n-first, at.Sub(prev[first].at).Round(time.Millisecond))
 	}
-	p.results[key] = append(prev, outcome{at: at, took: took, err: err})
+	p.results[key] = append(prev, outcome{at: at, took: took, err: err, step: p.step})
 }
 
 // rounds counts the outcomes of every RPC on target since t, failed or not: the fewest
@@ -356,7 +358,7 @@ func (p *probe) createdActions() []string {
 
 // failureRun is the longest run of consecutive failures of one RPC on one target.
 type failureRun struct {
-	key         string
+	key, step   string
 	calls, n    int
 	from        time.Time
 	span        time.Duration
@@ -392,7 +394,7 @@ func (p *probe) report() (lines []string, over []failureRun) {
 			if j+1 < len(outs) {
 				end = outs[j+1].at
 			}
-			run := failureRun{key: key, calls: len(outs), n: j - i + 1, from: outs[i].at, span: end.Sub(outs[i].at),
+			run := failureRun{key: key, step: outs[i].step, calls: len(outs), n: j - i + 1, from: outs[i].at, span: end.Sub(outs[i].at),
 				first: outs[i].err.Error(), last: outs[j].err.Error()}
 			if run.span > worst.span {
 				worst = run
@@ -413,8 +415,8 @@ func (p *probe) report() (lines []string, over []failureRun) {
 
 // String describes a run for a failure message.
 func (r failureRun) String() string {
-	s := fmt.Sprintf("%s failed %d times in a row (of %d calls) over %s from %s, over the bound of %s: first %s",
-		r.key, r.n, r.calls, r.span.Round(time.Millisecond), r.from.Format("15:04:05.000"), maxFailureRun, r.first)
+	s := fmt.Sprintf("%s failed %d times in a row (of %d calls) over %s from %s, in step %q, over the bound of %s: first %s",
+		r.key, r.n, r.calls, r.span.Round(time.Millisecond), r.from.Format("15:04:05.000"), r.step, maxFailureRun, r.first)
 	if r.last != r.first {
 		s += "; last " + r.last
 	}
@@ -435,4 +437,11 @@ func slug(target string) string {
 		}
 		return '-'
 	}, strings.ToLower(target))
+}
+
+// during says which step of the upgrade is under way, for the outcomes that follow.
+func (p *probe) during(step string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.step = step
 }

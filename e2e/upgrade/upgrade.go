@@ -51,7 +51,14 @@ func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
 // it. An error names the step that could not be taken.
 func run(ctx context.Context, o options) (res *result, err error) {
 	res = &result{}
-	step := func(name string) { res.step = name; o.log("== %s", name) }
+	var pr *probe
+	step := func(name string) {
+		res.step = name
+		o.log("== %s", name)
+		if pr != nil {
+			pr.during(name)
+		}
+	}
 	fail := func(e error) (*result, error) { return res, &stepError{step: res.step, err: e} }
 	ctrllog.SetLogger(logr.Discard()) // the test's client retries; its complaints are noise
 
@@ -131,11 +138,12 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 
 	step("probe " + old.name)
-	pr, err := newProbe(filepath.Join(s.logs, "probe-failures.log"), o.log)
+	pr, err = newProbe(filepath.Join(s.logs, "probe-failures.log"), o.log)
 	if err != nil {
 		return fail(err)
 	}
 	defer pr.wait()
+	pr.during(res.step)
 	input := filepath.Join(s.dataDir, "inputs", "probe.json")
 	if err := os.WriteFile(input, []byte(`{"probe":true}`), 0o644); err != nil {
 		return fail(err)
