@@ -1,8 +1,9 @@
 // Package upgrade is the upgrade test, as Knative and Tekton run theirs: the previous
 // release (built from its commit by internal/release) runs as processes — an API server
 // and etcd, Postgres, the events and cache services, the executor — with work in flight
-// (long sleeps, retries, cacheable actions holding reservations while others wait, a
-// watcher, a CloudEvents sink), and is upgraded to the tree in the documented order
+// (long sleeps, retries, cacheable actions holding reservations while others wait,
+// container actions on the soak's stand-in kubelet, a watcher, a CloudEvents sink), and
+// is upgraded to the tree in the documented order
 // (docs/operations.md, "Upgrading"): the CRD, then the services (each new replica
 // started beside the old, which it migrates, then the old stopped), then the executor
 // (the new one a standby until the old one hands over its lease). A probe meanwhile

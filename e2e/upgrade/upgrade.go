@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
@@ -123,6 +125,11 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 	w := newWatcher()
 	bg.Go(func() { w.follow(runCtx, watchClient, s.events.url(), project) })
+	st := newStandIn(plans, o.size)
+	kubelet := systemtest.NewKubelet(s.client, func() []*corev1.Pod { return pods(runCtx, s) }, 1, st.exitCode,
+		func(string, *corev1.Pod) error { return nil })
+	kubelet.RunFor = st.runFor
+	bg.Go(func() { kubelet.Run(runCtx) })
 	for _, p := range plans {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := s.client.Create(cctx, p.action.DeepCopy())
@@ -278,8 +285,8 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	return res, nil
 }
 
-// inFlight says whether the work is in flight: every long sleep running and, in each
-// cache group, one action running.
+// inFlight says whether the work is in flight: every long sleep and long container
+// running and, in each cache group, one action running.
 func inFlight(ctx context.Context, s *system, plans []*plan) (bool, string) {
 	var list flytev1.TaskActionList
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -294,7 +301,7 @@ func inFlight(ctx context.Context, s *system, plans []*plan) (bool, string) {
 	running := map[int]bool{}
 	for _, p := range plans {
 		switch {
-		case p.kind == kindLongSleep && phase[p.name] != flytev1.PhaseRunning:
+		case (p.kind == kindLongSleep || p.kind == kindContainerLong) && phase[p.name] != flytev1.PhaseRunning:
 			return false, fmt.Sprintf("%s is %q, not yet Running", p.name, phase[p.name])
 		case p.kind == kindCachedSleep && phase[p.name] == flytev1.PhaseRunning:
 			running[p.group] = true
@@ -329,4 +336,20 @@ func cacheDir() string {
 		return "?"
 	}
 	return d
+}
+
+// pods are the test's namespace's pods now, for the stand-in kubelet; none while the API
+// server does not answer.
+func pods(ctx context.Context, s *system) []*corev1.Pod {
+	var list corev1.PodList
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.client.List(lctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil
+	}
+	out := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out
 }

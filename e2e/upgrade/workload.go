@@ -32,6 +32,11 @@ const (
 	kindRetryKO     = "retry-ko"     // fails every attempt: Failed after its retry
 	kindEcho        = "echo"         // core-echo
 	kindCachedSleep = "cached-sleep" // cacheable, serializable, keys shared: one holds the reservation, the others wait
+	// Container actions, on the stand-in kubelet (systemtest.Kubelet).
+	kindContainerLong  = "container-long"  // a pod running across the whole upgrade
+	kindContainerOK    = "container-ok"    // a pod that exits 0
+	kindContainerKO    = "container-ko"    // a pod that exits 1, no retries: the action fails
+	kindContainerFlaky = "container-flaky" // its first pod exits 1, its retry's 0
 )
 
 // plan is one action put in flight before the upgrade.
@@ -45,6 +50,7 @@ type plan struct {
 // size is how much work a form of the test puts in flight.
 type size struct {
 	longSleeps, sleeps, retries, echoes int
+	containers                          int           // of each container kind
 	longSleep                           time.Duration // each long sleep's, the first's; later ones grow
 	cacheGroups, perGroup               int
 	cachedSleep                         time.Duration
@@ -56,9 +62,9 @@ type size struct {
 }
 
 var (
-	shortForm = size{longSleeps: 2, sleeps: 2, retries: 1, echoes: 1, longSleep: 20 * time.Second,
+	shortForm = size{longSleeps: 2, sleeps: 2, retries: 1, echoes: 1, containers: 1, longSleep: 20 * time.Second,
 		cacheGroups: 2, perGroup: 3, cachedSleep: 15 * time.Second, sideBySide: 50, settle: 2 * time.Minute}
-	fullForm = size{longSleeps: 10, sleeps: 20, retries: 10, echoes: 10, longSleep: 30 * time.Second,
+	fullForm = size{longSleeps: 10, sleeps: 20, retries: 10, echoes: 10, containers: 5, longSleep: 30 * time.Second,
 		cacheGroups: 4, perGroup: 5, cachedSleep: 30 * time.Second, sideBySide: 300, settle: 5 * time.Minute}
 )
 
@@ -114,6 +120,21 @@ func planWorkload(sz size, dataDir string) ([]*plan, error) {
 			return nil, err
 		}
 	}
+	for range sz.containers {
+		for _, kind := range []string{kindContainerLong, kindContainerOK, kindContainerKO, kindContainerFlaky} {
+			spec := flytev1.TaskActionSpec{TaskType: "container", Container: &flytev1.ContainerSpec{Image: "busybox:1.36", Command: []string{"true"}}}
+			expect := flytev1.PhaseSucceeded
+			switch kind {
+			case kindContainerKO:
+				expect = flytev1.PhaseFailed
+			case kindContainerFlaky:
+				spec.Retries = 1
+			}
+			if err := add(kind, 0, spec, expect); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for g := range sz.cacheGroups {
 		in := filepath.Join(dataDir, "inputs", fmt.Sprintf("group-%d.json", g))
 		if err := os.WriteFile(in, fmt.Appendf(nil, `{"group":%d}`, g), 0o644); err != nil {
@@ -135,4 +156,38 @@ func planWorkload(sz size, dataDir string) ([]*plan, error) {
 
 func fileURI(dataDir string, elem ...string) string {
 	return "file://" + filepath.ToSlash(filepath.Join(append([]string{dataDir}, elem...)...))
+}
+
+// standIn is how the stand-in kubelet plays each container action: how its attempts end
+// and how long its pods run.
+type standIn struct {
+	kinds     map[string]string // action -> kind
+	longSleep time.Duration
+}
+
+func newStandIn(plans []*plan, sz size) *standIn {
+	st := &standIn{kinds: map[string]string{}, longSleep: sz.longSleep}
+	for _, p := range plans {
+		st.kinds[p.name] = p.kind
+	}
+	return st
+}
+
+func (st *standIn) exitCode(action string, attempt int) int32 {
+	switch st.kinds[action] {
+	case kindContainerKO:
+		return 1
+	case kindContainerFlaky:
+		if attempt <= 1 {
+			return 1
+		}
+	}
+	return 0
+}
+
+func (st *standIn) runFor(action string) (time.Duration, time.Duration) {
+	if st.kinds[action] == kindContainerLong {
+		return st.longSleep, st.longSleep
+	}
+	return 300 * time.Millisecond, time.Second
 }
