@@ -69,24 +69,15 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err != nil {
 		return fail(err)
 	}
-	rel, err := internalrelease.Find(root, o.from)
-	if err != nil {
-		return fail(err)
-	}
-	o.log("building %s from %s (the first time takes minutes; cached in %s)", rel.Version, rel.Commit[:12], cacheDir())
-	oldBuild, err := internalrelease.Get(ctx, root, rel)
-	if err != nil {
-		return fail(err)
-	}
-	old := release{name: rel.Version, bins: map[string]string{}, crd: filepath.Join(oldBuild.Source, "deploy", "crd", "flyte.org_taskactions.yaml")}
-	for name := range internalrelease.Programs {
-		old.bins[name] = oldBuild.Binary(name)
-	}
 	treeBins, err := systemtest.Build(ctx, root, systemtest.BinDir("upgrade"))
 	if err != nil {
 		return fail(err)
 	}
 	tree := release{name: "tree", bins: treeBins, crd: filepath.Join(root, "deploy", "crd", "flyte.org_taskactions.yaml")}
+	old, err := previous(ctx, root, o.from, tree, o.log)
+	if err != nil {
+		return fail(err)
+	}
 
 	step("start " + old.name)
 	s, err := newSystem(ctx, o.dir, o.assets, o.dbURL, o.log)
@@ -352,4 +343,31 @@ func pods(ctx context.Context, s *system) []*corev1.Pod {
 		out = append(out, &list.Items[i])
 	}
 	return out
+}
+
+// fromTree is the "release" that is the tree itself: upgraded to itself, the test is a
+// rolling restart of every program, a control of the test's own soundness (what it finds
+// then is the tree's, not an upgrade's).
+const fromTree = "tree"
+
+// previous is the release upgraded from: the one RELEASES names (built from its commit,
+// once), or the tree itself.
+func previous(ctx context.Context, root, from string, tree release, log func(string, ...any)) (release, error) {
+	if from == fromTree {
+		return release{name: "tree-before", bins: tree.bins, crd: tree.crd}, nil
+	}
+	rel, err := internalrelease.Find(root, from)
+	if err != nil {
+		return release{}, err
+	}
+	log("building %s from %s (the first time takes minutes; cached in %s)", rel.Version, rel.Commit[:12], cacheDir())
+	b, err := internalrelease.Get(ctx, root, rel)
+	if err != nil {
+		return release{}, err
+	}
+	old := release{name: rel.Version, bins: map[string]string{}, crd: filepath.Join(b.Source, "deploy", "crd", "flyte.org_taskactions.yaml")}
+	for name := range internalrelease.Programs {
+		old.bins[name] = b.Binary(name)
+	}
+	return old, nil
 }

@@ -21,7 +21,8 @@ import (
 // UPGRADE_TEST chooses the form: "short" (few actions, short sleeps: a couple of
 // minutes, for make test), "full" (make upgrade-test: more and longer work), or "off"
 // or unset, which skips it. UPGRADE_FROM names the release upgraded from (default: the
-// last line of RELEASES).
+// last line of RELEASES), or "tree" for the tree upgraded to itself, a rolling restart
+// that checks the test itself.
 func TestUpgrade(t *testing.T) {
 	form := os.Getenv("UPGRADE_TEST")
 	var sz size
