@@ -29,6 +29,7 @@ test: envtest node jaeger tools browser ## Run every test against a real API ser
 
 # The upgrade test in full: release FROM (default the last line of RELEASES), built from
 # its commit, upgraded to the tree with work in flight; make upgrade-test FROM=v0.1.0.
+# FROM=tree upgrades the tree to itself: a rolling restart, the test's own control.
 FROM ?= latest
 .PHONY: upgrade-test
 upgrade-test: envtest ## Upgrade release FROM (default the latest in RELEASES) to the tree with work in flight, and check it.
