@@ -103,6 +103,9 @@ func (ch *checker) settle(ctx context.Context, timeout time.Duration) []string {
 			}
 			ch.probe.mu.Unlock()
 			for _, p := range ch.s.all {
+				if errs := logLevels(p.Log)["ERROR"]; strings.HasPrefix(p.Name, "executor-") && errs > 0 {
+					problems = append(problems, fmt.Sprintf("%s logged %d errors; see %s", p.Name, errs, p.Log))
+				}
 				for _, e := range p.ExitLog() {
 					if !e.Expected {
 						problems = append(problems, fmt.Sprintf("%s exited at %s without the test stopping it (%s); see %s", p.Name, e.At.Format(time.TimeOnly), e.Err, p.Log))
@@ -335,6 +338,10 @@ func (ch *checker) figures() []string {
 		fmt.Sprintf("%d actions checked (%d planned, the rest created by the probe); %d actions stored in the events service", ch.actions, len(ch.plans), ch.storedEvents),
 		fmt.Sprintf("the sink took %d distinct CloudEvents in %d requests; the watcher opened %d streams", events, requests, ch.w.streamCount()),
 	}
+	for _, p := range ch.s.all {
+		levels := logLevels(p.Log)
+		out = append(out, fmt.Sprintf("%s logged %d errors and %d warnings", p.Name, levels["ERROR"], levels["WARN"]))
+	}
 	groups := make([]int, 0, len(ch.cacheStatus))
 	for g := range ch.cacheStatus {
 		groups = append(groups, g)
@@ -429,4 +436,22 @@ func explain(logs, msg string) string {
 		}
 	}
 	return ""
+}
+
+// logLevels counts the lines of a program's JSON log by level.
+func logLevels(path string) map[string]int {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var entry struct {
+			Level string `json:"level"`
+		}
+		if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &entry) == nil {
+			out[strings.ToUpper(entry.Level)]++
+		}
+	}
+	return out
 }
