@@ -328,6 +328,60 @@ func (p *probe) cacheRound(target string, c cachev1connect.CacheServiceClient) f
 	}
 }
 
+// treeCacheRound calls the cache RPCs the tree added (the tree's executor uses them; the
+// previous release's does not, and it is rolled after the services): a lookup that
+// reserves the fresh key, a put that releases it, and a lookup that must find it.
+func (p *probe) treeCacheRound(target string, c cachev1connect.CacheServiceClient) func(context.Context, int) {
+	return func(ctx context.Context, n int) {
+		key := &cachev1.CacheKey{Project: project, Domain: domain, TaskName: "upgrade.probe-tree", CacheVersion: "1",
+			Signature: "probe", InputsHash: fmt.Sprintf("%s-%06d", slug(target), n)}
+		owner := "probe/" + target
+		uri := fmt.Sprintf("file:///probe-tree/%s/%06d", slug(target), n)
+		err := p.call(ctx, target, "LookupOrReserve", func(ctx context.Context) error {
+			got, err := c.LookupOrReserve(ctx, connect.NewRequest(&cachev1.LookupOrReserveRequest{Key: key, OwnerId: owner,
+				HeartbeatInterval: durationpb.New(5 * time.Second)}))
+			if err == nil && !got.Msg.GetAcquired() {
+				p.inconsistency("%s: LookupOrReserve of the fresh key %s did not reserve it", target, key.GetInputsHash())
+			}
+			return err
+		})
+		if err != nil {
+			return
+		}
+		err = p.call(ctx, target, "PutAndRelease", func(ctx context.Context) error {
+			_, err := c.PutAndRelease(ctx, connect.NewRequest(&cachev1.PutAndReleaseRequest{OwnerId: owner, Put: &cachev1.PutRequest{
+				Key: key, OutputUri: uri, SourceAttempt: 1,
+				SourceAction: &flytecorev1.ActionIdentifier{Project: project, Domain: domain, Run: probeRun, Action: "t-" + key.GetInputsHash()}}}))
+			return err
+		})
+		if err != nil {
+			return
+		}
+		_ = p.call(ctx, target, "LookupOrReserve after PutAndRelease", func(ctx context.Context) error {
+			got, err := c.LookupOrReserve(ctx, connect.NewRequest(&cachev1.LookupOrReserveRequest{Key: key, OwnerId: owner,
+				HeartbeatInterval: durationpb.New(5 * time.Second)}))
+			if err == nil && got.Msg.GetOutput().GetOutputUri() != uri {
+				p.inconsistency("%s: LookupOrReserve after PutAndRelease of %s returned %q, want %q", target, key.GetInputsHash(), got.Msg.GetOutput().GetOutputUri(), uri)
+			}
+			return err
+		})
+	}
+}
+
+// egressRound calls the CloudEvents egress's ListSinks (as an operator, a group the tree
+// added), which must name the test's sink.
+func (p *probe) egressRound(target string, c eventsv1connect.EgressServiceClient) func(context.Context, int) {
+	return func(ctx context.Context, _ int) {
+		_ = p.call(ctx, target, "ListSinks", func(ctx context.Context) error {
+			got, err := c.ListSinks(ctx, connect.NewRequest(&eventsv1.ListSinksRequest{}))
+			if err == nil && len(got.Msg.GetSinks()) == 0 {
+				return errors.New("no sink listed")
+			}
+			return err
+		})
+	}
+}
+
 func (p *probe) inconsistency(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -358,11 +412,14 @@ func (p *probe) createdActions() []string {
 
 // failureRun is the longest run of consecutive failures of one RPC on one target.
 type failureRun struct {
-	key, step   string
-	calls, n    int
-	from        time.Time
-	span        time.Duration
-	first, last string
+	key, step string
+	calls, n  int
+	from      time.Time
+	span      time.Duration
+	// errors are the run's distinct errors (references left out) and how often each
+	// came; refs one reference an error of each kind gave, to find its cause by.
+	errors map[string]int
+	refs   map[string]string
 }
 
 // report says, for every target and RPC, its calls, failures and longest run of
@@ -395,7 +452,13 @@ func (p *probe) report() (lines []string, over []failureRun) {
 				end = outs[j+1].at
 			}
 			run := failureRun{key: key, step: outs[i].step, calls: len(outs), n: j - i + 1, from: outs[i].at, span: end.Sub(outs[i].at),
-				first: outs[i].err.Error(), last: outs[j].err.Error()}
+				errors: map[string]int{}, refs: map[string]string{}}
+			for _, o := range outs[i : j+1] {
+				msg := o.err.Error()
+				kind := refPattern.ReplaceAllString(msg, "under a ref")
+				run.errors[kind]++
+				run.refs[kind] = msg
+			}
 			if run.span > worst.span {
 				worst = run
 			}
@@ -413,14 +476,20 @@ func (p *probe) report() (lines []string, over []failureRun) {
 	return lines, over
 }
 
-// String describes a run for a failure message.
-func (r failureRun) String() string {
-	s := fmt.Sprintf("%s failed %d times in a row (of %d calls) over %s from %s, in step %q, over the bound of %s: first %s",
-		r.key, r.n, r.calls, r.span.Round(time.Millisecond), r.from.Format("15:04:05.000"), r.step, maxFailureRun, r.first)
-	if r.last != r.first {
-		s += "; last " + r.last
+// describe says what a run was for a failure message, each kind of error with its count
+// and, for an internal one, the cause the service logged (found in logs).
+func (r failureRun) describe(logs string) string {
+	kinds := make([]string, 0, len(r.errors))
+	for k := range r.errors {
+		kinds = append(kinds, k)
 	}
-	return s
+	sort.Slice(kinds, func(i, j int) bool { return r.errors[kinds[i]] > r.errors[kinds[j]] })
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%dx %s%s", r.errors[k], k, explain(logs, r.refs[k])))
+	}
+	return fmt.Sprintf("%s failed %d times in a row (of %d calls) over %s from %s, in step %q, over the bound of %s: %s",
+		r.key, r.n, r.calls, r.span.Round(time.Millisecond), r.from.Format("15:04:05.000"), r.step, maxFailureRun, strings.Join(parts, "; "))
 }
 
 // newEventsClients are a target's writer (the executor's token) and reader (a viewer's).

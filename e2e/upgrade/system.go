@@ -3,6 +3,7 @@ package upgrade
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -70,12 +71,13 @@ type system struct {
 	// all are every program started, stopped ones included, for the check of exits the
 	// test did not cause.
 	all []*systemtest.Proc
+	log func(string, ...any)
 }
 
 // newSystem starts the control plane and makes the cluster's namespaces; Postgres is
 // the caller's (dbURL).
 func newSystem(ctx context.Context, dir, assets, dbURL string, log func(string, ...any)) (s *system, err error) {
-	s = &system{dir: dir, logs: filepath.Join(dir, "logs"), dataDir: filepath.Join(dir, "data"), dbURL: dbURL,
+	s = &system{dir: dir, logs: filepath.Join(dir, "logs"), dataDir: filepath.Join(dir, "data"), dbURL: dbURL, log: log,
 		executors: map[string]*systemtest.Proc{}, execHealth: map[string]string{}, execMetrics: map[string]string{}}
 	defer func() {
 		if err != nil {
@@ -124,7 +126,8 @@ func (svc *service) url() string { return "https://" + svc.lb.addr() }
 
 // startReplica starts a service's replica of release r beside those running, waits for
 // its health check (a new release applies its migrations first), and puts it in
-// rotation.
+// rotation. A replica that exits before it is ready is started again, as its pod's
+// container would be, up to startTries times; the check of exits names each.
 func (s *system) startReplica(ctx context.Context, svc *service, r release) (*replica, error) {
 	p, err := ports.Free(2)
 	if err != nil {
@@ -145,8 +148,18 @@ func (s *system) startReplica(ctx context.Context, svc *service, r release) (*re
 	}
 	svc.replicas[r.name] = rep
 	s.all = append(s.all, rep.proc)
-	if err := rep.proc.WaitHTTP(ctx, s.svcClient, rep.health, 5*time.Minute); err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		err := rep.proc.WaitHTTP(ctx, s.svcClient, rep.health, 5*time.Minute)
+		if err == nil {
+			break
+		}
+		if rep.proc.Running() || try == startTries || ctx.Err() != nil {
+			return nil, err
+		}
+		s.log("%s exited before it was ready (%s); starting it again, as its pod's restart would", rep.proc.Name, lastError(rep.proc.Log, time.Now()))
+		if err := rep.proc.Start(); err != nil {
+			return nil, err
+		}
 	}
 	svc.lb.set(svc.addrs()...)
 	return rep, nil
@@ -273,4 +286,29 @@ func (s *system) stop() {
 	if s.cp != nil {
 		s.cp.Stop()
 	}
+}
+
+// startTries is how often a replica is started before the test gives up on it.
+const startTries = 5
+
+// lastError is the message and error of the last error a program logged by time t.
+func lastError(path string, t time.Time) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "no log"
+	}
+	found := "no error logged"
+	for _, line := range strings.Split(string(raw), "\n") {
+		var entry struct {
+			Time  time.Time `json:"time"`
+			Level string    `json:"level"`
+			Msg   string    `json:"msg"`
+			Error string    `json:"error"`
+		}
+		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &entry) != nil || entry.Level != "ERROR" || entry.Time.After(t) {
+			continue
+		}
+		found = entry.Msg + ": " + entry.Error
+	}
+	return found
 }

@@ -16,6 +16,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	internalrelease "github.com/flytekube/backend/internal/release"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
@@ -168,6 +169,24 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		pr.start(runCtx, target, pr.cacheRound(target, cachev1connect.NewCacheServiceClient(hc, url)))
 		return nil
 	}
+	// The RPCs the tree added, on its replicas alone: the previous release's callers do
+	// not use them, and its replicas do not serve them.
+	probeTreeOnly := func(svc *service, target, url string) error {
+		if svc == s.cache {
+			hc, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ExecutorTokenFile, Timeout: probeCallTimeout})
+			if err != nil {
+				return err
+			}
+			pr.start(runCtx, target, pr.treeCacheRound(target, cachev1connect.NewCacheServiceClient(hc, url)))
+			return nil
+		}
+		hc, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.OperatorTokenFile, Timeout: probeCallTimeout})
+		if err != nil {
+			return err
+		}
+		pr.start(runCtx, target, pr.egressRound(target, eventsv1connect.NewEgressServiceClient(hc, url)))
+		return nil
+	}
 	replicaTarget := func(svc *service, r release) string { return svc.name + "-" + r.name }
 	pr.start(runCtx, "kube-apiserver", pr.createRound(s.client, "file://"+filepath.ToSlash(input), s.dataDir))
 	for _, t := range []struct {
@@ -216,6 +235,9 @@ func run(ctx context.Context, o options) (res *result, err error) {
 			probe = probeCache
 		}
 		if err := probe(replicaTarget(svc, tree), "https://"+rep.addr); err != nil {
+			return fail(err)
+		}
+		if err := probeTreeOnly(svc, replicaTarget(svc, tree)+" (tree's RPCs)", "https://"+rep.addr); err != nil {
 			return fail(err)
 		}
 	}
