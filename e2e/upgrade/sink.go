@@ -1,8 +1,11 @@
 package upgrade
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -26,8 +29,27 @@ func newSink() *sink {
 	return s
 }
 
-// url is the sink's --cloudevents-sink, named so that every release keeps one cursor.
-func (s *sink) url() string { return s.srv.URL + "/events?name=upgrade-sink" }
+// sinkName is the sink's name in every release's configuration: its cursor's key, kept
+// across the rollout.
+const sinkName = "upgrade-sink"
+
+// flagURL is the sink as a --cloudevents-sink URL, the form of releases without
+// --cloudevents-config: the test's project alone (the preloaded store's events are not
+// the sink's).
+func (s *sink) flagURL() string {
+	return s.srv.URL + "/events?name=" + sinkName + "&project=" + project
+}
+
+// configFile writes the sink as a --cloudevents-config file, the tree's form (its
+// --cloudevents-sink takes no filter), and returns its path.
+func (s *sink) configFile(dir string) (string, error) {
+	path := filepath.Join(dir, "cloudevents-sinks.yaml")
+	raw := fmt.Sprintf("sinks:\n  - name: %s\n    http: {url: %q}\n    filter: {projects: [%s]}\n", sinkName, s.srv.URL+"/events", project)
+	if err := os.WriteFile(path, []byte(raw), 0o644); err != nil {
+		return "", fmt.Errorf("sink: %w", err)
+	}
+	return path, nil
+}
 
 func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 	var events []event.Event

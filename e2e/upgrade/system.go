@@ -37,6 +37,8 @@ type release struct {
 	name string // v0.1.0, or "tree"
 	bins map[string]string
 	crd  string
+	// sinkConfig says its events service takes --cloudevents-config.
+	sinkConfig bool
 }
 
 // service is one of the two services: its address (a balancer standing in for its
@@ -138,7 +140,15 @@ func (s *system) startReplica(ctx context.Context, svc *service, r release) (*re
 		"--tls-cert-file", s.creds.CertFile, "--tls-key-file", s.creds.KeyFile,
 		"--auth-mode", "token-file", "--auth-token-file", s.creds.TokensFile}
 	if svc == s.events {
-		args = append(args, "--cloudevents-sink", s.sink.url())
+		if r.sinkConfig {
+			path, err := s.sink.configFile(s.dir)
+			if err != nil {
+				return nil, err
+			}
+			args = append(args, "--cloudevents-config", path)
+		} else {
+			args = append(args, "--cloudevents-sink", s.sink.flagURL())
+		}
 	}
 	rep := &replica{addr: addr, health: "https://" + addr + "/healthz",
 		proc: systemtest.NewProc(svc.name+"-"+r.name, r.bins[svc.name], s.logs,

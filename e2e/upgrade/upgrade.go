@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/go-logr/logr"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -16,6 +19,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	internalrelease "github.com/flytekube/backend/internal/release"
 	"github.com/flytekube/backend/internal/repo"
@@ -74,7 +78,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err != nil {
 		return fail(err)
 	}
-	tree := release{name: "tree", bins: treeBins, crd: filepath.Join(root, "deploy", "crd", "flyte.org_taskactions.yaml")}
+	tree := release{name: "tree", bins: treeBins, crd: filepath.Join(root, "deploy", "crd", "flyte.org_taskactions.yaml"), sinkConfig: true}
 	old, err := previous(ctx, root, o.from, tree, o.log)
 	if err != nil {
 		return fail(err)
@@ -99,6 +103,20 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 	if err := s.waitLeader(ctx, old.name, time.Minute); err != nil {
 		return fail(err)
+	}
+
+	if o.size.preload > 0 {
+		step("preload the events store")
+		hc, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ExecutorTokenFile, Timeout: time.Minute})
+		if err != nil {
+			return fail(err)
+		}
+		began := time.Now()
+		c := eventsv1connect.NewEventsServiceClient(hc, "https://"+s.events.replicas[old.name].addr)
+		if err := preload(ctx, c, o.size.preload); err != nil {
+			return fail(err)
+		}
+		o.log("%d events of another project recorded through %s in %s", o.size.preload, old.name, time.Since(began).Round(time.Second))
 	}
 
 	step("put work in flight")
@@ -376,7 +394,7 @@ const fromTree = "tree"
 // once), or the tree itself.
 func previous(ctx context.Context, root, from string, tree release, log func(string, ...any)) (release, error) {
 	if from == fromTree {
-		return release{name: "tree-before", bins: tree.bins, crd: tree.crd}, nil
+		return release{name: "tree-before", bins: tree.bins, crd: tree.crd, sinkConfig: true}, nil
 	}
 	rel, err := internalrelease.Find(root, from)
 	if err != nil {
@@ -387,9 +405,39 @@ func previous(ctx context.Context, root, from string, tree release, log func(str
 	if err != nil {
 		return release{}, err
 	}
-	old := release{name: rel.Version, bins: map[string]string{}, crd: filepath.Join(b.Source, "deploy", "crd", "flyte.org_taskactions.yaml")}
+	flags, err := os.ReadFile(filepath.Join(b.Source, "events", "flags.go"))
+	if err != nil {
+		return release{}, fmt.Errorf("reading %s's events flags: %w", rel.Version, err)
+	}
+	old := release{name: rel.Version, bins: map[string]string{}, crd: filepath.Join(b.Source, "deploy", "crd", "flyte.org_taskactions.yaml"),
+		sinkConfig: strings.Contains(string(flags), `"cloudevents-config"`)}
 	for name := range internalrelease.Programs {
 		old.bins[name] = b.Binary(name)
 	}
 	return old, nil
+}
+
+// preloadProject holds the events that make the store as large as a cluster's: the
+// migrations then take what they take there, while the previous release serves.
+const preloadProject = "preload"
+
+// preload records n events (four phases of n/4 actions, a thousand a call) in
+// preloadProject.
+func preload(ctx context.Context, c eventsv1connect.EventsServiceClient, n int) error {
+	phases := []flytecorev1.ActionPhase{flytecorev1.ActionPhase_ACTION_PHASE_QUEUED, flytecorev1.ActionPhase_ACTION_PHASE_INITIALIZING,
+		flytecorev1.ActionPhase_ACTION_PHASE_RUNNING, flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED}
+	now := timestamppb.Now()
+	for action := 0; action*len(phases) < n; {
+		var batch []*eventsv1.ActionEvent
+		for ; len(batch)+len(phases) <= 1000 && action*len(phases) < n; action++ {
+			id := &flytecorev1.ActionIdentifier{Project: preloadProject, Domain: domain, Run: "preload", Action: fmt.Sprintf("a%07d", action)}
+			for _, ph := range phases {
+				batch = append(batch, &eventsv1.ActionEvent{Id: id, Attempt: 1, Phase: ph, OccurredAt: now, ReportedAt: now, Cluster: "upgrade", TaskType: "preload"})
+			}
+		}
+		if _, err := c.Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: batch})); err != nil {
+			return fmt.Errorf("preloading the events store: %w", err)
+		}
+	}
+	return nil
 }
