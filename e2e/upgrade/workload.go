@@ -68,7 +68,7 @@ var (
 	shortForm = size{longSleeps: 2, sleeps: 2, retries: 1, echoes: 1, containers: 1, longSleep: 20 * time.Second,
 		cacheGroups: 2, perGroup: 3, cachedSleep: 15 * time.Second, sideBySide: 50, settle: 2 * time.Minute}
 	fullForm = size{longSleeps: 10, sleeps: 20, retries: 10, echoes: 10, containers: 5, longSleep: 30 * time.Second,
-		cacheGroups: 4, perGroup: 5, cachedSleep: 30 * time.Second, sideBySide: 300, settle: 5 * time.Minute, preload: 500_000}
+		cacheGroups: 4, perGroup: 5, cachedSleep: 30 * time.Second, sideBySide: 300, settle: 5 * time.Minute, preload: 2_000_000}
 )
 
 // planWorkload writes the inputs of the work put in flight and returns its actions.
