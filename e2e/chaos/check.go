@@ -144,9 +144,9 @@ func (ch *checker) check(ctx context.Context) []string {
 	ch.obs.mu.Unlock()
 
 	for _, p := range ch.s.allProcs() {
-		for _, e := range p.exitLog() {
+		for _, e := range p.ExitLog() {
 			if !e.Expected {
-				add("%s exited at %s without the soak causing it (%s); see %s", p.name, e.At.Format(time.TimeOnly), e.Err, p.log)
+				add("%s exited at %s without the soak causing it (%s); see %s", p.Name, e.At.Format(time.TimeOnly), e.Err, p.Log)
 			}
 		}
 	}

@@ -177,8 +177,8 @@ func (f *faults) killLeader(ctx context.Context) error {
 	}
 	f.count(faultKillLeader)
 	from := time.Now()
-	defer f.record(faultKillLeader, f.s.executors[leader].name, from)
-	if err := f.s.executors[leader].kill(30 * time.Second); err != nil {
+	defer f.record(faultKillLeader, f.s.executors[leader].Name, from)
+	if err := f.s.executors[leader].Kill(30 * time.Second); err != nil {
 		return err
 	}
 	standby := 1 - leader
@@ -193,7 +193,7 @@ func (f *faults) waitLeader(ctx context.Context, not int, timeout time.Duration)
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		for i := range f.s.executors {
-			if i != not && f.s.executors[i].running() && isLeader(ctx, f.s.execMetric[i]) {
+			if i != not && f.s.executors[i].Running() && isLeader(ctx, f.s.execMetric[i]) {
 				return i, nil
 			}
 		}
@@ -227,8 +227,8 @@ func isLeader(ctx context.Context, metricsURL string) bool {
 func (f *faults) killService(ctx context.Context, kind string, p *proc) error {
 	f.count(kind)
 	from := time.Now()
-	defer f.record(kind, p.name, from)
-	if err := p.kill(30 * time.Second); err != nil {
+	defer f.record(kind, p.Name, from)
+	if err := p.Kill(30 * time.Second); err != nil {
 		return err
 	}
 	sleep(ctx, time.Duration(f.rnd.IntN(3000))*time.Millisecond)
@@ -244,9 +244,9 @@ func (f *faults) restartAPIServer(ctx context.Context) error {
 	f.mu.Lock()
 	f.outageFrom = from
 	f.mu.Unlock()
-	f.s.cp.stopAPIServer()
+	f.s.cp.StopAPIServer()
 	sleep(ctx, time.Duration(1000+f.rnd.IntN(5000))*time.Millisecond)
-	err := f.s.cp.startAPIServer(ctx)
+	err := f.s.cp.StartAPIServer(ctx)
 	f.mu.Lock()
 	// A lease lost during the outage may be noticed a little after it.
 	f.outages = append(f.outages, window{from: from, to: time.Now().Add(30 * time.Second)})
@@ -348,7 +348,7 @@ func (f *faults) fail(format string, args ...any) {
 // during an outage of the API server is the soak's doing.
 func (f *faults) supervise(ctx context.Context, p *proc, restart func(context.Context) error) {
 	for ctx.Err() == nil {
-		done := p.exited()
+		done := p.Exited()
 		if done == nil {
 			sleep(ctx, 200*time.Millisecond)
 			continue
@@ -358,22 +358,22 @@ func (f *faults) supervise(ctx context.Context, p *proc, restart func(context.Co
 			return
 		case <-done:
 		}
-		exits := p.exitLog()
+		exits := p.ExitLog()
 		last := exits[len(exits)-1]
 		if last.Expected {
 			continue // the fault that caused it starts it again
 		}
-		if strings.HasPrefix(p.name, "executor") && f.inOutage(last.At) {
-			p.excuse(&last)
-			f.log("%s exited during the API server's outage (%s); starting it again", p.name, last.Err)
+		if strings.HasPrefix(p.Name, "executor") && f.inOutage(last.At) {
+			p.Excuse(&last)
+			f.log("%s exited during the API server's outage (%s); starting it again", p.Name, last.Err)
 		} else {
-			f.log("%s exited on its own (%s); starting it again", p.name, last.Err)
+			f.log("%s exited on its own (%s); starting it again", p.Name, last.Err)
 		}
-		for ctx.Err() == nil && f.inOutage(time.Now()) && !f.s.cp.apiserver.running() {
+		for ctx.Err() == nil && f.inOutage(time.Now()) && !f.s.cp.APIServer.Running() {
 			sleep(ctx, 200*time.Millisecond)
 		}
 		if err := restart(ctx); err != nil && ctx.Err() == nil {
-			f.fail("restarting %s: %v", p.name, err)
+			f.fail("restarting %s: %v", p.Name, err)
 		}
 	}
 }

@@ -101,7 +101,7 @@ func planHostile(rnd *rand.Rand, d time.Duration, chaos []*plan, dataDir, image 
 		container := func(script string) {
 			spec.TaskType = "container"
 			// The same command on either node: on the real one the container does it, the
-			// stand-in kubelet does what it says (kubelet.go, leave).
+			// stand-in kubelet does what it says (systemtest.Kubelet, leave).
 			spec.Container = &flytev1.ContainerSpec{Image: image, Command: []string{"sh", "-c", `out=${` + flytek8s.EnvOutputPrefix + `#file://}; ` + script}}
 		}
 		switch kind {

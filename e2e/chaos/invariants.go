@@ -166,7 +166,7 @@ func (sm *sampler) sampleActions(ctx context.Context) {
 // sampleMemory reads each running program's VmRSS.
 func (sm *sampler) sampleMemory() {
 	for _, p := range sm.s.allProcs() {
-		pid := p.pid()
+		pid := p.Pid()
 		if pid == 0 {
 			continue
 		}
@@ -181,8 +181,8 @@ func (sm *sampler) sampleMemory() {
 					break
 				}
 				sm.mu.Lock()
-				if kb<<10 > sm.rss[p.name] {
-					sm.rss[p.name], sm.rssWhen[p.name] = kb<<10, time.Now()
+				if kb<<10 > sm.rss[p.Name] {
+					sm.rss[p.Name], sm.rssWhen[p.Name] = kb<<10, time.Now()
 				}
 				sm.mu.Unlock()
 			}

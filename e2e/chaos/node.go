@@ -20,7 +20,7 @@ import (
 
 // Where the soak's pods run.
 const (
-	// NodeStandIn: no node; the soak's stand-in kubelet plays one (kubelet.go).
+	// NodeStandIn: no node; the soak's stand-in kubelet plays one (systemtest.Kubelet).
 	NodeStandIn = "stand-in"
 	// NodeReal: containerd, a real kubelet and kube-scheduler (hack/node.sh attach) join
 	// the soak's control plane, and the pods are scheduled and run for real.

@@ -16,6 +16,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // Options shape a soak.
@@ -125,8 +126,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		bg.Go(func() { follow(runCtx, s.client, ns, func() client.ObjectList { return &corev1.PodList{} }, obs.pod) })
 	}
 	if s.node == nil {
-		k := newKubelet(s.client, obs, o.Seed, w.exitCode, w.leave)
-		bg.Go(func() { k.run(runCtx) })
+		k := systemtest.NewKubelet(s.client, obs.snapshotPods, o.Seed, w.exitCode, w.leave)
+		bg.Go(func() { k.Run(runCtx) })
 	}
 	f := newFaults(s, obs, faultRnd, o.Log)
 	f.long = o.Duration >= 2*time.Minute
@@ -145,7 +146,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	ws := newWatchers()
 	for i, url := range s.eventsURLs {
 		for _, project := range []string{"chaos", hostileProject} {
-			bg.Go(func() { ws.follow(runCtx, s.watchClient, s.events[i].name, url, project) })
+			bg.Go(func() { ws.follow(runCtx, s.watchClient, s.events[i].Name, url, project) })
 		}
 	}
 

@@ -2,21 +2,17 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -28,6 +24,7 @@ import (
 	"github.com/flytekube/backend/internal/ports"
 	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // Namespaces of the soak: its actions, and the executors' leader-election lock.
@@ -37,10 +34,13 @@ const (
 	leaderLockName = "chaos.flyte.org"
 )
 
+// proc is one program of the soak, a process of its own.
+type proc = systemtest.Proc
+
 // system is everything the soak runs, each program a process of its own.
 type system struct {
 	dir, logs  string
-	cp         *controlPlane
+	cp         *systemtest.ControlPlane
 	pg         *postgres
 	executors  []*proc
 	execHealth []string // /readyz URLs
@@ -81,33 +81,6 @@ func (s *system) image() string {
 	return "busybox:1.36"
 }
 
-// binDir keeps the programs between runs, outside the clone, as the sandbox does: go
-// build then relinks only what changed, which keeps a short soak short.
-func binDir() string {
-	if d := os.Getenv("FLYTE_CACHE_DIR"); d != "" {
-		return filepath.Join(d, "chaos-bin")
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	return filepath.Join(cache, "flyte-executor", "chaos-bin")
-}
-
-// build compiles the three programs once into dir.
-func build(ctx context.Context, root, dir string) (map[string]string, error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./events/cmd/events", "./cacheservice/cmd/cacheservice", "./executor/cmd/executor")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	bins := map[string]string{}
-	for _, name := range []string{"events", "cacheservice", "executor"} {
-		bins[name] = filepath.Join(dir, name)
-	}
-	return bins, nil
-}
-
 // startSystem brings everything up in dir; stop takes it all down.
 func startSystem(ctx context.Context, dir, assets, node string, log func(string, ...any)) (s *system, err error) {
 	s = &system{dir: dir, logs: filepath.Join(dir, "logs"), dataDir: filepath.Join(dir, "data")}
@@ -132,16 +105,16 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	if err != nil {
 		return s, err
 	}
-	bins, err := build(ctx, root, binDir())
+	bins, err := systemtest.Build(ctx, root, systemtest.BinDir("chaos"))
 	if err != nil {
 		return s, err
 	}
-	log("built the programs in %s", binDir())
+	log("built the programs in %s", systemtest.BinDir("chaos"))
 	creds, err := devcreds.Ensure(filepath.Join(dir, "creds"))
 	if err != nil {
 		return s, err
 	}
-	if s.cp, err = startControlPlane(ctx, assets, dir, s.logs, creds); err != nil {
+	if s.cp, err = systemtest.StartControlPlane(ctx, assets, dir, s.logs, creds); err != nil {
 		return s, err
 	}
 	if s.client, err = newClient(s.cp); err != nil {
@@ -151,7 +124,7 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	// would refuse the hostile tenant's forged actions before the executor saw them. The
 	// soak tests the executor's own check (executor/tenancy), which holds where a cluster
 	// lacks the policy.
-	if err := installCRD(ctx, s.client, filepath.Join(root, "deploy", "crd", "flyte.org_taskactions.yaml")); err != nil {
+	if err := systemtest.InstallCRD(ctx, s.client, filepath.Join(root, "deploy", "crd", "flyte.org_taskactions.yaml"), "chaos"); err != nil {
 		return s, err
 	}
 	// hostile has no project label: its name is its project (hostile.go).
@@ -166,12 +139,12 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 		return s, err
 	}
 
-	log("control plane up at %s", s.cp.url)
+	log("control plane up at %s", s.cp.URL)
 	switch node {
 	case NodeReal:
 		// hack/node.sh names the node's cgroups after its directory's name: one per run,
 		// so that runs side by side (or what a killed one left) never share them.
-		if s.node, err = attachNode(ctx, s.client, filepath.Join(dir, filepath.Base(dir)+"-node"), s.cp.kubeconfig); err != nil {
+		if s.node, err = attachNode(ctx, s.client, filepath.Join(dir, filepath.Base(dir)+"-node"), s.cp.Kubeconfig); err != nil {
 			return s, err
 		}
 		log("node %s Ready, with image %s", s.node.name, s.node.image)
@@ -182,7 +155,7 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	if s.pg, err = startPostgres(ctx, root); err != nil {
 		return s, err
 	}
-	dbURL, err := createDatabase(ctx, s.pg.url)
+	dbURL, err := systemtest.CreateDatabase(ctx, s.pg.url, "flyte")
 	if err != nil {
 		return s, err
 	}
@@ -213,13 +186,13 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	env := []string{"DATABASE_URL=" + svcDBURL, "OTEL_SDK_DISABLED=true"}
 	s.health = map[*proc]string{}
 	for i := range eventsReplicas {
-		e := newProc(fmt.Sprintf("events-%d", i), bins["events"], s.logs, env, svcArgs(p[8+2*i], p[9+2*i])...)
+		e := systemtest.NewProc(fmt.Sprintf("events-%d", i), bins["events"], s.logs, env, svcArgs(p[8+2*i], p[9+2*i])...)
 		s.events = append(s.events, e)
 		s.eventsURLs = append(s.eventsURLs, "https://127.0.0.1:"+strconv.Itoa(p[8+2*i]))
 		s.health[e] = s.eventsURLs[i] + "/healthz"
 	}
 	s.eventsURL, s.cacheURL = s.eventsURLs[0], "https://127.0.0.1:"+strconv.Itoa(p[1])
-	s.cache = newProc("cacheservice", bins["cacheservice"], s.logs, env, svcArgs(p[1], p[3])...)
+	s.cache = systemtest.NewProc("cacheservice", bins["cacheservice"], s.logs, env, svcArgs(p[1], p[3])...)
 	s.health[s.cache] = s.cacheURL + "/healthz"
 	for _, svc := range s.services() {
 		if err := s.startService(ctx, svc); err != nil {
@@ -228,11 +201,11 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	}
 	// What the executors reach, through the proxy: the API server (a kubeconfig of its
 	// own), each events replica and the cache service.
-	apiVia, err := s.proxy.add(linkAPIServer, strings.TrimPrefix(s.cp.url, "https://"))
+	apiVia, err := s.proxy.add(linkAPIServer, strings.TrimPrefix(s.cp.URL, "https://"))
 	if err != nil {
 		return s, err
 	}
-	execKubeconfig, err := s.cp.kubeconfigVia(apiVia)
+	execKubeconfig, err := s.cp.KubeconfigVia(apiVia)
 	if err != nil {
 		return s, err
 	}
@@ -275,7 +248,7 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 		if err != nil {
 			return s, fmt.Errorf("system: writing %s: %w", path, err)
 		}
-		e := newProc(fmt.Sprintf("executor-%d", i), bins["executor"], s.logs,
+		e := systemtest.NewProc(fmt.Sprintf("executor-%d", i), bins["executor"], s.logs,
 			[]string{"KUBECONFIG=" + execKubeconfig, "OTEL_SDK_DISABLED=true"}, "--config", path)
 		s.executors = append(s.executors, e)
 		s.execHealth = append(s.execHealth, "http://"+cfg.HealthProbeBindAddress+"/readyz")
@@ -325,29 +298,29 @@ func executorConfig(s *system, creds *devcreds.Credentials, health, metrics int)
 
 // startService starts (or restarts) a service and waits for its health check.
 func (s *system) startService(ctx context.Context, p *proc) error {
-	if err := p.start(); err != nil {
+	if err := p.Start(); err != nil {
 		return err
 	}
-	return p.waitHTTP(ctx, s.svcClient, s.health[p], 2*time.Minute)
+	return p.WaitHTTP(ctx, s.svcClient, s.health[p], 2*time.Minute)
 }
 
 // startExecutor starts (or restarts) replica i and waits until it is ready: a standby
 // answers too, since readiness does not wait for the lease.
 func (s *system) startExecutor(ctx context.Context, i int) error {
-	if err := s.executors[i].start(); err != nil {
+	if err := s.executors[i].Start(); err != nil {
 		return err
 	}
-	return s.executors[i].waitHTTP(ctx, http.DefaultClient, s.execHealth[i], 2*time.Minute)
+	return s.executors[i].WaitHTTP(ctx, http.DefaultClient, s.execHealth[i], 2*time.Minute)
 }
 
 // stop takes down everything that was started, programs first.
 func (s *system) stop() {
 	for _, e := range s.executors {
-		e.stop(15 * time.Second)
+		e.Stop(15 * time.Second)
 	}
 	for _, p := range s.services() {
 		if p != nil {
-			p.stop(15 * time.Second)
+			p.Stop(15 * time.Second)
 		}
 	}
 	if s.proxy != nil {
@@ -360,7 +333,7 @@ func (s *system) stop() {
 		s.node.stop()
 	}
 	if s.cp != nil {
-		s.cp.stop()
+		s.cp.Stop()
 	}
 	if s.store != nil {
 		s.store.unmount()
@@ -369,68 +342,23 @@ func (s *system) stop() {
 
 // newClient is the soak's own client of the API server, which plays the user and the
 // kubelet.
-func newClient(cp *controlPlane) (client.WithWatch, error) {
+func newClient(cp *systemtest.ControlPlane) (client.WithWatch, error) {
 	scheme, err := executor.Scheme()
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.NewWithWatch(cp.config, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cp.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	return c, nil
 }
 
-// installCRD applies the TaskAction CRD and waits until it is served.
-func installCRD(ctx context.Context, c client.Client, path string) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("CRD: %w", err)
-	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(raw, &obj); err != nil {
-		return fmt.Errorf("CRD %s: %w", path, err)
-	}
-	crd := &unstructured.Unstructured{Object: obj}
-	if err := c.Patch(ctx, crd, client.Apply, client.FieldOwner("chaos"), client.ForceOwnership); err != nil {
-		return fmt.Errorf("installing the TaskAction CRD: %w", err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), crd); err == nil {
-			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-			for _, cond := range conds {
-				m, _ := cond.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
-					return nil
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the TaskAction CRD was not established within a minute")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// createDatabase creates the services' database and returns its URL.
-func createDatabase(ctx context.Context, maintenanceURL string) (string, error) {
-	conn, err := pgx.Connect(ctx, maintenanceURL)
-	if err != nil {
-		return "", fmt.Errorf("connecting to Postgres: %w", err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	if _, err := conn.Exec(ctx, "CREATE DATABASE flyte"); err != nil {
-		return "", fmt.Errorf("creating the database: %w", err)
-	}
-	return strings.Replace(maintenanceURL, "/postgres?", "/flyte?", 1), nil
-}
-
 // allProcs is every process of the system, the control plane's included.
 func (s *system) allProcs() []*proc {
 	out := append(s.services(), s.executors...)
 	if s.cp != nil {
-		out = append(out, s.cp.etcd, s.cp.apiserver)
+		out = append(out, s.cp.Etcd, s.cp.APIServer)
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package chaos
+package systemtest
 
 import (
 	"context"
@@ -23,32 +23,38 @@ import (
 	"github.com/flytekube/backend/internal/ports"
 )
 
-// controlPlane is etcd and kube-apiserver from the envtest assets, started here rather
+// ControlPlane is etcd and kube-apiserver from the envtest assets, started here rather
 // than by envtest so that the API server can be stopped and started again on the same
-// etcd, address, certificate and tokens, as an outage of the API server alone.
-type controlPlane struct {
-	etcd, apiserver *proc
-	url             string
-	config          *rest.Config
-	kubeconfig      string // file, for the node and the soak
-	kc              *clientcmdapi.Config
+// etcd, address, certificate and tokens, as an outage of the API server alone, and so
+// that programs run as processes reach it through a kubeconfig of their own.
+type ControlPlane struct {
+	Etcd, APIServer *Proc
+	URL             string
+	// Config is the administrator's (system:masters, by a static token).
+	Config     *rest.Config
+	Kubeconfig string // the administrator's, as a file, for the node and the programs
+	kc         *clientcmdapi.Config
 }
 
-// kubeconfigVia writes a kubeconfig that reaches the API server at addr (host:port, the
+// KubeconfigVia writes a kubeconfig that reaches the API server at addr (host:port, a
 // fault proxy's) with the same certificate and token, and returns its file.
-func (cp *controlPlane) kubeconfigVia(addr string) (string, error) {
+func (cp *ControlPlane) KubeconfigVia(addr string) (string, error) {
 	kc := cp.kc.DeepCopy()
-	kc.Clusters["chaos"].Server = "https://" + addr
-	path := cp.kubeconfig + "-via-proxy"
+	kc.Clusters[clusterName].Server = "https://" + addr
+	path := cp.Kubeconfig + "-via-proxy"
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		return "", fmt.Errorf("control plane: writing the proxied kubeconfig: %w", err)
 	}
 	return path, nil
 }
 
-// startControlPlane starts etcd and kube-apiserver, serving TLS with the soak's
-// certificate (it covers 127.0.0.1) and accepting one administrator's static token.
-func startControlPlane(ctx context.Context, assets, dir, logs string, creds *devcreds.Credentials) (*controlPlane, error) {
+// clusterName names the cluster and the context in the kubeconfigs written.
+const clusterName = "local"
+
+// StartControlPlane starts etcd and kube-apiserver from assets (KUBEBUILDER_ASSETS) with
+// their files under dir and their logs in logs, serving TLS with creds' certificate (it
+// covers 127.0.0.1) and accepting one administrator's static token.
+func StartControlPlane(ctx context.Context, assets, dir, logs string, creds *devcreds.Credentials) (*ControlPlane, error) {
 	p, err := ports.Free(3)
 	if err != nil {
 		return nil, err
@@ -72,11 +78,11 @@ func startControlPlane(ctx context.Context, assets, dir, logs string, creds *dev
 	}
 
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
-	cp := &controlPlane{url: "https://127.0.0.1:" + strconv.Itoa(apiPort)}
-	cp.etcd = newProc("etcd", filepath.Join(assets, "etcd"), logs, nil,
+	cp := &ControlPlane{URL: "https://127.0.0.1:" + strconv.Itoa(apiPort)}
+	cp.Etcd = NewProc("etcd", filepath.Join(assets, "etcd"), logs, nil,
 		"--data-dir", filepath.Join(kdir, "etcd"), "--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
 		"--listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(etcdPeer), "--unsafe-no-fsync")
-	cp.apiserver = newProc("kube-apiserver", filepath.Join(assets, "kube-apiserver"), logs, nil,
+	cp.APIServer = NewProc("kube-apiserver", filepath.Join(assets, "kube-apiserver"), logs, nil,
 		"--etcd-servers", etcdURL, "--bind-address", "127.0.0.1",
 		// The loopback may not be advertised, and nothing reaches the API server through
 		// the kubernetes Service here.
@@ -87,53 +93,54 @@ func startControlPlane(ctx context.Context, assets, dir, logs string, creds *dev
 		"--service-cluster-ip-range", "10.0.0.0/24", "--allow-privileged=true",
 		// No controller manager runs to make default ServiceAccounts.
 		"--disable-admission-plugins", "ServiceAccount",
-		"--service-account-issuer", cp.url, "--service-account-key-file", saKey, "--service-account-signing-key-file", saKey)
+		"--service-account-issuer", cp.URL, "--service-account-key-file", saKey, "--service-account-signing-key-file", saKey)
 
-	cp.config = &rest.Config{Host: cp.url, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: creds.CAFile},
+	cp.Config = &rest.Config{Host: cp.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: creds.CAFile},
 		QPS: 200, Burst: 400, Timeout: 20 * time.Second}
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["chaos"] = &clientcmdapi.Cluster{Server: cp.url, CertificateAuthority: creds.CAFile}
+	kc.Clusters[clusterName] = &clientcmdapi.Cluster{Server: cp.URL, CertificateAuthority: creds.CAFile}
 	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: token}
-	kc.Contexts["chaos"] = &clientcmdapi.Context{Cluster: "chaos", AuthInfo: "admin"}
-	kc.CurrentContext = "chaos"
-	cp.kubeconfig = filepath.Join(kdir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, cp.kubeconfig); err != nil {
+	kc.Contexts[clusterName] = &clientcmdapi.Context{Cluster: clusterName, AuthInfo: "admin"}
+	kc.CurrentContext = clusterName
+	cp.Kubeconfig = filepath.Join(kdir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, cp.Kubeconfig); err != nil {
 		return nil, fmt.Errorf("control plane: writing the kubeconfig: %w", err)
 	}
 	cp.kc = kc
 
-	if err := cp.etcd.start(); err != nil {
+	if err := cp.Etcd.Start(); err != nil {
 		return nil, err
 	}
-	if err := cp.etcd.waitHTTP(ctx, http.DefaultClient, etcdURL+"/health", time.Minute); err != nil {
-		cp.stop()
+	if err := cp.Etcd.WaitHTTP(ctx, http.DefaultClient, etcdURL+"/health", time.Minute); err != nil {
+		cp.Stop()
 		return nil, err
 	}
-	if err := cp.startAPIServer(ctx); err != nil {
-		cp.stop()
+	if err := cp.StartAPIServer(ctx); err != nil {
+		cp.Stop()
 		return nil, err
 	}
 	return cp, nil
 }
 
-// startAPIServer starts kube-apiserver (again) and waits until it is ready.
-func (cp *controlPlane) startAPIServer(ctx context.Context) error {
-	if err := cp.apiserver.start(); err != nil {
+// StartAPIServer starts kube-apiserver (again) and waits until it is ready.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+	if err := cp.APIServer.Start(); err != nil {
 		return err
 	}
-	hc, err := rest.HTTPClientFor(cp.config)
+	hc, err := rest.HTTPClientFor(cp.Config)
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
 	}
-	return cp.apiserver.waitHTTP(ctx, hc, cp.url+"/readyz", 2*time.Minute)
+	return cp.APIServer.WaitHTTP(ctx, hc, cp.URL+"/readyz", 2*time.Minute)
 }
 
-// stopAPIServer stops kube-apiserver gracefully, as an outage (etcd keeps running).
-func (cp *controlPlane) stopAPIServer() { cp.apiserver.stopOnce(10 * time.Second) }
+// StopAPIServer stops kube-apiserver gracefully, as an outage (etcd keeps running).
+func (cp *ControlPlane) StopAPIServer() { cp.APIServer.StopOnce(10 * time.Second) }
 
-func (cp *controlPlane) stop() {
-	cp.apiserver.stop(10 * time.Second)
-	cp.etcd.stop(10 * time.Second)
+// Stop ends the API server and etcd for good.
+func (cp *ControlPlane) Stop() {
+	cp.APIServer.Stop(10 * time.Second)
+	cp.Etcd.Stop(10 * time.Second)
 }
 
 // writeSigningKey writes a key the API server signs ServiceAccount tokens with.

@@ -1,4 +1,4 @@
-package chaos
+package systemtest
 
 import (
 	"context"
@@ -20,31 +20,37 @@ import (
 // standInNode is the node the stand-in kubelet says it is.
 const standInNode = "chaos-node"
 
-// kubelet stands in for a node, as the executor's own envtest tests do: it binds the
+// Kubelet stands in for a node, as the executor's own envtest tests do: it binds the
 // executor's pods to itself, marks them Running, and after a while Succeeded or Failed as
-// the workload planned; a pod deleted gracefully it finishes as terminated by the
+// the test planned; a pod deleted gracefully it finishes as terminated by the
 // signal and then removes, as a kubelet does at the end of the grace period.
-type kubelet struct {
-	c   client.Client
-	obs *observer
-	// exitCode says how an action's attempt ends: the workload's plan.
+type Kubelet struct {
+	c client.Client
+	// pods are the pods that exist now (a test's watch of them).
+	pods func() []*corev1.Pod
+	// exitCode says how an action's attempt ends: the test's plan.
 	exitCode func(action string, attempt int) int32
 	// leave writes what an action's container leaves in its staged output, before its
 	// pod ends as exitCode says.
 	leave func(action string, pod *corev1.Pod) error
+	// RunFor is how long an action's container runs, at least and at most; nil is 0.5
+	// to 4 s for every action.
+	RunFor func(action string) (minRun, maxRun time.Duration)
 
 	mu     sync.Mutex
 	rnd    *rand.Rand
 	timers map[types.UID]time.Time // when a pod's next step is due
 }
 
-func newKubelet(c client.Client, obs *observer, seed uint64, exitCode func(string, int) int32, leave func(string, *corev1.Pod) error) *kubelet {
-	return &kubelet{c: c, obs: obs, exitCode: exitCode, leave: leave, rnd: rand.New(rand.NewPCG(seed, 0x6b75626c)), timers: map[types.UID]time.Time{}}
+// NewKubelet plays the node for the pods that pods returns, ending each action's attempts
+// as exitCode says, after leave; seed draws its waits.
+func NewKubelet(c client.Client, pods func() []*corev1.Pod, seed uint64, exitCode func(string, int) int32, leave func(string, *corev1.Pod) error) *Kubelet {
+	return &Kubelet{c: c, pods: pods, exitCode: exitCode, leave: leave, rnd: rand.New(rand.NewPCG(seed, 0x6b75626c)), timers: map[types.UID]time.Time{}}
 }
 
-// run takes a step on every pod each tick until ctx ends; a step that fails (the API
+// Run takes a step on every pod each tick until ctx ends; a step that fails (the API
 // server is down, the pod changed) is tried again on the next tick.
-func (k *kubelet) run(ctx context.Context) {
+func (k *Kubelet) Run(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -53,7 +59,7 @@ func (k *kubelet) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, p := range k.obs.snapshotPods() {
+		for _, p := range k.pods() {
 			k.step(ctx, p)
 		}
 	}
@@ -61,7 +67,7 @@ func (k *kubelet) run(ctx context.Context) {
 
 // due reports whether the pod's next step may run, starting a random wait of up to max
 // the first time it is asked.
-func (k *kubelet) due(p *corev1.Pod, minWait, maxWait time.Duration) bool {
+func (k *Kubelet) due(p *corev1.Pod, minWait, maxWait time.Duration) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	at, ok := k.timers[p.UID]
@@ -76,7 +82,7 @@ func (k *kubelet) due(p *corev1.Pod, minWait, maxWait time.Duration) bool {
 	return true
 }
 
-func (k *kubelet) step(ctx context.Context, p *corev1.Pod) {
+func (k *Kubelet) step(ctx context.Context, p *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	terminal := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
@@ -106,7 +112,11 @@ func (k *kubelet) step(ctx context.Context, p *corev1.Pod) {
 			k.setStatus(ctx, p, corev1.PodRunning, nil)
 		}
 	case p.Status.Phase == corev1.PodRunning:
-		if k.due(p, 500*time.Millisecond, 4*time.Second) {
+		minRun, maxRun := 500*time.Millisecond, 4*time.Second
+		if k.RunFor != nil {
+			minRun, maxRun = k.RunFor(p.Labels[core.LabelTaskAction])
+		}
+		if k.due(p, minRun, maxRun) {
 			attempt, _ := strconv.Atoi(p.Labels[core.LabelAttempt])
 			if err := k.leave(p.Labels[core.LabelTaskAction], p); err != nil {
 				return // the next tick tries again
@@ -123,7 +133,7 @@ func (k *kubelet) step(ctx context.Context, p *corev1.Pod) {
 
 // setStatus writes the pod's phase and its container's state, as the node would; a
 // conflict means the pod changed, and the next tick sees the change.
-func (k *kubelet) setStatus(ctx context.Context, p *corev1.Pod, phase corev1.PodPhase, terminated *corev1.ContainerStateTerminated) {
+func (k *Kubelet) setStatus(ctx context.Context, p *corev1.Pod, phase corev1.PodPhase, terminated *corev1.ContainerStateTerminated) {
 	p = p.DeepCopy()
 	p.Status.Phase = phase
 	now := metav1.Now()

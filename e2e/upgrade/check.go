@@ -1,0 +1,471 @@
+package upgrade
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/cacheclient"
+	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
+	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/rpcclient"
+)
+
+// protoPhase is the events service's name for an action's phase.
+var protoPhase = map[flytev1.Phase]flytecorev1.ActionPhase{
+	flytev1.PhaseQueued:              flytecorev1.ActionPhase_ACTION_PHASE_QUEUED,
+	flytev1.PhaseWaitingForResources: flytecorev1.ActionPhase_ACTION_PHASE_WAITING_FOR_RESOURCES,
+	flytev1.PhaseInitializing:        flytecorev1.ActionPhase_ACTION_PHASE_INITIALIZING,
+	flytev1.PhaseRunning:             flytecorev1.ActionPhase_ACTION_PHASE_RUNNING,
+	flytev1.PhaseSucceeded:           flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED,
+	flytev1.PhaseFailed:              flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
+	flytev1.PhaseAborted:             flytecorev1.ActionPhase_ACTION_PHASE_ABORTED,
+	flytev1.PhaseTimedOut:            flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT,
+}
+
+// eventKey is the identity of an event within an action: (attempt, phase, version).
+type eventKey struct {
+	attempt uint32
+	phase   flytecorev1.ActionPhase
+	version uint32
+}
+
+func (k eventKey) String() string {
+	return fmt.Sprintf("(attempt %d, %s, v%d)", k.attempt, phaseName(k.phase), k.version)
+}
+
+func phaseName(p flytecorev1.ActionPhase) string {
+	return strings.TrimPrefix(p.String(), "ACTION_PHASE_")
+}
+
+// cloudEventID is the id the events service gives an event's CloudEvent (docs/events.md).
+func cloudEventID(id *flytecorev1.ActionIdentifier, k eventKey) string {
+	return fmt.Sprintf("%s/%s/%s/%s/%d/%s/%d", id.GetProject(), id.GetDomain(), id.GetRun(), id.GetAction(), k.attempt, strings.ToLower(phaseName(k.phase)), k.version)
+}
+
+// checker holds the upgraded system to its promises once the work has settled. It reads
+// the events service as its clients do, through the service's address.
+type checker struct {
+	s      *system
+	plans  []*plan
+	probe  *probe
+	w      *watcher
+	events eventsv1connect.EventsServiceClient
+	cache  cachev1connect.CacheServiceClient
+
+	// figures of the last check
+	actions, storedEvents, published int
+	cacheStatus                      map[int]map[flytev1.CacheStatus]int // group -> status -> actions
+}
+
+func newChecker(s *system, plans []*plan, pr *probe, w *watcher) (*checker, error) {
+	viewer, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ViewerTokenFile, Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	executor, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ExecutorTokenFile, Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	return &checker{s: s, plans: plans, probe: pr, w: w,
+		events: eventsv1connect.NewEventsServiceClient(viewer, s.events.url()),
+		cache:  cachev1connect.NewCacheServiceClient(executor, s.cache.url())}, nil
+}
+
+// settle checks until every check passes or the time is up, and returns what is still
+// broken: a system that recovers is given the time to deliver what it owes. What the
+// upgrade cost as it went (the probe's failures, the programs' exits) is checked once.
+func (ch *checker) settle(ctx context.Context, timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		problems := ch.check(ctx)
+		if len(problems) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			_, over := ch.probe.report()
+			for _, r := range over {
+				problems = append(problems, "probe: "+r.describe(ch.s.logs))
+			}
+			ch.probe.mu.Lock()
+			for _, c := range ch.probe.inconsistent {
+				problems = append(problems, "cache: "+c)
+			}
+			ch.probe.mu.Unlock()
+			for _, p := range ch.s.all {
+				if errs := logLevels(p.Log)[levelErrorNotConflict]; strings.HasPrefix(p.Name, "executor-") && errs > 0 {
+					problems = append(problems, fmt.Sprintf("%s logged %d errors (other than conflicts and writes cut short by its stop); see %s", p.Name, errs, p.Log))
+				}
+				for _, e := range p.ExitLog() {
+					if !e.Expected {
+						problems = append(problems, fmt.Sprintf("%s exited at %s without the test stopping it (%s; it logged %s); see %s",
+							p.Name, e.At.Format(time.TimeOnly), e.Err, lastError(p.Log, e.At), p.Log))
+					}
+				}
+			}
+			sort.Strings(problems)
+			return problems
+		}
+		sleep(ctx, 2*time.Second)
+	}
+}
+
+// check runs every check once and returns the problems, each naming its action.
+func (ch *checker) check(ctx context.Context) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	var list flytev1.TaskActionList
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	err := ch.s.client.List(lctx, &list, client.InNamespace(namespace))
+	cancel()
+	if err != nil {
+		return []string{"listing the TaskActions: " + err.Error()}
+	}
+	byName := map[string]*flytev1.TaskAction{}
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
+	want := map[string]flytev1.Phase{}
+	for _, p := range ch.plans {
+		want[p.name] = p.expect
+	}
+	for _, name := range ch.probe.createdActions() {
+		want[name] = flytev1.PhaseSucceeded
+	}
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	ch.actions = len(names)
+	for _, name := range names {
+		ta := byName[name]
+		if ta == nil {
+			add("%s: gone, though nothing deletes it (gc.maxTTL 1h)", name)
+			continue
+		}
+		if ta.Status.Phase != want[name] {
+			add("%s: %s, want %s (reason %s)", name, orNone(string(ta.Status.Phase)), want[name], progressingReason(ta))
+		}
+		end := ch.checkEvents(ctx, ta, add)
+		if isTerminal(end) && !ch.w.sawPhase(idOf(ta), end) {
+			add("%s: the watcher never saw it %s", name, phaseName(end))
+		}
+	}
+	ch.checkPublished(ctx, add)
+	ch.checkCache(ctx, add)
+	sort.Strings(problems)
+	return problems
+}
+
+// checkEvents holds the events service to what the executors wrote: its latest state is
+// the action's phase, and it holds every entry of the action's history exactly once and
+// nothing else. It returns the service's latest phase.
+func (ch *checker) checkEvents(ctx context.Context, ta *flytev1.TaskAction, add func(string, ...any)) flytecorev1.ActionPhase {
+	id := idOf(ta)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	got, err := ch.events.GetAction(cctx, connect.NewRequest(&eventsv1.GetActionRequest{Id: id}))
+	cancel()
+	if err != nil {
+		add("%s: GetAction: %v", ta.Name, err)
+		return flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
+	}
+	state := got.Msg.GetAction().GetPhase()
+	if state != protoPhase[ta.Status.Phase] {
+		add("%s: the events service says %s, the action %s", ta.Name, phaseName(state), ta.Status.Phase)
+	}
+	events, err := listEvents(ctx, ch.events, id)
+	if err != nil {
+		add("%s: ListActionEvents: %v", ta.Name, err)
+		return state
+	}
+	stored := map[eventKey]int{}
+	var keys []string
+	for _, e := range events {
+		k := eventKey{e.GetAttempt(), e.GetPhase(), e.GetVersion()}
+		stored[k]++
+		keys = append(keys, k.String())
+	}
+	wrote := map[eventKey]bool{}
+	for _, h := range ta.Status.PhaseHistory {
+		k := eventKey{uint32(h.Attempt), protoPhase[h.Phase], uint32(h.Version)}
+		wrote[k] = true
+		switch n := stored[k]; {
+		case n == 0:
+			add("%s: history entry %s never reached the events service; it holds %s", ta.Name, k, strings.Join(keys, " "))
+		case n > 1:
+			add("%s: history entry %s stored %d times", ta.Name, k, n)
+		}
+	}
+	for k, n := range stored {
+		if !wrote[k] {
+			add("%s: the events service holds %s (%d times), which is not in the action's history", ta.Name, k, n)
+		}
+	}
+	return state
+}
+
+// checkPublished holds the CloudEvents egress to publishing every event the events
+// service stores, once: the workload's, the probe's actions' and the probe's own records.
+func (ch *checker) checkPublished(ctx context.Context, add func(string, ...any)) {
+	actions, err := listActions(ctx, ch.events, project)
+	if err != nil {
+		add("ListActions: %v", err)
+		return
+	}
+	stored := map[string]bool{}
+	for _, a := range actions {
+		id := a.GetId()
+		stored[actionKey(id)] = true
+		var keys []eventKey
+		if id.GetRun() == recordRun {
+			// The probe records one event per action, and nothing else writes there.
+			keys = []eventKey{{1, flytecorev1.ActionPhase_ACTION_PHASE_QUEUED, 0}}
+		} else {
+			events, err := listEvents(ctx, ch.events, id)
+			if err != nil {
+				add("%s: ListActionEvents: %v", actionKey(id), err)
+				continue
+			}
+			for _, e := range events {
+				keys = append(keys, eventKey{e.GetAttempt(), e.GetPhase(), e.GetVersion()})
+			}
+		}
+		for _, k := range keys {
+			ceID := cloudEventID(id, k)
+			switch n := ch.s.sink.times(ceID); {
+			case n == 0:
+				add("cloudevents: %s is stored but was never published to the sink", ceID)
+			case n > 1:
+				add("cloudevents: %s was published %d times", ceID, n)
+			}
+		}
+	}
+	ch.probe.mu.Lock()
+	recorded := append([]*flytecorev1.ActionIdentifier(nil), ch.probe.recorded...)
+	ch.probe.mu.Unlock()
+	for _, id := range recorded {
+		if !stored[actionKey(id)] {
+			add("%s: the events service acknowledged its Record, but does not hold it", actionKey(id))
+		}
+	}
+	ch.storedEvents = len(stored)
+	ch.published, _ = ch.s.sink.counts()
+}
+
+// checkCache holds each cache group to one entry, made by one of its actions, whose
+// outputs are where the entry says; and says what the cache did for each action.
+func (ch *checker) checkCache(ctx context.Context, add func(string, ...any)) {
+	ch.cacheStatus = map[int]map[flytev1.CacheStatus]int{}
+	checked := map[int]bool{}
+	members := map[int]map[string]bool{}
+	for _, p := range ch.plans {
+		if p.kind == kindCachedSleep {
+			if members[p.group] == nil {
+				members[p.group] = map[string]bool{}
+			}
+			members[p.group][p.name] = true
+		}
+	}
+	for _, p := range ch.plans {
+		if p.kind != kindCachedSleep {
+			continue
+		}
+		var ta flytev1.TaskAction
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := ch.s.client.Get(cctx, client.ObjectKey{Namespace: namespace, Name: p.name}, &ta)
+		cancel()
+		if err == nil {
+			if ch.cacheStatus[p.group] == nil {
+				ch.cacheStatus[p.group] = map[flytev1.CacheStatus]int{}
+			}
+			if h := ta.Status.PhaseHistory; len(h) > 0 {
+				ch.cacheStatus[p.group][h[len(h)-1].CacheStatus]++
+			}
+		}
+		if checked[p.group] {
+			continue
+		}
+		checked[p.group] = true
+		spec := p.action.Spec
+		inputs, err := os.ReadFile(strings.TrimPrefix(spec.InputURI, "file://"))
+		if err != nil {
+			add("cache group %d: %v", p.group, err)
+			continue
+		}
+		hash, err := cacheclient.InputsHash(inputs, nil)
+		if err != nil {
+			add("cache group %d: %v", p.group, err)
+			continue
+		}
+		key := &cachev1.CacheKey{Project: spec.Project, Domain: spec.Domain, TaskName: spec.TaskName, CacheVersion: spec.Cache.Version,
+			Signature: cacheclient.Signature(&spec), InputsHash: hash}
+		cctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		got, err := ch.cache.Get(cctx, connect.NewRequest(&cachev1.GetRequest{Key: key}))
+		cancel()
+		if err != nil {
+			add("cache group %d: Get of its key: %v", p.group, err)
+			continue
+		}
+		out := got.Msg.GetOutput()
+		if src := out.GetSourceAction().GetAction(); !members[p.group][src] {
+			add("cache group %d: its entry was made by %q, not by one of its actions", p.group, src)
+		}
+		// A sleep has no outputs: its entry names none.
+		if uri := out.GetOutputUri(); uri == "" {
+			continue
+		}
+		if _, err := os.Stat(strings.TrimPrefix(out.GetOutputUri(), "file://")); err != nil {
+			add("cache group %d: its entry's outputs %s: %v", p.group, out.GetOutputUri(), err)
+		}
+	}
+}
+
+// figures say what the last check saw.
+func (ch *checker) figures() []string {
+	events, requests := ch.s.sink.counts()
+	out := []string{
+		fmt.Sprintf("%d actions checked (%d planned, the rest created by the probe); %d actions stored in the events service", ch.actions, len(ch.plans), ch.storedEvents),
+		fmt.Sprintf("the sink took %d distinct CloudEvents in %d requests; the watcher opened %d streams", events, requests, ch.w.streamCount()),
+	}
+	for _, p := range ch.s.all {
+		levels := logLevels(p.Log)
+		out = append(out, fmt.Sprintf("%s logged %d errors (%d of them conflicts or cut short by its stop) and %d warnings", p.Name, levels["ERROR"],
+			levels["ERROR"]-levels[levelErrorNotConflict], levels["WARN"]))
+	}
+	groups := make([]int, 0, len(ch.cacheStatus))
+	for g := range ch.cacheStatus {
+		groups = append(groups, g)
+	}
+	sort.Ints(groups)
+	for _, g := range groups {
+		var parts []string
+		for st, n := range ch.cacheStatus[g] {
+			parts = append(parts, fmt.Sprintf("%s %d", orNone(string(st)), n))
+		}
+		sort.Strings(parts)
+		out = append(out, fmt.Sprintf("cache group %d: %s", g, strings.Join(parts, ", ")))
+	}
+	return out
+}
+
+func idOf(ta *flytev1.TaskAction) *flytecorev1.ActionIdentifier {
+	return &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName}
+}
+
+// listEvents reads every event of an action, page by page.
+func listEvents(ctx context.Context, c eventsv1connect.EventsServiceClient, id *flytecorev1.ActionIdentifier) ([]*eventsv1.ActionEvent, error) {
+	var out []*eventsv1.ActionEvent
+	token := ""
+	for range 100 {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := c.ListActionEvents(cctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id, PageSize: 1000, PageToken: token}))
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.Msg.GetEvents()...)
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("more than 100 pages of events")
+}
+
+func isTerminal(p flytecorev1.ActionPhase) bool {
+	switch p {
+	case flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED, flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
+		flytecorev1.ActionPhase_ACTION_PHASE_ABORTED, flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT:
+		return true
+	}
+	return false
+}
+
+func progressingReason(ta *flytev1.TaskAction) string {
+	for _, c := range ta.Status.Conditions {
+		if c.Type == flytev1.ConditionProgressing {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return "none"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no phase"
+	}
+	return s
+}
+
+// refPattern finds the reference an internal error names; the service logs the error
+// under it.
+var refPattern = regexp.MustCompile(`under ref ([0-9a-f]{32})`)
+
+// explain finds what the service logged under the reference an internal error shows
+// its caller, so that a failure says its cause: " (logged by events-v0.1.0: ...)".
+func explain(logs, msg string) string {
+	m := refPattern.FindStringSubmatch(msg)
+	if m == nil {
+		return ""
+	}
+	files, _ := filepath.Glob(filepath.Join(logs, "*.log"))
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if !strings.Contains(line, m[1]) {
+				continue
+			}
+			var entry struct {
+				Error string `json:"error"`
+			}
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Error != "" {
+				return fmt.Sprintf(" (logged by %s: %s)", strings.TrimSuffix(filepath.Base(f), ".log"), entry.Error)
+			}
+		}
+	}
+	return ""
+}
+
+// levelErrorNotConflict counts the errors of a log but for a status write refused as a
+// conflict (the object changed since the executor read it), which controller-runtime
+// logs as an error and retries at once (seen in a rolling restart of the tree itself,
+// before any upgrade step, and no loss), and for a write cut short by the stop the test
+// asked for ("context canceled": the executor is ending, and its successor writes again).
+const levelErrorNotConflict = "ERROR but conflict"
+
+// logLevels counts the lines of a program's JSON log by level.
+func logLevels(path string) map[string]int {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var entry struct {
+			Level string `json:"level"`
+			Err   string `json:"err"`
+		}
+		if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &entry) == nil {
+			level := strings.ToUpper(entry.Level)
+			out[level]++
+			if level == "ERROR" && !strings.Contains(entry.Err, "the object has been modified") && !strings.Contains(entry.Err, "context canceled") {
+				out[levelErrorNotConflict]++
+			}
+		}
+	}
+	return out
+}
