@@ -99,19 +99,25 @@ func (r Runner) Apply(ctx context.Context, pool *pgxpool.Pool, m Migrations) (in
 		return 0, err
 	}
 
+	code, err := codeOf(provider, m)
+	if err != nil {
+		return 0, err
+	}
+	state, err := schemaOf(ctx, mpool, m.Service)
+	if err != nil {
+		return 0, err
+	}
+	if state.version > code.newest {
+		return 0, r.checkNewer(m, state, code)
+	}
+
 	deadline := time.Now().Add(r.RetryFor)
 	applied := 0
 	for try := int32(1); ; try++ {
-		results, err := provider.Up(ctx)
-		applied += len(results)
+		n, file, err := r.applyPending(ctx, mpool, provider, m, code)
+		applied += n
 		if err == nil {
 			return applied, nil
-		}
-		file := ""
-		var partial *goose.PartialError
-		if errors.As(err, &partial) {
-			applied += len(partial.Applied)
-			file = path.Base(partial.Failed.Source.Path)
 		}
 		if !isLockTimeout(err) || ctx.Err() != nil {
 			return applied, fmt.Errorf("postgres: applying %s migrations: %w", m.Service, err)
@@ -130,6 +136,45 @@ func (r Runner) Apply(ctx context.Context, pool *pgxpool.Pool, m Migrations) (in
 		case <-time.After(delay):
 		}
 	}
+}
+
+// applyPending applies the migrations the schema lacks, one file at a time: before a
+// contract migration it raises the schema's record of the oldest code that works with
+// it, so that older code starting meanwhile is refused rather than broken. It returns
+// how many it applied and the file that failed.
+func (r Runner) applyPending(ctx context.Context, mpool *pgxpool.Pool, provider *goose.Provider, m Migrations, code code) (int, string, error) {
+	if err := ensureCompatibility(ctx, mpool, m.Service); err != nil {
+		return 0, compatibilityTable(m.Service), err
+	}
+	state, err := schemaOf(ctx, mpool, m.Service)
+	if err != nil {
+		return 0, "", err
+	}
+	applied := 0
+	for _, src := range provider.ListSources() {
+		if src.Version <= state.version {
+			continue
+		}
+		file := path.Base(src.Path)
+		if code.contracts[src.Version] {
+			if err := raiseCompatibility(ctx, mpool, m.Service, src.Version); err != nil {
+				return applied, file, err
+			}
+			r.Log.Info("a contract migration: code older than it is refused from now on",
+				"migrations", m.Service, "file", file, "oldest_compatible_version", src.Version)
+		}
+		results, err := provider.UpTo(ctx, src.Version)
+		applied += len(results)
+		if err != nil {
+			var partial *goose.PartialError
+			if errors.As(err, &partial) {
+				applied += len(partial.Applied)
+				file = path.Base(partial.Failed.Source.Path)
+			}
+			return applied, file, err
+		}
+	}
+	return applied, "", nil
 }
 
 // isLockTimeout says whether err is a statement that gave up on a lock (SQLSTATE 55P03).

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -198,5 +201,121 @@ func TestMigrationGivesUpAfterItsRetryTime(t *testing.T) {
 	_, err = runner.Apply(ctx, pool, postgres.Migrations{Service: "gadgets", FS: all})
 	if !errors.Is(err, postgres.ErrLockTimeout) || !strings.Contains(err.Error(), "00002_drop.sql") {
 		t.Fatalf("Apply = %v; want ErrLockTimeout naming 00002_drop.sql", err)
+	}
+}
+
+// migrationSet is a set of numbered files, each adding a column to gadgets; contracts
+// are the versions marked as contract migrations.
+func migrationSet(newest int, contracts ...int) postgres.Migrations {
+	fsys := fstest.MapFS{"00001_gadgets.sql": {Data: []byte(gadgetsTable)}}
+	for v := 2; v <= newest; v++ {
+		marker := ""
+		if slices.Contains(contracts, v) {
+			marker = "-- +flyte contract: code before this version no longer works with the schema\n"
+		}
+		fsys[fmt.Sprintf("%05d_column.sql", v)] = &fstest.MapFile{Data: fmt.Appendf(nil,
+			"%s-- +goose Up\nALTER TABLE gadgets ADD COLUMN c%d text;\n", marker, v)}
+	}
+	return postgres.Migrations{Service: "gadgets", FS: fsys}
+}
+
+// TestOlderCodeOnANewerSchema: code whose newest migration is older than the schema
+// starts only when the schema says such code still works with it: after expand
+// migrations it does, after a contract migration it is refused, naming both versions,
+// whether it would apply migrations or wait for them.
+func TestOlderCodeOnANewerSchema(t *testing.T) {
+	tests := []struct {
+		name      string
+		schema    postgres.Migrations // applied by the newer code
+		code      postgres.Migrations // the older code
+		wantError bool
+	}{
+		{name: "after expand migrations", schema: migrationSet(4), code: migrationSet(2)},
+		{name: "after a contract migration", schema: migrationSet(4, 3), code: migrationSet(2), wantError: true},
+		{name: "after a contract this code has", schema: migrationSet(4, 3), code: migrationSet(3, 3)},
+		{name: "after two contracts", schema: migrationSet(5, 3, 5), code: migrationSet(4, 3), wantError: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pool, err := postgres.Open(ctx, pg.NewDatabase(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			if _, err := postgres.Migrate(ctx, pool, tt.schema, nil); err != nil {
+				t.Fatal(err)
+			}
+			var schemaVersion, codeVersion int
+			for name := range tt.schema.FS.(fstest.MapFS) {
+				schemaVersion = max(schemaVersion, versionOf(name))
+			}
+			for name := range tt.code.FS.(fstest.MapFS) {
+				codeVersion = max(codeVersion, versionOf(name))
+			}
+			for _, mode := range []struct {
+				name string
+				run  func() error
+			}{
+				{"apply", func() error { _, err := postgres.Migrate(ctx, pool, tt.code, nil); return err }},
+				{"wait", func() error { return postgres.Runner{}.Wait(ctx, pool, tt.code) }},
+			} {
+				err := mode.run()
+				if err != nil {
+					t.Logf("%s: %v", mode.name, err)
+				}
+				switch {
+				case !tt.wantError && err != nil:
+					t.Errorf("%s: %v; want the older code to start", mode.name, err)
+				case tt.wantError && !errors.Is(err, postgres.ErrSchemaTooNew):
+					t.Errorf("%s: %v; want ErrSchemaTooNew", mode.name, err)
+				case tt.wantError && (!strings.Contains(err.Error(), fmt.Sprint("version ", schemaVersion)) ||
+					!strings.Contains(err.Error(), fmt.Sprint("version ", codeVersion))):
+					t.Errorf("%s: %q; want both versions, %d and %d, named", mode.name, err, schemaVersion, codeVersion)
+				}
+			}
+		})
+	}
+}
+
+func versionOf(file string) int {
+	v, _ := strconv.Atoi(file[:5])
+	return v
+}
+
+// TestWaitForTheSchema: code that waits for its migrations (applied by another
+// process) says why it waits, applies nothing itself, and goes on once they are in.
+func TestWaitForTheSchema(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := postgres.Open(ctx, pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := postgres.Migrate(ctx, pool, migrationSet(2), nil); err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	waited := make(chan error, 1)
+	go func() { waited <- postgres.Runner{Log: logs.logger()}.Wait(ctx, pool, migrationSet(3)) }()
+	waitFor(ctx, t, "the wait to be logged", func() bool {
+		return strings.Contains(logs.String(), `"schema_version":2`) && strings.Contains(logs.String(), `"code_version":3`)
+	})
+	var applied int
+	if err := pool.QueryRow(ctx, "SELECT max(version_id) FROM gadgets_schema_version").Scan(&applied); err != nil || applied != 2 {
+		t.Fatalf("while waiting the schema is at %d, %v; want 2: waiting applies nothing", applied, err)
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned %v before the schema was at the code's version", err)
+	default:
+	}
+	if _, err := postgres.Migrate(ctx, pool, migrationSet(3), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("Wait once the schema is at the code's version: %v", err)
 	}
 }
