@@ -87,7 +87,7 @@ func (r Runner) Apply(ctx context.Context, pool *pgxpool.Pool, m Migrations) (in
 		return 0, errors.New("postgres: a migration's lock timeout and retry time must not be negative")
 	}
 	r = r.withDefaults()
-	mpool, err := r.migrationPool(ctx, pool)
+	mpool, err := r.migrationPool(ctx, pool, m.Service)
 	if err != nil {
 		return 0, err
 	}
@@ -185,9 +185,11 @@ func isLockTimeout(err error) bool {
 
 // migrationPool is a small pool of pool's database whose connections wait for a lock no
 // longer than r.LockTimeout; the service's own connections keep their settings.
-func (r Runner) migrationPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool, error) {
+func (r Runner) migrationPool(ctx context.Context, pool *pgxpool.Pool, service string) (*pgxpool.Pool, error) {
 	cfg := pool.Config()
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(r.LockTimeout.Milliseconds(), 1), 10) + "ms"
+	// Named in pg_stat_activity, for an operator looking at what holds or waits for a lock.
+	cfg.ConnConfig.RuntimeParams["application_name"] = MigrationApplicationName(service)
 	// One connection holds the advisory lock and runs the migrations; a second is for
 	// the version checks.
 	cfg.MaxConns, cfg.MinConns = 2, 0
@@ -197,6 +199,9 @@ func (r Runner) migrationPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool
 	}
 	return mpool, nil
 }
+
+// MigrationApplicationName is the application_name of a service's migration connections.
+func MigrationApplicationName(service string) string { return service + "-migrations" }
 
 // provider is goose's runner of m on db, under the service's advisory lock.
 func (r Runner) provider(db *sql.DB, m Migrations) (*goose.Provider, error) {
