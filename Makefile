@@ -140,12 +140,13 @@ check-generate: generate ## Fail when generated code differs from what is commit
 	fi
 
 .PHONY: lint
-lint: $(PROTOVALIDATE_PROTO) ## Lint protos and Go code.
+lint: $(PROTOVALIDATE_PROTO) ## Lint protos, Go code and the services' migrations (squawk).
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	hack/squawk.sh lint
 
 .PHONY: clean
 clean: ## Remove build output (not the envtest cache).
