@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -25,17 +26,9 @@ type RunFunc[C any] func(ctx context.Context, cfg C, log *slog.Logger, started f
 func Main[C any](name string, flags func(*flag.FlagSet, *C), run RunFunc[C]) {
 	var cfg C
 	flags(flag.CommandLine, &cfg)
-	args := os.Args[1:]
-	migrate := len(args) > 0 && args[0] == "migrate"
-	if migrate {
-		args = args[1:]
-	}
-	_ = flag.CommandLine.Parse(args) // ExitOnError
-	if migrate {
-		if err := flag.Set("migrate", string(MigrateAndExit)); err != nil {
-			fmt.Fprintf(os.Stderr, "%s migrate: %v\n", name, err)
-			os.Exit(2)
-		}
+	if err := parseCommandLine(flag.CommandLine, os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(2)
 	}
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -47,4 +40,28 @@ func Main[C any](name string, flags func(*flag.FlagSet, *C), run RunFunc[C]) {
 		log.Error(name+" stopped", "error", err)
 		os.Exit(1)
 	}
+}
+
+// parseCommandLine parses a service's command line: flags, or "migrate" and flags, which
+// is --migrate=apply-and-exit. It takes no other argument.
+func parseCommandLine(fs *flag.FlagSet, args []string) error {
+	migrate := len(args) > 0 && args[0] == "migrate"
+	if migrate {
+		args = args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: the only command is migrate, before the flags", fs.Args())
+	}
+	if !migrate {
+		return nil
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "migrate" })
+	if given {
+		return errors.New("migrate: --migrate is the serving command's; the migrate command applies the migrations")
+	}
+	return fs.Set("migrate", string(MigrateAndExit))
 }
