@@ -319,3 +319,34 @@ func TestWaitForTheSchema(t *testing.T) {
 		t.Fatalf("Wait once the schema is at the code's version: %v", err)
 	}
 }
+
+// TestContractRecordedBeforeItIsApplied: the record of the oldest compatible code is
+// raised before a contract migration runs, so that older code starting while it runs
+// (or after it failed half way) is refused rather than broken; a failed contract leaves
+// the schema as it was, which the code before it still matches.
+func TestContractRecordedBeforeItIsApplied(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := pg.NewDatabase(t)
+	pool, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	m := migrationSet(2)
+	m.FS.(fstest.MapFS)["00003_contract.sql"] = &fstest.MapFile{Data: []byte(
+		"-- +flyte contract\n-- +goose Up\nALTER TABLE gadgets DROP COLUMN c2;\nSELECT 1/0;\n")}
+	if _, err := postgres.Migrate(ctx, pool, m, nil); err == nil {
+		t.Fatal("a migration that divides by zero was applied")
+	}
+	var oldest, version int64
+	if err := pool.QueryRow(ctx, "SELECT oldest_compatible_version FROM gadgets_schema_compatibility").Scan(&oldest); err != nil || oldest != 3 {
+		t.Fatalf("oldest compatible version = %d, %v; want 3, recorded before the contract ran", oldest, err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT max(version_id) FROM gadgets_schema_version").Scan(&version); err != nil || version != 2 {
+		t.Fatalf("schema version = %d, %v; want 2: the failed contract was rolled back", version, err)
+	}
+	if err := (postgres.Runner{}).Wait(ctx, pool, migrationSet(2)); err != nil {
+		t.Fatalf("the code of version 2 on the schema it matches: %v", err)
+	}
+}
