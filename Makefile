@@ -190,12 +190,13 @@ breaking: $(PROTOVALIDATE_PROTO) ## Fail when proto/ breaks the previous release
 	$(BUF) breaking --against $(PREVIOUS_PROTOS)
 
 .PHONY: lint
-lint: $(PROTOVALIDATE_PROTO) breaking ## Lint protos and Go code; buf breaking against the previous release.
+lint: $(PROTOVALIDATE_PROTO) breaking ## Lint protos, Go code and the services' migrations (squawk); buf breaking against the previous release.
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	hack/squawk.sh lint
 
 .PHONY: clean
 clean: ## Remove build output (not the envtest cache).

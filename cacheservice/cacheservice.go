@@ -27,6 +27,9 @@ type Config struct {
 	MetricsListen string
 	// DatabaseURL is the Postgres connection URL.
 	DatabaseURL string
+	// Migrate says whether the service applies its migrations at start, waits for them,
+	// or only applies them (the migrate command).
+	Migrate app.MigrateConfig
 	// MinHeartbeat is the shortest heartbeat interval granted to a reservation; 1s or
 	// MaxHeartbeat, whichever is shorter, by default.
 	MinHeartbeat time.Duration
@@ -149,12 +152,18 @@ func (c Config) Validate() error {
 // started, when not nil, is called once the service accepts calls.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Addrs)) error {
 	cfg = cfg.WithDefaults()
+	if cfg.Migrate.Mode.Exits() { // the migrate command: the database is all it needs
+		if cfg.DatabaseURL == "" {
+			return errors.New("cacheservice: config: database-url: required (or set DATABASE_URL)")
+		}
+		return app.Migrate(ctx, cfg.DatabaseURL, store.Migrations(), cfg.Migrate, log)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("cacheservice: config: %w", err)
 	}
 	appCfg := app.Config{
 		Name: "cacheservice", Listen: cfg.Listen, MetricsListen: cfg.MetricsListen,
-		DatabaseURL: cfg.DatabaseURL, Migrations: store.Migrations(), Server: cfg.Server,
+		DatabaseURL: cfg.DatabaseURL, Migrations: store.Migrations(), Migrate: cfg.Migrate, Server: cfg.Server,
 		TracerProvider: cfg.TracerProvider, Auth: cfg.Auth, Rules: Rules(), KubeClient: cfg.KubeClient,
 	}
 	return app.Run(ctx, appCfg, log, func(d app.Deps) ([]app.Background, error) {

@@ -21,6 +21,7 @@ func Flags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.Listen, "listen", defaults.Listen, "address for Connect, gRPC and gRPC-Web")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":9094", "address for Prometheus /metrics; empty disables it")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
+	app.MigrateFlags(fs, &cfg.Migrate)
 	fs.DurationVar(&cfg.MaxHeartbeat, "max-heartbeat", defaults.MaxHeartbeat, "longest heartbeat interval granted to a reservation")
 	fs.DurationVar(&cfg.MinHeartbeat, "min-heartbeat", defaults.MinHeartbeat, "shortest heartbeat interval granted to a reservation, whatever a caller asks for")
 	fs.IntVar(&cfg.HeartbeatGraceMultiplier, "heartbeat-grace-multiplier", defaults.HeartbeatGraceMultiplier, "a reservation expires after this many heartbeat intervals without one")

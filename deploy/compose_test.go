@@ -665,8 +665,8 @@ func checkComposeServices(t *testing.T, root string, c *types.Project, infos map
 				t.Errorf("%s: health check -cacert=%s: %v", where, hcFlags["cacert"], err)
 			}
 		}
-		// Migrations run before the server listens; the kustomize startup probe gives
-		// them a minute.
+		// Under compose the services apply their migrations at start, before they
+		// listen (in Kubernetes a Job runs them: deploy/kustomize/base/migrate).
 		if hc.Interval == nil || hc.Timeout == nil || hc.Retries == nil || time.Duration(*hc.Retries)*time.Duration(*hc.Interval) < time.Minute {
 			t.Errorf("%s: health check interval %v timeout %v retries %v: want all three and at least a minute before unhealthy", where, hc.Interval, hc.Timeout, hc.Retries)
 		}

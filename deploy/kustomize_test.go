@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -528,7 +529,11 @@ func podTemplates(t *testing.T, objs []*unstructured.Unstructured) map[string]co
 			var s appsv1.StatefulSet
 			convert(t, u, &s)
 			out[id(u)] = s.Spec.Template
-		case "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod":
+		case "Job":
+			var j batchv1.Job
+			convert(t, u, &j)
+			out[id(u)] = j.Spec.Template
+		case "DaemonSet", "ReplicaSet", "CronJob", "Pod":
 			t.Fatalf("%s: teach this test its pod template, or it goes unchecked", id(u))
 		}
 	}

@@ -51,8 +51,11 @@ func TestNodeOverlayChangesOnlyWhatTheNetworkForces(t *testing.T) {
 			t.Errorf("%s is in the base, not in the node overlay", id)
 			continue
 		}
-		if got.GetKind() == "Deployment" {
+		switch got.GetKind() {
+		case "Deployment":
 			undoNodeChanges(t, got, base[id])
+		case "Job":
+			undoNodeJobChanges(t, got, base[id])
 		}
 		if !reflect.DeepEqual(got.Object, base[id].Object) {
 			t.Errorf("%s differs from the base beyond what the network forces:\n%s", id, jsonDiff(t, base[id].Object, got.Object))
@@ -209,8 +212,41 @@ func undoNodeChanges(t *testing.T, got, base *unstructured.Unstructured) {
 		}
 	}
 	gotPod["containers"].([]any)[0] = gotC
+	undoDevImages(t, id, gotPod, basePod, "initContainers")
 	if err := unstructured.SetNestedMap(got.Object, gotPod, "spec", "template", "spec"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// undoNodeJobChanges undoes a migration Job's changes: the host's network, to reach
+// Postgres on 127.0.0.1, and the images make images builds.
+func undoNodeJobChanges(t *testing.T, got, base *unstructured.Unstructured) {
+	t.Helper()
+	id := got.GetKind() + "/" + got.GetName()
+	if v, _, _ := unstructured.NestedBool(got.Object, "spec", "template", "spec", "hostNetwork"); !v {
+		t.Errorf("%s: not on the host's network", id)
+	}
+	unstructured.RemoveNestedField(got.Object, "spec", "template", "spec", "hostNetwork")
+	gotPod, _, _ := unstructured.NestedMap(got.Object, "spec", "template", "spec")
+	basePod, _, _ := unstructured.NestedMap(base.Object, "spec", "template", "spec")
+	undoDevImages(t, id, gotPod, basePod, "containers")
+	if err := unstructured.SetNestedMap(got.Object, gotPod, "spec", "template", "spec"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// undoDevImages sets the images of a pod's list of containers back to the base's, each
+// of which must be the base's at tag dev.
+func undoDevImages(t *testing.T, id string, gotPod, basePod map[string]any, list string) {
+	t.Helper()
+	gotCs, _ := gotPod[list].([]any)
+	baseCs, _ := basePod[list].([]any)
+	for i := range min(len(gotCs), len(baseCs)) {
+		g, b := gotCs[i].(map[string]any), baseCs[i].(map[string]any)
+		if image, baseImage := g["image"].(string), b["image"].(string); image != strings.TrimSuffix(baseImage, ":latest")+":dev" {
+			t.Errorf("%s: %s image %s; want %s at tag dev", id, list, image, baseImage)
+		}
+		g["image"] = b["image"]
 	}
 }
 

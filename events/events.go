@@ -38,6 +38,9 @@ type Config struct {
 	MetricsListen string
 	// DatabaseURL is the Postgres connection URL.
 	DatabaseURL string
+	// Migrate says whether the service applies its migrations at start, waits for them,
+	// or only applies them (the migrate command).
+	Migrate app.MigrateConfig
 	// RetentionTTL deletes finished actions and their events this long after they
 	// finished; 0 keeps them forever.
 	RetentionTTL time.Duration
@@ -212,6 +215,12 @@ func (c Config) consoleTLS() bool { return c.Server.TLSCertFile != "" && !c.Cons
 // nil, is called once the service accepts calls.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Addrs)) error {
 	cfg = cfg.WithDefaults()
+	if cfg.Migrate.Mode.Exits() { // the migrate command: the database is all it needs
+		if cfg.DatabaseURL == "" {
+			return errors.New("events: config: database-url: required (or set DATABASE_URL)")
+		}
+		return app.Migrate(ctx, cfg.DatabaseURL, store.Migrations(), cfg.Migrate, log)
+	}
 	if cfg.CloudEventsConfig != "" {
 		sinks, err := cloudevents.Load(cfg.CloudEventsConfig)
 		if err != nil {
@@ -224,7 +233,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 	}
 	appCfg := app.Config{
 		Name: "events", Listen: cfg.Listen, MetricsListen: cfg.MetricsListen,
-		DatabaseURL: cfg.DatabaseURL, Migrations: store.Migrations(), Server: cfg.Server,
+		DatabaseURL: cfg.DatabaseURL, Migrations: store.Migrations(), Migrate: cfg.Migrate, Server: cfg.Server,
 		TracerProvider: cfg.TracerProvider, Auth: cfg.Auth, Rules: Rules(), KubeClient: cfg.KubeClient,
 	}
 	return app.Run(ctx, appCfg, log, func(d app.Deps) ([]app.Background, error) {

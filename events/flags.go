@@ -17,6 +17,7 @@ func Flags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.Listen, "listen", ":8090", "address for Connect, gRPC and gRPC-Web")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", ":9090", "address for Prometheus /metrics; empty disables it")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
+	app.MigrateFlags(fs, &cfg.Migrate)
 	fs.DurationVar(&cfg.RetentionTTL, "retention-ttl", 0, "delete finished actions and their events this long after they finished; 0 keeps them")
 	fs.DurationVar(&cfg.RetentionUnfinishedTTL, "retention-unfinished-ttl", 0, "delete an unfinished action and its events once its newest event is this old (its executor is gone); 0 is 4 times --retention-ttl; needs --retention-ttl")
 	fs.DurationVar(&cfg.RetentionInterval, "retention-interval", defaults.RetentionInterval, "how often partitions are made ahead and retention runs")

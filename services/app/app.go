@@ -34,8 +34,10 @@ type Config struct {
 	MetricsListen string
 	// DatabaseURL is the Postgres connection URL.
 	DatabaseURL string
-	// Migrations are applied at start.
+	// Migrations are the service's; Migrate says whether it applies them at start or
+	// waits for them.
 	Migrations postgres.Migrations
+	Migrate    MigrateConfig
 	// Server holds the RPC server's limits and TLS files; its Addr is taken from Listen.
 	Server server.Config
 	// Auth says how callers are authenticated and authorized; Rules say what each RPC
@@ -98,11 +100,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, setup Setup, started
 		return fmt.Errorf("%s: %w", cfg.Name, err)
 	}
 	defer pool.Close()
-	// A replica may wait up to five minutes for another's migrations (the lock's own
-	// limit), so they get longer than opening the pool does.
-	migrateCtx, cancelMigrate := context.WithTimeout(ctx, 6*time.Minute)
-	defer cancelMigrate()
-	if _, err := postgres.Migrate(migrateCtx, pool, cfg.Migrations, log); err != nil {
+	// No time limit: the runner bounds its own retries, and a service waiting for its
+	// migrations is not ready, not failed, until they are applied.
+	if err := prepareSchema(ctx, pool, cfg.Migrations, cfg.Migrate, log); err != nil {
 		return fmt.Errorf("%s: %w", cfg.Name, err)
 	}
 

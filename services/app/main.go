@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -19,12 +21,17 @@ type RunFunc[C any] func(ctx context.Context, cfg C, log *slog.Logger, started f
 
 // Main is a service binary's main: it registers the service's flags on the command line
 // (flags as cacheservice.Flags) and --version, parses them, logs JSON to stderr and runs
-// the service until SIGTERM or SIGINT, exiting with status 1 when it fails.
+// the service until SIGTERM or SIGINT, exiting with status 1 when it fails. "NAME migrate
+// [flags]" applies the service's migrations and exits (--migrate=apply-and-exit): the
+// flags register MigrateFlags, and run ends at once in that mode.
 func Main[C any](name string, flags func(*flag.FlagSet, *C), run RunFunc[C]) {
 	var cfg C
 	flags(flag.CommandLine, &cfg)
 	buildinfo.Flag(flag.CommandLine, name)
-	flag.Parse()
+	if err := parseCommandLine(flag.CommandLine, os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(2)
+	}
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	// The TLS certificate watcher logs through controller-runtime's logger.
@@ -35,4 +42,28 @@ func Main[C any](name string, flags func(*flag.FlagSet, *C), run RunFunc[C]) {
 		log.Error(name+" stopped", "error", err)
 		os.Exit(1)
 	}
+}
+
+// parseCommandLine parses a service's command line: flags, or "migrate" and flags, which
+// is --migrate=apply-and-exit. It takes no other argument.
+func parseCommandLine(fs *flag.FlagSet, args []string) error {
+	migrate := len(args) > 0 && args[0] == "migrate"
+	if migrate {
+		args = args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: the only command is migrate, before the flags", fs.Args())
+	}
+	if !migrate {
+		return nil
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "migrate" })
+	if given {
+		return errors.New("migrate: --migrate is the serving command's; the migrate command applies the migrations")
+	}
+	return fs.Set("migrate", string(MigrateAndExit))
 }

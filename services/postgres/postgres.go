@@ -1,10 +1,12 @@
 // Package postgres opens the connection pool both services use and applies their
 // embedded SQL migrations.
 //
-// Migrations run at start under a Postgres advisory lock, so any number of replicas can
-// start together: one applies them, the others wait and find nothing left to do. Each
-// service keeps its own version table and lock, so services sharing a database do not
-// interfere.
+// Migrations run under a Postgres advisory lock, so any number of replicas (or a
+// migration Job and replicas) can start together: one applies them, the others wait and
+// find nothing left to do. Each service keeps its own version table and lock, so
+// services sharing a database do not interfere. Runner says how they run: every
+// statement waits for a lock no longer than a short lock_timeout, and a migration that
+// gave up is rolled back and tried again (migrate.go).
 //
 // Classify sorts the database's failures into the classes its callers act on
 // (ErrUnavailable, ErrConflict, ErrInvalidValue, the context's own, or internal); what a
@@ -15,17 +17,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io/fs"
-	"log/slog"
 	"time"
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/database"
-	"github.com/pressly/goose/v3/lock"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flytekube/backend/internal/backoff"
@@ -100,52 +96,4 @@ func EmbeddedMigrations(service string, files fs.FS, dir string) Migrations {
 		panic(fmt.Sprintf("postgres: migrations of %s: %v", service, err)) // fixed at build time
 	}
 	return Migrations{Service: service, FS: sub}
-}
-
-// Migrate applies every pending migration under the service's advisory lock and returns
-// how many it applied. Running it again, or from several processes at once, is safe.
-func Migrate(ctx context.Context, pool *pgxpool.Pool, m Migrations, log *slog.Logger) (int, error) {
-	if m.Service == "" || m.FS == nil {
-		return 0, errors.New("postgres: migrations need a service name and files")
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	db := stdlib.OpenDBFromPool(pool)
-	defer func() { _ = db.Close() }()
-
-	locker, err := lock.NewPostgresSessionLocker(
-		lock.WithLockID(lockID(m.Service)),
-		// Poll every second for up to five minutes: a replica waiting for another's
-		// migrations should notice promptly that they are done.
-		lock.WithLockTimeout(1, 300),
-	)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: creating migration lock: %w", err)
-	}
-	store, err := database.NewStore(database.DialectPostgres, m.Service+"_schema_version")
-	if err != nil {
-		return 0, fmt.Errorf("postgres: creating migration store: %w", err)
-	}
-	provider, err := goose.NewProvider("", db, m.FS,
-		goose.WithStore(store),
-		goose.WithSessionLocker(locker),
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithSlog(log.With("migrations", m.Service)),
-	)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: loading %s migrations: %w", m.Service, err)
-	}
-	results, err := provider.Up(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: applying %s migrations: %w", m.Service, err)
-	}
-	return len(results), nil
-}
-
-// lockID derives a stable advisory lock id from the service name.
-func lockID(service string) int64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte("flyte-migrations:" + service))
-	return int64(h.Sum64() >> 1)
 }
