@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,9 +12,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/flytekube/backend/events"
@@ -24,6 +29,7 @@ import (
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/eventsrelease"
 	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/postgres"
 )
 
@@ -393,5 +399,85 @@ func (w *mixedWorkload) read(ctx context.Context, c eventsv1connect.EventsServic
 			_, err := c.ListActions(ctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: id.GetProject(), Domain: id.GetDomain(), PageSize: 50}))
 			return err
 		})
+	}
+}
+
+// migrateTo applies the store's migrations up to and including version (0: all of them).
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
+	all := store.Migrations()
+	files, err := fs.Glob(all.FS, "*.sql")
+	if err != nil {
+		return err
+	}
+	some := fstest.MapFS{}
+	for _, name := range files {
+		var v int64
+		if _, err := fmt.Sscanf(name, "%d_", &v); err != nil {
+			return err
+		}
+		if version > 0 && v > version {
+			continue
+		}
+		b, err := fs.ReadFile(all.FS, name)
+		if err != nil {
+			return err
+		}
+		some[name] = &fstest.MapFile{Data: b}
+	}
+	_, err = postgres.Migrate(ctx, pool, postgres.Migrations{Service: all.Service, FS: some}, slog.New(slog.DiscardHandler))
+	return err
+}
+
+// A step that cannot have its lock within lock_timeout, because a transaction holds the
+// table, gives up instead of queueing every call behind it; run again, the migration
+// goes on from that step. A concurrent index build that failed (it leaves an invalid
+// index) is built again when its file runs again.
+func TestMigrationStepsGiveUpOnABusyTableAndRunAgain(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	pool, err := postgres.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := migrateTo(ctx, pool, 2); err != nil { // v0.1.0's schema
+		t.Fatal(err)
+	}
+
+	busy, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := busy.Exec(ctx, "SELECT count(*) FROM action_events"); err != nil { // a read still open
+		t.Fatal(err)
+	}
+	err = migrateTo(ctx, pool, 0)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.LockNotAvailable {
+		t.Fatalf("migrating beside a transaction holding action_events: %v; want a lock timeout", err)
+	}
+	if err := busy.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var version int64
+	pgtest.QueryRow(t, db, "SELECT max(version_id) FROM events_schema_version", &version)
+	if version != 5 {
+		t.Fatalf("the migration stopped after version %d; want 5 (actions' step), then action_events' step given up", version)
+	}
+
+	// The index build of 00007 failed once: its index is left invalid.
+	if err := migrateTo(ctx, pool, 7); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, db, "UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'action_events_filed_key'::regclass")
+	pgtest.Exec(t, db, "DELETE FROM events_schema_version WHERE version_id = 7")
+	if err := migrateTo(ctx, pool, 0); err != nil {
+		t.Fatalf("migrating again: %v", err)
+	}
+	var partitioned, valid bool
+	pgtest.QueryRow(t, db, `SELECT c.relkind = 'p', i.indisvalid FROM pg_class c, pg_index i
+WHERE c.relname = 'action_events' AND i.indexrelid = 'action_events_before_partitioning_pkey'::regclass`, &partitioned, &valid)
+	if !partitioned || !valid {
+		t.Fatalf("after running again: action_events partitioned %t, the old table's key valid %t; want both", partitioned, valid)
 	}
 }
