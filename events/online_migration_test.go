@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/events/cloudevents"
@@ -479,5 +480,109 @@ func TestMigrationStepsGiveUpOnABusyTableAndRunAgain(t *testing.T) {
 WHERE c.relname = 'action_events' AND i.indexrelid = 'action_events_before_partitioning_pkey'::regclass`, &partitioned, &valid)
 	if !partitioned || !valid {
 		t.Fatalf("after running again: action_events partitioned %t, the old table's key valid %t; want both", partitioned, valid)
+	}
+}
+
+// The previous release's retention (it deletes finished actions and their events by
+// key, every interval) runs beside the tree's, which drops partitions, the one from
+// before partitioning first: neither fails, every finished action goes, and every
+// unfinished one stays whole, readable through both versions.
+func TestPreviousReleaseRetentionBesideTheTrees(t *testing.T) {
+	ctx := context.Background()
+	binary, err := eventsrelease.Binary(ctx, previousRelease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := pg.NewDatabase(t)
+	logPath := filepath.Join(t.TempDir(), "events-"+previousRelease+".log")
+	old, err := eventsrelease.Start(ctx, binary, db, logPath, "--retention-ttl", "1ms", "--retention-interval", "50ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(old.Stop)
+	pool, err := postgres.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// Recorded before the migration: finished and unfinished actions.
+	now := time.Now()
+	var finished, unfinished []*flytecorev1.ActionIdentifier
+	recordThrough := func(c eventsv1connect.EventsServiceClient, st *store.Store, run string) {
+		for i := range 20 {
+			id := actionID(run, fmt.Sprintf("a%d", i))
+			evs := []*eventsv1.ActionEvent{occurredAt(event(id, 1, queued, 0, 0), now), occurredAt(event(id, 1, running, 0, 0), now)}
+			if i%2 == 0 {
+				evs = append(evs, occurredAt(event(id, 1, succeeded, 0, 0), now))
+				finished = append(finished, id)
+			} else {
+				unfinished = append(unfinished, id)
+			}
+			if c != nil {
+				if _, err := c.Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: evs})); err != nil {
+					t.Fatalf("%s Record: %v", previousRelease, err)
+				}
+			} else {
+				storeRecord(t, st, evs...)
+			}
+		}
+	}
+	recordThrough(old.Client, nil, "before")
+	if err := migrateTo(ctx, pool, 0); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(now)
+	st := store.New(pool, store.Options{Clock: clk, PartitionWidth: time.Hour})
+	if _, err := st.MaintainPartitions(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	recordThrough(old.Client, nil, "after-old")
+	recordThrough(nil, st, "after-tree")
+
+	// The tree's retention two hours on, with a TTL of one: the partition from before
+	// partitioning and the first hour's go, while the old retention keeps deleting.
+	later := now.Add(2 * time.Hour)
+	clk.SetTime(later)
+	if _, err := st.MaintainPartitions(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DropExpired(ctx, later, time.Hour, 7); err != nil {
+		t.Fatalf("the tree's retention beside the old one: %v", err)
+	}
+	if names := partitionNames(t, st); strings.Contains(strings.Join(names, " "), "before_partitioning") {
+		t.Fatalf("the table from before partitioning is still a partition: %v", names)
+	}
+	eventually.True(t, 30*time.Second, func() bool {
+		var left int
+		pgtest.QueryRow(t, db, "SELECT count(*) FROM actions WHERE rank = 5", &left)
+		return left == 0
+	}, func() string { return "finished actions are left" })
+	for _, c := range []eventsv1connect.EventsServiceClient{old.Client, nil} {
+		for _, id := range finished {
+			if c != nil {
+				if _, err := c.GetAction(ctx, connect.NewRequest(&eventsv1.GetActionRequest{Id: id})); connect.CodeOf(err) != connect.CodeNotFound {
+					t.Errorf("%s: the finished %s is still there (%v)", previousRelease, store.KeyOf(id), err)
+				}
+			} else if n := eventsOf(t, st, event(id, 1, queued, 0, 0)); n != 0 {
+				t.Errorf("tree: the finished %s lists %d events", store.KeyOf(id), n)
+			}
+		}
+		for _, id := range unfinished {
+			if c != nil {
+				evs, err := c.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id, PageSize: 100}))
+				if err != nil || len(evs.Msg.GetEvents()) != 2 {
+					t.Errorf("%s: the unfinished %s lists %d events (%v); want 2", previousRelease, store.KeyOf(id), len(evs.Msg.GetEvents()), err)
+				}
+			} else if n := eventsOf(t, st, event(id, 1, queued, 0, 0)); n != 2 {
+				t.Errorf("tree: the unfinished %s lists %d events; want 2", store.KeyOf(id), n)
+			}
+		}
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "deleting finished actions") {
+		t.Errorf("the %s retention failed:\n%s", previousRelease, tail(b, 4000))
 	}
 }
