@@ -20,7 +20,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/events/cloudevents"
@@ -52,18 +51,7 @@ func TestMigrationWhileThePreviousReleaseServes(t *testing.T) {
 	db := pg.NewDatabase(t)
 	// Nothing listens there: the relays retry, and the outbox keeps every row it queued.
 	const sinkURL = "http://127.0.0.1:1/events?name=upgrade"
-	logPath := filepath.Join(t.TempDir(), "events-"+previousRelease+".log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("the %s service's log:\n%s", previousRelease, tail(b, 4000))
-		}
-	})
-	old, err := eventsrelease.Start(ctx, binary, db, logPath, "--cloudevents-sink", sinkURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(old.Stop)
+	old, _ := startPrevious(t, binary, db, "--cloudevents-sink", sinkURL)
 
 	w := newMixedWorkload(120)
 	clients := []eventsv1connect.EventsServiceClient{old.Client}
@@ -293,6 +281,25 @@ func (wf *finishedWatch) err() error {
 	return wf.ended
 }
 
+// startPrevious runs the previous release's events service on db with args until the
+// test ends, and shows its log when the test fails; it returns the log's path.
+func startPrevious(t *testing.T, binary, db string, args ...string) (*eventsrelease.Service, string) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "events-"+previousRelease+".log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("the %s service's log:\n%s", previousRelease, tail(b, 4000))
+		}
+	})
+	old, err := eventsrelease.Start(context.Background(), binary, db, logPath, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(old.Stop)
+	return old, logPath
+}
+
 // checkOnce fails the test unless got holds each of want once, and nothing else.
 func checkOnce(t *testing.T, what string, got map[string]int, want map[string]bool) {
 	t.Helper()
@@ -494,12 +501,7 @@ func TestPreviousReleaseRetentionBesideTheTrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := pg.NewDatabase(t)
-	logPath := filepath.Join(t.TempDir(), "events-"+previousRelease+".log")
-	old, err := eventsrelease.Start(ctx, binary, db, logPath, "--retention-ttl", "1ms", "--retention-interval", "50ms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(old.Stop)
+	old, logPath := startPrevious(t, binary, db, "--retention-ttl", "1ms", "--retention-interval", "50ms")
 	pool, err := postgres.Open(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -531,27 +533,27 @@ func TestPreviousReleaseRetentionBesideTheTrees(t *testing.T) {
 	if err := migrateTo(ctx, pool, 0); err != nil {
 		t.Fatal(err)
 	}
-	clk := clocktesting.NewFakeClock(now)
-	st := store.New(pool, store.Options{Clock: clk, PartitionWidth: time.Hour})
-	if _, err := st.MaintainPartitions(ctx, now); err != nil {
+	// Partitions a second wide, so that retention reaches them in the test's time.
+	st := store.New(pool, store.Options{PartitionWidth: time.Second, UnfinishedTTL: time.Hour})
+	if _, err := st.MaintainPartitions(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	recordThrough(old.Client, nil, "after-old")
 	recordThrough(nil, st, "after-tree")
 
-	// The tree's retention two hours on, with a TTL of one: the partition from before
-	// partitioning and the first hour's go, while the old retention keeps deleting.
-	later := now.Add(2 * time.Hour)
-	clk.SetTime(later)
-	if _, err := st.MaintainPartitions(ctx, later); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.DropExpired(ctx, later, time.Hour, 7); err != nil {
-		t.Fatalf("the tree's retention beside the old one: %v", err)
-	}
-	if names := partitionNames(t, st); strings.Contains(strings.Join(names, " "), "before_partitioning") {
-		t.Fatalf("the table from before partitioning is still a partition: %v", names)
-	}
+	// The tree's retention, with a TTL of two seconds, while the old one keeps deleting:
+	// the partition from before partitioning goes, and those of the first seconds.
+	eventually.True(t, 30*time.Second, func() bool {
+		if _, err := st.MaintainPartitions(ctx, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.DropExpired(ctx, time.Now(), 2*time.Second, 7); err != nil {
+			t.Fatalf("the tree's retention beside the old one: %v", err)
+		}
+		return !strings.Contains(strings.Join(partitionNames(t, st), " "), "before_partitioning")
+	}, func() string { return fmt.Sprintf("the table from before partitioning is still a partition: %v", partitionNames(t, st)) })
+	// The previous release goes on recording new actions after that partition went.
+	recordThrough(old.Client, nil, "after-drop")
 	eventually.True(t, 30*time.Second, func() bool {
 		var left int
 		pgtest.QueryRow(t, db, "SELECT count(*) FROM actions WHERE rank = 5", &left)

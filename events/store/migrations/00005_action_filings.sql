@@ -8,10 +8,11 @@
 --
 -- An action's filing (store/partitions.go): the time it was first recorded, or last
 -- re-filed by retention; its events live in the partition of its filing. The actions
--- there are, and those the previous release's replicas record from now on (they name no
--- filing), are filed at -infinity: in the partition holding everything from before
--- partitioning. A constant default is kept in the catalog, not written to each row, so
--- the column is added without a rewrite, under a lock held only for the catalog change.
+-- there are filed at -infinity: in the partition holding everything from before
+-- partitioning (00010). A constant default is kept in the catalog, not written to each
+-- row, so the column is added without a rewrite, under a lock held only for the catalog
+-- change. (The previous release's replicas name no filing: 00011 gives the new actions
+-- they record theirs.)
 SET LOCAL lock_timeout = '2s';
 ALTER TABLE actions ADD COLUMN filed_at timestamptz NOT NULL DEFAULT '-infinity';
 

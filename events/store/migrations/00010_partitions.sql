@@ -55,8 +55,8 @@ ALTER TABLE action_events_before_partitioning DROP CONSTRAINT action_events_unpa
 -- be given another one before it is routed (Postgres routes a row before any trigger
 -- may change it), so they are filed when their transaction commits, by the deferred
 -- trigger below: by then the previous release's Record has folded the events'
--- actions, as it does after inserting them, and so has filed a new action (at
--- -infinity, 00005) and locked an existing one, whose filing therefore stays put until
+-- actions, as it does after inserting them, and so has filed a new action (by filed_at's
+-- default: 00011) and locked an existing one, whose filing therefore stays put until
 -- commit (retention's re-filing locks it first). Each event then goes to its action's
 -- filing, or is absorbed there as a redelivery; nothing stays here once its transaction
 -- has committed. Redeliveries thus never fail the previous release's copy, whose events
