@@ -43,6 +43,9 @@ type MigrationSize struct {
 	// Settle is how long the writer and the reader run before the migration, and again
 	// after it.
 	Settle time.Duration
+	// Dir, when set, holds the migration files to run instead of the tree's (another
+	// design, for comparison), named as the tree's are.
+	Dir string
 }
 
 // MigrationPoint is one store size's figures.
@@ -57,12 +60,16 @@ type MigrationPoint struct {
 	Tries     int
 	// Steps are the migration files' durations, from the runner's log, in order.
 	Steps []MigrationStep
-	// Records and Reads count the previous release's calls during the measurement;
-	// LongestRecord is the longest delivery (first try to success, retries included),
-	// LongestRead the longest read.
-	Records, Reads             int
-	LongestRecord, LongestRead time.Duration
-	// RecordsDuring is how many deliveries overlapped the migration.
+	// Records counts the previous release's deliveries (a batch recorded, tries
+	// included), Delivered those that succeeded, Reads its reads; LongestCall is its
+	// longest call of any kind (a try that failed included), LongestDelivery the longest
+	// delivery (first try to success), LongestRead the longest read.
+	Records, Delivered, Reads int
+	// LongestBefore, LongestDuring and LongestAfter are the longest calls that started
+	// before the migration (the baseline of the same run), during it and after it.
+	LongestBefore, LongestDuring, LongestAfter time.Duration
+	LongestCall, LongestDelivery, LongestRead  time.Duration
+	// RecordsDuring is how many deliveries that succeeded overlapped the migration.
 	RecordsDuring int
 	// Failures counts the calls that failed (a delivery's failed tries included), and
 	// FailureSample shows a few.
@@ -125,11 +132,16 @@ func migrationAt(ctx context.Context, o Options, binary string, n int, progress 
 
 	load := startOldLoad(ctx, svc.Client, m.Rate, actions)
 	time.Sleep(m.Settle)
+	migrations := store.Migrations()
+	if m.Dir != "" {
+		migrations.FS = os.DirFS(m.Dir)
+	}
 	steps := watchSteps(ctx, pool)
 	load.migrating.Store(true)
+	load.phase.Store(1)
 	start = time.Now()
 	for p.Tries = 1; ; p.Tries++ {
-		_, err = postgres.Migrate(ctx, pool, store.Migrations(), slog.New(slog.DiscardHandler))
+		_, err = postgres.Migrate(ctx, pool, migrations, slog.New(slog.DiscardHandler))
 		var pgErr *pgconn.PgError
 		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.LockNotAvailable || p.Tries == 20 {
 			break
@@ -138,7 +150,8 @@ func migrationAt(ctx context.Context, o Options, binary string, n int, progress 
 	}
 	p.Migration = time.Since(start)
 	load.migrating.Store(false)
-	p.Steps = steps.stop(start)
+	load.phase.Store(2)
+	p.Steps = steps.stop(start, migrations.FS)
 	if err != nil {
 		load.stop()
 		return p, fmt.Errorf("migrating: %w", err)
@@ -253,12 +266,17 @@ type oldLoad struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	migrating atomic.Bool
+	// phase is 0 before the migration, 1 during it, 2 after; a call counts in the
+	// phase it started in.
+	phase atomic.Int32
+	// longestBy is the longest call of each phase.
+	longestBy [3]time.Duration
 
-	mu                         sync.Mutex
-	records, reads, during     int
-	longestRecord, longestRead time.Duration
-	failures                   int
-	sample                     []string
+	mu                                        sync.Mutex
+	records, delivered, reads, during         int
+	longestCall, longestDelivery, longestRead time.Duration
+	failures                                  int
+	sample                                    []string
 }
 
 func startOldLoad(ctx context.Context, c eventsv1connect.EventsServiceClient, rate float64, loaded []store.Key) *oldLoad {
@@ -313,11 +331,22 @@ func startOldLoad(ctx context.Context, c eventsv1connect.EventsServiceClient, ra
 func (l *oldLoad) deliver(ctx context.Context, c eventsv1connect.EventsServiceClient, b []*eventsv1.ActionEvent) {
 	start := time.Now()
 	during := l.migrating.Load()
+	l.mu.Lock()
+	l.records++
+	l.mu.Unlock()
 	wait := 100 * time.Millisecond
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		t, phase := time.Now(), l.phase.Load()
 		_, err := c.Record(callCtx, connect.NewRequest(&eventsv1.RecordRequest{Events: b}))
+		d := time.Since(t)
 		cancel()
+		if ctx.Err() == nil {
+			l.mu.Lock()
+			l.longestCall = max(l.longestCall, d)
+			l.longestBy[phase] = max(l.longestBy[phase], d)
+			l.mu.Unlock()
+		}
 		if err == nil {
 			break
 		}
@@ -336,15 +365,15 @@ func (l *oldLoad) deliver(ctx context.Context, c eventsv1connect.EventsServiceCl
 	during = during || l.migrating.Load()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.records++
+	l.delivered++
 	if during {
 		l.during++
 	}
-	l.longestRecord = max(l.longestRecord, d)
+	l.longestDelivery = max(l.longestDelivery, d)
 }
 
 func (l *oldLoad) read(ctx context.Context, name string, call func(context.Context) error) {
-	start := time.Now()
+	start, phase := time.Now(), l.phase.Load()
 	callCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err := call(callCtx)
 	cancel()
@@ -354,12 +383,13 @@ func (l *oldLoad) read(ctx context.Context, name string, call func(context.Conte
 	}
 	if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 		l.fail(name, err)
-		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reads++
 	l.longestRead = max(l.longestRead, d)
+	l.longestCall = max(l.longestCall, d)
+	l.longestBy[phase] = max(l.longestBy[phase], d)
 }
 
 func (l *oldLoad) fail(name string, err error) {
@@ -380,8 +410,9 @@ func (l *oldLoad) stop() {
 func (l *oldLoad) report(p *MigrationPoint) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	p.Records, p.Reads, p.RecordsDuring = l.records, l.reads, l.during
-	p.LongestRecord, p.LongestRead = l.longestRecord, l.longestRead
+	p.Records, p.Delivered, p.Reads, p.RecordsDuring = l.records, l.delivered, l.reads, l.during
+	p.LongestCall, p.LongestDelivery, p.LongestRead = l.longestCall, l.longestDelivery, l.longestRead
+	p.LongestBefore, p.LongestDuring, p.LongestAfter = l.longestBy[0], l.longestBy[1], l.longestBy[2]
 	p.Failures, p.FailureSample = l.failures, l.sample
 }
 
@@ -426,10 +457,10 @@ func watchSteps(ctx context.Context, pool *pgxpool.Pool) *stepWatch {
 
 // stop ends the watch and returns the steps seen, each timed from the end of the one
 // before (the first from start).
-func (w *stepWatch) stop(start time.Time) []MigrationStep {
+func (w *stepWatch) stop(start time.Time, fsys fs.FS) []MigrationStep {
 	w.cancel()
 	<-w.done
-	files, _ := fs.Glob(store.Migrations().FS, "*.sql")
+	files, _ := fs.Glob(fsys, "*.sql")
 	var out []MigrationStep
 	prev := start
 	for i := 1; i < len(w.seen); i++ {
@@ -452,8 +483,12 @@ func WriteMigration(w io.Writer, o Options, points []MigrationPoint) {
 		return
 	}
 	m := o.MigrationSize
-	fmt.Fprintf(w, "\n### The events store's migration from %s's schema while %s serves (a writer at %.0f events/s, retrying as the executor does, and a reader)\n\n",
-		m.Release, m.Release, m.Rate)
+	what := "The events store's migration"
+	if m.Dir != "" {
+		what = "The migration in " + m.Dir
+	}
+	fmt.Fprintf(w, "\n### %s from %s's schema while %s serves (a writer at %.0f events/s, retrying as the executor does, and a reader)\n\n",
+		what, m.Release, m.Release, m.Rate)
 	header, rule := "| | ", "| --- |"
 	for _, p := range points {
 		header += fmt.Sprintf(" %d events |", p.Stored)
@@ -478,10 +513,15 @@ func WriteMigration(w io.Writer, o Options, points []MigrationPoint) {
 		}
 		return strings.Join(steps, "<br>")
 	})
-	row("longest Record of "+m.Release+" (first try to success)", func(p MigrationPoint) string { return p.LongestRecord.Round(time.Millisecond).String() })
+	row("longest call of "+m.Release+" (any, a failed try included)", func(p MigrationPoint) string { return p.LongestCall.Round(time.Millisecond).String() })
+	row("&nbsp;&nbsp;started before the migration, during it, after it", func(p MigrationPoint) string {
+		return fmt.Sprintf("%s, **%s**, %s", p.LongestBefore.Round(time.Millisecond), p.LongestDuring.Round(time.Millisecond), p.LongestAfter.Round(time.Millisecond))
+	})
 	row("longest read of "+m.Release, func(p MigrationPoint) string { return p.LongestRead.Round(time.Millisecond).String() })
+	row("longest delivery of "+m.Release+" (a batch's first try to success)", func(p MigrationPoint) string { return p.LongestDelivery.Round(time.Millisecond).String() })
 	row(m.Release+"'s calls that failed", func(p MigrationPoint) string {
-		return fmt.Sprintf("%d of %d Records (%d during the migration) and %d reads", p.Failures, p.Records, p.RecordsDuring, p.Reads)
+		return fmt.Sprintf("%d (of %d reads, and tries of %d deliveries: %d delivered, %d of them overlapping the migration)",
+			p.Failures, p.Reads, p.Records, p.Delivered, p.RecordsDuring)
 	})
 	row("loading the store (not measured)", func(p MigrationPoint) string { return p.Load.Round(time.Second).String() })
 	for _, p := range points {

@@ -96,6 +96,7 @@ func main() {
 	flag.Float64Var(&o.MigrationSize.Rate, "migration-rate", 200, "events per second the previous release's events service records during the migration part")
 	flag.StringVar(&o.MigrationSize.Release, "migration-release", "v0.1.0", "the release (in RELEASES) serving during the migration part; built from its commit once")
 	flag.DurationVar(&o.MigrationSize.Settle, "migration-settle", 5*time.Second, "how long the previous release serves the load before the migration part's migration, and again after it")
+	flag.StringVar(&o.MigrationSize.Dir, "migration-dir", "", "a directory of migration files the migration part runs instead of the tree's (another design, for comparison)")
 	durable := flag.Bool("durable", false, "run the throwaway Postgres with fsync and synchronous commit on, as a deployment would (the notify part's setting)")
 	benchutil.Main("events-bench", func() error {
 		if *durable {
