@@ -551,7 +551,9 @@ func TestPreviousReleaseRetentionBesideTheTrees(t *testing.T) {
 			t.Fatalf("the tree's retention beside the old one: %v", err)
 		}
 		return !strings.Contains(strings.Join(partitionNames(t, st), " "), "before_partitioning")
-	}, func() string { return fmt.Sprintf("the table from before partitioning is still a partition: %v", partitionNames(t, st)) })
+	}, func() string {
+		return fmt.Sprintf("the table from before partitioning is still a partition: %v", partitionNames(t, st))
+	})
 	// The previous release goes on recording new actions after that partition went.
 	recordThrough(old.Client, nil, "after-drop")
 	eventually.True(t, 30*time.Second, func() bool {

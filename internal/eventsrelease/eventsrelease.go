@@ -70,6 +70,8 @@ func Start(ctx context.Context, binary, databaseURL, logPath string, args ...str
 		"--listen", addr, "--metrics-listen", "", "--database-url", databaseURL, "--auth-mode", "none",
 	}, args...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A test binary that dies (a panic, a timeout) takes the service with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("eventsrelease: starting %s: %w", binary, err)
