@@ -5,7 +5,9 @@
 //     beside the ceiling of the same rows written with pgx CopyFrom into the same table;
 //   - queries: GetAction, ListActions and ListActionEvents latency over a large store;
 //   - egress (egress.go): CloudEvents publish throughput per sink, Record's maximum rate
-//     without and with sinks, lag at half of it, and a slow sink against none.
+//     without and with sinks, lag at half of it, and a slow sink against none;
+//   - migration (migration.go): the store's migration from the previous release's
+//     schema while that release serves, with how long its calls waited and which failed.
 package eventsbench
 
 import (
@@ -65,13 +67,15 @@ type Options struct {
 	ScaleSize ScaleSize
 	// NotifyClients, NotifyBatch and NotifyEvents size the notify part (scale.go).
 	NotifyClients, NotifyBatch, NotifyEvents int
+	// MigrationSize sizes the migration part (migration.go).
+	MigrationSize MigrationSize
 	// Only runs one part: "ingest" (with its comparisons), "queries", "egress", "scale" or
 	// "notify"; empty runs the first three.
 	Only string
 }
 
 // Parts are the values Options.Only takes.
-var Parts = []string{"ingest", "queries", "egress", "scale", "notify"}
+var Parts = []string{"ingest", "queries", "egress", "scale", "notify", "migration"}
 
 // runs says whether the run includes part.
 func (o Options) runs(part string) bool { return o.Only == "" || o.Only == part }
@@ -440,6 +444,13 @@ func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error 
 			return fmt.Errorf("notify: %w", err)
 		}
 		WriteNotify(w, o, r)
+		return nil
+	case "migration":
+		r, err := Migration(ctx, o, progress)
+		WriteMigration(w, o, r)
+		if err != nil {
+			return fmt.Errorf("migration: %w", err)
+		}
 		return nil
 	}
 	if o.Only == "egress" || (o.Only == "" && o.Egress) {

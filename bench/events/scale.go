@@ -141,6 +141,11 @@ func openScaleStore(ctx context.Context, o Options, url string, pool *pgxpool.Po
 
 // baselineDatabase makes (anew) a database beside the one at url and returns its URL.
 func baselineDatabase(ctx context.Context, url string) (string, error) {
+	return freshDatabase(ctx, url, "events_bench_baseline")
+}
+
+// freshDatabase makes (anew) the database name beside the one at url and returns its URL.
+func freshDatabase(ctx context.Context, url, name string) (string, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return "", err
@@ -150,7 +155,6 @@ func baselineDatabase(ctx context.Context, url string) (string, error) {
 		return "", err
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	const name = "events_bench_baseline"
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
 		return "", err
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// action_events is partitioned by range of filed_at (migration 00003_partitions.sql):
+// action_events is partitioned by range of filed_at (migrations 00005 to 00010):
 // every action is filed at the time it was first recorded, and its events carry that
 // time, so they all live in the partition whose range holds it. Retention then drops a
 // partition once every action filed in it finished before the cutoff, which costs the

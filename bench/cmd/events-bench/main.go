@@ -81,6 +81,22 @@ func main() {
 	flag.IntVar(&o.NotifyClients, "notify-clients", 16, "concurrent writers in the notify part")
 	flag.IntVar(&o.NotifyBatch, "notify-batch", 10, "events per Record in the notify part")
 	flag.IntVar(&o.NotifyEvents, "notify-events", 50_000, "events per round in the notify part")
+	o.MigrationSize.Stored = []int{2_000_000, 20_000_000}
+	flag.Func("migration-stored", "store sizes of the migration part, in events, comma-separated (default 2000000,20000000)", func(v string) error {
+		o.MigrationSize.Stored = nil
+		for _, s := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 5 {
+				return fmt.Errorf("%q is not a number of events", s)
+			}
+			o.MigrationSize.Stored = append(o.MigrationSize.Stored, n)
+		}
+		return nil
+	})
+	flag.Float64Var(&o.MigrationSize.Rate, "migration-rate", 200, "events per second the previous release's events service records during the migration part")
+	flag.StringVar(&o.MigrationSize.Release, "migration-release", "v0.1.0", "the release (in RELEASES) serving during the migration part; built from its commit once")
+	flag.DurationVar(&o.MigrationSize.Settle, "migration-settle", 5*time.Second, "how long the previous release serves the load before the migration part's migration, and again after it")
+	flag.StringVar(&o.MigrationSize.Dir, "migration-dir", "", "a directory of migration files the migration part runs instead of the tree's (another design, for comparison)")
 	durable := flag.Bool("durable", false, "run the throwaway Postgres with fsync and synchronous commit on, as a deployment would (the notify part's setting)")
 	benchutil.Main("events-bench", func() error {
 		if *durable {
