@@ -9,6 +9,9 @@
 DROP INDEX CONCURRENTLY IF EXISTS actions_by_filing;
 -- +goose StatementEnd
 -- +goose StatementBegin
+-- Not IF NOT EXISTS: that would keep an invalid index a failed build left; the
+-- drop above makes the file safe to run again.
+-- squawk-ignore prefer-robust-stmts
 CREATE INDEX CONCURRENTLY actions_by_filing ON actions (filed_at);
 -- +goose StatementEnd
 

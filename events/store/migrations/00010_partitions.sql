@@ -22,6 +22,9 @@ LOCK TABLE action_events IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE action_events DROP CONSTRAINT action_events_pkey;
 ALTER TABLE action_events ADD CONSTRAINT action_events_before_partitioning_pkey PRIMARY KEY USING INDEX action_events_filed_key;
 DROP TRIGGER queue_recorded_events ON action_events; -- a partition cannot have it
+-- The name the previous release uses goes to the partitioned table created below, so
+-- no client loses it.
+-- squawk-ignore renaming-table
 ALTER TABLE action_events RENAME TO action_events_before_partitioning;
 
 -- The previous release inserts events without a filing: they take the default,
@@ -31,8 +34,12 @@ CREATE TABLE action_events (
     domain      text        NOT NULL,
     run         text        NOT NULL,
     action      text        NOT NULL,
+    -- The types are the old table's, which must match for it to be attached.
+    -- squawk-ignore prefer-bigint-over-int
     attempt     integer     NOT NULL,
+    -- squawk-ignore prefer-bigint-over-smallint
     phase       smallint    NOT NULL,
+    -- squawk-ignore prefer-bigint-over-int
     version     integer     NOT NULL,
     occurred_at timestamptz NOT NULL,
     event       bytea       NOT NULL,
