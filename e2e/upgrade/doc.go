@@ -15,8 +15,7 @@
 // once, every finish reaches the watcher, the cache answers what was put, and no probe
 // call failed for longer than maxFailureRun.
 //
-// TestUpgrade runs a short form when UPGRADE_TEST=short (make test, once the upgrade
-// holds: see the Makefile) and a long one with UPGRADE_TEST=full (make upgrade-test
+// TestUpgrade runs a short form by default (make test) and a long one with UPGRADE_TEST=full (make upgrade-test
 // FROM=v…); FROM (UPGRADE_FROM) names the release upgraded from, by default the last
 // line of RELEASES.
 package upgrade
