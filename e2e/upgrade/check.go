@@ -444,7 +444,9 @@ func explain(logs, msg string) string {
 // conflict (the object changed since the executor read it), which controller-runtime
 // logs as an error and retries at once (seen in a rolling restart of the tree itself,
 // before any upgrade step, and no loss), and for a write cut short by the stop the test
-// asked for ("context canceled": the executor is ending, and its successor writes again).
+// asked for ("context canceled": the executor is ending, and its successor writes again;
+// or the Lease's release reported by controller-runtime once its stop had begun, "error
+// received after stop sequence was engaged").
 const levelErrorNotConflict = "ERROR but conflict"
 
 // logLevels counts the lines of a program's JSON log by level.
@@ -457,12 +459,14 @@ func logLevels(path string) map[string]int {
 	for _, line := range strings.Split(string(raw), "\n") {
 		var entry struct {
 			Level string `json:"level"`
+			Msg   string `json:"msg"`
 			Err   string `json:"err"`
 		}
 		if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &entry) == nil {
 			level := strings.ToUpper(entry.Level)
 			out[level]++
-			if level == "ERROR" && !strings.Contains(entry.Err, "the object has been modified") && !strings.Contains(entry.Err, "context canceled") {
+			if level == "ERROR" && !strings.Contains(entry.Err, "the object has been modified") && !strings.Contains(entry.Err, "context canceled") &&
+				entry.Msg != "error received after stop sequence was engaged" {
 				out[levelErrorNotConflict]++
 			}
 		}
