@@ -12,6 +12,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // protoPhase is the events service's name for an action's phase.
@@ -123,10 +124,10 @@ func (ch *checker) check(ctx context.Context) []string {
 			// the events service's record alone (checkEvents), not by the last phase the
 			// watch saw. Its events are checked below all the same.
 			if !r.endUnseen {
-				add("%s: gone although nobody deleted it (last phase %s)", p.name, orNone(string(st.Phase)))
+				add("%s: gone although nobody deleted it (last phase %s)", p.name, systemtest.PhaseOrNone(string(st.Phase)))
 			}
 		case !wasDeleted && st.Phase != p.expect:
-			add("%s: %s, want %s (reason %s)", p.name, orNone(string(st.Phase)), p.expect, progressingReason(r.last))
+			add("%s: %s, want %s (reason %s)", p.name, systemtest.PhaseOrNone(string(st.Phase)), p.expect, systemtest.ProgressingReason(r.last))
 		}
 		ch.checkWatchers(p, ch.checkEvents(ctx, p, r.last, wasDeleted, r.endUnseen, add), add)
 	}
@@ -218,7 +219,7 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 	unseenEnd := false
 	if endUnseen {
 		for k := range stored {
-			unseenEnd = unseenEnd || (k.phase == state && after(k) && isTerminal(state))
+			unseenEnd = unseenEnd || (k.phase == state && after(k) && systemtest.IsTerminal(state))
 		}
 	}
 
@@ -265,7 +266,7 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 // checkWatchers holds every watcher to having seen the action's end, once the events
 // service holds one.
 func (ch *checker) checkWatchers(p *plan, end flytecorev1.ActionPhase, add func(string, ...any)) {
-	if !isTerminal(end) {
+	if !systemtest.IsTerminal(end) {
 		return
 	}
 	spec := p.action.Spec
@@ -299,27 +300,3 @@ type eventsClient interface {
 }
 
 // isTerminal says an action in phase p has ended.
-func isTerminal(p flytecorev1.ActionPhase) bool {
-	switch p {
-	case flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED, flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
-		flytecorev1.ActionPhase_ACTION_PHASE_ABORTED, flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT:
-		return true
-	}
-	return false
-}
-
-func progressingReason(ta *flytev1.TaskAction) string {
-	for _, c := range ta.Status.Conditions {
-		if c.Type == flytev1.ConditionProgressing {
-			return c.Reason + ": " + c.Message
-		}
-	}
-	return "none"
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "no phase"
-	}
-	return s
-}

@@ -1,12 +1,10 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // The kinds of fault.
@@ -193,7 +192,7 @@ func (f *faults) waitLeader(ctx context.Context, not int, timeout time.Duration)
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		for i := range f.s.executors {
-			if i != not && f.s.executors[i].Running() && isLeader(ctx, f.s.execMetric[i]) {
+			if i != not && f.s.executors[i].Running() && systemtest.IsLeader(ctx, f.s.execMetric[i]) {
 				return i, nil
 			}
 		}
@@ -203,25 +202,6 @@ func (f *faults) waitLeader(ctx context.Context, not int, timeout time.Duration)
 }
 
 // isLeader reads controller-runtime's leader_election_master_status gauge.
-func isLeader(ctx context.Context, metricsURL string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "leader_election_master_status{") && strings.HasSuffix(line, " 1") {
-			return true
-		}
-	}
-	return false
-}
 
 // killService kills a service and starts it again after a short random outage.
 func (f *faults) killService(ctx context.Context, kind string, p *proc) error {

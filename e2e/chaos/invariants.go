@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // Settings of the soak's executors that its invariants hold them to.
@@ -310,7 +311,7 @@ func (ch *checker) costProblems() []string {
 		}
 		if took > bound {
 			out = append(out, fmt.Sprintf("fault cost: %s took %s from create to end, over its bound of %s (%s base + %s work + the faults touching it: %s)",
-				p.name, took.Round(time.Second), bound.Round(time.Second), costBase, work, orNone(strings.Join(faults, ", "))))
+				p.name, took.Round(time.Second), bound.Round(time.Second), costBase, work, systemtest.PhaseOrNone(strings.Join(faults, ", "))))
 		}
 	}
 	return out
@@ -352,7 +353,7 @@ func (ch *checker) collectionProblems(ctx context.Context) []string {
 			}
 			sort.Strings(held)
 			out = append(out, fmt.Sprintf("collection stuck: %s finished %s ago and is still stored (gc.maxTTL %s); undeletable: %s",
-				p.name, time.Since(r.endedAt).Round(time.Second), soakGCTTL, orNone(strings.Join(held, " "))))
+				p.name, time.Since(r.endedAt).Round(time.Second), soakGCTTL, systemtest.PhaseOrNone(strings.Join(held, " "))))
 		}
 	}
 	return out

@@ -161,7 +161,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o.Log("chaos over; waiting up to %s for the system to settle", o.SettleTimeout)
 	ch := &checker{s: s, w: w, obs: obs, f: f, sm: sm, ws: ws}
 	rep.Problems = ch.settle(ctx, o.SettleTimeout)
-	rep.Observed = sm.summary() + "; closest to its fault-cost bound: " + orNone(ch.tightest)
+	rep.Observed = sm.summary() + "; closest to its fault-cost bound: " + systemtest.PhaseOrNone(ch.tightest)
 	f.mu.Lock()
 	rep.Faults = map[string]int{}
 	for k, n := range f.counts {

@@ -15,6 +15,7 @@ import (
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // checkHostile holds a hostile action to its end: failed with the error code that names
@@ -32,9 +33,9 @@ func (ch *checker) checkHostile(ctx context.Context, p *plan, r actionRecord, ad
 	}
 	switch {
 	case r.gone && !st.Phase.IsTerminal():
-		add("%s: gone although nobody deleted it (last phase %s)", who, orNone(string(st.Phase)))
+		add("%s: gone although nobody deleted it (last phase %s)", who, systemtest.PhaseOrNone(string(st.Phase)))
 	case st.Phase != p.expect || code != p.code:
-		add("%s: %s with error code %q, want %s with %s (reason %s)", who, orNone(string(st.Phase)), code, p.expect, p.code, progressingReason(r.last))
+		add("%s: %s with error code %q, want %s with %s (reason %s)", who, systemtest.PhaseOrNone(string(st.Phase)), code, p.expect, p.code, systemtest.ProgressingReason(r.last))
 	}
 	if forged(p.kind) {
 		if n := len(st.PhaseHistory); n > 0 {

@@ -13,6 +13,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // watchers hold a WatchActions stream open on each events replica, for each tenant's
@@ -107,7 +108,7 @@ func (ws *watchers) missed(id *flytecorev1.ActionIdentifier, end flytecorev1.Act
 			for ph := range seen[key] {
 				got = append(got, strings.TrimPrefix(ph.String(), "ACTION_PHASE_"))
 			}
-			out = append(out, fmt.Sprintf("%s saw %s", watcher, orNone(strings.Join(got, " "))))
+			out = append(out, fmt.Sprintf("%s saw %s", watcher, systemtest.PhaseOrNone(strings.Join(got, " "))))
 		}
 	}
 	return out

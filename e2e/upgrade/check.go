@@ -22,6 +22,7 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // protoPhase is the events service's name for an action's phase.
@@ -156,10 +157,10 @@ func (ch *checker) check(ctx context.Context) []string {
 			continue
 		}
 		if ta.Status.Phase != want[name] {
-			add("%s: %s, want %s (reason %s)", name, orNone(string(ta.Status.Phase)), want[name], progressingReason(ta))
+			add("%s: %s, want %s (reason %s)", name, systemtest.PhaseOrNone(string(ta.Status.Phase)), want[name], systemtest.ProgressingReason(ta))
 		}
 		end := ch.checkEvents(ctx, ta, add)
-		if isTerminal(end) && !ch.w.sawPhase(idOf(ta), end) {
+		if systemtest.IsTerminal(end) && !ch.w.sawPhase(idOf(ta), end) {
 			add("%s: the watcher never saw it %s", name, phaseName(end))
 		}
 	}
@@ -352,7 +353,7 @@ func (ch *checker) figures() []string {
 	for _, g := range groups {
 		var parts []string
 		for st, n := range ch.cacheStatus[g] {
-			parts = append(parts, fmt.Sprintf("%s %d", orNone(string(st)), n))
+			parts = append(parts, fmt.Sprintf("%s %d", systemtest.PhaseOrNone(string(st)), n))
 		}
 		sort.Strings(parts)
 		out = append(out, fmt.Sprintf("cache group %d: %s", g, strings.Join(parts, ", ")))
@@ -381,31 +382,6 @@ func listEvents(ctx context.Context, c eventsv1connect.EventsServiceClient, id *
 		}
 	}
 	return nil, fmt.Errorf("more than 100 pages of events")
-}
-
-func isTerminal(p flytecorev1.ActionPhase) bool {
-	switch p {
-	case flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED, flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
-		flytecorev1.ActionPhase_ACTION_PHASE_ABORTED, flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT:
-		return true
-	}
-	return false
-}
-
-func progressingReason(ta *flytev1.TaskAction) string {
-	for _, c := range ta.Status.Conditions {
-		if c.Type == flytev1.ConditionProgressing {
-			return c.Reason + ": " + c.Message
-		}
-	}
-	return "none"
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "no phase"
-	}
-	return s
 }
 
 // refPattern finds the reference an internal error names; the service logs the error

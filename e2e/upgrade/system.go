@@ -1,7 +1,6 @@
 package upgrade
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -244,7 +243,7 @@ func (s *system) startExecutor(ctx context.Context, r release) error {
 // waitLeader waits until release r's executor holds the lease.
 func (s *system) waitLeader(ctx context.Context, r string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for !isLeader(ctx, s.execMetrics[r]) {
+	for !systemtest.IsLeader(ctx, s.execMetrics[r]) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("executor-%s did not become the leader within %s; see %s", r, timeout, s.executors[r].Log)
 		}
@@ -254,25 +253,6 @@ func (s *system) waitLeader(ctx context.Context, r string, timeout time.Duration
 }
 
 // isLeader reads an executor's leader-election gauge, as the soak does.
-func isLeader(ctx context.Context, metricsURL string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "leader_election_master_status{") && strings.HasSuffix(line, " 1") {
-			return true
-		}
-	}
-	return false
-}
 
 // stop takes everything down, programs first.
 func (s *system) stop() {
