@@ -10,22 +10,11 @@ import (
 	"connectrpc.com/connect"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/eventsink"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/internal/systemtest"
 )
-
-// protoPhase is the events service's name for an action's phase.
-var protoPhase = map[flytev1.Phase]flytecorev1.ActionPhase{
-	flytev1.PhaseQueued:              flytecorev1.ActionPhase_ACTION_PHASE_QUEUED,
-	flytev1.PhaseWaitingForResources: flytecorev1.ActionPhase_ACTION_PHASE_WAITING_FOR_RESOURCES,
-	flytev1.PhaseInitializing:        flytecorev1.ActionPhase_ACTION_PHASE_INITIALIZING,
-	flytev1.PhaseRunning:             flytecorev1.ActionPhase_ACTION_PHASE_RUNNING,
-	flytev1.PhaseSucceeded:           flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED,
-	flytev1.PhaseFailed:              flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
-	flytev1.PhaseAborted:             flytecorev1.ActionPhase_ACTION_PHASE_ABORTED,
-	flytev1.PhaseTimedOut:            flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT,
-}
 
 // eventKey is the identity of an event: (attempt, phase, version) within an action.
 type eventKey struct {
@@ -103,7 +92,7 @@ func (ch *checker) check(ctx context.Context) []string {
 				state = ch.checkEvents(ctx, p, nil, wasDeleted, true, add)
 				ch.checkWatchers(p, state, add)
 			}
-			if !wasDeleted && (!ch.obs.lostPlace() || state != protoPhase[p.expect]) {
+			if !wasDeleted && (!ch.obs.lostPlace() || state != eventsink.ProtoPhase(p.expect)) {
 				add("%s: never seen by the watch (the events service says %s)", p.name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
 			}
 			continue
@@ -226,23 +215,23 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 	if deleted {
 		ok := state == flytecorev1.ActionPhase_ACTION_PHASE_ABORTED
 		if last != nil && last.Status.Phase.IsTerminal() {
-			ok = ok || state == protoPhase[last.Status.Phase] // it ended before the delete
+			ok = ok || state == eventsink.ProtoPhase(last.Status.Phase) // it ended before the delete
 		}
 		if !ok && !unseenEnd {
 			add("%s: deleted, but the events service says %s (want ABORTED)", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
 		}
 	} else if endUnseen && last != nil && !last.Status.Phase.IsTerminal() {
 		// Collected after an end the watch did not see: the end must be the planned one.
-		if !unseenEnd || state != protoPhase[p.expect] {
+		if !unseenEnd || state != eventsink.ProtoPhase(p.expect) {
 			add("%s: gone after %s unseen, and the events service says %s, want %s", name, last.Status.Phase, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), p.expect)
 		}
-	} else if last != nil && state != protoPhase[last.Status.Phase] {
+	} else if last != nil && state != eventsink.ProtoPhase(last.Status.Phase) {
 		add("%s: the events service says %s, the action %s", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), last.Status.Phase)
 	}
 	held := "; it holds " + strings.Join(keys, " ")
 	wrote := map[eventKey]bool{}
 	for _, h := range history {
-		k := eventKey{uint32(h.Attempt), protoPhase[h.Phase], uint32(h.Version)}
+		k := eventKey{uint32(h.Attempt), eventsink.ProtoPhase(h.Phase), uint32(h.Version)}
 		wrote[k] = true
 		switch n := stored[k]; {
 		case n == 0:

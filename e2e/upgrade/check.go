@@ -16,6 +16,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cacheclient"
+	"github.com/flytekube/backend/executor/eventsink"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
@@ -24,18 +25,6 @@ import (
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/internal/systemtest"
 )
-
-// protoPhase is the events service's name for an action's phase.
-var protoPhase = map[flytev1.Phase]flytecorev1.ActionPhase{
-	flytev1.PhaseQueued:              flytecorev1.ActionPhase_ACTION_PHASE_QUEUED,
-	flytev1.PhaseWaitingForResources: flytecorev1.ActionPhase_ACTION_PHASE_WAITING_FOR_RESOURCES,
-	flytev1.PhaseInitializing:        flytecorev1.ActionPhase_ACTION_PHASE_INITIALIZING,
-	flytev1.PhaseRunning:             flytecorev1.ActionPhase_ACTION_PHASE_RUNNING,
-	flytev1.PhaseSucceeded:           flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED,
-	flytev1.PhaseFailed:              flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
-	flytev1.PhaseAborted:             flytecorev1.ActionPhase_ACTION_PHASE_ABORTED,
-	flytev1.PhaseTimedOut:            flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT,
-}
 
 // eventKey is the identity of an event within an action: (attempt, phase, version).
 type eventKey struct {
@@ -183,7 +172,7 @@ func (ch *checker) checkEvents(ctx context.Context, ta *flytev1.TaskAction, add 
 		return flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
 	}
 	state := got.Msg.GetAction().GetPhase()
-	if state != protoPhase[ta.Status.Phase] {
+	if state != eventsink.ProtoPhase(ta.Status.Phase) {
 		add("%s: the events service says %s, the action %s", ta.Name, phaseName(state), ta.Status.Phase)
 	}
 	events, err := listEvents(ctx, ch.events, id)
@@ -200,7 +189,7 @@ func (ch *checker) checkEvents(ctx context.Context, ta *flytev1.TaskAction, add 
 	}
 	wrote := map[eventKey]bool{}
 	for _, h := range ta.Status.PhaseHistory {
-		k := eventKey{uint32(h.Attempt), protoPhase[h.Phase], uint32(h.Version)}
+		k := eventKey{uint32(h.Attempt), eventsink.ProtoPhase(h.Phase), uint32(h.Version)}
 		wrote[k] = true
 		switch n := stored[k]; {
 		case n == 0:

@@ -895,6 +895,10 @@ func (p *Publisher) undelivered(uid types.UID) pending {
 	return w
 }
 
+// ProtoPhase is the events service's name for an action's phase (UNSPECIFIED for a phase
+// it has none for).
+func ProtoPhase(p flytev1.Phase) flytecorev1.ActionPhase { return phases[p] }
+
 var phases = map[flytev1.Phase]flytecorev1.ActionPhase{
 	flytev1.PhaseQueued:              flytecorev1.ActionPhase_ACTION_PHASE_QUEUED,
 	flytev1.PhaseWaitingForResources: flytecorev1.ActionPhase_ACTION_PHASE_WAITING_FOR_RESOURCES,
