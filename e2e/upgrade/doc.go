@@ -6,7 +6,10 @@
 // is upgraded to the tree in the documented order
 // (docs/operations.md, "Upgrading"): the CRD, then the services (each new replica
 // started beside the old, which it migrates, then the old stopped), then the executor
-// (the new one a standby until the old one hands over its lease). A probe meanwhile
+// (the new one a standby until the old one hands over its lease). Then the reverse, as
+// far as docs/operations.md promises it: with a second batch of work in flight, the
+// previous release's executor and then its services come back, on the tree's schema and
+// CRD (a rollback leaves the newer CRD, which only adds). A probe meanwhile
 // creates actions every 100 ms and calls every RPC of both services, through the
 // services' address and on each replica, and logs each failure with its time.
 //

@@ -120,7 +120,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 
 	step("put work in flight")
-	plans, err := planWorkload(o.size, s.dataDir)
+	plans, err := planWorkload(o.size, s.dataDir, batchUpgrade, 0)
 	if err != nil {
 		return fail(err)
 	}
@@ -135,22 +135,12 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 	w := newWatcher()
 	bg.Go(func() { w.follow(runCtx, watchClient, s.events.url(), project) })
-	st := newStandIn(plans, o.size)
+	st := newStandIn(o.size)
 	kubelet := systemtest.NewKubelet(s.client, func() []*corev1.Pod { return pods(runCtx, s) }, 1, st.exitCode,
 		func(string, *corev1.Pod) error { return nil })
 	kubelet.RunFor = st.runFor
 	bg.Go(func() { kubelet.Run(runCtx) })
-	for _, p := range plans {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := s.client.Create(cctx, p.action.DeepCopy())
-		cancel()
-		if err != nil {
-			return fail(fmt.Errorf("creating %s: %w", p.name, err))
-		}
-	}
-	// In flight: every long sleep running, and in each cache group one action holding
-	// the reservation (running) while the others wait.
-	if err := waitFor(ctx, 2*time.Minute, func() (bool, string) { return inFlight(ctx, s, plans) }); err != nil {
+	if err := putInFlight(ctx, s, st, plans); err != nil {
 		return fail(err)
 	}
 
@@ -165,65 +155,20 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err := os.WriteFile(input, []byte(`{"probe":true}`), 0o644); err != nil {
 		return fail(err)
 	}
-	workloadID := &flytecorev1.ActionIdentifier{Project: project, Domain: domain, Run: runName, Action: plans[0].name}
-	probeEvents := func(target, url string) error {
-		writer, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ExecutorTokenFile, Timeout: probeCallTimeout})
-		if err != nil {
-			return err
-		}
-		reader, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ViewerTokenFile})
-		if err != nil {
-			return err
-		}
-		wc, rc := newEventsClients(writer, reader, url)
-		pr.start(runCtx, target, pr.eventsRounds(target, wc, rc, workloadID)...)
-		return nil
-	}
-	probeCache := func(target, url string) error {
-		hc, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ExecutorTokenFile, Timeout: probeCallTimeout})
-		if err != nil {
-			return err
-		}
-		pr.start(runCtx, target, pr.cacheRound(target, cachev1connect.NewCacheServiceClient(hc, url)))
-		return nil
-	}
-	// The RPCs the tree added, on its replicas alone: the previous release's callers do
-	// not use them, and its replicas do not serve them.
-	probeTreeOnly := func(svc *service, target, url string) error {
-		if svc == s.cache {
-			hc, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ExecutorTokenFile, Timeout: probeCallTimeout})
-			if err != nil {
-				return err
-			}
-			pr.start(runCtx, target, pr.treeCacheRound(target, cachev1connect.NewCacheServiceClient(hc, url)))
-			return nil
-		}
-		hc, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.OperatorTokenFile, Timeout: probeCallTimeout})
-		if err != nil {
-			return err
-		}
-		pr.start(runCtx, target, pr.egressRound(target, eventsv1connect.NewEgressServiceClient(hc, url)))
-		return nil
-	}
-	replicaTarget := func(svc *service, r release) string { return svc.name + "-" + r.name }
+	rl := &roll{s: s, pr: pr, o: o, tree: tree, ctx: runCtx,
+		workloadID: &flytecorev1.ActionIdentifier{Project: project, Domain: domain, Run: runName, Action: plans[0].name}}
 	pr.start(runCtx, "kube-apiserver", pr.createRound(s.client, "file://"+filepath.ToSlash(input), s.dataDir))
-	for _, t := range []struct {
-		target, url string
-		probe       func(string, string) error
-	}{
-		{"events", s.events.url(), probeEvents},
-		{replicaTarget(s.events, old), "https://" + s.events.replicas[old.name].addr, probeEvents},
-		{"cacheservice", s.cache.url(), probeCache},
-		{replicaTarget(s.cache, old), "https://" + s.cache.replicas[old.name].addr, probeCache},
-	} {
-		if err := t.probe(t.target, t.url); err != nil {
+	for _, svc := range []*service{s.events, s.cache} {
+		if err := rl.probeService(svc); err != nil {
+			return fail(err)
+		}
+		if err := rl.probeReplica(svc, old); err != nil {
 			return fail(err)
 		}
 	}
 	baseline := time.Now()
-	targets := []string{"kube-apiserver", "events", "cacheservice", replicaTarget(s.events, old), replicaTarget(s.cache, old)}
 	if err := waitFor(ctx, time.Minute, func() (bool, string) {
-		for _, t := range targets {
+		for _, t := range rl.targets(old) {
 			if n := pr.successes(t, baseline); n < 10 {
 				return false, fmt.Sprintf("%s answered every RPC only %d times; see %s", t, n, pr.failures.Name())
 			}
@@ -237,69 +182,44 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err := systemtest.InstallCRD(ctx, s.client, tree.crd, "upgrade"); err != nil {
 		return fail(err)
 	}
-
 	step("roll the services")
-	var ready time.Time
-	for _, svc := range []*service{s.events, s.cache} {
-		began := time.Now()
-		rep, err := s.startReplica(ctx, svc, tree)
-		if err != nil {
-			return fail(err)
-		}
-		ready = time.Now()
-		o.log("%s of the tree ready (migrated) %s after its start, beside %s's", svc.name, ready.Sub(began).Round(time.Millisecond), old.name)
-		probe := probeEvents
-		if svc == s.cache {
-			probe = probeCache
-		}
-		if err := probe(replicaTarget(svc, tree), "https://"+rep.addr); err != nil {
-			return fail(err)
-		}
-		if err := probeTreeOnly(svc, replicaTarget(svc, tree)+" (tree's RPCs)", "https://"+rep.addr); err != nil {
-			return fail(err)
-		}
-	}
-	// Old and new replicas serve side by side for a while, as in a rolling update of
-	// several replicas; every replica answers (or fails) that many rounds of the probe.
-	sideBySide := []string{replicaTarget(s.events, old), replicaTarget(s.cache, old), replicaTarget(s.events, tree), replicaTarget(s.cache, tree)}
-	if err := waitFor(ctx, time.Duration(o.size.sideBySide)*probeInterval*20+time.Minute, func() (bool, string) {
-		for _, t := range sideBySide {
-			if n := pr.rounds(t, ready); n < o.size.sideBySide {
-				return false, fmt.Sprintf("%s took %d rounds of the probe beside the other release, of %d", t, n, o.size.sideBySide)
-			}
-		}
-		return true, ""
-	}); err != nil {
+	if err := rl.services(ctx, old, tree); err != nil {
 		return fail(err)
 	}
-	for _, svc := range []*service{s.events, s.cache} {
-		pr.stop(replicaTarget(svc, old))
-		s.stopReplica(svc, old.name)
-		o.log("%s of %s stopped", svc.name, old.name)
-	}
-
 	step("roll the executor")
-	if err := s.startExecutor(ctx, tree); err != nil {
+	if err := rl.executor(ctx, old, tree); err != nil {
 		return fail(err)
 	}
-	handover := time.Now()
-	s.executors[old.name].Stop(30 * time.Second)
-	if err := s.waitLeader(ctx, tree.name, time.Minute); err != nil {
-		return fail(err)
-	}
-	o.log("the tree's executor leads, %s after the old one was told to stop", time.Since(handover).Round(time.Millisecond))
-
 	step("probe the tree")
-	after := time.Now()
-	targets = []string{"kube-apiserver", "events", "cacheservice", replicaTarget(s.events, tree), replicaTarget(s.cache, tree)}
-	if err := waitFor(ctx, 2*time.Minute, func() (bool, string) {
-		for _, t := range targets {
-			if n := pr.rounds(t, after); n < o.size.sideBySide/2 {
-				return false, fmt.Sprintf("%s took %d rounds of the probe after the upgrade, of %d", t, n, o.size.sideBySide/2)
-			}
-		}
-		return true, ""
-	}); err != nil {
+	if err := rl.probed(ctx, tree); err != nil {
+		return fail(err)
+	}
+
+	// The reverse, as far as docs/operations.md promises it: the previous release's
+	// executor and services back on the tree's schema and CRD, with new work in flight,
+	// in the reverse order (the tree's executor calls cache RPCs the previous release's
+	// service lacks). The CRD stays the tree's: a later release's CRD only adds.
+	step("put work in flight on the tree")
+	back := old
+	back.name = old.name + "-back"
+	more, err := planWorkload(o.size, s.dataDir, batchRollback, o.size.cacheGroups)
+	if err != nil {
+		return fail(err)
+	}
+	if err := putInFlight(ctx, s, st, more); err != nil {
+		return fail(err)
+	}
+	plans = append(plans, more...)
+	step("roll the executor back")
+	if err := rl.executor(ctx, tree, back); err != nil {
+		return fail(err)
+	}
+	step("roll the services back")
+	if err := rl.services(ctx, tree, back); err != nil {
+		return fail(err)
+	}
+	step("probe " + back.name)
+	if err := rl.probed(ctx, back); err != nil {
 		return fail(err)
 	}
 	pr.wait()
@@ -316,8 +236,166 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	return res, nil
 }
 
-// inFlight says whether the work is in flight: every long sleep and long container
-// running and, in each cache group, one action running.
+// putInFlight creates the planned actions and waits until they are in flight: every long
+// sleep and long container running and, in each cache group, one action holding the
+// reservation (running) while the others wait.
+func putInFlight(ctx context.Context, s *system, st *standIn, plans []*plan) error {
+	st.add(plans)
+	for _, p := range plans {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := s.client.Create(cctx, p.action.DeepCopy())
+		cancel()
+		if err != nil {
+			return fmt.Errorf("creating %s: %w", p.name, err)
+		}
+	}
+	return waitFor(ctx, 2*time.Minute, func() (bool, string) { return inFlight(ctx, s, plans) })
+}
+
+// roll replaces the programs of one release by another's while the probe calls them.
+type roll struct {
+	s    *system
+	pr   *probe
+	o    options
+	tree release
+	// ctx is the probe's: it ends with the run.
+	ctx        context.Context
+	workloadID *flytecorev1.ActionIdentifier // an action the probe's reads name
+}
+
+// replicaTarget is the probe's name for a service's replica of a release.
+func replicaTarget(svc *service, r release) string { return svc.name + "-" + r.name }
+
+// treeTarget is the probe's name for the RPCs the tree added, on its replica.
+func treeTarget(svc *service, r release) string { return replicaTarget(svc, r) + " (tree's RPCs)" }
+
+// targets are what the probe calls while release r serves alone.
+func (rl *roll) targets(r release) []string {
+	return []string{"kube-apiserver", rl.s.events.name, rl.s.cache.name, replicaTarget(rl.s.events, r), replicaTarget(rl.s.cache, r)}
+}
+
+// probeService probes a service through its address, whichever replicas serve it.
+func (rl *roll) probeService(svc *service) error { return rl.probeAt(svc, svc.name, svc.url()) }
+
+// probeReplica probes release r's replica of a service, and the RPCs the tree added on
+// the tree's: the previous release's callers do not use them, and its replicas do not
+// serve them.
+func (rl *roll) probeReplica(svc *service, r release) error {
+	url := "https://" + svc.replicas[r.name].addr
+	if err := rl.probeAt(svc, replicaTarget(svc, r), url); err != nil {
+		return err
+	}
+	if r.name != rl.tree.name {
+		return nil
+	}
+	s, pr := rl.s, rl.pr
+	if svc == s.cache {
+		hc, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ExecutorTokenFile, Timeout: probeCallTimeout})
+		if err != nil {
+			return err
+		}
+		pr.start(rl.ctx, treeTarget(svc, r), pr.treeCacheRound(treeTarget(svc, r), cachev1connect.NewCacheServiceClient(hc, url)))
+		return nil
+	}
+	hc, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.OperatorTokenFile, Timeout: probeCallTimeout})
+	if err != nil {
+		return err
+	}
+	pr.start(rl.ctx, treeTarget(svc, r), pr.egressRound(treeTarget(svc, r), eventsv1connect.NewEgressServiceClient(hc, url)))
+	return nil
+}
+
+// probeAt calls every RPC of a service at url, as target.
+func (rl *roll) probeAt(svc *service, target, url string) error {
+	s, pr := rl.s, rl.pr
+	writer, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ExecutorTokenFile, Timeout: probeCallTimeout})
+	if err != nil {
+		return err
+	}
+	if svc == s.cache {
+		pr.start(rl.ctx, target, pr.cacheRound(target, cachev1connect.NewCacheServiceClient(writer, url)))
+		return nil
+	}
+	reader, err := rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, TokenFile: s.creds.ViewerTokenFile})
+	if err != nil {
+		return err
+	}
+	wc, rc := newEventsClients(writer, reader, url)
+	pr.start(rl.ctx, target, pr.eventsRounds(target, wc, rc, rl.workloadID)...)
+	return nil
+}
+
+// services rolls both services from one release to another: each new replica is started
+// beside the old (a newer one migrates first), both serve side by side for a while, as
+// in a rolling update of several replicas, and then the old ones stop.
+func (rl *roll) services(ctx context.Context, from, to release) error {
+	s, pr := rl.s, rl.pr
+	var ready time.Time
+	for _, svc := range []*service{s.events, s.cache} {
+		began := time.Now()
+		if _, err := s.startReplica(ctx, svc, to); err != nil {
+			return err
+		}
+		ready = time.Now()
+		rl.o.log("%s of %s ready %s after its start, beside %s's", svc.name, to.name, ready.Sub(began).Round(time.Millisecond), from.name)
+		if err := rl.probeReplica(svc, to); err != nil {
+			return err
+		}
+	}
+	// Every replica answers (or fails) that many rounds of the probe while both serve.
+	sideBySide := []string{replicaTarget(s.events, from), replicaTarget(s.cache, from), replicaTarget(s.events, to), replicaTarget(s.cache, to)}
+	if err := waitFor(ctx, time.Duration(rl.o.size.sideBySide)*probeInterval*20+time.Minute, func() (bool, string) {
+		for _, t := range sideBySide {
+			if n := pr.rounds(t, ready); n < rl.o.size.sideBySide {
+				return false, fmt.Sprintf("%s took %d rounds of the probe beside the other release, of %d", t, n, rl.o.size.sideBySide)
+			}
+		}
+		return true, ""
+	}); err != nil {
+		return err
+	}
+	for _, svc := range []*service{s.events, s.cache} {
+		pr.stop(replicaTarget(svc, from))
+		pr.stop(treeTarget(svc, from))
+		s.stopReplica(svc, from.name)
+		rl.o.log("%s of %s stopped", svc.name, from.name)
+	}
+	return nil
+}
+
+// executor rolls the executor from one release to another: the new one starts as a
+// standby and leads once the old one, told to stop, hands over its lease.
+func (rl *roll) executor(ctx context.Context, from, to release) error {
+	s := rl.s
+	if err := s.startExecutor(ctx, to); err != nil {
+		return err
+	}
+	handover := time.Now()
+	s.executors[from.name].Stop(30 * time.Second)
+	if err := s.waitLeader(ctx, to.name, time.Minute); err != nil {
+		return err
+	}
+	rl.o.log("executor-%s leads, %s after executor-%s was told to stop", to.name, time.Since(handover).Round(time.Millisecond), from.name)
+	return nil
+}
+
+// probed waits until every target of release r, serving alone, took half as many rounds
+// of the probe as the replicas took side by side.
+func (rl *roll) probed(ctx context.Context, r release) error {
+	after := time.Now()
+	want := rl.o.size.sideBySide / 2
+	return waitFor(ctx, 2*time.Minute, func() (bool, string) {
+		for _, t := range rl.targets(r) {
+			if n := rl.pr.rounds(t, after); n < want {
+				return false, fmt.Sprintf("%s took %d rounds of the probe with %s alone, of %d", t, n, r.name, want)
+			}
+		}
+		return true, ""
+	})
+}
+
+// inFlight says whether the planned work is in flight: every long sleep and long
+// container running and, in each cache group, one action running.
 func inFlight(ctx context.Context, s *system, plans []*plan) (bool, string) {
 	var list flytev1.TaskActionList
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -14,21 +14,26 @@ import (
 
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/pgtest"
+	internalrelease "github.com/flytekube/backend/internal/release"
+	"github.com/flytekube/backend/internal/repo"
 )
 
-// TestUpgrade upgrades the previous release to the tree with work in flight (doc.go).
+// TestUpgrade upgrades each release UPGRADE_FROM names to the tree with work in flight,
+// and rolls it back (doc.go), one subtest a release.
 //
 // UPGRADE_TEST chooses the form: "short" or unset (few actions, short sleeps: about a
-// minute, part of make test), "full" (make upgrade-test: more and longer work), or "off",
-// which skips it. UPGRADE_FROM names the release upgraded from (default: the
-// last line of RELEASES), or "tree" for the tree upgraded to itself, a rolling restart
-// that checks the test itself.
+// minute a release, part of make test), "full" (make upgrade-test: more and longer work),
+// or "off", which skips it. UPGRADE_FROM lists the releases upgraded from, separated by
+// spaces: versions of RELEASES, "first" and "latest" for its first and last lines (the
+// default is both: the first release is the oldest an upgrade to the tree is promised
+// from, the latest the usual one), or "tree" for the tree upgraded to itself, a rolling
+// restart that checks the test itself.
 func TestUpgrade(t *testing.T) {
 	form := os.Getenv("UPGRADE_TEST")
 	var sz size
 	switch form {
 	case "", "short":
-		sz = shortForm
+		form, sz = "short", shortForm
 	case "full":
 		sz = fullForm
 	case "off":
@@ -36,24 +41,60 @@ func TestUpgrade(t *testing.T) {
 	default:
 		t.Fatalf("UPGRADE_TEST=%q: want short, full or off", form)
 	}
-	from := os.Getenv("UPGRADE_FROM")
-	if from == "" {
-		from = "latest"
+	froms, err := releasesFrom(os.Getenv("UPGRADE_FROM"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	assets, err := kubetest.Assets()
 	if err != nil {
 		t.Fatal(err)
 	}
+	pg := pgtest.New(t)
+	for _, from := range froms {
+		t.Run(from, func(t *testing.T) { upgradeFrom(t, from, form, sz, assets, pg.NewDatabase(t)) })
+	}
+}
+
+// releasesFrom resolves UPGRADE_FROM to versions, each once.
+func releasesFrom(env string) ([]string, error) {
+	names := strings.Fields(env)
+	if len(names) == 0 {
+		names = []string{"first", "latest"}
+	}
+	root, err := repo.Root()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, name := range names {
+		version := name
+		if name != fromTree {
+			rel, err := internalrelease.Find(root, name)
+			if err != nil {
+				return nil, fmt.Errorf("UPGRADE_FROM: %w", err)
+			}
+			version = rel.Version
+		}
+		if !seen[version] {
+			seen[version] = true
+			out = append(out, version)
+		}
+	}
+	return out, nil
+}
+
+// upgradeFrom runs one upgrade test, from release from, on the empty database dbURL.
+func upgradeFrom(t *testing.T, from, form string, sz size, assets, dbURL string) {
 	// Short, as the soak's: the API server's and the services' paths stay short.
 	dir, err := os.MkdirTemp("", "upgrade-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dbURL := pgtest.New(t).NewDatabase(t)
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	t.Logf("upgrade from %s to the tree, %s form; files and logs in %s", from, form, dir)
+	t.Logf("upgrade from %s to the tree and back, %s form; files and logs in %s", from, form, dir)
 	res, err := run(ctx, options{from: from, size: sz, dir: dir, assets: assets, dbURL: dbURL,
 		log: func(format string, args ...any) {
 			t.Logf("%6.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
@@ -70,7 +111,7 @@ func TestUpgrade(t *testing.T) {
 	if len(res.problems) > 0 {
 		all := filepath.Join(logs, "problems.txt")
 		_ = os.WriteFile(all, []byte(strings.Join(res.problems, "\n")+"\n"), 0o644)
-		t.Fatalf("the upgrade from %s to the tree broke %d promises, in %d kinds (each with its count and first instance; all in %s):\n  %s\nlogs in %s (the probe's failures, each with its time, in probe-failures.log)",
+		t.Fatalf("the upgrade from %s to the tree and back broke %d promises, in %d kinds (each with its count and first instance; all in %s):\n  %s\nlogs in %s (the probe's failures, each with its time, in probe-failures.log)",
 			from, len(res.problems), len(summarize(res.problems)), all, strings.Join(summarize(res.problems), "\n  "), logs)
 	}
 	_ = os.RemoveAll(dir)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,7 +40,14 @@ const (
 	kindContainerFlaky = "container-flaky" // its first pod exits 1, its retry's 0
 )
 
-// plan is one action put in flight before the upgrade.
+// The batches of planned work: one put in flight before the upgrade, one before the
+// rollback; an action's name begins with its batch.
+const (
+	batchUpgrade  = "w"
+	batchRollback = "r"
+)
+
+// plan is one action put in flight before the upgrade or the rollback.
 type plan struct {
 	name, kind string
 	group      int // the cache group of a cached-sleep
@@ -71,11 +79,12 @@ var (
 		cacheGroups: 4, perGroup: 5, cachedSleep: 30 * time.Second, sideBySide: 300, settle: 5 * time.Minute, preload: 2_000_000}
 )
 
-// planWorkload writes the inputs of the work put in flight and returns its actions.
-func planWorkload(sz size, dataDir string) ([]*plan, error) {
+// planWorkload writes the inputs of one batch of work and returns its actions; its cache
+// groups are numbered from firstGroup, so that no two batches share one.
+func planWorkload(sz size, dataDir, batch string, firstGroup int) ([]*plan, error) {
 	var plans []*plan
 	add := func(kind string, group int, spec flytev1.TaskActionSpec, expect flytev1.Phase) error {
-		name := fmt.Sprintf("w%03d-%s", len(plans), kind)
+		name := fmt.Sprintf("%s%03d-%s", batch, len(plans), kind)
 		spec.Project, spec.Domain, spec.RunName, spec.ActionName = project, domain, runName, name
 		if spec.TaskName == "" {
 			spec.TaskName = "upgrade." + kind
@@ -138,7 +147,7 @@ func planWorkload(sz size, dataDir string) ([]*plan, error) {
 			}
 		}
 	}
-	for g := range sz.cacheGroups {
+	for g := firstGroup; g < firstGroup+sz.cacheGroups; g++ {
 		in := filepath.Join(dataDir, "inputs", fmt.Sprintf("group-%d.json", g))
 		if err := os.WriteFile(in, fmt.Appendf(nil, `{"group":%d}`, g), 0o644); err != nil {
 			return nil, fmt.Errorf("workload: %w", err)
@@ -164,20 +173,32 @@ func fileURI(dataDir string, elem ...string) string {
 // standIn is how the stand-in kubelet plays each container action: how its attempts end
 // and how long its pods run.
 type standIn struct {
-	kinds     map[string]string // action -> kind
 	longSleep time.Duration
+	mu        sync.Mutex
+	kinds     map[string]string // action -> kind
 }
 
-func newStandIn(plans []*plan, sz size) *standIn {
-	st := &standIn{kinds: map[string]string{}, longSleep: sz.longSleep}
+func newStandIn(sz size) *standIn {
+	return &standIn{kinds: map[string]string{}, longSleep: sz.longSleep}
+}
+
+// add makes the stand-in play plans' container actions too.
+func (st *standIn) add(plans []*plan) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	for _, p := range plans {
 		st.kinds[p.name] = p.kind
 	}
-	return st
+}
+
+func (st *standIn) kind(action string) string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.kinds[action]
 }
 
 func (st *standIn) exitCode(action string, attempt int) int32 {
-	switch st.kinds[action] {
+	switch st.kind(action) {
 	case kindContainerKO:
 		return 1
 	case kindContainerFlaky:
@@ -189,7 +210,7 @@ func (st *standIn) exitCode(action string, attempt int) int32 {
 }
 
 func (st *standIn) runFor(action string) (time.Duration, time.Duration) {
-	if st.kinds[action] == kindContainerLong {
+	if st.kind(action) == kindContainerLong {
 		return st.longSleep, st.longSleep
 	}
 	return 300 * time.Millisecond, time.Second

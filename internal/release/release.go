@@ -72,7 +72,8 @@ func Load(root string) ([]Release, error) {
 	return Parse(data)
 }
 
-// Find returns the release named version, or the latest when version is "" or "latest".
+// Find returns the release named version: the oldest when version is "first", the
+// latest when it is "" or "latest".
 func Find(root, version string) (Release, error) {
 	all, err := Load(root)
 	if err != nil {
@@ -81,7 +82,10 @@ func Find(root, version string) (Release, error) {
 	if len(all) == 0 {
 		return Release{}, errors.New("release: RELEASES lists no release")
 	}
-	if version == "" || version == "latest" {
+	switch version {
+	case "first":
+		return all[0], nil
+	case "", "latest":
 		return all[len(all)-1], nil
 	}
 	for _, r := range all {

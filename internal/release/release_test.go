@@ -68,6 +68,9 @@ func TestRepositoryReleases(t *testing.T) {
 	if err != nil || latest != all[len(all)-1] {
 		t.Fatalf("Find(latest) = %+v, %v; want the last line", latest, err)
 	}
+	if first, err := Find(root, "first"); err != nil || first != all[0] {
+		t.Fatalf("Find(first) = %+v, %v; want the first line", first, err)
+	}
 	for _, r := range all {
 		if out, err := exec.Command("git", "-C", root, "cat-file", "-e", r.Commit+"^{commit}").CombinedOutput(); err != nil {
 			t.Errorf("%s: commit %s is not in this clone's history: %v %s", r.Version, r.Commit, err, out)
