@@ -18,16 +18,18 @@ TEST_FLAGS ?= -race -count=1 -timeout 20m
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-# The upgrade test (e2e/upgrade) runs in its short form in make test (UPGRADE_TEST=off
-# skips it; its first run builds the previous release, minutes, cached after).
+# The upgrade test (e2e/upgrade) runs in its short form in make test, from the first
+# release and from the latest in RELEASES, and back (UPGRADE_TEST=off skips it; its first
+# run builds each release, minutes, cached after).
 UPGRADE_TEST ?= short
 
 .PHONY: test
 test: envtest node jaeger tools browser ## Run every test against a real API server, a real node and a real Postgres.
 	UPGRADE_TEST="$(UPGRADE_TEST)" KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) test $(TEST_FLAGS) ./...
 
-# The upgrade test in full: release FROM (default the last line of RELEASES), built from
-# its commit, upgraded to the tree with work in flight; make upgrade-test FROM=v0.1.0.
+# The upgrade test in full: release FROM (default the last line of RELEASES; several,
+# space-separated, or "first"), built from its commit, upgraded to the tree with work in
+# flight and rolled back; make upgrade-test FROM=v0.1.0.
 # FROM=tree upgrades the tree to itself: a rolling restart, the test's own control.
 FROM ?= latest
 .PHONY: upgrade-test
