@@ -34,6 +34,7 @@ type options struct {
 	dir    string // files, data and every program's log
 	assets string // KUBEBUILDER_ASSETS
 	dbURL  string // the services' database, empty
+	node   string // where pods run: systemtest.NodeReal, else the stand-in kubelet
 	log    func(string, ...any)
 }
 
@@ -85,7 +86,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 
 	step("start " + old.name)
-	s, err := newSystem(ctx, o.dir, o.assets, o.dbURL, o.log)
+	s, err := newSystem(ctx, o.dir, o.assets, o.dbURL, o.node, o.log)
 	if err != nil {
 		return fail(err)
 	}
@@ -135,11 +136,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 	w := newWatcher()
 	bg.Go(func() { w.follow(runCtx, watchClient, s.events.url(), project) })
-	st := newStandIn(plans, o.size)
-	kubelet := systemtest.NewKubelet(s.client, func() []*corev1.Pod { return pods(runCtx, s) }, 1, st.exitCode,
-		func(string, *corev1.Pod) error { return nil })
-	kubelet.RunFor = st.runFor
-	bg.Go(func() { kubelet.Run(runCtx) })
+	s.runPods(runCtx, plans)
 	for _, p := range plans {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := s.client.Create(cctx, p.action.DeepCopy())

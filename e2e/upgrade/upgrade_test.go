@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // TestUpgrade upgrades the previous release to the tree with work in flight (doc.go).
@@ -22,7 +24,9 @@ import (
 // minute, part of make test), "full" (make upgrade-test: more and longer work), or "off",
 // which skips it. UPGRADE_FROM names the release upgraded from (default: the
 // last line of RELEASES), or "tree" for the tree upgraded to itself, a rolling restart
-// that checks the test itself.
+// that checks the test itself. UPGRADE_NODE says where the container actions' pods run:
+// "stand-in" or unset (the stand-in kubelet, which runs nothing), or "real" (containerd,
+// a kubelet and kube-scheduler from hack/node.sh; as root).
 func TestUpgrade(t *testing.T) {
 	form := os.Getenv("UPGRADE_TEST")
 	var sz size
@@ -40,6 +44,16 @@ func TestUpgrade(t *testing.T) {
 	if from == "" {
 		from = "latest"
 	}
+	node := os.Getenv("UPGRADE_NODE")
+	switch node {
+	case "", systemtest.NodeStandIn:
+	case systemtest.NodeReal:
+		if os.Geteuid() != 0 {
+			t.Fatal("UPGRADE_NODE=real: a real node needs root (containerd, kubelet)")
+		}
+	default:
+		t.Fatalf("UPGRADE_NODE=%q: want %s or %s", node, systemtest.NodeReal, systemtest.NodeStandIn)
+	}
 	assets, err := kubetest.Assets()
 	if err != nil {
 		t.Fatal(err)
@@ -53,8 +67,8 @@ func TestUpgrade(t *testing.T) {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	t.Logf("upgrade from %s to the tree, %s form; files and logs in %s", from, form, dir)
-	res, err := run(ctx, options{from: from, size: sz, dir: dir, assets: assets, dbURL: dbURL,
+	t.Logf("upgrade from %s to the tree, %s form, pods on the %s node; files and logs in %s", from, cmp.Or(form, "short"), cmp.Or(node, systemtest.NodeStandIn), dir)
+	res, err := run(ctx, options{from: from, size: sz, dir: dir, assets: assets, dbURL: dbURL, node: node,
 		log: func(format string, args ...any) {
 			t.Logf("%6.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
 		}})
