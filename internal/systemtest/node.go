@@ -50,7 +50,9 @@ func AttachNode(ctx context.Context, c client.Client, dir, kubeconfig string) (n
 	n = &Node{dir: dir, script: script}
 	defer func() {
 		if err != nil {
+			// Stopped here, so that the caller has no node to stop again.
 			n.Stop()
+			n = nil
 		}
 	}()
 	if n.Name, err = n.run(ctx, "attach", dir, kubeconfig); err != nil {
