@@ -25,16 +25,19 @@ UPGRADE_TEST ?= short
 
 .PHONY: test
 test: envtest node jaeger tools browser ## Run every test against a real API server, a real node and a real Postgres.
-	UPGRADE_TEST="$(UPGRADE_TEST)" KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) test $(TEST_FLAGS) ./...
+	UPGRADE_TEST="$(UPGRADE_TEST)" UPGRADE_NODE=stand-in KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) test $(TEST_FLAGS) ./...
 
 # The upgrade test in full: release FROM (default the last line of RELEASES; several,
 # space-separated, or "first"), built from its commit, upgraded to the tree with work in
 # flight and rolled back; make upgrade-test FROM=v0.1.0.
-# FROM=tree upgrades the tree to itself: a rolling restart, the test's own control.
+# FROM=tree upgrades the tree to itself: a rolling restart, the test's own control. Its
+# container actions run on a real node as root, else (or with NODE=stand-in) on the
+# stand-in kubelet, as the chaos soak's; the short form in make test, on the stand-in.
 FROM ?= latest
+NODE ?= $(if $(filter 0,$(shell id -u)),real,stand-in)
 .PHONY: upgrade-test
-upgrade-test: envtest ## Upgrade release FROM (default the latest in RELEASES) to the tree with work in flight, and check it.
-	UPGRADE_TEST=full UPGRADE_FROM="$(FROM)" KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" \
+upgrade-test: envtest node ## Upgrade release FROM (default the latest in RELEASES) to the tree with work in flight on NODE (real as root), and check it.
+	UPGRADE_TEST=full UPGRADE_FROM="$(FROM)" UPGRADE_NODE="$(NODE)" KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" \
 		$(GO) test -count=1 -timeout 60m -v -run '^TestUpgrade$$' ./e2e/upgrade
 
 # The seeded chaos soak, long: make chaos SEED=1234 DURATION=30m. A failing run prints its
@@ -43,7 +46,6 @@ upgrade-test: envtest ## Upgrade release FROM (default the latest in RELEASES) t
 # run, on the stand-in, is part of make test.
 SEED     ?= random
 DURATION ?= 30m
-NODE     ?= $(if $(filter 0,$(shell id -u)),real,stand-in)
 .PHONY: chaos
 chaos: envtest node ## Run the chaos soak for DURATION (default 30m) with SEED (default random), on NODE (real as root).
 	CHAOS_NODE="$(NODE)" SEED="$(SEED)" DURATION="$(DURATION)" KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" \

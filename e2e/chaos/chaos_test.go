@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 var (
@@ -33,15 +34,15 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("seed %d, duration %s, files in %s", seed, duration, dir)
-	replay := "replay: CHAOS_NODE=" + or(os.Getenv("CHAOS_NODE"), NodeStandIn) + " SEED=" + strconv.FormatUint(seed, 10) + " DURATION=" + duration.String() + " go test ./e2e/chaos -run TestChaos -v -timeout " + (duration + 15*time.Minute).String()
+	replay := "replay: CHAOS_NODE=" + or(os.Getenv("CHAOS_NODE"), systemtest.NodeStandIn) + " SEED=" + strconv.FormatUint(seed, 10) + " DURATION=" + duration.String() + " go test ./e2e/chaos -run TestChaos -v -timeout " + (duration + 15*time.Minute).String()
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), duration+10*time.Minute)
 	defer cancel()
 	node := os.Getenv("CHAOS_NODE")
-	if node == NodeReal && os.Geteuid() != 0 {
+	if node == systemtest.NodeReal && os.Geteuid() != 0 {
 		t.Fatal("CHAOS_NODE=real: a real node needs root (containerd, kubelet)")
 	}
-	t.Logf("pods run on the %s node", or(node, NodeStandIn))
+	t.Logf("pods run on the %s node", or(node, systemtest.NodeStandIn))
 	rep, err := Run(ctx, Options{Seed: seed, Duration: duration, Dir: dir, Assets: assets, Node: node,
 		Log: func(format string, args ...any) {
 			t.Logf("%5.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)

@@ -141,7 +141,7 @@ func (ch *checker) check(ctx context.Context) []string {
 		}
 	}
 	if ch.s.node != nil {
-		problems = append(problems, ch.s.node.exited()...)
+		problems = append(problems, ch.s.node.Exited()...)
 	}
 	ch.f.mu.Lock()
 	problems = append(problems, ch.f.errs...)

@@ -29,7 +29,7 @@ type Options struct {
 	Dir string
 	// Assets is the directory of the envtest binaries (etcd, kube-apiserver).
 	Assets string
-	// Node is where pods run: NodeReal or NodeStandIn (the default).
+	// Node is where pods run: systemtest.NodeReal or systemtest.NodeStandIn (the default).
 	Node string
 	// Log receives the soak's progress.
 	Log func(format string, args ...any)
@@ -73,7 +73,7 @@ func (r *Report) FaultSummary() string {
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.SettleTimeout == 0 {
 		o.SettleTimeout = 90 * time.Second
-		if o.Node == NodeReal {
+		if o.Node == systemtest.NodeReal {
 			// A real node on two cores runs about 0.5 pods a second through the API
 			// server's restarts, fewer than the workload's container actions arrive:
 			// pods are still queued for its CPU when the chaos ends. The checks are the

@@ -66,7 +66,7 @@ type system struct {
 	cacheReader cachev1connect.CacheServiceClient
 	dataDir     string // file:// inputs and outputs of the actions
 	// node is the real node the pods run on; nil with the stand-in kubelet.
-	node *realNode
+	node *systemtest.Node
 	// store is the file system under dataDir, which the soak can stall; nil without
 	// root, when dataDir is a plain directory.
 	store *store
@@ -76,7 +76,7 @@ type system struct {
 // name for the stand-in kubelet, which runs nothing.
 func (s *system) image() string {
 	if s.node != nil {
-		return s.node.image
+		return s.node.Image
 	}
 	return "busybox:1.36"
 }
@@ -141,16 +141,15 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 
 	log("control plane up at %s", s.cp.URL)
 	switch node {
-	case NodeReal:
-		// hack/node.sh names the node's cgroups after its directory's name: one per run,
-		// so that runs side by side (or what a killed one left) never share them.
-		if s.node, err = attachNode(ctx, s.client, filepath.Join(dir, filepath.Base(dir)+"-node"), s.cp.Kubeconfig); err != nil {
+	case systemtest.NodeReal:
+		// A directory named after the run's: the node's cgroups are named after it.
+		if s.node, err = systemtest.AttachNode(ctx, s.client, filepath.Join(dir, filepath.Base(dir)+"-node"), s.cp.Kubeconfig); err != nil {
 			return s, err
 		}
-		log("node %s Ready, with image %s", s.node.name, s.node.image)
-	case NodeStandIn, "":
+		log("node %s Ready, with image %s", s.node.Name, s.node.Image)
+	case systemtest.NodeStandIn, "":
 	default:
-		return s, fmt.Errorf("system: unknown node %q (want %s or %s)", node, NodeReal, NodeStandIn)
+		return s, fmt.Errorf("system: unknown node %q (want %s or %s)", node, systemtest.NodeReal, systemtest.NodeStandIn)
 	}
 	if s.pg, err = startPostgres(ctx, root); err != nil {
 		return s, err
@@ -330,7 +329,7 @@ func (s *system) stop() {
 		s.pg.stop()
 	}
 	if s.node != nil {
-		s.node.stop()
+		s.node.Stop()
 	}
 	if s.cp != nil {
 		s.cp.Stop()

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,11 +13,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cacheclient"
 	"github.com/flytekube/backend/executor/eventsink"
+	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
@@ -58,6 +61,7 @@ type checker struct {
 
 	// figures of the last check
 	actions, storedEvents, published int
+	podsRun                          map[string]int                      // runtime -> pods whose container ran to its end
 	cacheStatus                      map[int]map[flytev1.CacheStatus]int // group -> status -> actions
 }
 
@@ -102,6 +106,9 @@ func (ch *checker) settle(ctx context.Context, timeout time.Duration) []string {
 							p.Name, e.At.Format(time.TimeOnly), e.Err, lastError(p.Log, e.At), p.Log))
 					}
 				}
+			}
+			if ch.s.node != nil {
+				problems = append(problems, ch.s.node.Exited()...)
 			}
 			sort.Strings(problems)
 			return problems
@@ -155,8 +162,53 @@ func (ch *checker) check(ctx context.Context) []string {
 	}
 	ch.checkPublished(ctx, add)
 	ch.checkCache(ctx, add)
+	ch.checkPods(ctx, add)
 	sort.Strings(problems)
 	return problems
+}
+
+// checkPods counts the pods whose container a runtime ran to its end (a container ID and
+// an exit code), by runtime: containerd's on a real node, none ("") on the stand-in. On a
+// real node each container action ran its attempts there: the flaky one two, the others
+// one.
+func (ch *checker) checkPods(ctx context.Context, add func(string, ...any)) {
+	var list corev1.PodList
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	err := ch.s.client.List(lctx, &list, client.InNamespace(namespace))
+	cancel()
+	if err != nil {
+		add("listing the pods: %v", err)
+		return
+	}
+	ch.podsRun = map[string]int{}
+	onContainerd := map[string]int{} // action -> pods
+	for _, p := range list.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.State.Terminated == nil {
+				continue
+			}
+			runtime, _, _ := strings.Cut(c.ContainerID, "://")
+			ch.podsRun[runtime]++
+			if runtime == "containerd" {
+				onContainerd[p.Labels[core.LabelTaskAction]]++
+			}
+		}
+	}
+	if ch.s.node == nil {
+		return
+	}
+	for _, p := range ch.plans {
+		if p.action.Spec.Container == nil {
+			continue
+		}
+		want := 1
+		if p.kind == kindContainerFlaky {
+			want = 2
+		}
+		if onContainerd[p.name] != want {
+			add("%s: %d of its pods ran to their end on the real node's containerd, want %d", p.name, onContainerd[p.name], want)
+		}
+	}
 }
 
 // checkEvents holds the events service to what the executors wrote: its latest state is
@@ -329,6 +381,12 @@ func (ch *checker) figures() []string {
 		fmt.Sprintf("%d actions checked (%d planned, the rest created by the probe); %d actions stored in the events service", ch.actions, len(ch.plans), ch.storedEvents),
 		fmt.Sprintf("the sink took %d distinct CloudEvents in %d requests; the watcher opened %d streams", events, requests, ch.w.streamCount()),
 	}
+	runtimes := make([]string, 0, len(ch.podsRun))
+	for rt, n := range ch.podsRun {
+		runtimes = append(runtimes, fmt.Sprintf("%d on %s", n, cmp.Or(rt, "the stand-in kubelet")))
+	}
+	sort.Strings(runtimes)
+	out = append(out, "pods run to their end: "+cmp.Or(strings.Join(runtimes, ", "), "none"))
 	for _, p := range ch.s.all {
 		levels := logLevels(p.Log)
 		out = append(out, fmt.Sprintf("%s logged %d errors (%d of them conflicts or cut short by its stop) and %d warnings", p.Name, levels["ERROR"],

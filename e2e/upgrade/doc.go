@@ -2,7 +2,8 @@
 // release (built from its commit by internal/release) runs as processes — an API server
 // and etcd, Postgres, the events and cache services, the executor — with work in flight
 // (long sleeps, retries, cacheable actions holding reservations while others wait,
-// container actions on the soak's stand-in kubelet, a watcher, a CloudEvents sink), and
+// container actions on the stand-in kubelet or, with UPGRADE_NODE=real, on a real node,
+// a watcher, a CloudEvents sink), and
 // is upgraded to the tree in the documented order
 // (docs/operations.md, "Upgrading"): the CRD, then the services (each new replica
 // started beside the old, which it migrates, then the old stopped), then the executor

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,11 +74,17 @@ type system struct {
 	// test did not cause.
 	all []*systemtest.Proc
 	log func(string, ...any)
+	// node is the real node the pods run on; nil where the stand-in kubelet plays it
+	// (standIn, started by the first runPods; stopPods ends it).
+	node        *systemtest.Node
+	standIn     *standIn
+	stopPods    context.CancelFunc
+	kubeletDone sync.WaitGroup
 }
 
-// newSystem starts the control plane and makes the cluster's namespaces; Postgres is
-// the caller's (dbURL).
-func newSystem(ctx context.Context, dir, assets, dbURL string, log func(string, ...any)) (s *system, err error) {
+// newSystem starts the control plane, makes the cluster's namespaces and, with node
+// systemtest.NodeReal, attaches a real node to it; Postgres is the caller's (dbURL).
+func newSystem(ctx context.Context, dir, assets, dbURL, node string, log func(string, ...any)) (s *system, err error) {
 	s = &system{dir: dir, logs: filepath.Join(dir, "logs"), dataDir: filepath.Join(dir, "data"), dbURL: dbURL, log: log,
 		executors: map[string]*systemtest.Proc{}, execHealth: map[string]string{}, execMetrics: map[string]string{}}
 	defer func() {
@@ -109,6 +116,17 @@ func newSystem(ctx context.Context, dir, assets, dbURL string, log func(string, 
 		}
 	}
 	log("control plane up at %s", s.cp.URL)
+	switch node {
+	case systemtest.NodeReal:
+		// A directory named after the run's: the node's cgroups are named after it.
+		if s.node, err = systemtest.AttachNode(ctx, s.client, filepath.Join(dir, filepath.Base(dir)+"-node"), s.cp.Kubeconfig); err != nil {
+			return s, err
+		}
+		log("node %s Ready, with image %s", s.node.Name, s.node.Image)
+	case systemtest.NodeStandIn, "":
+	default:
+		return s, fmt.Errorf("system: unknown node %q (want %s or %s)", node, systemtest.NodeReal, systemtest.NodeStandIn)
+	}
 	if s.svcClient, err = rpcclient.New(rpcclient.Options{CAFile: s.creds.CAFile, Timeout: 5 * time.Second}); err != nil {
 		return s, err
 	}
@@ -252,10 +270,36 @@ func (s *system) waitLeader(ctx context.Context, r string, timeout time.Duration
 	return nil
 }
 
-// isLeader reads an executor's leader-election gauge, as the soak does.
+// runPods readies plans' container actions to run, before they are created: on the
+// real node, with its image; else the stand-in kubelet, started by the first call and
+// running until stop, learns how each ends. Called again, it adds the new plans.
+func (s *system) runPods(ctx context.Context, plans []*plan) {
+	if s.node != nil {
+		for _, p := range plans {
+			if c := p.action.Spec.Container; c != nil {
+				c.Image = s.node.Image
+			}
+		}
+		return
+	}
+	if s.standIn == nil {
+		s.standIn = newStandIn()
+		var kctx context.Context
+		kctx, s.stopPods = context.WithCancel(ctx)
+		kubelet := systemtest.NewKubelet(s.client, func() []*corev1.Pod { return pods(kctx, s) }, 1, s.standIn.exitCode,
+			func(string, *corev1.Pod) error { return nil })
+		kubelet.RunFor = s.standIn.runFor
+		s.kubeletDone.Go(func() { kubelet.Run(kctx) })
+	}
+	s.standIn.add(plans)
+}
 
 // stop takes everything down, programs first.
 func (s *system) stop() {
+	if s.stopPods != nil {
+		s.stopPods()
+		s.kubeletDone.Wait()
+	}
 	for _, e := range s.executors {
 		e.Stop(15 * time.Second)
 	}
@@ -272,6 +316,9 @@ func (s *system) stop() {
 	}
 	if s.sink != nil {
 		s.sink.close()
+	}
+	if s.node != nil {
+		s.node.Stop()
 	}
 	if s.cp != nil {
 		s.cp.Stop()

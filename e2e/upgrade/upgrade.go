@@ -34,6 +34,7 @@ type options struct {
 	dir    string // files, data and every program's log
 	assets string // KUBEBUILDER_ASSETS
 	dbURL  string // the services' database, empty
+	node   string // where pods run: systemtest.NodeReal, else the stand-in kubelet
 	log    func(string, ...any)
 }
 
@@ -85,7 +86,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 
 	step("start " + old.name)
-	s, err := newSystem(ctx, o.dir, o.assets, o.dbURL, o.log)
+	s, err := newSystem(ctx, o.dir, o.assets, o.dbURL, o.node, o.log)
 	if err != nil {
 		return fail(err)
 	}
@@ -135,12 +136,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 	w := newWatcher()
 	bg.Go(func() { w.follow(runCtx, watchClient, s.events.url(), project) })
-	st := newStandIn(o.size)
-	kubelet := systemtest.NewKubelet(s.client, func() []*corev1.Pod { return pods(runCtx, s) }, 1, st.exitCode,
-		func(string, *corev1.Pod) error { return nil })
-	kubelet.RunFor = st.runFor
-	bg.Go(func() { kubelet.Run(runCtx) })
-	if err := putInFlight(ctx, s, st, plans); err != nil {
+	if err := putInFlight(ctx, runCtx, s, plans); err != nil {
 		return fail(err)
 	}
 
@@ -206,7 +202,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := putInFlight(ctx, s, st, more); err != nil {
+	if err := putInFlight(ctx, runCtx, s, more); err != nil {
 		return fail(err)
 	}
 	plans = append(plans, more...)
@@ -238,9 +234,9 @@ func run(ctx context.Context, o options) (res *result, err error) {
 
 // putInFlight creates the planned actions and waits until they are in flight: every long
 // sleep and long container running and, in each cache group, one action holding the
-// reservation (running) while the others wait.
-func putInFlight(ctx context.Context, s *system, st *standIn, plans []*plan) error {
-	st.add(plans)
+// reservation (running) while the others wait. Their pods run until runCtx ends.
+func putInFlight(ctx, runCtx context.Context, s *system, plans []*plan) error {
+	s.runPods(runCtx, plans)
 	for _, p := range plans {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := s.client.Create(cctx, p.action.DeepCopy())

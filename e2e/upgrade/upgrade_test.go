@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/flytekube/backend/internal/pgtest"
 	internalrelease "github.com/flytekube/backend/internal/release"
 	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // TestUpgrade upgrades each release UPGRADE_FROM names to the tree with work in flight,
@@ -27,7 +29,9 @@ import (
 // spaces: versions of RELEASES, "first" and "latest" for its first and last lines (the
 // default is both: the first release is the oldest an upgrade to the tree is promised
 // from, the latest the usual one), or "tree" for the tree upgraded to itself, a rolling
-// restart that checks the test itself.
+// restart that checks the test itself. UPGRADE_NODE says where the container actions'
+// pods run: "stand-in" or unset (the stand-in kubelet, which runs nothing), or "real"
+// (containerd, a kubelet and kube-scheduler from hack/node.sh; as root).
 func TestUpgrade(t *testing.T) {
 	form := os.Getenv("UPGRADE_TEST")
 	var sz size
@@ -45,13 +49,23 @@ func TestUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	node := os.Getenv("UPGRADE_NODE")
+	switch node {
+	case "", systemtest.NodeStandIn:
+	case systemtest.NodeReal:
+		if os.Geteuid() != 0 {
+			t.Fatal("UPGRADE_NODE=real: a real node needs root (containerd, kubelet)")
+		}
+	default:
+		t.Fatalf("UPGRADE_NODE=%q: want %s or %s", node, systemtest.NodeReal, systemtest.NodeStandIn)
+	}
 	assets, err := kubetest.Assets()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pg := pgtest.New(t)
 	for _, from := range froms {
-		t.Run(from, func(t *testing.T) { upgradeFrom(t, from, form, sz, assets, pg.NewDatabase(t)) })
+		t.Run(from, func(t *testing.T) { upgradeFrom(t, from, form, node, sz, assets, pg.NewDatabase(t)) })
 	}
 }
 
@@ -84,8 +98,9 @@ func releasesFrom(env string) ([]string, error) {
 	return out, nil
 }
 
-// upgradeFrom runs one upgrade test, from release from, on the empty database dbURL.
-func upgradeFrom(t *testing.T, from, form string, sz size, assets, dbURL string) {
+// upgradeFrom runs one upgrade test, from release from, with pods on node, on the empty
+// database dbURL.
+func upgradeFrom(t *testing.T, from, form, node string, sz size, assets, dbURL string) {
 	// Short, as the soak's: the API server's and the services' paths stay short.
 	dir, err := os.MkdirTemp("", "upgrade-")
 	if err != nil {
@@ -94,8 +109,8 @@ func upgradeFrom(t *testing.T, from, form string, sz size, assets, dbURL string)
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	t.Logf("upgrade from %s to the tree and back, %s form; files and logs in %s", from, form, dir)
-	res, err := run(ctx, options{from: from, size: sz, dir: dir, assets: assets, dbURL: dbURL,
+	t.Logf("upgrade from %s to the tree and back, %s form, pods on the %s node; files and logs in %s", from, form, cmp.Or(node, systemtest.NodeStandIn), dir)
+	res, err := run(ctx, options{from: from, size: sz, dir: dir, assets: assets, dbURL: dbURL, node: node,
 		log: func(format string, args ...any) {
 			t.Logf("%6.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
 		}})

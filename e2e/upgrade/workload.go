@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 )
 
 // The test's tenant: its namespace is named after its project, which every release
@@ -33,7 +34,8 @@ const (
 	kindRetryKO     = "retry-ko"     // fails every attempt: Failed after its retry
 	kindEcho        = "echo"         // core-echo
 	kindCachedSleep = "cached-sleep" // cacheable, serializable, keys shared: one holds the reservation, the others wait
-	// Container actions, on the stand-in kubelet (systemtest.Kubelet).
+	// Container actions, on the stand-in kubelet (systemtest.Kubelet) or a real node
+	// (UPGRADE_NODE=real), whose containers do as their kind says.
 	kindContainerLong  = "container-long"  // a pod running across the whole upgrade
 	kindContainerOK    = "container-ok"    // a pod that exits 0
 	kindContainerKO    = "container-ko"    // a pod that exits 1, no retries: the action fails
@@ -50,7 +52,8 @@ const (
 // plan is one action put in flight before the upgrade or the rollback.
 type plan struct {
 	name, kind string
-	group      int // the cache group of a cached-sleep
+	group      int           // the cache group of a cached-sleep
+	run        time.Duration // how long a container action's container runs
 	expect     flytev1.Phase
 	action     *flytev1.TaskAction
 }
@@ -134,7 +137,16 @@ func planWorkload(sz size, dataDir, batch string, firstGroup int) ([]*plan, erro
 	}
 	for range sz.containers {
 		for _, kind := range []string{kindContainerLong, kindContainerOK, kindContainerKO, kindContainerFlaky} {
-			spec := flytev1.TaskActionSpec{TaskType: "container", Container: &flytev1.ContainerSpec{Image: "busybox:1.36", Command: []string{"true"}}}
+			// On a real node the container itself does what its kind says, for about as long
+			// as the stand-in runs it, and ends on SIGTERM as the stand-in's do (sh as PID 1
+			// would ignore it). The image is the node's, set when the pods start (runPods).
+			run := time.Second
+			if kind == kindContainerLong {
+				run = sz.longSleep
+			}
+			spec := flytev1.TaskActionSpec{TaskType: "container", Container: &flytev1.ContainerSpec{Image: "busybox:1.36",
+				Command: []string{"sh", "-c", fmt.Sprintf(`trap 'exit 143' TERM; sleep %d & wait; [ "$%s" -gt %d ]`,
+					int((run+time.Second-1)/time.Second), flytek8s.EnvAttempt, failedAttempts(kind))}}}
 			expect := flytev1.PhaseSucceeded
 			switch kind {
 			case kindContainerKO:
@@ -145,6 +157,7 @@ func planWorkload(sz size, dataDir, batch string, firstGroup int) ([]*plan, erro
 			if err := add(kind, 0, spec, expect); err != nil {
 				return nil, err
 			}
+			plans[len(plans)-1].run = run
 		}
 	}
 	for g := firstGroup; g < firstGroup+sz.cacheGroups; g++ {
@@ -170,48 +183,57 @@ func fileURI(dataDir string, elem ...string) string {
 	return "file://" + filepath.ToSlash(filepath.Join(append([]string{dataDir}, elem...)...))
 }
 
+// failedAttempts is how many of a container action's attempts fail: a flaky action's
+// first, a failing action's every one.
+func failedAttempts(kind string) int {
+	switch kind {
+	case kindContainerKO:
+		return 1000
+	case kindContainerFlaky:
+		return 1
+	}
+	return 0
+}
+
 // standIn is how the stand-in kubelet plays each container action: how its attempts end
-// and how long its pods run.
+// and how long its pods run, as the action's command would on a real node.
 type standIn struct {
-	longSleep time.Duration
-	mu        sync.Mutex
-	kinds     map[string]string // action -> kind
+	mu    sync.Mutex
+	plans map[string]*plan // by action
 }
 
-func newStandIn(sz size) *standIn {
-	return &standIn{kinds: map[string]string{}, longSleep: sz.longSleep}
+func newStandIn() *standIn {
+	return &standIn{plans: map[string]*plan{}}
 }
 
-// add makes the stand-in play plans' container actions too.
+// add makes plans known, before their actions are created; the kubelet may be running.
 func (st *standIn) add(plans []*plan) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, p := range plans {
-		st.kinds[p.name] = p.kind
+		st.plans[p.name] = p
 	}
 }
 
-func (st *standIn) kind(action string) string {
+func (st *standIn) plan(action string) *plan {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.kinds[action]
+	if p := st.plans[action]; p != nil {
+		return p
+	}
+	return &plan{}
 }
 
 func (st *standIn) exitCode(action string, attempt int) int32 {
-	switch st.kind(action) {
-	case kindContainerKO:
+	if attempt <= failedAttempts(st.plan(action).kind) {
 		return 1
-	case kindContainerFlaky:
-		if attempt <= 1 {
-			return 1
-		}
 	}
 	return 0
 }
 
 func (st *standIn) runFor(action string) (time.Duration, time.Duration) {
-	if st.kind(action) == kindContainerLong {
-		return st.longSleep, st.longSleep
+	if p := st.plan(action); p.kind == kindContainerLong {
+		return p.run, p.run
 	}
 	return 300 * time.Millisecond, time.Second
 }

@@ -1,4 +1,4 @@
-package chaos
+package systemtest
 
 import (
 	"context"
@@ -18,56 +18,62 @@ import (
 	"github.com/flytekube/backend/internal/repo"
 )
 
-// Where the soak's pods run.
+// Where a test's pods run.
 const (
-	// NodeStandIn: no node; the soak's stand-in kubelet plays one (systemtest.Kubelet).
+	// NodeStandIn: no node; the stand-in kubelet plays one (Kubelet).
 	NodeStandIn = "stand-in"
 	// NodeReal: containerd, a real kubelet and kube-scheduler (hack/node.sh attach) join
-	// the soak's control plane, and the pods are scheduled and run for real.
+	// the test's control plane, and the pods are scheduled and run for real.
 	NodeReal = "real"
 )
 
-// realNode is containerd, a kubelet and kube-scheduler started by hack/node.sh for the
-// soak's API server.
-type realNode struct {
+// Node is containerd, a kubelet and kube-scheduler started by hack/node.sh for a test's
+// API server.
+type Node struct {
 	dir, script string
-	name        string
-	// image is the busybox image the node holds, with sh.
-	image string
+	// Name is the node's name in the API server.
+	Name string
+	// Image is the busybox image the node holds, with sh: the node pulls nothing, so
+	// container actions run this one.
+	Image string
 }
 
-// attachNode starts a node in dir for the API server kubeconfig reaches, and waits
-// until it is Ready.
-func attachNode(ctx context.Context, c client.Client, dir, kubeconfig string) (n *realNode, err error) {
+// AttachNode starts a node in dir for the API server kubeconfig reaches, and waits
+// until it is Ready. hack/node.sh names the node's cgroups after dir's last element:
+// give each run its own, so that runs side by side (or what a killed one left) never
+// share them. It needs root.
+func AttachNode(ctx context.Context, c client.Client, dir, kubeconfig string) (n *Node, err error) {
 	script, err := repo.Path("hack", "node.sh")
 	if err != nil {
 		return nil, err
 	}
-	n = &realNode{dir: dir, script: script}
+	n = &Node{dir: dir, script: script}
 	defer func() {
 		if err != nil {
-			n.stop()
+			// Stopped here, so that the caller has no node to stop again.
+			n.Stop()
+			n = nil
 		}
 	}()
-	if n.name, err = n.run(ctx, "attach", dir, kubeconfig); err != nil {
+	if n.Name, err = n.run(ctx, "attach", dir, kubeconfig); err != nil {
 		return n, err
 	}
-	if n.image, err = n.run(ctx, "images"); err != nil {
+	if n.Image, err = n.run(ctx, "images"); err != nil {
 		return n, err
 	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		var node corev1.Node
-		if err := c.Get(ctx, client.ObjectKey{Name: n.name}, &node); err == nil && ready(&node) {
+		if err := c.Get(ctx, client.ObjectKey{Name: n.Name}, &node); err == nil && nodeReady(&node) {
 			// The kubelet registers the node tainted not-ready, and the node lifecycle
-			// controller, which the soak does not run, would lift the taint once Ready.
+			// controller, which the tests do not run, would lift the taint once Ready.
 			if !untaint(&node) || c.Update(ctx, &node) == nil {
 				return n, nil
 			}
 			// Changed meanwhile: read it again.
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return n, fmt.Errorf("node %s was not Ready within 3 minutes; see %s", n.name, filepath.Join(dir, "logs", "kubelet.log"))
+			return n, fmt.Errorf("node %s was not Ready within 3 minutes; see %s", n.Name, filepath.Join(dir, "logs", "kubelet.log"))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -86,7 +92,7 @@ func untaint(n *corev1.Node) bool {
 	return had
 }
 
-func ready(n *corev1.Node) bool {
+func nodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
@@ -96,7 +102,7 @@ func ready(n *corev1.Node) bool {
 }
 
 // run runs hack/node.sh with args and returns the last line it printed.
-func (n *realNode) run(ctx context.Context, args ...string) (string, error) {
+func (n *Node) run(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, n.script, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -108,9 +114,9 @@ func (n *realNode) run(ctx context.Context, args ...string) (string, error) {
 	return lines[len(lines)-1], nil
 }
 
-// exited names the node's programs that are no longer running: the soak never stops
-// them, so any of them gone is a crash.
-func (n *realNode) exited() []string {
+// Exited names the node's programs that are no longer running: a test stops them only
+// with Stop, so any of them gone before is a crash.
+func (n *Node) Exited() []string {
 	var gone []string
 	for _, name := range []string{"containerd", "kubelet", "kube-scheduler"} {
 		raw, err := os.ReadFile(filepath.Join(n.dir, "pids", name))
@@ -122,11 +128,11 @@ func (n *realNode) exited() []string {
 	return gone
 }
 
-// stop stops the node's containers and programs and removes its mounts and cgroups.
-func (n *realNode) stop() {
+// Stop stops the node's containers and programs and removes its mounts and cgroups.
+func (n *Node) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := n.run(ctx, "stop", n.dir); err != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
+		fmt.Fprintln(os.Stderr, "systemtest:", err)
 	}
 }
