@@ -3,8 +3,7 @@
 // and etcd, Postgres, the events and cache services, the executor — with work in flight
 // (long sleeps, retries, cacheable actions holding reservations while others wait,
 // container actions on the stand-in kubelet or, with UPGRADE_NODE=real, on a real node,
-// a watcher, a CloudEvents sink), and
-// is upgraded to the tree in the documented order
+// a watcher, a CloudEvents sink), and is upgraded to the tree in the documented order
 // (docs/operations.md, "Upgrading"): the CRD, then the services (each new replica
 // started beside the old, which it migrates, then the old stopped), then the executor
 // (the new one a standby until the old one hands over its lease). Then the reverse, as
