@@ -191,7 +191,7 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 	}
 	state := got.Msg.GetAction().GetPhase()
 
-	events, err := listEvents(ctx, ch.s.viewer, id)
+	events, err := systemtest.ListActionEvents(ctx, ch.s.viewer, id)
 	if err != nil {
 		add("%s: ListActionEvents: %v", name, err)
 		return state
@@ -262,30 +262,6 @@ func (ch *checker) checkWatchers(p *plan, end flytecorev1.ActionPhase, add func(
 	for _, m := range ch.ws.missed(idOf(spec.Project, spec.Domain, spec.RunName, spec.ActionName), end) {
 		add("%s: every finish reaches every watcher: the events service says %s, but watcher %s", p.name, strings.TrimPrefix(end.String(), "ACTION_PHASE_"), m)
 	}
-}
-
-// listEvents reads every event of an action, page by page.
-func listEvents(ctx context.Context, c eventsClient, id *flytecorev1.ActionIdentifier) ([]*eventsv1.ActionEvent, error) {
-	var out []*eventsv1.ActionEvent
-	token := ""
-	for range 100 {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := c.ListActionEvents(cctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id, PageSize: 1000, PageToken: token}))
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, resp.Msg.GetEvents()...)
-		if token = resp.Msg.GetNextPageToken(); token == "" {
-			return out, nil
-		}
-	}
-	return nil, fmt.Errorf("more than 100 pages of events")
-}
-
-// eventsClient is what the checks call on the events service.
-type eventsClient interface {
-	ListActionEvents(context.Context, *connect.Request[eventsv1.ListActionEventsRequest]) (*connect.Response[eventsv1.ListActionEventsResponse], error)
 }
 
 // isTerminal says an action in phase p has ended.

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"github.com/flytekube/backend/executor/cacheclient"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
-	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/internal/systemtest"
 )
 
@@ -62,7 +60,7 @@ func (ch *checker) checkTenants(ctx context.Context, add func(string, ...any)) {
 	}
 	// Every action the events service knows of project chaos is a chaos action of run
 	// soak.
-	actions, err := listActions(ctx, ch.s.viewer, "chaos", "development")
+	actions, err := systemtest.ListActions(ctx, ch.s.viewer, "chaos", "development")
 	if err != nil {
 		add("ListActions of project chaos: %v", err)
 	}
@@ -78,7 +76,7 @@ func (ch *checker) checkTenants(ctx context.Context, add func(string, ...any)) {
 			// the forger's.
 			v := ch.w.byName[p.victim]
 			spec := v.action.Spec
-			events, err := listEvents(ctx, ch.s.viewer, idOf(spec.Project, spec.Domain, spec.RunName, spec.ActionName))
+			events, err := systemtest.ListActionEvents(ctx, ch.s.viewer, idOf(spec.Project, spec.Domain, spec.RunName, spec.ActionName))
 			if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 				add("%s: ListActionEvents: %v", p.victim, err)
 			}
@@ -147,27 +145,6 @@ func (ch *checker) checkCache(ctx context.Context, add func(string, ...any)) {
 func (w *workload) isChaos(name string) bool {
 	p := w.byName[name]
 	return p != nil && !p.hostile
-}
-
-// listActions reads every action of a project and domain, page by page.
-func listActions(ctx context.Context, c interface {
-	ListActions(context.Context, *connect.Request[eventsv1.ListActionsRequest]) (*connect.Response[eventsv1.ListActionsResponse], error)
-}, project, domain string) ([]*eventsv1.Action, error) {
-	var out []*eventsv1.Action
-	token := ""
-	for range 1000 {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := c.ListActions(cctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: project, Domain: domain, PageSize: 1000, PageToken: token}))
-		cancel()
-		if err != nil {
-			return out, err
-		}
-		out = append(out, resp.Msg.GetActions()...)
-		if token = resp.Msg.GetNextPageToken(); token == "" {
-			return out, nil
-		}
-	}
-	return out, fmt.Errorf("more than 1000 pages of actions")
 }
 
 // localPath is the file a file:// URI names.

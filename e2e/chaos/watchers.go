@@ -57,7 +57,7 @@ func (ws *watchers) follow(ctx context.Context, hc *http.Client, replica, url, p
 		ws.mu.Lock()
 		ws.streams[name]++
 		ws.mu.Unlock()
-		actions, err := listActions(ctx, c, project, "development")
+		actions, err := systemtest.ListActions(ctx, c, project, "development")
 		if err != nil {
 			_ = stream.Close()
 			sleep(ctx, time.Second)

@@ -227,7 +227,7 @@ func (ch *checker) checkEvents(ctx context.Context, ta *flytev1.TaskAction, add 
 	if state != eventsink.ProtoPhase(ta.Status.Phase) {
 		add("%s: the events service says %s, the action %s", ta.Name, phaseName(state), ta.Status.Phase)
 	}
-	events, err := listEvents(ctx, ch.events, id)
+	events, err := systemtest.ListActionEvents(ctx, ch.events, id)
 	if err != nil {
 		add("%s: ListActionEvents: %v", ta.Name, err)
 		return state
@@ -261,7 +261,7 @@ func (ch *checker) checkEvents(ctx context.Context, ta *flytev1.TaskAction, add 
 // checkPublished holds the CloudEvents egress to publishing every event the events
 // service stores, once: the workload's, the probe's actions' and the probe's own records.
 func (ch *checker) checkPublished(ctx context.Context, add func(string, ...any)) {
-	actions, err := listActions(ctx, ch.events, project)
+	actions, err := systemtest.ListActions(ctx, ch.events, project, domain)
 	if err != nil {
 		add("ListActions: %v", err)
 		return
@@ -275,7 +275,7 @@ func (ch *checker) checkPublished(ctx context.Context, add func(string, ...any))
 			// The probe records one event per action, and nothing else writes there.
 			keys = []eventKey{{1, flytecorev1.ActionPhase_ACTION_PHASE_QUEUED, 0}}
 		} else {
-			events, err := listEvents(ctx, ch.events, id)
+			events, err := systemtest.ListActionEvents(ctx, ch.events, id)
 			if err != nil {
 				add("%s: ListActionEvents: %v", actionKey(id), err)
 				continue
@@ -410,25 +410,6 @@ func (ch *checker) figures() []string {
 
 func idOf(ta *flytev1.TaskAction) *flytecorev1.ActionIdentifier {
 	return &flytecorev1.ActionIdentifier{Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName}
-}
-
-// listEvents reads every event of an action, page by page.
-func listEvents(ctx context.Context, c eventsv1connect.EventsServiceClient, id *flytecorev1.ActionIdentifier) ([]*eventsv1.ActionEvent, error) {
-	var out []*eventsv1.ActionEvent
-	token := ""
-	for range 100 {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := c.ListActionEvents(cctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id, PageSize: 1000, PageToken: token}))
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, resp.Msg.GetEvents()...)
-		if token = resp.Msg.GetNextPageToken(); token == "" {
-			return out, nil
-		}
-	}
-	return nil, fmt.Errorf("more than 100 pages of events")
 }
 
 // refPattern finds the reference an internal error names; the service logs the error

@@ -12,6 +12,7 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/internal/systemtest"
 )
 
 // watcher holds a WatchActions stream open on the events service's address through the
@@ -43,7 +44,7 @@ func (w *watcher) follow(ctx context.Context, hc *http.Client, url, project stri
 		w.mu.Lock()
 		w.streams++
 		w.mu.Unlock()
-		actions, err := listActions(ctx, c, project)
+		actions, err := systemtest.ListActions(ctx, c, project, domain)
 		if err != nil {
 			_ = stream.Close()
 			sleep(ctx, time.Second)
@@ -88,25 +89,6 @@ func (w *watcher) streamCount() int {
 
 func actionKey(id *flytecorev1.ActionIdentifier) string {
 	return strings.Join([]string{id.GetProject(), id.GetDomain(), id.GetRun(), id.GetAction()}, "/")
-}
-
-// listActions reads every action of a project, page by page.
-func listActions(ctx context.Context, c eventsv1connect.EventsServiceClient, project string) ([]*eventsv1.Action, error) {
-	var out []*eventsv1.Action
-	token := ""
-	for range 1000 {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := c.ListActions(cctx, connect.NewRequest(&eventsv1.ListActionsRequest{Project: project, Domain: domain, PageSize: 1000, PageToken: token}))
-		cancel()
-		if err != nil {
-			return out, err
-		}
-		out = append(out, resp.Msg.GetActions()...)
-		if token = resp.Msg.GetNextPageToken(); token == "" {
-			return out, nil
-		}
-	}
-	return out, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {
