@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/textbound"
 )
 
 // progress shows the examples as they run: on a terminal a table redrawn in place, and
@@ -102,10 +103,7 @@ func refusal(err error) string {
 
 func firstLine(s string, n int) string {
 	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > n {
-		return s[:n-1] + "…"
-	}
-	return s
+	return textbound.Cut(s, n)
 }
 
 func or(a, b string) string {

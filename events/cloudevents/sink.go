@@ -3,9 +3,10 @@ package cloudevents
 import (
 	"context"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/flytekube/backend/internal/textbound"
 )
 
 // Outcome is what became of one event a sink was asked to publish.
@@ -77,22 +78,7 @@ func reject(detail string) Result { return Result{Outcome: Reject, Detail: bound
 
 // boundDetail makes s fit Result.Detail: valid UTF-8 without NUL, at most MaxDetail
 // bytes, cut at a rune boundary.
-func boundDetail(s string) string { return fit(s, MaxDetail) }
-
-// fit makes s valid UTF-8 without NUL of at most n bytes, cut at a rune boundary and
-// marked with an ellipsis where it was cut.
-func fit(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func boundDetail(s string) string { return textbound.Fit(s, MaxDetail) }
 
 // secrets are the strings a sink's details must not show: its token and what of its
 // URL may be a credential (urlSecrets).
@@ -154,7 +140,7 @@ func partialSuffix(text, secret string) int {
 // bytes of valid UTF-8. It is redacted before it is cut, so that no cut leaves half a
 // secret behind.
 func excerpt(head []byte, more bool, s secrets) string {
-	return fit(s.redact(string(head), more), MaxExcerpt)
+	return textbound.Fit(s.redact(string(head), more), MaxExcerpt)
 }
 
 // prefix returns the results of a batch as Publish reports them: the events with an

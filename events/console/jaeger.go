@@ -8,7 +8,8 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/flytekube/backend/internal/textbound"
 )
 
 // Jaeger's /api/traces answer is {"data": [trace, ...]}, each trace
@@ -152,16 +153,7 @@ func (s jaegerSpan) span() span {
 
 // cut shortens s to at most maxTextBytes, at a character's start, marking the cut. The
 // part kept is copied, so that it does not hold the whole of s in memory.
-func cut(s string) string {
-	if len(s) <= maxTextBytes {
-		return s
-	}
-	n := maxTextBytes
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return strings.Clone(s[:n]) + "…"
-}
+func cut(s string) string { return textbound.Cut(s, maxTextBytes) }
 
 // earliest keeps the maxShownSpans earliest spans it is given, the first the page draws:
 // a heap with the latest of them on top, to be dropped for an earlier one.

@@ -18,9 +18,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +27,7 @@ import (
 	"github.com/flytekube/backend/events/store"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/internal/textbound"
 	"github.com/flytekube/backend/services/postgres"
 )
 
@@ -361,16 +360,5 @@ func (o *Outbox) Lag(ctx context.Context, sink string) (events int64, oldest tim
 const MaxDetailBytes = 2 << 10
 
 // boundDetail makes s fit a dead letter: valid UTF-8 without NUL bytes (text holds
-// neither), at most MaxDetailBytes, cut at a character boundary.
-func boundDetail(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if len(s) <= MaxDetailBytes {
-		return s
-	}
-	cut := MaxDetailBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
+// neither), at most MaxDetailBytes, cut at a character boundary and marked there.
+func boundDetail(s string) string { return textbound.Fit(s, MaxDetailBytes) }

@@ -19,6 +19,7 @@ import (
 	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/internal/textbound"
 )
 
 // step is one part of a pass over a live action. It changes only the action's status,
@@ -298,7 +299,7 @@ func (s *scope) handle(ctx context.Context) (ctrl.Result, error) {
 		// naming the setting, rather than after its system budget.
 		return s.settle(ctx, true, func() {
 			s.terminate(flytev1.PhaseFailed, flytev1.ReasonStorageNotAllowed, &flytev1.ExecutionError{Code: flytev1.ReasonStorageNotAllowed,
-				Kind: flytev1.ErrorKindSystem, Message: fitText(err.Error(), flytev1.MaxErrorMessageLength)})
+				Kind: flytev1.ErrorKindSystem, Message: textbound.Fit(err.Error(), flytev1.MaxErrorMessageLength)})
 		})
 	}
 	if err != nil {
@@ -314,13 +315,13 @@ func (s *scope) handle(ctx context.Context) (ctrl.Result, error) {
 			s.log.Warn("plugin log link left out: it needs a name and an absolute URI, and at most 8 per phase", "link", l.Name, "uri", l.URI)
 			continue
 		}
-		s.logLinks = append(s.logLinks, flytev1.LogLink{Name: fitText(l.Name, flytev1.MaxLogLinkNameLength), URI: fitText(l.URI, flytev1.MaxLogLinkURILength)})
+		s.logLinks = append(s.logLinks, flytev1.LogLink{Name: textbound.Fit(l.Name, flytev1.MaxLogLinkNameLength), URI: textbound.Fit(l.URI, flytev1.MaxLogLinkURILength)})
 	}
 	for _, e := range info.ClusterEvents {
 		s.clusterEvents = append(s.clusterEvents, flytev1.ClusterEvent{OccurredAt: metav1.NewTime(e.OccurredAt),
-			Object: fitText(e.Object, flytev1.MaxClusterEventObjectLength), Type: fitText(e.Type, flytev1.MaxClusterEventTypeLength),
-			Reason: fitText(e.Reason, flytev1.MaxReasonLength), Message: fitText(e.Message, flytev1.MaxClusterEventMessageLength),
-			Source: fitText(e.Source, flytev1.MaxClusterEventSourceLength), Count: e.Count})
+			Object: textbound.Fit(e.Object, flytev1.MaxClusterEventObjectLength), Type: textbound.Fit(e.Type, flytev1.MaxClusterEventTypeLength),
+			Reason: textbound.Fit(e.Reason, flytev1.MaxReasonLength), Message: textbound.Fit(e.Message, flytev1.MaxClusterEventMessageLength),
+			Source: textbound.Fit(e.Source, flytev1.MaxClusterEventSourceLength), Count: e.Count})
 	}
 	st.PluginPhase, st.PluginPhaseVersion = info.Phase.String(), int32(info.Version)
 	s.info = info

@@ -13,6 +13,7 @@ import (
 	"github.com/flytekube/backend/executor/cacheclient"
 	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/internal/textbound"
 )
 
 // The one policy for a plugin's Abort and Finalize errors: the outcome that needed them
@@ -77,7 +78,7 @@ func (s *scope) userFailure(ctx context.Context) (ctrl.Result, error) {
 func (s *scope) systemFailure(ctx context.Context, code, message string, relaunch bool) (ctrl.Result, error) {
 	st := &s.ta.Status
 	st.SystemFailures++
-	execErr := &flytev1.ExecutionError{Code: fitText(code, flytev1.MaxErrorCodeLength), Kind: flytev1.ErrorKindSystem, Message: fitText(message, flytev1.MaxErrorMessageLength)}
+	execErr := &flytev1.ExecutionError{Code: textbound.Fit(code, flytev1.MaxErrorCodeLength), Kind: flytev1.ErrorKindSystem, Message: textbound.Fit(message, flytev1.MaxErrorMessageLength)}
 	s.log.Warn("system failure", "code", code, "message", message, "systemFailures", st.SystemFailures)
 	if st.SystemFailures > s.r.Options.MaxSystemFailures {
 		s.releaseOrLog(ctx)
@@ -90,7 +91,7 @@ func (s *scope) systemFailure(ctx context.Context, code, message string, relaunc
 			return s.relaunch(execErr, st.SystemFailures), nil
 		}
 		// Charged once for this pass: the failed attempt is released on the next one.
-		execErr = &flytev1.ExecutionError{Code: code, Kind: flytev1.ErrorKindSystem, Message: fitText(err.Error(), flytev1.MaxErrorMessageLength)}
+		execErr = &flytev1.ExecutionError{Code: code, Kind: flytev1.ErrorKindSystem, Message: textbound.Fit(err.Error(), flytev1.MaxErrorMessageLength)}
 	}
 	st.Error = execErr
 	wait := s.r.Options.Backoff.Delay(st.SystemFailures)
@@ -123,7 +124,7 @@ func (s *scope) relaunch(execErr *flytev1.ExecutionError, n int32) ctrl.Result {
 	if why := s.onDemand(); why != "" {
 		// Kept whole however long the error: it is why the attempt's pod lands elsewhere.
 		note := fmt.Sprintf("; attempt %d %s", st.Attempts, why)
-		message = fitText(message, flytev1.MaxHistoryMessageLength-len(note)) + note
+		message = textbound.Fit(message, flytev1.MaxHistoryMessageLength-len(note)) + note
 	}
 	s.setPhase(flytev1.PhaseQueued, flytev1.ReasonRetrying, message)
 	return ctrl.Result{RequeueAfter: wait}
@@ -137,7 +138,7 @@ func (s *scope) endAttempt(execErr *flytev1.ExecutionError) {
 	st := &s.ta.Status
 	appendHistory(st, flytev1.PhaseTransition{
 		Phase: flytev1.PhaseFailed, Attempt: max(st.Attempts, 1), Reason: flytev1.ReasonAttemptFailed,
-		Message: fitText(execErr.Code+": "+execErr.Message, flytev1.MaxHistoryMessageLength), Error: execErr.DeepCopy(),
+		Message: textbound.Fit(execErr.Code+": "+execErr.Message, flytev1.MaxHistoryMessageLength), Error: execErr.DeepCopy(),
 		OccurredAt: metav1.NewMicroTime(s.now.Time), CacheStatus: st.CacheStatus, LogLinks: s.logLinks, ClusterEvents: s.clusterEvents,
 	})
 	s.logLinks, s.clusterEvents = nil, nil
@@ -163,18 +164,18 @@ func (s *scope) fail(reason string, kind flytev1.ErrorKind, message string) {
 	if s.ta.Status.Attempts == 0 {
 		s.ta.Status.Attempts = 1
 	}
-	s.terminate(flytev1.PhaseFailed, reason, &flytev1.ExecutionError{Code: reason, Kind: kind, Message: fitText(message, flytev1.MaxErrorMessageLength)})
+	s.terminate(flytev1.PhaseFailed, reason, &flytev1.ExecutionError{Code: reason, Kind: kind, Message: textbound.Fit(message, flytev1.MaxErrorMessageLength)})
 }
 
 func toError(e *core.ExecutionError, message string) *flytev1.ExecutionError {
 	if e == nil {
-		return &flytev1.ExecutionError{Code: "Unknown", Kind: flytev1.ErrorKindUser, Message: fitText(message, flytev1.MaxErrorMessageLength)}
+		return &flytev1.ExecutionError{Code: "Unknown", Kind: flytev1.ErrorKindUser, Message: textbound.Fit(message, flytev1.MaxErrorMessageLength)}
 	}
 	kind := flytev1.ErrorKindUser
 	if e.Kind == core.ErrorKindSystem {
 		kind = flytev1.ErrorKindSystem
 	}
-	return &flytev1.ExecutionError{Code: fitText(e.Code, flytev1.MaxErrorCodeLength), Kind: kind, Message: fitText(e.Message, flytev1.MaxErrorMessageLength)}
+	return &flytev1.ExecutionError{Code: textbound.Fit(e.Code, flytev1.MaxErrorCodeLength), Kind: kind, Message: textbound.Fit(e.Message, flytev1.MaxErrorMessageLength)}
 }
 
 func or(a, b string) string {

@@ -2,14 +2,13 @@ package controller
 
 import (
 	"slices"
-	"strings"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/internal/textbound"
 )
 
 // maxPhaseHistory bounds the history kept in the status (the CRD allows 256); the oldest
@@ -51,7 +50,7 @@ func recordPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message st
 	if changed {
 		st.Phase = phase
 		entry := flytev1.PhaseTransition{
-			Phase: phase, Attempt: attempt, Reason: fitText(reason, flytev1.MaxReasonLength), Message: fitText(message, flytev1.MaxHistoryMessageLength),
+			Phase: phase, Attempt: attempt, Reason: textbound.Fit(reason, flytev1.MaxReasonLength), Message: textbound.Fit(message, flytev1.MaxHistoryMessageLength),
 			OccurredAt: metav1.NewMicroTime(now.Time), CacheStatus: st.CacheStatus, LogLinks: links, ClusterEvents: events,
 		}
 		if phase == flytev1.PhaseSucceeded {
@@ -70,7 +69,7 @@ func recordPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message st
 
 // setConditions sets the conditions (and the completion time) of phase.
 func setConditions(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time) {
-	message = fitText(message, flytev1.MaxConditionMessageLength)
+	message = textbound.Fit(message, flytev1.MaxConditionMessageLength)
 	switch {
 	case phase == flytev1.PhaseSucceeded:
 		ta.Status.CompletedAt = &now
@@ -144,26 +143,4 @@ func setCondition(ta *flytev1.TaskAction, typ string, status metav1.ConditionSta
 		Type: typ, Status: status, Reason: reason, Message: message,
 		ObservedGeneration: ta.Generation, LastTransitionTime: now,
 	})
-}
-
-// fitText fits text the executor did not write itself (plugin and user messages,
-// Kubernetes events anyone in a namespace may create) to the status and to the events
-// contract, which take the status's history as it is: NULs dropped, invalid UTF-8
-// replaced, and at most n bytes, cut at a character's start. The events service would
-// refuse anything else, on every redelivery.
-func fitText(s string, n int) string {
-	if strings.IndexByte(s, 0) >= 0 {
-		s = strings.ReplaceAll(s, "\x00", "")
-	}
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("...")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }

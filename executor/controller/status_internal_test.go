@@ -2,10 +2,8 @@ package controller
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -61,33 +59,6 @@ func TestRecordPhaseWritesTheFirstEntryOfAHeldAction(t *testing.T) {
 	}
 	if c := ta.Status.Conditions[0]; c.Reason != flytev1.ReasonQueued {
 		t.Fatalf("Progressing condition %+v; want reason %s once it starts", c, flytev1.ReasonQueued)
-	}
-}
-
-// fitText keeps at most n bytes of valid UTF-8 without NULs, and never cuts a character
-// in two: a message cut inside a character is not UTF-8, which protobuf refuses to send,
-// and the events contract refuses NULs.
-func TestFitTextKeepsWhatTheContractTakes(t *testing.T) {
-	tests := []struct {
-		name string
-		in   string
-		n    int
-		want string
-	}{
-		{"short", "abc", 10, "abc"},
-		{"ascii", "abcdefghij", 8, "abcde..."},
-		{"two-byte characters", strings.Repeat("é", 600), 1024, strings.Repeat("é", 510) + "..."},
-		{"cut lands inside a character", "aé" + strings.Repeat("x", 10), 5, "a..."},
-		{"NUL", "bad\x00text", 100, "badtext"},
-		{"invalid UTF-8", "a\xffb", 100, "a\uFFFDb"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := fitText(tt.in, tt.n)
-			if got != tt.want || !utf8.ValidString(got) || strings.IndexByte(got, 0) >= 0 || len(got) > tt.n {
-				t.Fatalf("fitText(%.20q…, %d) = %.30q (%d bytes, valid UTF-8: %v); want %.30q", tt.in, tt.n, got, len(got), utf8.ValidString(got), tt.want)
-			}
-		})
 	}
 }
 

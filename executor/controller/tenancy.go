@@ -12,6 +12,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/tenancy"
+	"github.com/flytekube/backend/internal/textbound"
 )
 
 // checkTenancy refuses an action that names a project or domain its namespace is not
@@ -49,7 +50,7 @@ func (s *scope) checkTenancy(ctx context.Context) (ctrl.Result, error) {
 func (s *scope) refuse(reason, message string) {
 	st := &s.ta.Status
 	st.Phase = flytev1.PhaseFailed
-	st.Error = &flytev1.ExecutionError{Code: reason, Kind: flytev1.ErrorKindUser, Message: fitText(message, flytev1.MaxErrorMessageLength)}
+	st.Error = &flytev1.ExecutionError{Code: reason, Kind: flytev1.ErrorKindUser, Message: textbound.Fit(message, flytev1.MaxErrorMessageLength)}
 	setConditions(s.ta, flytev1.PhaseFailed, reason, message, s.now)
 	if s.r.Recorder != nil {
 		s.r.Recorder.Event(s.ta, corev1.EventTypeWarning, reason, message)

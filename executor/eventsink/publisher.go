@@ -26,7 +26,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel"
@@ -54,6 +53,7 @@ import (
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/backoff"
 	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/internal/textbound"
 )
 
 // ReasonEventsRefused is the reason of the Kubernetes Event recorded on an action whose
@@ -762,7 +762,7 @@ func heldMessage(w pending, tries int, wait time.Duration, err error) string {
 	msg := fmt.Sprintf("the events service refused %d events of this action (attempt %d version %d to attempt %d version %d), %d times in a row; "+
 		"they are held, and offered again in %s (an events service older than the executor refuses what it does not know until it is upgraded): %v",
 		len(w.events), first.GetAttempt(), first.GetVersion(), w.end.attempt, w.end.version, tries, wait.Round(time.Second), err)
-	return truncate(msg, maxEventMessage)
+	return textbound.Cut(msg, maxEventMessage)
 }
 
 // refusalMessage says what was refused, and why, within an Event's limit.
@@ -771,20 +771,7 @@ func refusalMessage(w pending, tries int, err error) string {
 	msg := fmt.Sprintf("the events service refused %d events of this action (attempt %d version %d to attempt %d version %d) %d times; "+
 		"they are no longer sent and stay in status.phaseHistory: %v",
 		len(w.events), first.GetAttempt(), first.GetVersion(), w.end.attempt, w.end.version, tries, err)
-	return truncate(msg, maxEventMessage)
-}
-
-// truncate cuts s to at most n bytes, on a character boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const ellipsis = "…"
-	cut := n - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
+	return textbound.Cut(msg, maxEventMessage)
 }
 
 // acknowledged moves an action's delivered mark to the end of what was just delivered,
