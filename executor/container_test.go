@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
@@ -140,7 +139,7 @@ func TestClusterDefaultsAreApplied(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	cfg := testConfig()
-	cfg.K8s = config.K8sPluginConfig{
+	cfg.K8s = k8s.Config{
 		DefaultCPURequest: resource.MustParse("250m"), DefaultMemoryRequest: resource.MustParse("64Mi"),
 		DefaultLabels: map[string]string{"team": "ml"}, DefaultAnnotations: map[string]string{"example.com/owner": "platform"},
 		InterruptibleTolerations:  []corev1.Toleration{{Key: "spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},

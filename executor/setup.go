@@ -151,17 +151,10 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			metrics.CertDir, metrics.CertName, metrics.KeyName = cfg.MetricsCertPath, cfg.MetricsCertName, cfg.MetricsCertKey
 		}
 	}
-	k8sCfg := k8s.Config{
-		DefaultCPURequest: cfg.K8s.DefaultCPURequest, DefaultMemoryRequest: cfg.K8s.DefaultMemoryRequest,
-		DefaultLabels: cfg.K8s.DefaultLabels, DefaultAnnotations: cfg.K8s.DefaultAnnotations,
-		InterruptibleTolerations: cfg.K8s.InterruptibleTolerations, InterruptibleNodeSelector: cfg.K8s.InterruptibleNodeSelector,
-		InjectFinalizer: cfg.K8s.InjectFinalizer, DeleteOnFinalize: cfg.K8s.DeleteOnFinalize,
-		ImagePullGracePeriod: cfg.K8s.ImagePullGracePeriod.Duration, MissingSecretGracePeriod: cfg.K8s.MissingSecretGracePeriod.Duration,
-		MountFileStorage: cfg.K8s.MountFileStorage,
-		PodTemplates: podtemplate.Config{DefaultName: cfg.K8s.DefaultPodTemplateName,
-			ExecutorNamespace: executorNamespace(cfg.ExecutorNamespace), InlineLevel: cfg.K8s.InlinePodTemplateLevel,
-			InlineFields: cfg.K8s.InlinePodTemplateFields},
-	}
+	// The plugins take the k8s section as is, with what it does not hold filled in.
+	k8sCfg := cfg.K8s
+	k8sCfg.ExecutorNamespace = executorNamespace(cfg.ExecutorNamespace)
+	k8sCfg.LogLinks = nil // from logLinks alone, below
 	for _, l := range cfg.LogLinks {
 		t, err := template.New(l.Name).Option("missingkey=error").Parse(l.URITemplate)
 		if err != nil {
@@ -207,7 +200,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	// PodTemplates: only those labelled for tasks, in the managed namespaces and the
 	// executor's own, where a platform team keeps the templates every tenant may name.
 	templates := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{podtemplate.Label: "true"})}
-	if ns := k8sCfg.PodTemplates.ExecutorNamespace; len(namespaces) > 0 && ns != "" {
+	if ns := k8sCfg.ExecutorNamespace; len(namespaces) > 0 && ns != "" {
 		templates.Namespaces = maps.Clone(cacheOpts.DefaultNamespaces)
 		templates.Namespaces[ns] = cache.Config{}
 	}

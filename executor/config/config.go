@@ -9,10 +9,11 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
 	"github.com/flytekube/backend/executor/tenancy"
 )
 
@@ -130,83 +131,14 @@ type Config struct {
 	LogLinks []LogLink `json:"logLinks,omitempty"`
 
 	// K8s holds what the Kubernetes plugins (container, k8s-job) apply to every object
-	// they create.
-	K8s K8sPluginConfig `json:"k8s"`
+	// they create. The plugins take it as is; its LogLinks and ExecutorNamespace, no
+	// keys of the section, are filled in when the executor starts.
+	K8s k8s.Config `json:"k8s"`
 }
 
 // MaxQueueWeight bounds a namespace's weight in the work queue: its turn is that many
 // actions, so a weight much larger makes every other namespace wait as a backlog would.
 const MaxQueueWeight = 100
-
-// K8sPluginConfig holds the cluster's defaults for the objects Kubernetes plugins create.
-type K8sPluginConfig struct {
-	// DefaultCPURequest and DefaultMemoryRequest fill containers that request nothing.
-	// Default 100m and 128Mi.
-	DefaultCPURequest    resource.Quantity `json:"defaultCpuRequest"`
-	DefaultMemoryRequest resource.Quantity `json:"defaultMemoryRequest"`
-	// DefaultLabels and DefaultAnnotations go on every object (the executor's own labels
-	// win over them). None by default.
-	DefaultLabels      map[string]string `json:"defaultLabels,omitempty"`
-	DefaultAnnotations map[string]string `json:"defaultAnnotations,omitempty"`
-	// InterruptibleTolerations and InterruptibleNodeSelector place the pods of actions
-	// with spec.interruptible on preemptible nodes. None by default.
-	InterruptibleTolerations  []corev1.Toleration `json:"interruptibleTolerations,omitempty"`
-	InterruptibleNodeSelector map[string]string   `json:"interruptibleNodeSelector,omitempty"`
-	// InterruptibleFailureThreshold moves an interruptible action to on-demand capacity
-	// once preemptible capacity has failed it often enough: a positive N runs its
-	// attempts interruptible while it has had fewer than N system failures (preemptions,
-	// evictions and node shutdowns are system failures); a negative -N, while it has had
-	// fewer than maxSystemFailures less N, so that the last attempts of the system budget
-	// do not meet the same fate. Default 0: interruptible always.
-	InterruptibleFailureThreshold int `json:"interruptibleFailureThreshold,omitempty"`
-	// InjectFinalizer puts the executor's finalizer on every object, so that it cannot
-	// vanish before the executor has read its outcome. Default false.
-	InjectFinalizer bool `json:"injectFinalizer"`
-	// DeleteOnFinalize deletes an attempt's object as soon as the attempt is over; by
-	// default it stays (with its logs) until its TaskAction is deleted.
-	DeleteOnFinalize bool `json:"deleteOnFinalize"`
-	// ImagePullGracePeriod is how long a pod may fail to pull its image before the
-	// attempt fails as a user error (an image that is not there, or that the node may
-	// not pull); 0 fails it at the first failed pull. Default 3m.
-	ImagePullGracePeriod metav1.Duration `json:"imagePullGracePeriod"`
-	// MissingSecretGracePeriod is how long a pod may wait for a Secret or key of its
-	// action's spec.secrets that does not exist (one a controller syncs may appear
-	// moments later) before the attempt fails as the user error MissingSecret; 0 fails
-	// it at once. Default 30s.
-	MissingSecretGracePeriod metav1.Duration `json:"missingSecretGracePeriod"`
-	// MountFileStorage mounts a container action's file:// input and its attempt's
-	// output directory into its pod (hostPath), so that a task on a single-node cluster
-	// whose executor runs on the node, as `make run`'s, reads and writes them where the
-	// executor does. Never on a shared cluster: pods would write to nodes' disks. It
-	// needs a file:// prefix in storage.allowedPrefixes. Default false.
-	MountFileStorage bool `json:"mountFileStorage"`
-	// DefaultPodTemplateName names the PodTemplate every Kubernetes task's pods start
-	// from, unless the action names another (spec.podTemplateName): looked up in the
-	// action's namespace, then in the executor's, among PodTemplates labelled
-	// flyte.org/pod-template (the only ones the executor reads). A missing default is
-	// not an error. Default empty: none.
-	DefaultPodTemplateName string `json:"defaultPodTemplateName,omitempty"`
-	// InlinePodTemplateLevel is the Pod Security level an action's own
-	// spec.podTemplate is held to: "baseline" refuses host namespaces, privileged
-	// containers, hostPath volumes and added capabilities, since whoever may create a
-	// TaskAction then gets pods the executor creates; "privileged" refuses nothing, for
-	// clusters where that is everyone who may create pods anyway. The cluster's own Pod
-	// Security admission still applies to every pod. Default "baseline".
-	InlinePodTemplateLevel string `json:"inlinePodTemplateLevel"`
-	// InlinePodTemplateFields lists the top-level PodSpec fields (by their JSON names)
-	// an action's spec.podTemplate may set; any other is refused (PodTemplateRefused).
-	// Placement, priority and identity are the platform's: whoever may create a
-	// TaskAction may not thereby pick a node, tolerate a taint, pre-empt others or run
-	// as another ServiceAccount, so the default leaves out nodeName, affinity,
-	// tolerations, schedulerName, priorityClassName, priority, preemptionPolicy,
-	// topologySpreadConstraints, runtimeClassName, serviceAccountName, serviceAccount,
-	// automountServiceAccountToken, hostAliases, shareProcessNamespace (the template's
-	// sidecars' processes) and imagePullSecrets (Secrets reach a task only through
-	// spec.secrets). nodeSelector is in: it only narrows where the scheduler may put
-	// the pod (taints, quotas and the template's own selector still hold), and GPU
-	// tasks commonly need it. Setting the list replaces the default.
-	InlinePodTemplateFields []string `json:"inlinePodTemplateFields"`
-}
 
 // DefaultInlinePodTemplateFields is the default of k8s.inlinePodTemplateFields: what a
 // task needs of its own pod, and what Pod Security's level judges (securityContext,
@@ -368,13 +300,15 @@ func Default() Config {
 			MaxOutputEntries: 10000,
 			MaxOutputDepth:   32,
 		},
-		K8s: K8sPluginConfig{
+		K8s: k8s.Config{
 			DefaultCPURequest:        resource.MustParse("100m"),
 			DefaultMemoryRequest:     resource.MustParse("128Mi"),
 			ImagePullGracePeriod:     metav1.Duration{Duration: 3 * time.Minute},
 			MissingSecretGracePeriod: metav1.Duration{Duration: 30 * time.Second},
-			InlinePodTemplateLevel:   "baseline",
-			InlinePodTemplateFields:  slices.Clone(DefaultInlinePodTemplateFields),
+			Config: podtemplate.Config{
+				InlinePodTemplateLevel:  podtemplate.LevelBaseline,
+				InlinePodTemplateFields: slices.Clone(DefaultInlinePodTemplateFields),
+			},
 		},
 		GC: GCConfig{
 			Interval:                metav1.Duration{Duration: 10 * time.Second},

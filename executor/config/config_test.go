@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
 	"github.com/flytekube/backend/internal/repo"
 )
 
@@ -162,14 +164,14 @@ k8s:
 		EventsDelivery:      config.EventsDeliveryConfig{MaxRefusals: 12},
 		DefaultForTaskTypes: map[string]string{"python-task": "container", "sql": "sqlite"},
 		LogLinks:            []config.LogLink{{Name: "Kubernetes", URITemplate: "https://logs.example.com/{{.Namespace}}/{{.PodName}}"}},
-		K8s: config.K8sPluginConfig{
+		K8s: k8s.Config{
 			DefaultCPURequest: resource.MustParse("250m"), DefaultMemoryRequest: resource.MustParse("256Mi"),
 			DefaultLabels: map[string]string{"team": "ml"}, DefaultAnnotations: map[string]string{"example.com/owner": "platform"},
 			InterruptibleTolerations:  []corev1.Toleration{{Key: "spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			InterruptibleNodeSelector: map[string]string{"node.example.com/spot": "true"},
 			InjectFinalizer:           true, DeleteOnFinalize: true, ImagePullGracePeriod: duration(45 * time.Second), MissingSecretGracePeriod: duration(5 * time.Second), MountFileStorage: true,
-			DefaultPodTemplateName: "gpu-default", InlinePodTemplateLevel: "privileged",
-			InlinePodTemplateFields:       []string{"containers", "volumes", "tolerations"},
+			Config: podtemplate.Config{DefaultPodTemplateName: "gpu-default", InlinePodTemplateLevel: "privileged",
+				InlinePodTemplateFields: []string{"containers", "volumes", "tolerations"}},
 			InterruptibleFailureThreshold: -2,
 		},
 	}
@@ -188,11 +190,15 @@ k8s:
 }
 
 // assertDiffersEverywhere fails for each leaf field where a equals b, descending into the
-// nested config structs (but not into metav1.Duration, which is compared whole).
+// nested config structs (but not into metav1.Duration, which is compared whole). Fields
+// no key of the file sets (json "-") are left out.
 func assertDiffersEverywhere(t *testing.T, a, b reflect.Value, path string) {
 	t.Helper()
 	if a.Kind() == reflect.Struct && a.Type() != reflect.TypeFor[metav1.Duration]() && a.Type() != reflect.TypeFor[resource.Quantity]() {
 		for i := range a.NumField() {
+			if a.Type().Field(i).Tag.Get("json") == "-" {
+				continue
+			}
 			assertDiffersEverywhere(t, a.Field(i), b.Field(i), path+"."+a.Type().Field(i).Name)
 		}
 		return
@@ -341,6 +347,10 @@ func TestLoadRejects(t *testing.T) {
 		{"bad default label value", "k8s:\n  defaultLabels: {team: \"a b\"}\n", `k8s.defaultLabels["team"]: not a valid value`},
 		{"bad node selector key", "k8s:\n  interruptibleNodeSelector: {\"/x\": \"y\"}\n", `k8s.interruptibleNodeSelector["/x"]`},
 		{"unknown k8s field", "k8s:\n  defaultCPU: 1\n", "unknown field"},
+		// Fields of the plugins' settings that the executor fills in are no keys.
+		{"k8s log links", "k8s:\n  logLinks: []\n", `k8s: json: unknown field "logLinks"`},
+		{"k8s executor namespace", "k8s:\n  executorNamespace: flyte\n", `k8s: json: unknown field "executorNamespace"`},
+		{"k8s pod templates as a section", "k8s:\n  config: {defaultPodTemplateName: x}\n", `k8s: json: unknown field "config"`},
 		{"interruptible threshold below the system budget", "maxSystemFailures: 3\nk8s:\n  interruptibleFailureThreshold: -4\n",
 			"k8s.interruptibleFailureThreshold: must not be below -maxSystemFailures (-3), got -4"},
 		{"bad default pod template name", "k8s:\n  defaultPodTemplateName: GPU_default\n", "k8s.defaultPodTemplateName: not a valid name"},
@@ -599,6 +609,13 @@ func TestLoadFilesLayers(t *testing.T) {
 			files: []string{"storage:\n  allowedPrefixes: [s3://a/, s3://b/]\nnamespaces: [team-a, team-b]\n", "storage:\n  allowedPrefixes: [gs://c/]\n"},
 			modify: func(c *config.Config) {
 				c.Storage.AllowedPrefixes, c.Namespaces = []string{"gs://c/"}, []string{"team-a", "team-b"}
+			},
+		},
+		{
+			name:  "a list of k8s's pod template keys is replaced whole",
+			files: []string{"k8s:\n  inlinePodTemplateFields: [containers, volumes, os]\n", "k8s:\n  inlinePodTemplateFields: [volumes]\n"},
+			modify: func(c *config.Config) {
+				c.K8s.InlinePodTemplateFields = []string{"volumes"}
 			},
 		},
 		{

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -83,6 +81,10 @@ func clearNamedLists(v reflect.Value, members map[string]json.RawMessage) {
 		f, field := v.Type().Field(i), v.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" && field.Kind() == reflect.Struct {
+			clearNamedLists(field, members) // its fields are members of this object
 			continue
 		}
 		if name == "" {
@@ -207,40 +209,6 @@ func decodeDurations(data []byte, prefix string, fields map[string]*metav1.Durat
 			if err := field.UnmarshalJSON([]byte(raw)); err != nil {
 				return fmt.Errorf("%s.%s: %w", prefix, name, err)
 			}
-		}
-	}
-	return nil
-}
-
-// UnmarshalJSON decodes the members present in data, keeping the current value of the
-// rest. It exists so that a malformed quantity is reported with its YAML path, which
-// resource.Quantity's own error does not give.
-func (k *K8sPluginConfig) UnmarshalJSON(data []byte) error {
-	type plain K8sPluginConfig // without this method, so decoding does not recurse
-	var fields struct {
-		*plain
-		DefaultCPURequest    json.RawMessage `json:"defaultCpuRequest"`
-		DefaultMemoryRequest json.RawMessage `json:"defaultMemoryRequest"`
-	}
-	fields.plain = (*plain)(k)
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&fields); err != nil {
-		return fmt.Errorf("k8s: %w", err)
-	}
-	for _, q := range []struct {
-		name string
-		raw  json.RawMessage
-		dst  *resource.Quantity
-	}{
-		{"defaultCpuRequest", fields.DefaultCPURequest, &k.DefaultCPURequest},
-		{"defaultMemoryRequest", fields.DefaultMemoryRequest, &k.DefaultMemoryRequest},
-	} {
-		if len(q.raw) == 0 || string(q.raw) == "null" {
-			continue
-		}
-		if err := q.dst.UnmarshalJSON(q.raw); err != nil {
-			return fmt.Errorf("k8s.%s: %w", q.name, err)
 		}
 	}
 	return nil

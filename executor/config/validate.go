@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/flytekube/backend/executor/datastore/prefix"
+	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 )
 
 // podSpecFields are the JSON names of a PodSpec's fields, those an inline pod template
@@ -31,13 +32,9 @@ var podSpecFields = func() map[string]bool {
 	return out
 }()
 
-// sampleLogLinkData is what a log link template is tried with: the fields the executor
-// fills in (see k8s.LogLinkData, which config does not import).
-var sampleLogLinkData = struct {
-	Namespace, PodName, ContainerName string
-	Project, Domain, Run, Action      string
-	Attempt                           int32
-}{"demo", "r1-a0-1", "task", "demo", "development", "r1", "a0", 1}
+// sampleLogLinkData is what a log link template is tried with.
+var sampleLogLinkData = k8s.LogLinkData{Namespace: "demo", PodName: "r1-a0-1", ContainerName: "task",
+	Project: "demo", Domain: "development", Run: "r1", Action: "a0", Attempt: 1}
 
 // Validate reports every problem with c rather than just the first, so that one edit can
 // fix them all; each names its field by YAML path. It returns nil if c is usable.

@@ -45,7 +45,7 @@ const (
 // NewTaskPods returns the task pods of cfg, reading PodTemplates with templates (nil
 // reads none).
 func NewTaskPods(cfg k8s.Config, templates client.Reader) TaskPods {
-	return TaskPods{Config: cfg, Templates: podtemplate.Source{Config: cfg.PodTemplates, Reader: templates}}
+	return TaskPods{Config: cfg, Templates: podtemplate.Source{Config: cfg.Config, Reader: templates}}
 }
 
 // TaskPods builds the pods that run actions' containers, and reads them.
@@ -336,14 +336,14 @@ func pending(pod *corev1.Pod, secrets []flytev1.TaskSecret, now time.Time, cfg k
 		if w == nil || w.Reason == "" || w.Reason == "ContainerCreating" {
 			continue
 		}
-		if badImage[w.Reason] || failedPulls[w.Reason] && now.Sub(pod.CreationTimestamp.Time) >= cfg.ImagePullGracePeriod {
+		if badImage[w.Reason] || failedPulls[w.Reason] && now.Sub(pod.CreationTimestamp.Time) >= cfg.ImagePullGracePeriod.Duration {
 			// Nothing the platform can do: the task names an image that is not there,
 			// or that this node may not pull.
 			return core.PhaseInfoPermanentFailure(core.ErrorKindUser, "ImagePullFailed",
 				fmt.Sprintf("container %s cannot start: %s: %s", cs.Name, w.Reason, w.Message))
 		}
 		if failed, ok := MissingSecretOfContainer(cs, secrets); ok {
-			return MissingSecretAfterGrace(failed, pod.CreationTimestamp.Time, now, cfg.MissingSecretGracePeriod)
+			return MissingSecretAfterGrace(failed, pod.CreationTimestamp.Time, now, cfg.MissingSecretGracePeriod.Duration)
 		}
 		return core.PhaseInfoInitializing(0, w.Reason, w.Message)
 	}
@@ -391,7 +391,7 @@ func (p TaskPods) PhaseFromEvents(_ context.Context, tCtx core.TaskExecutionCont
 	info.RequeueAfter = RecheckSecretMount(info.RequeueAfter)
 	if list, err := events(); err == nil {
 		if failed, ok := MissingSecretOfMount(pod, secrets, list); ok {
-			return MissingSecretAfterGrace(failed, pod.CreationTimestamp.Time, tCtx.Metadata().Now(), p.Config.MissingSecretGracePeriod), nil
+			return MissingSecretAfterGrace(failed, pod.CreationTimestamp.Time, tCtx.Metadata().Now(), p.Config.MissingSecretGracePeriod.Duration), nil
 		}
 	}
 	return info, nil

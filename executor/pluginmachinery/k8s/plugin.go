@@ -8,16 +8,11 @@ package k8s
 
 import (
 	"context"
-	"strings"
-	"text/template"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
 )
 
 // Plugin builds and reads one kind of object.
@@ -82,72 +77,5 @@ type PluginEntry struct {
 	IsDefault bool
 }
 
-// Config holds the cluster-wide defaults the manager applies to every object.
-type Config struct {
-	// DefaultCPURequest and DefaultMemoryRequest fill containers that request nothing.
-	DefaultCPURequest, DefaultMemoryRequest resource.Quantity
-	// DefaultLabels and DefaultAnnotations go on every object.
-	DefaultLabels, DefaultAnnotations map[string]string
-	// InterruptibleTolerations and InterruptibleNodeSelector place interruptible
-	// actions' pods on preemptible nodes.
-	InterruptibleTolerations  []corev1.Toleration
-	InterruptibleNodeSelector map[string]string
-	// InjectFinalizer puts the executor's finalizer on every object, so that it cannot
-	// vanish (and take its status with it) before the executor has read its outcome.
-	InjectFinalizer bool
-	// DeleteOnFinalize deletes an attempt's object once the attempt is over; by default
-	// it stays (its logs with it) until the TaskAction goes.
-	DeleteOnFinalize bool
-	// ImagePullGracePeriod is how long a pod may fail to pull its image before the
-	// attempt fails as a user error.
-	ImagePullGracePeriod time.Duration
-	// MissingSecretGracePeriod is how long an attempt's object may refer to a Secret or
-	// key that does not exist before the attempt fails as a user error.
-	MissingSecretGracePeriod time.Duration
-	// MountFileStorage mounts an action's file:// input and output directory into its
-	// pods, for a single-node cluster whose executor runs on the node.
-	MountFileStorage bool
-	// LogLinks are templates of links to an attempt's logs (text/template over
-	// LogLinkData), such as a cluster's log viewer.
-	LogLinks []LogLinkTemplate
-	// PodTemplates says which PodTemplates shape the pods of container and k8s-job
-	// actions (see package podtemplate).
-	PodTemplates podtemplate.Config
-}
-
-// LogLinkTemplate makes one log link.
-type LogLinkTemplate struct {
-	Name     string
-	Template *template.Template
-}
-
-// LogLinkData is what a log link template may use.
-type LogLinkData struct {
-	Namespace, PodName, ContainerName string
-	Project, Domain, Run, Action      string
-	Attempt                           int32
-}
-
-// Links renders the templates; a template that fails is left out. (The reconciler leaves
-// out any link that is not an absolute URI, whichever plugin made it.)
-func (c Config) Links(data LogLinkData) []core.LogLink {
-	var out []core.LogLink
-	for _, t := range c.LogLinks {
-		var b strings.Builder
-		if err := t.Template.Execute(&b, data); err == nil {
-			out = append(out, core.LogLink{Name: t.Name, URI: b.String()})
-		}
-	}
-	return out
-}
-
 // Finalizer is the finalizer the manager puts on objects when Config.InjectFinalizer.
 const Finalizer = "flyte.org/object-finalizer"
-
-// DefaultConfig is what the executor applies when not configured otherwise.
-func DefaultConfig() Config {
-	return Config{
-		DefaultCPURequest:    resource.MustParse("100m"),
-		DefaultMemoryRequest: resource.MustParse("128Mi"),
-	}
-}

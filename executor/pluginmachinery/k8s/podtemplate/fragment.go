@@ -17,7 +17,7 @@ import (
 // and the executor's own volumes. It only adds (docs/security.md, "What an inline pod
 // template may change"):
 //
-//   - it sets only the top-level PodSpec fields Config.InlineFields lists;
+//   - it sets only the top-level PodSpec fields Config.InlinePodTemplateFields lists;
 //   - it references no Secret: Secrets reach a task only through spec.secrets, which
 //     the admission policy checks against its author's rights;
 //   - it names no container, init container or volume of the template's or the
@@ -47,7 +47,7 @@ func (s Source) checkFields(raw []byte) error {
 		return &Error{Code: CodeInvalid, Err: fmt.Errorf("spec.podTemplate.spec: %w", err)}
 	}
 	for _, f := range slices.Sorted(maps.Keys(fields)) {
-		if !slices.Contains(s.Config.InlineFields, f) {
+		if !slices.Contains(s.Config.InlinePodTemplateFields, f) {
 			return &Error{Code: CodeRefused, Err: fmt.Errorf(
 				"spec.podTemplate.spec.%s: an inline pod template may not set %s: the executor's %s does not list it", f, f, FieldsSetting)}
 		}

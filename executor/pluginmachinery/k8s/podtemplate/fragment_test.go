@@ -61,8 +61,7 @@ func executorPod() *corev1.Pod {
 
 // defaults is the executor's default configuration of inline fragments.
 func defaults() podtemplate.Config {
-	k := config.Default().K8s
-	return podtemplate.Config{InlineLevel: k.InlinePodTemplateLevel, InlineFields: k.InlinePodTemplateFields}
+	return config.Default().K8s.Config
 }
 
 // layInline decodes spec as an action's fragment and lays it over base, as the
@@ -84,7 +83,7 @@ func layInline(cfg podtemplate.Config, base *corev1.PodTemplateSpec, spec string
 // executor's volumes, a value the template sets, or a field the platform keeps.
 func TestAFragmentOnlyAdds(t *testing.T) {
 	withTolerations := defaults()
-	withTolerations.InlineFields = append(slices.Clone(withTolerations.InlineFields), "tolerations")
+	withTolerations.InlinePodTemplateFields = append(slices.Clone(withTolerations.InlinePodTemplateFields), "tolerations")
 	privilegedTask := gpuTemplate()
 	privilegedTask.Spec.Containers[0].SecurityContext.Privileged = new(true)
 

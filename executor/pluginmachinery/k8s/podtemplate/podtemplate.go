@@ -64,19 +64,41 @@ type Error struct {
 func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
-// Config says where templates come from.
+// Config says where templates come from. k8s.Config embeds it, so its json names are
+// keys of the executor's configuration section k8s (docs/configuration.md), and its
+// fields are named after them.
 type Config struct {
-	// DefaultName names the PodTemplate every action's pods start from unless the
-	// action names another; empty for none. A missing default is not an error.
-	DefaultName string
+	// DefaultPodTemplateName names the PodTemplate every Kubernetes task's pods start
+	// from, unless the action names another (spec.podTemplateName): looked up in the
+	// action's namespace, then in ExecutorNamespace, among PodTemplates labelled with
+	// Label (the only ones the executor reads). A missing default is not an error.
+	// Default empty: none.
+	DefaultPodTemplateName string `json:"defaultPodTemplateName,omitempty"`
 	// ExecutorNamespace is looked in after the action's own namespace; empty for none.
-	ExecutorNamespace string
-	// InlineLevel is the Pod Security level an inline fragment is held to:
-	// LevelBaseline (the default when empty) or LevelPrivileged.
-	InlineLevel string
-	// InlineFields are the top-level PodSpec fields (JSON names) an inline fragment may
-	// set; nil allows none.
-	InlineFields []string
+	// It is no key of the section: the executor fills it in from its own namespace.
+	ExecutorNamespace string `json:"-"`
+	// InlinePodTemplateLevel is the Pod Security level an action's own
+	// spec.podTemplate is held to: LevelBaseline (also when empty) refuses host
+	// namespaces, privileged containers, hostPath volumes and added capabilities, since
+	// whoever may create a TaskAction then gets pods the executor creates;
+	// LevelPrivileged refuses nothing, for clusters where that is everyone who may
+	// create pods anyway. The cluster's own Pod Security admission still applies to
+	// every pod. Default "baseline".
+	InlinePodTemplateLevel string `json:"inlinePodTemplateLevel"`
+	// InlinePodTemplateFields lists the top-level PodSpec fields (by their JSON names)
+	// an action's spec.podTemplate may set; any other is refused (CodeRefused), and nil
+	// allows none. Placement, priority and identity are the platform's: whoever may
+	// create a TaskAction may not thereby pick a node, tolerate a taint, pre-empt others
+	// or run as another ServiceAccount, so the default leaves out nodeName, affinity,
+	// tolerations, schedulerName, priorityClassName, priority, preemptionPolicy,
+	// topologySpreadConstraints, runtimeClassName, serviceAccountName, serviceAccount,
+	// automountServiceAccountToken, hostAliases, shareProcessNamespace (the template's
+	// sidecars' processes) and imagePullSecrets (Secrets reach a task only through
+	// spec.secrets). nodeSelector is in: it only narrows where the scheduler may put
+	// the pod (taints, quotas and the template's own selector still hold), and GPU
+	// tasks commonly need it. Setting the list replaces the default
+	// (config.DefaultInlinePodTemplateFields).
+	InlinePodTemplateFields []string `json:"inlinePodTemplateFields"`
 }
 
 // Source finds templates.
@@ -92,7 +114,7 @@ type Source struct {
 func (s Source) Base(ctx context.Context, action *flytev1.TaskAction) (*corev1.PodTemplateSpec, error) {
 	name, named := action.Spec.PodTemplateName, true
 	if name == "" {
-		name, named = s.Config.DefaultName, false
+		name, named = s.Config.DefaultPodTemplateName, false
 	}
 	if name == "" || s.Reader == nil {
 		if named {
@@ -164,7 +186,7 @@ var evaluator = func() policy.Evaluator {
 // holdTo refuses t, what (a part of) a fragment asks for, if the configured level
 // forbids it. Baseline forbids, it requires nothing, so only what t holds is judged.
 func (s Source) holdTo(t *corev1.PodTemplateSpec, what string) error {
-	level := s.Config.InlineLevel
+	level := s.Config.InlinePodTemplateLevel
 	if level == "" {
 		level = LevelBaseline
 	}

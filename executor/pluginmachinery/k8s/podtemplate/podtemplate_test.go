@@ -164,7 +164,7 @@ func TestInlineFragments(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := defaults()
 			if tt.level != "" {
-				cfg.InlineLevel = tt.level
+				cfg.InlinePodTemplateLevel = tt.level
 			}
 			s := podtemplate.Source{Config: cfg}
 			got, err := s.Inline(inline(tt.spec))

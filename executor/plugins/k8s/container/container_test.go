@@ -117,7 +117,7 @@ func TestGetTaskPhase(t *testing.T) {
 			tCtx := core.NewTaskExecutionContext(core.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store,
 				Clock: func() time.Time { return now }})
 			pod := tt.pod
-			info, err := container.New(k8s.Config{ImagePullGracePeriod: time.Minute}, nil).GetTaskPhase(ctx, tCtx, &pod)
+			info, err := container.New(k8s.Config{ImagePullGracePeriod: metav1.Duration{Duration: time.Minute}}, nil).GetTaskPhase(ctx, tCtx, &pod)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -137,7 +137,7 @@ func TestMissingSecretFailsTheAttempt(t *testing.T) {
 			ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "mem://out/r1", Secrets: tt.secrets}}
 			tCtx := core.NewTaskExecutionContext(core.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: datastore.New(),
 				Clock: func() time.Time { return now }})
-			p := container.New(k8s.Config{ImagePullGracePeriod: time.Minute}, nil)
+			p := container.New(k8s.Config{ImagePullGracePeriod: metav1.Duration{Duration: time.Minute}}, nil)
 			info, err := p.GetTaskPhase(ctx, tCtx, tt.pod)
 			if err != nil {
 				t.Fatal(err)

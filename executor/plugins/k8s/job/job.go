@@ -256,7 +256,7 @@ func (p Plugin) PhaseFromEvents(ctx context.Context, tCtx core.TaskExecutionCont
 	}
 	events := func(pod *corev1.Pod) ([]corev1.Event, error) { return k8s.ListEvents(ctx, p.reader, pod) }
 	if failed, ok := missingSecret(pods, secrets, events); ok {
-		return flytek8s.MissingSecretAfterGrace(failed, job.CreationTimestamp.Time, tCtx.Metadata().Now(), p.pods.Config.MissingSecretGracePeriod), nil
+		return flytek8s.MissingSecretAfterGrace(failed, job.CreationTimestamp.Time, tCtx.Metadata().Now(), p.pods.Config.MissingSecretGracePeriod.Duration), nil
 	}
 	return info, nil
 }
