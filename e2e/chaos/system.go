@@ -140,16 +140,8 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	}
 
 	log("control plane up at %s", s.cp.URL)
-	switch node {
-	case systemtest.NodeReal:
-		// A directory named after the run's: the node's cgroups are named after it.
-		if s.node, err = systemtest.AttachNode(ctx, s.client, filepath.Join(dir, filepath.Base(dir)+"-node"), s.cp.Kubeconfig); err != nil {
-			return s, err
-		}
-		log("node %s Ready, with image %s", s.node.Name, s.node.Image)
-	case systemtest.NodeStandIn, "":
-	default:
-		return s, fmt.Errorf("system: unknown node %q (want %s or %s)", node, systemtest.NodeReal, systemtest.NodeStandIn)
+	if s.node, err = systemtest.StartNode(ctx, node, s.client, dir, s.cp.Kubeconfig, log); err != nil {
+		return s, err
 	}
 	if s.pg, err = startPostgres(ctx, root); err != nil {
 		return s, err

@@ -38,6 +38,26 @@ type Node struct {
 	Image string
 }
 
+// StartNode starts the node kind names for a system whose files are in dir: NodeReal
+// attaches one (AttachNode, in a directory named after dir's, so that each run's
+// cgroups are its own); NodeStandIn, or "", none (nil), the pods being the stand-in
+// kubelet's.
+func StartNode(ctx context.Context, kind string, c client.Client, dir, kubeconfig string, log func(string, ...any)) (*Node, error) {
+	switch kind {
+	case NodeReal:
+		n, err := AttachNode(ctx, c, filepath.Join(dir, filepath.Base(dir)+"-node"), kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		log("node %s Ready, with image %s", n.Name, n.Image)
+		return n, nil
+	case NodeStandIn, "":
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("system: unknown node %q (want %s or %s)", kind, NodeReal, NodeStandIn)
+	}
+}
+
 // AttachNode starts a node in dir for the API server kubeconfig reaches, and waits
 // until it is Ready. hack/node.sh names the node's cgroups after dir's last element:
 // give each run its own, so that runs side by side (or what a killed one left) never
