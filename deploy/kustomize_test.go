@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -241,7 +242,7 @@ func checkPods(t *testing.T, objs []*unstructured.Unstructured, external []strin
 			}
 			nonRoot, user := sc.RunAsNonRoot, sc.RunAsUser
 			if ps := spec.SecurityContext; ps != nil {
-				nonRoot, user = or(nonRoot, ps.RunAsNonRoot), or(user, ps.RunAsUser)
+				nonRoot, user = cmp.Or(nonRoot, ps.RunAsNonRoot), cmp.Or(user, ps.RunAsUser)
 			}
 			if nonRoot == nil || !*nonRoot || (user != nil && *user == 0) {
 				t.Errorf("%s may run as root (runAsNonRoot %v, runAsUser %v)", where, deref(nonRoot), deref(user))
@@ -634,13 +635,6 @@ func convert(t *testing.T, u *unstructured.Unstructured, into any) {
 }
 
 func id(u *unstructured.Unstructured) string { return u.GetKind() + "/" + u.GetName() }
-
-func or[T any](a, b *T) *T {
-	if a != nil {
-		return a
-	}
-	return b
-}
 
 func deref[T any](p *T) any {
 	if p == nil {

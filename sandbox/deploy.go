@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -535,7 +536,7 @@ func rollingRestart(ctx context.Context, c client.Client, viewer eventsClient, t
 				continue
 			}
 			if got.Status.Phase != flytev1.PhaseSucceeded {
-				problems = append(problems, fmt.Sprintf("%s is %s", ta.Name, or(string(got.Status.Phase), "new")))
+				problems = append(problems, fmt.Sprintf("%s is %s", ta.Name, cmp.Or(string(got.Status.Phase), "new")))
 			}
 		}
 		if len(problems) > 0 {

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -83,7 +84,7 @@ func row(e *example, now time.Time) []string {
 	if !ta.CreationTimestamp.IsZero() {
 		age = now.Sub(ta.CreationTimestamp.Time).Round(time.Second).String()
 	}
-	return []string{ta.Name, ta.Spec.TaskType, or(string(st.Phase), "Pending"), fmt.Sprint(st.Attempts), or(string(st.CacheStatus), "-"), or(reason, "-"), age, mark}
+	return []string{ta.Name, ta.Spec.TaskType, cmp.Or(string(st.Phase), "Pending"), fmt.Sprint(st.Attempts), cmp.Or(string(st.CacheStatus), "-"), cmp.Or(reason, "-"), age, mark}
 }
 
 // refusal names the fields the API server refused, or gives its message.
@@ -104,11 +105,4 @@ func refusal(err error) string {
 func firstLine(s string, n int) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return textbound.Cut(s, n)
-}
-
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

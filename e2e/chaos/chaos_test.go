@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"math/rand/v2"
@@ -34,7 +35,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("seed %d, duration %s, files in %s", seed, duration, dir)
-	replay := "replay: CHAOS_NODE=" + or(os.Getenv("CHAOS_NODE"), systemtest.NodeStandIn) + " SEED=" + strconv.FormatUint(seed, 10) + " DURATION=" + duration.String() + " go test ./e2e/chaos -run TestChaos -v -timeout " + (duration + 15*time.Minute).String()
+	replay := "replay: CHAOS_NODE=" + cmp.Or(os.Getenv("CHAOS_NODE"), systemtest.NodeStandIn) + " SEED=" + strconv.FormatUint(seed, 10) + " DURATION=" + duration.String() + " go test ./e2e/chaos -run TestChaos -v -timeout " + (duration + 15*time.Minute).String()
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), duration+10*time.Minute)
 	defer cancel()
@@ -42,7 +43,7 @@ func TestChaos(t *testing.T) {
 	if node == systemtest.NodeReal && os.Geteuid() != 0 {
 		t.Fatal("CHAOS_NODE=real: a real node needs root (containerd, kubelet)")
 	}
-	t.Logf("pods run on the %s node", or(node, systemtest.NodeStandIn))
+	t.Logf("pods run on the %s node", cmp.Or(node, systemtest.NodeStandIn))
 	rep, err := Run(ctx, Options{Seed: seed, Duration: duration, Dir: dir, Assets: assets, Node: node,
 		Log: func(format string, args ...any) {
 			t.Logf("%5.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
@@ -93,11 +94,4 @@ func options(t *testing.T) (uint64, time.Duration) {
 		}
 	}
 	return seed, duration
-}
-
-func or(s, otherwise string) string {
-	if s == "" {
-		return otherwise
-	}
-	return s
 }

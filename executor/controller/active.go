@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -338,13 +339,13 @@ func (s *scope) transition(ctx context.Context) (ctrl.Result, error) {
 		if info.RequeueAfter > 0 {
 			s.r.Metrics.BackedOff(metrics.WaitResources, info.RequeueAfter)
 		}
-		s.setPhase(flytev1.PhaseWaitingForResources, or(info.Reason, flytev1.ReasonWaitingForResources), info.Message)
+		s.setPhase(flytev1.PhaseWaitingForResources, cmp.Or(info.Reason, flytev1.ReasonWaitingForResources), info.Message)
 	case core.PhaseQueued:
-		s.setPhase(flytev1.PhaseQueued, or(info.Reason, flytev1.ReasonQueued), info.Message)
+		s.setPhase(flytev1.PhaseQueued, cmp.Or(info.Reason, flytev1.ReasonQueued), info.Message)
 	case core.PhaseInitializing:
-		s.setPhase(flytev1.PhaseInitializing, or(info.Reason, flytev1.ReasonInitializing), info.Message)
+		s.setPhase(flytev1.PhaseInitializing, cmp.Or(info.Reason, flytev1.ReasonInitializing), info.Message)
 	case core.PhaseRunning:
-		s.setPhase(flytev1.PhaseRunning, or(info.Reason, flytev1.ReasonRunning), info.Message)
+		s.setPhase(flytev1.PhaseRunning, cmp.Or(info.Reason, flytev1.ReasonRunning), info.Message)
 	case core.PhaseSuccess:
 		return s.settle(ctx, false, func() { s.succeed(ctx) })
 	case core.PhaseRetryableFailure:
@@ -354,7 +355,7 @@ func (s *scope) transition(ctx context.Context) (ctrl.Result, error) {
 		return s.userFailure(ctx)
 	case core.PhasePermanentFailure:
 		return s.settle(ctx, false, func() {
-			s.terminate(flytev1.PhaseFailed, or(info.Reason, flytev1.ReasonUserError), toError(info.Err, info.Message))
+			s.terminate(flytev1.PhaseFailed, cmp.Or(info.Reason, flytev1.ReasonUserError), toError(info.Err, info.Message))
 		})
 	default:
 		return s.systemFailure(ctx, "UndefinedPhase", fmt.Sprintf("plugin %s returned phase %s", s.plugin.GetID(), info.Phase), false)

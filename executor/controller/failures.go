@@ -177,10 +177,3 @@ func toError(e *core.ExecutionError, message string) *flytev1.ExecutionError {
 	}
 	return &flytev1.ExecutionError{Code: textbound.Fit(e.Code, flytev1.MaxErrorCodeLength), Kind: kind, Message: textbound.Fit(e.Message, flytev1.MaxErrorMessageLength)}
 }
-
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}

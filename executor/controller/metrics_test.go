@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"testing"
@@ -44,16 +45,9 @@ func stored(t *testing.T) map[string]float64 {
 	}
 	got := map[string]float64{}
 	for _, ta := range list.Items {
-		got[string(or(ta.Status.Phase, flytev1.PhaseQueued))]++
+		got[string(cmp.Or(ta.Status.Phase, flytev1.PhaseQueued))]++
 	}
 	return got
-}
-
-func or(p, otherwise flytev1.Phase) flytev1.Phase {
-	if p == "" {
-		return otherwise
-	}
-	return p
 }
 
 // The actions gauge counts what the informer cache holds when it is scraped, so it

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +28,7 @@ func (s *scope) setPhase(phase flytev1.Phase, reason, message string) {
 	// for each would be a second API write per change (the status write being the
 	// first), so only failures, timeouts and retries get one, for kubectl describe.
 	if s.r.Recorder != nil && (phase == flytev1.PhaseFailed || phase == flytev1.PhaseTimedOut || reason == flytev1.ReasonRetrying) {
-		s.r.Recorder.Event(s.ta, corev1.EventTypeWarning, reason, or(message, string(phase)))
+		s.r.Recorder.Event(s.ta, corev1.EventTypeWarning, reason, cmp.Or(message, string(phase)))
 	}
 	s.log.Info("phase changed", "phase", phase, "reason", reason, "attempt", s.ta.Status.Attempts)
 	s.r.Metrics.PhaseChanged(string(phase))

@@ -1,6 +1,7 @@
 package flytek8s
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 
@@ -48,7 +49,7 @@ func ClassifyExit(t corev1.ContainerStateTerminated, d Disruption) core.Executio
 		if signal != 0 {
 			how = fmt.Sprintf("container %s stopped by %s, exit code %d", ContainerName, signalName(signal), t.ExitCode)
 		}
-		return core.ExecutionError{Kind: core.ErrorKindSystem, Code: d.Reason, Message: fmt.Sprintf("%s (%s)", or(d.Message, d.Reason), how)}
+		return core.ExecutionError{Kind: core.ErrorKindSystem, Code: d.Reason, Message: fmt.Sprintf("%s (%s)", cmp.Or(d.Message, d.Reason), how)}
 	case signal != 0:
 		what := signalName(signal)
 		if desc := signalDescriptions[signal]; desc != "" {
@@ -136,12 +137,12 @@ func FailureOf(pod *corev1.Pod) core.PhaseInfo {
 	} else {
 		e = core.ExecutionError{Kind: core.ErrorKindSystem, Code: CodePodFailed, Message: fmt.Sprintf("pod %s failed", pod.Name)}
 		if d.Reason != "" {
-			e.Code, e.Message = d.Reason, or(d.Message, d.Reason)
+			e.Code, e.Message = d.Reason, cmp.Or(d.Message, d.Reason)
 		}
 	}
 	if e.Code == CodePodFailed {
 		// The pod's own reason (DeadlineExceeded, …) says more than PodFailed.
-		e.Code = or(pod.Status.Reason, CodePodFailed)
+		e.Code = cmp.Or(pod.Status.Reason, CodePodFailed)
 		if pod.Status.Message != "" {
 			e.Message += ": " + pod.Status.Message
 		}

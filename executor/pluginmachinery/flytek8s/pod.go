@@ -6,6 +6,7 @@
 package flytek8s
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -301,7 +302,7 @@ func (p TaskPods) phaseOf(ctx context.Context, tCtx core.TaskExecutionContext, p
 func disrupted(pod *corev1.Pod) (reason, message string, ok bool) {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
-			return "Preempted", or(c.Message, c.Reason), true
+			return "Preempted", cmp.Or(c.Message, c.Reason), true
 		}
 	}
 	switch pod.Status.Reason {
@@ -520,11 +521,4 @@ func Outcome(ctx context.Context, tCtx core.TaskExecutionContext) (core.PhaseInf
 // (its configuration changed since the pod was made, say): looking again cannot help.
 func notAllowed(err error) core.PhaseInfo {
 	return core.PhaseInfoPermanentFailure(core.ErrorKindUser, "OutputsNotAllowed", "container: reading the outcome: "+err.Error())
-}
-
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

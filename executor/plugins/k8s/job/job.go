@@ -6,6 +6,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -176,7 +177,7 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx core.TaskExecutionContext
 // task, and a preempted or evicted pod is the platform's failure, not the task's. Without
 // a failed pod to read, it is the user's failure under the Job's reason.
 func (p Plugin) failure(ctx context.Context, job *batchv1.Job, c batchv1.JobCondition) (core.PhaseInfo, error) {
-	reason := or(c.Reason, "JobFailed")
+	reason := cmp.Or(c.Reason, "JobFailed")
 	if p.reader != nil {
 		pods, err := p.jobPods(ctx, job)
 		if err != nil {
@@ -317,11 +318,4 @@ func missingSecret(pods []corev1.Pod, secrets []flytev1.TaskSecret, events func(
 		}
 	}
 	return core.PhaseInfo{}, false
-}
-
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
