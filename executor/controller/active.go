@@ -375,7 +375,7 @@ func (s *scope) lookAgain() ctrl.Result {
 	return result
 }
 
-// succeed records a successful attempt's outputs and offers them to the cacheclient.
+// succeed records a successful attempt's outputs and offers them to the cache.
 func (s *scope) succeed(ctx context.Context) {
 	st := &s.ta.Status
 	st.OutputsURI = s.info.OutputsURI

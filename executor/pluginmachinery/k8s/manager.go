@@ -107,7 +107,7 @@ func Entry(e PluginEntry, cfg Config) core.Entry {
 	}
 }
 
-// PluginManager runs a Kubernetes plugin as a core core.
+// PluginManager runs a Kubernetes plugin as a core plugin.
 type PluginManager struct {
 	id     string
 	plugin Plugin

@@ -58,7 +58,7 @@ type Properties struct {
 	DisableInjectOwnerReferences bool
 }
 
-// PluginEntry registers a Kubernetes core.
+// PluginEntry registers a Kubernetes plugin.
 type PluginEntry struct {
 	// ID names the plugin uniquely.
 	ID string
