@@ -15,10 +15,10 @@ import (
 var ErrLedElsewhere = errors.New("outbox: another relay leads")
 
 // Leadership is the relay's leadership of one database: a session-level advisory lock
-// (postgres.LockRelayLeader)
-// held by a connection of its own, outside the pool, so that it lasts exactly as long as
-// that session. When the connection dies (the process, the network, or Postgres ending
-// the session), Postgres releases the lock and another replica's TryLead succeeds.
+// (postgres.LockRelayLeader) held by a connection of its own, outside the pool, so that
+// it lasts exactly as long as that session. When the connection dies (the process, the
+// network, or Postgres ending the session), Postgres releases the lock and another
+// replica's TryLead succeeds.
 //
 // Postgres notices a connection lost in the network only when TCP does (its keepalive
 // settings), and the holder notices only at its next Check: for that long, one relay may
