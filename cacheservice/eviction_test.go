@@ -14,6 +14,7 @@ import (
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/services/postgres"
 )
 
 // TestEvictionKeepsEachProjectWithinItsBound: past a project's bound on entries, or on
@@ -90,7 +91,7 @@ func TestOneReplicaEvictsAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Close(ctx) }()
-	if _, err := other.Exec(ctx, "SELECT pg_advisory_lock(hashtext('flyte-cache-eviction'))"); err != nil {
+	if err := postgres.Lock(ctx, other, postgres.LockCacheEviction); err != nil {
 		t.Fatal(err)
 	}
 	inst := startInstance(t, dbURL, func(c *cacheservice.Config) {
@@ -106,7 +107,7 @@ func TestOneReplicaEvictsAtATime(t *testing.T) {
 	if n, _ := countRows(t, dbURL); n != 3 {
 		t.Fatalf("%d entries left while another replica held the lock; want all 3", n)
 	}
-	if _, err := other.Exec(ctx, "SELECT pg_advisory_unlock(hashtext('flyte-cache-eviction'))"); err != nil {
+	if err := postgres.Unlock(ctx, other, postgres.LockCacheEviction); err != nil {
 		t.Fatal(err)
 	}
 	eventually.True(t, 10*time.Second, func() bool { n, _ := countRows(t, dbURL); return n == 1 },

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -528,5 +529,43 @@ func TestRetentionDropsAbandonedUnfinishedActions(t *testing.T) {
 	}
 	if n := eventsOf(t, st, lively); n != 2 {
 		t.Fatalf("the lively action lists %d events; want 2", n)
+	}
+}
+
+// TestPartitionsTakeTurns: making and dropping partitions runs under
+// postgres.LockEventsPartitions; while another session holds it, a replica skips its
+// turn rather than wait, and the next turn after does the work.
+func TestPartitionsTakeTurns(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	clk := clocktesting.NewFakeClock(day0)
+	st, pool := openStoreAt(t, db, clk)
+	before := partitionNames(t, st)
+
+	other, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	if err := postgres.Lock(ctx, other, postgres.LockEventsPartitions); err != nil {
+		t.Fatal(err)
+	}
+	later := day0.Add(5 * 24 * time.Hour)
+	made, err := st.MaintainPartitions(ctx, later)
+	if err != nil || len(made) != 0 {
+		t.Fatalf("MaintainPartitions while another session held the lock = %q, %v; want nothing made", made, err)
+	}
+	if res, err := st.DropExpired(ctx, later, time.Hour, 100); err != nil || res.Partitions != 0 {
+		t.Fatalf("DropExpired while another session held the lock = %+v, %v; want nothing dropped", res, err)
+	}
+	if got := partitionNames(t, st); !slices.Equal(got, before) {
+		t.Fatalf("partitions changed while another session held the lock: %q, were %q", got, before)
+	}
+
+	if err := postgres.Unlock(ctx, other, postgres.LockEventsPartitions); err != nil {
+		t.Fatal(err)
+	}
+	if made, err := st.MaintainPartitions(ctx, later); err != nil || len(made) == 0 {
+		t.Fatalf("MaintainPartitions once the lock was free = %q, %v; want partitions made", made, err)
 	}
 }

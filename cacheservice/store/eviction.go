@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flytekube/backend/services/postgres"
 )
 
 // Hit is when Get last found a key.
@@ -95,33 +97,15 @@ func (s *Store) Evict(ctx context.Context, project string, entries, bytes int64,
 	return e, nil
 }
 
-// evictionLock is the advisory lock one replica holds while it evicts, so that replicas
-// do not delete the same project's entries at once, each counting the others' deletes
-// as still to do.
-const evictionLock = "SELECT pg_try_advisory_lock(hashtext('flyte-cache-eviction'))"
-
-// WithEvictionLock runs fn unless another replica holds the eviction lock, and reports
-// whether it ran. The lock is a session's, held on a connection of its own for fn's
-// length and given up after, whatever fn returns.
+// WithEvictionLock runs fn unless another replica holds the eviction lock
+// (postgres.LockCacheEviction), and reports whether it ran: replicas evicting at once
+// would delete the same project's entries, each counting the others' deletes as still
+// to do. The lock is a session's, held on a connection of its own for fn's length and
+// given up after, whatever fn returns.
 func (s *Store) WithEvictionLock(ctx context.Context, fn func(ctx context.Context) error) (bool, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
+	ran, err := postgres.WithSessionLock(ctx, s.pool, postgres.LockCacheEviction, false, func(*pgx.Conn) error { return fn(ctx) })
+	if err != nil && !ran {
 		return false, fmt.Errorf("store: taking the eviction lock: %w", err)
 	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, evictionLock).Scan(&locked); err != nil {
-		return false, fmt.Errorf("store: taking the eviction lock: %w", err)
-	}
-	if !locked {
-		return false, nil
-	}
-	defer func() {
-		// A lock left behind would stop every replica's eviction until the connection
-		// closes: when the unlock fails, the connection goes.
-		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext('flyte-cache-eviction'))"); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}()
-	return true, fn(ctx)
+	return ran, err
 }

@@ -29,7 +29,7 @@ var migrationFiles embed.FS
 
 // Migrations are the cache service's schema migrations.
 func Migrations() postgres.Migrations {
-	return postgres.EmbeddedMigrations("cache", migrationFiles, "migrations")
+	return postgres.EmbeddedMigrations(postgres.ServiceCache, migrationFiles, "migrations")
 }
 
 var (

@@ -4,27 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flytekube/backend/services/postgres"
 )
 
 // ErrLedElsewhere is returned by TryLead while another session holds the leadership.
 var ErrLedElsewhere = errors.New("outbox: another relay leads")
 
-// leaderLockID is the session-level advisory lock the relay's leader holds, derived from
-// its name as services/postgres derives its migration locks, so that the two never meet.
-var leaderLockID = func() int64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte("flyte-events-relay"))
-	return int64(h.Sum64() >> 1)
-}()
-
 // Leadership is the relay's leadership of one database: a session-level advisory lock
-// held by a connection of its own, outside the pool, so that it lasts exactly as long as
-// that session. When the connection dies (the process, the network, or Postgres ending
-// the session), Postgres releases the lock and another replica's TryLead succeeds.
+// (postgres.LockRelayLeader) held by a connection of its own, outside the pool, so that
+// it lasts exactly as long as that session. When the connection dies (the process, the
+// network, or Postgres ending the session), Postgres releases the lock and another
+// replica's TryLead succeeds.
 //
 // Postgres notices a connection lost in the network only when TCP does (its keepalive
 // settings), and the holder notices only at its next Check: for that long, one relay may
@@ -45,8 +39,8 @@ func (o *Outbox) TryLead(ctx context.Context) (*Leadership, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: connecting to lead the relay: %w", err)
 	}
-	var locked bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", leaderLockID).Scan(&locked); err != nil {
+	locked, err := postgres.TryLock(ctx, conn, postgres.LockRelayLeader)
+	if err != nil {
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("outbox: taking the relay's leadership: %w", err)
 	}
@@ -83,7 +77,7 @@ func (l *Leadership) Release(ctx context.Context) error {
 	// Closing alone releases the lock too, but only once the server has ended the
 	// session; the unlock frees it before Release returns. It fails only on a session
 	// already gone, whose lock went with it.
-	_, _ = l.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", leaderLockID)
+	_ = postgres.Unlock(ctx, l.conn, postgres.LockRelayLeader)
 	err := l.conn.Close(ctx)
 	l.conn = nil
 	if err != nil {

@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flytekube/backend/events/outbox"
 	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/services/postgres"
 )
 
 func TestLeadership(t *testing.T) {
@@ -61,4 +64,36 @@ func TestLeadership(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = next.Release(ctx) // its connection is dead; this must not hang or panic
+}
+
+// TestLeadershipIsTheRelayLeaderLock: TryLead takes postgres.LockRelayLeader, the lock
+// v0.1.0's leader took, so that a leader of either release excludes one of the other
+// during a rollout.
+func TestLeadershipIsTheRelayLeaderLock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	other, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close(ctx) }()
+	if err := postgres.Lock(ctx, other, postgres.LockRelayLeader); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.box.TryLead(ctx); !errors.Is(err, outbox.ErrLedElsewhere) {
+		t.Fatalf("TryLead while another session holds %s: %v; want ErrLedElsewhere", postgres.LockRelayLeader, err)
+	}
+	if err := postgres.Unlock(ctx, other, postgres.LockRelayLeader); err != nil {
+		t.Fatal(err)
+	}
+	lead, err := e.box.TryLead(ctx)
+	if err != nil {
+		t.Fatalf("TryLead once the lock is free: %v", err)
+	}
+	if ok, err := postgres.TryLock(ctx, other, postgres.LockRelayLeader); err != nil || ok {
+		t.Fatalf("TryLock of %s while a relay leads = %v, %v; want false", postgres.LockRelayLeader, ok, err)
+	}
+	if err := lead.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -12,7 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flytekube/backend/services/postgres"
 )
 
 // action_events is partitioned by range of filed_at (migrations 00005 to 00010):
@@ -26,11 +27,9 @@ import (
 // that it is moved once rather than at every pass; one already abandoned is dropped
 // with the partition.
 //
-// The partitions' DDL runs under one session-level advisory lock, so replicas take
-// turns; a replica that finds it held skips its turn.
-
-// partitionLockKey names the advisory lock of partition maintenance.
-const partitionLockKey = "flyte-events-partitions"
+// The partitions' DDL runs under one session-level advisory lock
+// (postgres.LockEventsPartitions), so replicas take turns; a replica that finds it held
+// skips its turn.
 
 // partitionPrefix starts the name of every partition the service makes.
 const partitionPrefix = "action_events_p"
@@ -106,35 +105,6 @@ func listPartitions(ctx context.Context, q querier) ([]Partition, error) {
 	return out, nil
 }
 
-// withPartitionLock runs f on a connection of its own holding the partitions' advisory
-// lock; ok is false, and f not run, when another session holds it, unless wait asks to
-// wait for it.
-func withPartitionLock(ctx context.Context, pool *pgxpool.Pool, wait bool, f func(conn *pgx.Conn) error) (ok bool, err error) {
-	pooled, err := pool.Acquire(ctx)
-	if err != nil {
-		return false, fmt.Errorf("store: acquiring a connection for partitions: %w", err)
-	}
-	defer pooled.Release()
-	conn := pooled.Conn()
-	take := "SELECT pg_try_advisory_lock(hashtext($1))"
-	if wait {
-		take = "SELECT true FROM pg_advisory_lock(hashtext($1))"
-	}
-	if err := conn.QueryRow(ctx, take, partitionLockKey).Scan(&ok); err != nil {
-		return false, fmt.Errorf("store: taking the partitions' lock: %w", err)
-	}
-	if !ok {
-		return false, nil
-	}
-	defer func() {
-		if _, uerr := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext($1))", partitionLockKey); uerr != nil {
-			// A session that cannot unlock is broken; closing it frees the lock.
-			_ = conn.Close(context.WithoutCancel(ctx))
-		}
-	}()
-	return true, f(conn)
-}
-
 // MaintainPartitions makes the partitions for now and the next ones (Options.PartitionsAhead)
 // when they are missing, and returns the names it made. It does nothing when another
 // replica is at it.
@@ -146,7 +116,7 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) ([]string
 // end and then looks again, rather than skip.
 func (s *Store) maintainPartitions(ctx context.Context, now time.Time, wait bool) ([]string, error) {
 	var made []string
-	_, err := withPartitionLock(ctx, s.pool, wait, func(conn *pgx.Conn) error {
+	_, err := postgres.WithSessionLock(ctx, s.pool, postgres.LockEventsPartitions, wait, func(conn *pgx.Conn) error {
 		// A table made but never attached (a crash between the two) would be in the way.
 		if err := dropOrphans(ctx, conn); err != nil {
 			return err
@@ -256,7 +226,7 @@ func (s *Store) DropExpired(ctx context.Context, now time.Time, ttl time.Duratio
 	cutoff := now.Add(-ttl)
 	unfinishedTTL := s.unfinishedTTL(ttl)
 	hold := min(unfinishedTTL-ttl, MaxHoldPartitions*s.opts.PartitionWidth)
-	_, err := withPartitionLock(ctx, s.pool, false, func(conn *pgx.Conn) error {
+	_, err := postgres.WithSessionLock(ctx, s.pool, postgres.LockEventsPartitions, false, func(conn *pgx.Conn) error {
 		if err := dropOrphans(ctx, conn); err != nil {
 			return err
 		}

@@ -40,7 +40,7 @@ var migrationFiles embed.FS
 
 // Migrations are the events service's schema migrations.
 func Migrations() postgres.Migrations {
-	return postgres.EmbeddedMigrations("events", migrationFiles, "migrations")
+	return postgres.EmbeddedMigrations(postgres.ServiceEvents, migrationFiles, "migrations")
 }
 
 // NotifyChannel is the Postgres channel on which Record announces changed actions; the

@@ -102,7 +102,7 @@ func ensureCompatibility(ctx context.Context, pool *pgxpool.Pool, service string
 	// Under a lock of its own, so that replicas starting together do not race to
 	// create the table.
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockID(service+":compatibility"))
+		err := LockTx(ctx, tx, CompatibilityLock(service))
 		if err == nil {
 			_, err = tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+table+` (
 				one boolean PRIMARY KEY DEFAULT true CHECK (one),

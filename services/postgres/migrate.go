@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"path"
 	"strconv"
@@ -17,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
-	"github.com/pressly/goose/v3/lock"
 
 	"github.com/flytekube/backend/internal/backoff"
 )
@@ -203,17 +201,10 @@ func (r Runner) migrationPool(ctx context.Context, pool *pgxpool.Pool, service s
 // MigrationApplicationName is the application_name of a service's migration connections.
 func MigrationApplicationName(service string) string { return service + "-migrations" }
 
-// provider is goose's runner of m on db, under the service's advisory lock.
+// provider is goose's runner of m on db, under the service's migration lock.
 func (r Runner) provider(db *sql.DB, m Migrations) (*goose.Provider, error) {
-	locker, err := lock.NewPostgresSessionLocker(
-		lock.WithLockID(lockID(m.Service)),
-		// Poll every second for up to five minutes: a replica waiting for another's
-		// migrations should notice promptly that they are done.
-		lock.WithLockTimeout(1, 300),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: creating migration lock: %w", err)
-	}
+	// Poll every second for up to five minutes, as goose's own locker did.
+	locker := migrationLocker{name: MigrationLock(m.Service), poll: time.Second, waitUpTo: 5 * time.Minute}
 	store, err := database.NewStore(database.DialectPostgres, m.Service+"_schema_version")
 	if err != nil {
 		return nil, fmt.Errorf("postgres: creating migration store: %w", err)
@@ -228,11 +219,4 @@ func (r Runner) provider(db *sql.DB, m Migrations) (*goose.Provider, error) {
 		return nil, fmt.Errorf("postgres: loading %s migrations: %w", m.Service, err)
 	}
 	return provider, nil
-}
-
-// lockID derives a stable advisory lock id from the service name.
-func lockID(service string) int64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte("flyte-migrations:" + service))
-	return int64(h.Sum64() >> 1)
 }

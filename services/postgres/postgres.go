@@ -83,7 +83,7 @@ func waitReady(ctx context.Context, pool *pgxpool.Pool) error {
 // Migrations names a service's migration set.
 type Migrations struct {
 	// Service names the owner; it names the version table ("<service>_schema_version")
-	// and seeds the advisory lock id.
+	// and the advisory lock the migrations run under (MigrationLock).
 	Service string
 	// FS holds the numbered .sql files (goose format) at its root.
 	FS fs.FS
