@@ -21,19 +21,19 @@ import (
 // A lock's key must stay as it is from one release to the next while replicas of both
 // may run side by side and must exclude each other: an old replica and a new one taking
 // different keys for "the same" lock would both hold it. The migration locks and the
-// relay's leader lock were in v0.1.0 with these very names and this derivation, so their
-// keys are unchanged (TestLockKeysOfReleasedLocks pins them). The partitions', the
-// eviction's and the compatibility locks came after v0.1.0: no released replica takes
-// them, so they could move to this key space (from hashtext, for the first two).
+// relay's leader lock were in v0.1.0 with these very names and this derivation; the
+// partitions' and the eviction's locks were in v0.2.0, keyed by Postgres's hashtext of
+// their names, and keep those keys (releasedKeys). TestLockKeysOfReleasedLocks pins
+// them all.
 const (
 	// LockRelayLeader is held, for as long as it leads, by the session of the events
 	// replica that relays the outbox (events/outbox). In v0.1.0.
 	LockRelayLeader = "flyte-events-relay"
 	// LockEventsPartitions is held by the events replica making, or dropping, partitions
-	// of action_events (events/store). After v0.1.0; hashtext of the same name before.
+	// of action_events (events/store). In v0.2.0, keyed by hashtext.
 	LockEventsPartitions = "flyte-events-partitions"
 	// LockCacheEviction is held by the cache replica evicting entries over a project's
-	// bound (cacheservice/store). After v0.1.0; hashtext of the same name before.
+	// bound (cacheservice/store). In v0.2.0, keyed by hashtext.
 	LockCacheEviction = "flyte-cache-eviction"
 )
 
@@ -61,10 +61,21 @@ func LockNames() []string {
 	return names
 }
 
-// LockKey is the advisory lock key of name: its 64-bit FNV-1a hash, shifted right by one
-// so that it is never negative. This is v0.1.0's derivation of its migration and leader
-// locks' keys, which must not change (above).
+// releasedKeys are the keys a release took for a lock by another derivation than
+// LockKey's: v0.2.0's SELECT hashtext(name), which Postgres widens to bigint.
+// TestLockKeysOfReleasedLocks checks them against Postgres.
+var releasedKeys = map[string]int64{
+	LockEventsPartitions: -1816984349,
+	LockCacheEviction:    660160974,
+}
+
+// LockKey is the advisory lock key of name: the key a release already took for it
+// (releasedKeys), else its 64-bit FNV-1a hash shifted right by one so that it is never
+// negative, v0.1.0's derivation of its migration and leader locks' keys.
 func LockKey(name string) int64 {
+	if k, ok := releasedKeys[name]; ok {
+		return k
+	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(name))
 	return int64(h.Sum64() >> 1)

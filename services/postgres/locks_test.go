@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/postgres"
 )
 
@@ -23,9 +24,6 @@ func TestLockKeysAreDistinct(t *testing.T) {
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			key := postgres.LockKey(name)
-			if key < 0 {
-				t.Errorf("LockKey(%q) = %d; want a key that is not negative", name, key)
-			}
 			if other, ok := seen[key]; ok {
 				t.Errorf("LockKey(%q) = LockKey(%q) = %d", name, other, key)
 			}
@@ -34,10 +32,18 @@ func TestLockKeysAreDistinct(t *testing.T) {
 	}
 }
 
-// TestLockKeysOfReleasedLocks: the locks v0.1.0 took keep its keys, so that its replicas
-// and this release's exclude each other during a rollout. The keys are those v0.1.0's
-// code derived (services/postgres.lockID and events/outbox.leaderLockID at 5a96bef).
+// TestLockKeysOfReleasedLocks: the locks a release took keep its keys, so that its
+// replicas and this release's exclude each other during a rollout. v0.1.0's are those
+// its code derived (services/postgres.lockID and events/outbox.leaderLockID at 5a96bef);
+// v0.2.0's partitions' and eviction's locks were SELECT hashtext(name), read here from
+// Postgres itself.
 func TestLockKeysOfReleasedLocks(t *testing.T) {
+	url := pg.NewDatabase(t)
+	hashtext := func(name string) int64 {
+		var k int32
+		pgtest.QueryRow(t, url, "SELECT hashtext('"+name+"')", &k)
+		return int64(k)
+	}
 	for _, tt := range []struct {
 		name string
 		key  int64
@@ -45,10 +51,12 @@ func TestLockKeysOfReleasedLocks(t *testing.T) {
 		{postgres.MigrationLock(postgres.ServiceEvents), 4913454831584327546},
 		{postgres.MigrationLock(postgres.ServiceCache), 5658201965715081050},
 		{postgres.LockRelayLeader, 7810340267737656190},
+		{postgres.LockEventsPartitions, hashtext(postgres.LockEventsPartitions)},
+		{postgres.LockCacheEviction, hashtext(postgres.LockCacheEviction)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := postgres.LockKey(tt.name); got != tt.key {
-				t.Errorf("LockKey(%q) = %d; v0.1.0 took %d", tt.name, got, tt.key)
+				t.Errorf("LockKey(%q) = %d; the release took %d", tt.name, got, tt.key)
 			}
 		})
 	}
