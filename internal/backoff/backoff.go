@@ -1,6 +1,7 @@
 // Package backoff is the one spacing of retries in this project: exponential in the
 // failures so far, capped, and jittered. The controller spaces attempts with it, the
 // work queues of the controller and of the events publisher space failed items with it,
+// the Kubernetes plugins wait for a ResourceQuota to make room by it,
 // and loops that reconnect or wait for a dependency (the watch hub, Postgres at start)
 // run on wait's loops with its delays.
 //

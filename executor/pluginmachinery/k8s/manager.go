@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,29 +20,20 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/internal/backoff"
 )
 
 // LabelTaskActionUID is core.LabelTaskActionUID, which the manager puts on every
 // object it creates.
 const LabelTaskActionUID = core.LabelTaskActionUID
 
-// Waits for a ResourceQuota to make room grow exponentially, jittered, up to a cap, so
-// that a namespace full of waiting actions does not hammer the API server.
-const (
-	quotaWaitBase = time.Second
-	quotaWaitCap  = 2 * time.Minute
-	// nameTakenWait is how long to wait for an old object holding this attempt's name.
-	nameTakenWait = 5 * time.Second
-)
+// quotaBackoff spaces the waits for a ResourceQuota to make room: exponential,
+// jittered, up to a cap, so that a namespace full of waiting actions does not hammer
+// the API server.
+var quotaBackoff = backoff.Backoff{Base: time.Second, Cap: 2 * time.Minute}
 
-// quotaWait is the wait after the n-th refusal (n >= 1), with equal jitter.
-func quotaWait(n int) time.Duration {
-	d := quotaWaitCap
-	if n < 8 {
-		d = min(quotaWaitBase<<(n-1), quotaWaitCap)
-	}
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-}
+// nameTakenWait is how long to wait for an old object holding this attempt's name.
+const nameTakenWait = 5 * time.Second
 
 // stateVersion versions managerState.
 const stateVersion = 1
@@ -335,7 +325,7 @@ func (m *PluginManager) create(ctx context.Context, tCtx core.TaskExecutionConte
 			return core.Transition{}, err
 		}
 		info := core.PhaseInfoWaitingForResources(uint32(st.QuotaRefusals), "ResourceQuotaExceeded", err.Error())
-		info.RequeueAfter = quotaWait(st.QuotaRefusals)
+		info.RequeueAfter = quotaBackoff.Delay(int32(min(st.QuotaRefusals, 64)))
 		return core.DoTransition(info), nil
 	case apierrors.IsInvalid(err):
 		// The object built from the spec is not valid Kubernetes: retrying cannot help.

@@ -30,24 +30,6 @@ func TestOverHardLimit(t *testing.T) {
 	}
 }
 
-func TestQuotaWaitGrowsAndIsCapped(t *testing.T) {
-	prev := time.Duration(0)
-	for n := 1; n <= 12; n++ {
-		d := quotaWait(n)
-		upper := min(quotaWaitBase<<(n-1), quotaWaitCap)
-		if n >= 8 {
-			upper = quotaWaitCap
-		}
-		if d < upper/2 || d > upper {
-			t.Fatalf("quotaWait(%d) = %s; want within [%s, %s]", n, d, upper/2, upper)
-		}
-		if n <= 6 && upper/2 < prev/2 {
-			t.Fatalf("the wait shrank at %d", n)
-		}
-		prev = upper
-	}
-}
-
 // The scheduler's events carry micro-second EventTime and the kubelet's whole-second
 // LastTimestamp, so a later event of the same second can look older than one reported.
 func TestClusterEventsReportsEachEventOnce(t *testing.T) {
