@@ -148,15 +148,6 @@ func (j *Jaeger) OTLPEndpoint() string { return "http://" + j.otlpHTTP }
 // otlptracegrpc.WithEndpoint together with otlptracegrpc.WithInsecure.
 func (j *Jaeger) OTLPGRPCEndpoint() string { return j.otlpGRPC }
 
-// Env is the environment that makes a process using services/telemetry export its spans
-// here over OTLP/HTTP.
-func (j *Jaeger) Env() []string {
-	return []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=" + j.OTLPEndpoint(),
-		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
-	}
-}
-
 // QueryURL is the base URL of the query service (HTTP API under /api, and the UI).
 func (j *Jaeger) QueryURL() string { return "http://" + j.queryHTTP }
 
