@@ -239,7 +239,7 @@ func TestMissingSecretOfAVolumeFailsTheAction(t *testing.T) {
 		return env.Client.Get(ctx, client.ObjectKeyFromObject(ta), &got) == nil && got.Status.Phase == flytev1.PhaseFailed
 	}, func() string { return fmt.Sprintf("status %+v", got.Status) })
 	checkMissingSecret(t, &got, `pod s3-1 cannot start: Secret "tls" does not exist (spec.secrets[0], mountPath /etc/tls)`, "FailedMount: "+message)
-	last := got.Status.PhaseHistory[len(got.Status.PhaseHistory)-1]
+	last, _ := got.Status.PhaseHistory.Last()
 	var reported bool
 	for _, e := range last.ClusterEvents {
 		reported = reported || e.Reason == "FailedMount" && e.Message == message && e.Source == "kubelet"

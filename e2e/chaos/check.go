@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	eventstore "github.com/flytekube/backend/events/store"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/eventsink"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
@@ -164,16 +165,15 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 	}
 	spec := p.action.Spec
 	id := &flytecorev1.ActionIdentifier{Project: spec.Project, Domain: spec.Domain, Run: spec.RunName, Action: spec.ActionName}
-	var history []flytev1.PhaseTransition
+	var history flytev1.PhaseHistory
 	if last != nil {
 		history = last.Status.PhaseHistory
 	}
 	// after says an event comes after the last entry the watch saw.
 	after := func(k eventKey) bool { return true }
-	if n := len(history); n > 0 {
-		lastSeen := history[n-1]
+	if lastSeen, ok := history.Last(); ok {
 		after = func(k eventKey) bool {
-			return k.attempt > uint32(lastSeen.Attempt) || (k.attempt == uint32(lastSeen.Attempt) && k.version > uint32(lastSeen.Version))
+			return lastSeen.Mark().Before(flytev1.HistoryMark{Attempt: int32(k.attempt), Version: int32(k.version)})
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -208,7 +208,7 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 	unseenEnd := false
 	if endUnseen {
 		for k := range stored {
-			unseenEnd = unseenEnd || (k.phase == state && after(k) && systemtest.IsTerminal(state))
+			unseenEnd = unseenEnd || (k.phase == state && after(k) && eventstore.IsTerminal(state))
 		}
 	}
 
@@ -255,7 +255,7 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 // checkWatchers holds every watcher to having seen the action's end, once the events
 // service holds one.
 func (ch *checker) checkWatchers(p *plan, end flytecorev1.ActionPhase, add func(string, ...any)) {
-	if !systemtest.IsTerminal(end) {
+	if !eventstore.IsTerminal(end) {
 		return
 	}
 	spec := p.action.Spec
@@ -263,5 +263,3 @@ func (ch *checker) checkWatchers(p *plan, end flytecorev1.ActionPhase, add func(
 		add("%s: every finish reaches every watcher: the events service says %s, but watcher %s", p.name, strings.TrimPrefix(end.String(), "ACTION_PHASE_"), m)
 	}
 }
-
-// isTerminal says an action in phase p has ended.

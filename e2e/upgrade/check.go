@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flytekube/backend/events/store"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cacheclient"
 	"github.com/flytekube/backend/executor/eventsink"
@@ -156,7 +157,7 @@ func (ch *checker) check(ctx context.Context) []string {
 			add("%s: %s, want %s (reason %s)", name, systemtest.PhaseOrNone(string(ta.Status.Phase)), want[name], systemtest.ProgressingReason(ta))
 		}
 		end := ch.checkEvents(ctx, ta, add)
-		if systemtest.IsTerminal(end) && !ch.w.sawPhase(idOf(ta), end) {
+		if store.IsTerminal(end) && !ch.w.sawPhase(idOf(ta), end) {
 			add("%s: the watcher never saw it %s", name, phaseName(end))
 		}
 	}
@@ -332,8 +333,8 @@ func (ch *checker) checkCache(ctx context.Context, add func(string, ...any)) {
 			if ch.cacheStatus[p.group] == nil {
 				ch.cacheStatus[p.group] = map[flytev1.CacheStatus]int{}
 			}
-			if h := ta.Status.PhaseHistory; len(h) > 0 {
-				ch.cacheStatus[p.group][h[len(h)-1].CacheStatus]++
+			if last, ok := ta.Status.PhaseHistory.Last(); ok {
+				ch.cacheStatus[p.group][last.CacheStatus]++
 			}
 		}
 		if checked[p.group] {

@@ -131,7 +131,10 @@ func IsNamed(phase flytecorev1.ActionPhase) bool {
 	return ok && phase != flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED
 }
 
-// IsTerminal reports whether an action in this phase is finished.
+// IsTerminal reports whether an action in this phase is finished: the one rule of it for
+// the contract's phases, for Rank and for whatever else reads them (the sandbox, the
+// chaos and upgrade checks). The CRD's phases have theirs, flytev1.Phase.IsTerminal;
+// the test of eventsink.ProtoPhase holds the two to agreeing.
 func IsTerminal(phase flytecorev1.ActionPhase) bool {
 	switch phase {
 	case flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED, flytecorev1.ActionPhase_ACTION_PHASE_FAILED,

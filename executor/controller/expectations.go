@@ -35,7 +35,7 @@ type expectations struct {
 
 // expected is what the cache must show of one action.
 type expected struct {
-	history      historyMark
+	history      flytev1.HistoryMark
 	hasHistory   bool
 	hasFinalizer bool
 	finalizer    bool // held, if hasFinalizer
@@ -44,7 +44,7 @@ type expected struct {
 
 // shownBy reports whether ta, as the cache holds it, has caught up with e.
 func (e expected) shownBy(ta *flytev1.TaskAction) bool {
-	if got, _ := lastEntry(&ta.Status); e.hasHistory && got.before(e.history) {
+	if got, _ := ta.Status.PhaseHistory.Last(); e.hasHistory && got.Mark().Before(e.history) {
 		return false
 	}
 	return !e.hasFinalizer || controllerutil.ContainsFinalizer(ta, Finalizer) == e.finalizer
@@ -56,11 +56,11 @@ func newExpectations() *expectations {
 
 // expect records that ta's history, as just written, ends at its last entry.
 func (e *expectations) expect(ta *flytev1.TaskAction) {
-	m, ok := lastEntry(&ta.Status)
+	last, ok := ta.Status.PhaseHistory.Last()
 	if !ok {
 		return
 	}
-	e.update(ta.UID, func(x *expected) { x.history, x.hasHistory = m, true })
+	e.update(ta.UID, func(x *expected) { x.history, x.hasHistory = last.Mark(), true })
 }
 
 // expectFinalizer records that ta's finalizer, as just patched, is on or off.

@@ -135,7 +135,7 @@ func newPassHarness(t *testing.T, events bool, ta *flytev1.TaskAction) *passHarn
 	h.r = &TaskActionReconciler{Client: h.c, Registry: reg, Log: log, Clock: h.clock,
 		Options: Options{MaxSystemFailures: 1, Backoff: backoff.Backoff{Base: time.Second, Cap: time.Second}}}
 	if events {
-		h.sink = &laterSink{pending: map[types.UID]historyMark{}, delivered: map[types.UID]historyMark{}}
+		h.sink = &laterSink{pending: map[types.UID]flytev1.HistoryMark{}, delivered: map[types.UID]flytev1.HistoryMark{}}
 		h.r.Events = h.sink
 	}
 	return h
@@ -181,19 +181,19 @@ func (h *passHarness) delete(t *testing.T) {
 // laterSink delivers what it is handed when told to (deliver), as the publisher does
 // from its own goroutine, and reports whether a release waits to be woken by that.
 type laterSink struct {
-	pending, delivered map[types.UID]historyMark
+	pending, delivered map[types.UID]flytev1.HistoryMark
 	wake               bool
 }
 
 func (s *laterSink) Enqueue(ta *flytev1.TaskAction) {
-	if m, ok := lastEntry(&ta.Status); ok && !s.Delivered(ta) {
-		s.pending[ta.UID] = m
+	if last, ok := ta.Status.PhaseHistory.Last(); ok && !s.Delivered(ta) {
+		s.pending[ta.UID] = last.Mark()
 	}
 }
 
 func (s *laterSink) Delivered(ta *flytev1.TaskAction) bool {
-	m, ok := lastEntry(&ta.Status)
-	return !ok || s.delivered[ta.UID] == m
+	last, ok := ta.Status.PhaseHistory.Last()
+	return !ok || s.delivered[ta.UID] == last.Mark()
 }
 
 func (s *laterSink) ReleaseWhenDelivered(ta *flytev1.TaskAction) bool {

@@ -135,9 +135,9 @@ func (s *scope) holdsFinalizer() bool { return controllerutil.ContainsFinalizer(
 
 // writesHistory says this pass has history to write: a new last entry.
 func (s *scope) writesHistory() bool {
-	now, _ := lastEntry(&s.ta.Status)
-	was, _ := lastEntry(s.before)
-	return now != was
+	now, _ := s.ta.Status.PhaseHistory.Last()
+	was, _ := s.before.PhaseHistory.Last()
+	return now.Mark() != was.Mark()
 }
 
 // releaseWhenDelivered is the one place the finalizer comes off: a finished action (its

@@ -45,7 +45,7 @@ func recordPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message st
 	// The first entry is always written: a held action is Queued before its history
 	// begins (awaitEventsBacklog).
 	changed := len(st.PhaseHistory) == 0 || st.Phase != phase || newVersion || len(events) > 0
-	if n := len(st.PhaseHistory); n > 0 && st.PhaseHistory[n-1].Attempt != attempt {
+	if last, ok := st.PhaseHistory.Last(); ok && last.Attempt != attempt {
 		changed = true
 	}
 	if changed {
@@ -85,25 +85,19 @@ func setConditions(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message 
 	}
 }
 
-// appendHistory adds entry to the history, numbered one after the attempt's last entry:
-// the last entry is never dropped, so the numbers of an attempt only grow and every
-// entry is a distinct event, however many older ones went. An entry that repeats the
-// last one (the same attempt, phase and reason, nothing else to report) replaces it with
-// a count, so a wait refused again and again for a day stays one entry; it still gets a
-// new version, and so reaches the events service. The oldest entries go beyond
-// maxPhaseHistory.
+// appendHistory adds entry to the history, numbered as the history numbers it
+// (NextVersion): the last entry is never dropped, so the numbers of an attempt only grow
+// and every entry is a distinct event, however many older ones went. An entry that
+// repeats the last one (the same attempt, phase and reason, nothing else to report)
+// replaces it with a count, so a wait refused again and again for a day stays one entry;
+// it still gets a new version, and so reaches the events service. The oldest entries go
+// beyond maxPhaseHistory.
 func appendHistory(st *flytev1.TaskActionStatus, entry flytev1.PhaseTransition) {
-	n := len(st.PhaseHistory)
-	if n > 0 {
-		last := &st.PhaseHistory[n-1]
-		if last.Attempt == entry.Attempt {
-			entry.Version = last.Version + 1
-		}
-		if repeats(last, &entry) {
-			entry.Count = max(last.Count, 1) + 1
-			*last = entry
-			return
-		}
+	entry.Version = st.PhaseHistory.NextVersion(entry.Attempt)
+	if last, ok := st.PhaseHistory.Last(); ok && repeats(&last, &entry) {
+		entry.Count = max(last.Count, 1) + 1
+		st.PhaseHistory[len(st.PhaseHistory)-1] = entry
+		return
 	}
 	st.PhaseHistory = append(st.PhaseHistory, entry)
 	if len(st.PhaseHistory) > maxPhaseHistory {
@@ -118,22 +112,6 @@ func repeats(last, next *flytev1.PhaseTransition) bool {
 		!next.Phase.IsTerminal() && last.Error == nil && next.Error == nil &&
 		len(last.ClusterEvents) == 0 && len(next.ClusterEvents) == 0 &&
 		last.CacheStatus == next.CacheStatus && slices.Equal(last.LogLinks, next.LogLinks)
-}
-
-// lastEntry identifies the newest history entry; ok is false for an empty history.
-func lastEntry(st *flytev1.TaskActionStatus) (m historyMark, ok bool) {
-	n := len(st.PhaseHistory)
-	if n == 0 {
-		return historyMark{}, false
-	}
-	return historyMark{st.PhaseHistory[n-1].Attempt, st.PhaseHistory[n-1].Version}, true
-}
-
-// historyMark identifies a history entry: entries are ordered by it.
-type historyMark struct{ attempt, version int32 }
-
-func (m historyMark) before(o historyMark) bool {
-	return m.attempt < o.attempt || m.attempt == o.attempt && m.version < o.version
 }
 
 func setCondition(ta *flytev1.TaskAction, typ string, status metav1.ConditionStatus, reason, message string, now metav1.Time) {

@@ -72,7 +72,7 @@ func TestHistoryVersionsGrowPastTheCap(t *testing.T) {
 	seen := map[int32]bool{}
 	for i := range 3 * maxPhaseHistory {
 		recordPhase(ta, phases[i%2], "Reason", "", now, false, nil, nil)
-		last := ta.Status.PhaseHistory[len(ta.Status.PhaseHistory)-1]
+		last, _ := ta.Status.PhaseHistory.Last()
 		if seen[last.Version] {
 			t.Fatalf("entry %d got version %d again", i, last.Version)
 		}
@@ -83,7 +83,7 @@ func TestHistoryVersionsGrowPastTheCap(t *testing.T) {
 	}
 	ta.Status.Attempts = 2
 	recordPhase(ta, flytev1.PhaseQueued, flytev1.ReasonRetrying, "", now, false, nil, nil)
-	if last := ta.Status.PhaseHistory[len(ta.Status.PhaseHistory)-1]; last.Attempt != 2 || last.Version != 0 {
+	if last, _ := ta.Status.PhaseHistory.Last(); last.Attempt != 2 || last.Version != 0 {
 		t.Fatalf("a new attempt's first entry is %d/%d; want 2/0", last.Attempt, last.Version)
 	}
 }

@@ -225,7 +225,7 @@ func TestOnlyValidLogLinksAreKept(t *testing.T) {
 	ta := newAction(ns, "links", "test-links", nil)
 	create(t, ta)
 	got := waitFor(t, ta, "finished", terminal)
-	last := got.Status.PhaseHistory[len(got.Status.PhaseHistory)-1]
+	last, _ := got.Status.PhaseHistory.Last()
 	if len(last.LogLinks) != 1 || last.LogLinks[0].Name != "good" {
 		t.Fatalf("log links %+v; want only the good one", last.LogLinks)
 	}

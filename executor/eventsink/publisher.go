@@ -151,7 +151,7 @@ type state struct {
 	pending *flytev1.TaskAction
 	// delivered is the last entry the events service acknowledged; known is false until
 	// one was, and after a restart, so that the whole history goes again.
-	delivered mark
+	delivered flytev1.HistoryMark
 	known     bool
 	// gone: the action was deleted; the state goes once pending is delivered.
 	gone bool
@@ -168,13 +168,6 @@ type state struct {
 	// handed over meanwhile waits for it too, so that a busy action is refused (and its
 	// Event recorded) once per step of the backoff, not at every status write.
 	heldUntil time.Time
-}
-
-// mark identifies a history entry.
-type mark struct{ attempt, version int32 }
-
-func (m mark) less(o mark) bool {
-	return m.attempt < o.attempt || m.attempt == o.attempt && m.version < o.version
 }
 
 // Option changes a publisher.
@@ -314,13 +307,13 @@ func (p *Publisher) add(uids ...types.UID) {
 // found it) to have its undelivered history delivered. Handing over what is already
 // delivered or already waiting does nothing.
 func (p *Publisher) Enqueue(ta *flytev1.TaskAction) {
-	end, ok := last(ta)
+	end, ok := ta.Status.PhaseHistory.Last()
 	if !ok {
 		return
 	}
 	p.mu.Lock()
 	st, predecessor := p.stateOf(ta)
-	added := p.enqueueLocked(st, ta, end)
+	added := p.enqueueLocked(st, ta, end.Mark())
 	p.mu.Unlock()
 	p.add(predecessor)
 	if added {
@@ -334,17 +327,17 @@ func (p *Publisher) Enqueue(ta *flytev1.TaskAction) {
 // one step: a delivery finishing in between cannot slip past, whichever snapshot it
 // delivered.
 func (p *Publisher) ReleaseWhenDelivered(ta *flytev1.TaskAction) bool {
-	end, ok := last(ta)
+	end, ok := ta.Status.PhaseHistory.Last()
 	if !ok {
 		return true
 	}
 	p.mu.Lock()
 	st, predecessor := p.stateOf(ta)
-	delivered := st.known && !st.delivered.less(end)
+	delivered := st.known && !st.delivered.Before(end.Mark())
 	added := false
 	if !delivered {
 		st.wake = ta.DeepCopy()
-		added = p.enqueueLocked(st, ta, end)
+		added = p.enqueueLocked(st, ta, end.Mark())
 	}
 	p.mu.Unlock()
 	p.add(predecessor)
@@ -356,12 +349,12 @@ func (p *Publisher) ReleaseWhenDelivered(ta *flytev1.TaskAction) bool {
 
 // enqueueLocked makes ta the state's pending snapshot unless what is delivered or
 // waiting already reaches end, and reports whether it did. The caller holds p.mu.
-func (p *Publisher) enqueueLocked(st *state, ta *flytev1.TaskAction, end mark) bool {
-	if st.known && !st.delivered.less(end) {
+func (p *Publisher) enqueueLocked(st *state, ta *flytev1.TaskAction, end flytev1.HistoryMark) bool {
+	if st.known && !st.delivered.Before(end) {
 		return false
 	}
 	if st.pending != nil {
-		if have, _ := last(st.pending); !have.less(end) {
+		if have, _ := st.pending.Status.PhaseHistory.Last(); !have.Mark().Before(end) {
 			return false
 		}
 	}
@@ -375,25 +368,17 @@ func (p *Publisher) Source() source.Source {
 	return source.Channel(p.deleted, &handler.TypedEnqueueRequestForObject[*flytev1.TaskAction]{})
 }
 
-func last(ta *flytev1.TaskAction) (mark, bool) {
-	h := ta.Status.PhaseHistory
-	if len(h) == 0 {
-		return mark{}, false
-	}
-	return mark{h[len(h)-1].Attempt, h[len(h)-1].Version}, true
-}
-
 // Delivered reports whether every history entry of ta has been delivered. After a
 // restart nothing is, until the reconciler hands the action over again.
 func (p *Publisher) Delivered(ta *flytev1.TaskAction) bool {
-	end, ok := last(ta)
+	end, ok := ta.Status.PhaseHistory.Last()
 	if !ok {
 		return true
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.states[ta.UID]
-	return st != nil && st.known && !st.delivered.less(end)
+	return st != nil && st.known && !st.delivered.Before(end.Mark())
 }
 
 // Forget is told that an action is gone. What it had not yet delivered still is; then
@@ -442,7 +427,10 @@ const vanishedMessage = "the action was deleted before it finished; the executor
 // aborted returns ta with an Aborted entry ending its history, in the attempt of its
 // last entry, or nil if ta is nil or already finished.
 func (p *Publisher) aborted(ta *flytev1.TaskAction) *flytev1.TaskAction {
-	end, ok := lastEntry(ta)
+	if ta == nil {
+		return nil
+	}
+	end, ok := ta.Status.PhaseHistory.Last()
 	if !ok || end.Phase.IsTerminal() {
 		return nil
 	}
@@ -453,23 +441,16 @@ func (p *Publisher) aborted(ta *flytev1.TaskAction) *flytev1.TaskAction {
 	ta = ta.DeepCopy() // snapshots are shared with deliveries in flight
 	ta.Status.Phase = flytev1.PhaseAborted
 	ta.Status.PhaseHistory = append(ta.Status.PhaseHistory, flytev1.PhaseTransition{
-		Phase: flytev1.PhaseAborted, Attempt: end.Attempt, Version: end.Version + 1,
+		Phase: flytev1.PhaseAborted, Attempt: end.Attempt, Version: ta.Status.PhaseHistory.NextVersion(end.Attempt),
 		Reason: flytev1.ReasonAborted, Message: vanishedMessage, OccurredAt: metav1.NewMicroTime(at),
 	})
 	return ta
 }
 
-func lastEntry(ta *flytev1.TaskAction) (flytev1.PhaseTransition, bool) {
-	if ta == nil || len(ta.Status.PhaseHistory) == 0 {
-		return flytev1.PhaseTransition{}, false
-	}
-	return ta.Status.PhaseHistory[len(ta.Status.PhaseHistory)-1], true
-}
-
 // compact is what is kept of a delivered snapshot: the action's names, identity and last
 // entry, without its texts, links and cluster events.
 func compact(ta *flytev1.TaskAction) *flytev1.TaskAction {
-	end, _ := lastEntry(ta)
+	end, _ := ta.Status.PhaseHistory.Last()
 	return &flytev1.TaskAction{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ta.Namespace, Name: ta.Name, UID: ta.UID},
 		Spec: flytev1.TaskActionSpec{Project: ta.Spec.Project, Domain: ta.Spec.Domain, RunName: ta.Spec.RunName,
@@ -521,10 +502,10 @@ type pending struct {
 	uid    types.UID
 	action *flytev1.TaskAction // the snapshot delivered from
 	events []*eventsv1.ActionEvent
-	marks  []mark // the history entry of each event
-	size   int    // the bytes events take in a request (eventBytes)
-	end    mark   // the last entry in events
-	more   bool   // entries after end remain
+	marks  []flytev1.HistoryMark // the history entry of each event
+	size   int                   // the bytes events take in a request (eventBytes)
+	end    flytev1.HistoryMark   // the last entry in events
+	more   bool                  // entries after end remain
 }
 
 // head is the first k of w's events, to go alone: the others follow from the delivered
@@ -761,7 +742,7 @@ func heldMessage(w pending, tries int, wait time.Duration, err error) string {
 	first := w.events[0]
 	msg := fmt.Sprintf("the events service refused %d events of this action (attempt %d version %d to attempt %d version %d), %d times in a row; "+
 		"they are held, and offered again in %s (an events service older than the executor refuses what it does not know until it is upgraded): %v",
-		len(w.events), first.GetAttempt(), first.GetVersion(), w.end.attempt, w.end.version, tries, wait.Round(time.Second), err)
+		len(w.events), first.GetAttempt(), first.GetVersion(), w.end.Attempt, w.end.Version, tries, wait.Round(time.Second), err)
 	return textbound.Cut(msg, maxEventMessage)
 }
 
@@ -770,7 +751,7 @@ func refusalMessage(w pending, tries int, err error) string {
 	first := w.events[0]
 	msg := fmt.Sprintf("the events service refused %d events of this action (attempt %d version %d to attempt %d version %d) %d times; "+
 		"they are no longer sent and stay in status.phaseHistory: %v",
-		len(w.events), first.GetAttempt(), first.GetVersion(), w.end.attempt, w.end.version, tries, err)
+		len(w.events), first.GetAttempt(), first.GetVersion(), w.end.Attempt, w.end.Version, tries, err)
 	return textbound.Cut(msg, maxEventMessage)
 }
 
@@ -864,8 +845,8 @@ func (p *Publisher) undelivered(uid types.UID) pending {
 	w := pending{uid: uid, action: ta, end: done}
 	now := timestamppb.New(p.clock.Now())
 	for _, h := range ta.Status.PhaseHistory {
-		m := mark{h.Attempt, h.Version}
-		if known && !done.less(m) {
+		m := h.Mark()
+		if known && !done.Before(m) {
 			continue
 		}
 		ev := p.toEvent(ta, h, now)
@@ -883,7 +864,11 @@ func (p *Publisher) undelivered(uid types.UID) pending {
 }
 
 // ProtoPhase is the events service's name for an action's phase (UNSPECIFIED for a phase
-// it has none for).
+// it has none for). It is the one map from the CRD's phases to the contract's, kept with
+// the rest of the translation of a history entry to an event (toEvent): whatever
+// compares the two (the chaos and upgrade checks) goes through it. Each side has its own
+// rule of which phases end an action (flytev1.Phase.IsTerminal, store.IsTerminal); a
+// test holds the map to agreeing with both.
 func ProtoPhase(p flytev1.Phase) flytecorev1.ActionPhase { return phases[p] }
 
 var phases = map[flytev1.Phase]flytecorev1.ActionPhase{
@@ -911,7 +896,7 @@ func (p *Publisher) toEvent(ta *flytev1.TaskAction, h flytev1.PhaseTransition, r
 			Project: ta.Spec.Project, Domain: ta.Spec.Domain, Run: ta.Spec.RunName, Action: ta.Spec.ActionName,
 		},
 		Attempt:     uint32(h.Attempt),
-		Phase:       phases[h.Phase],
+		Phase:       ProtoPhase(h.Phase),
 		Version:     uint32(h.Version),
 		OccurredAt:  timestamppb.New(h.OccurredAt.Time),
 		ReportedAt:  reportedAt,

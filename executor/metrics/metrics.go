@@ -27,10 +27,6 @@ const (
 	WaitResources = "resources"
 )
 
-// phaseNames are the phases of a TaskAction, as in its status.
-var phaseNames = []flytev1.Phase{flytev1.PhaseQueued, flytev1.PhaseWaitingForResources, flytev1.PhaseInitializing,
-	flytev1.PhaseRunning, flytev1.PhaseSucceeded, flytev1.PhaseFailed, flytev1.PhaseAborted, flytev1.PhaseTimedOut}
-
 // Metrics are the executor's instruments.
 type Metrics struct {
 	phaseChanges        *prometheus.CounterVec
@@ -63,8 +59,8 @@ type Metrics struct {
 // phase, which counts the actions in actions (the manager's informer cache) when scraped;
 // a nil actions leaves that gauge out (tests of one component, which have no cache).
 func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
-	phases := make([]string, len(phaseNames))
-	for i, p := range phaseNames {
+	phases := make([]string, len(flytev1.Phases()))
+	for i, p := range flytev1.Phases() {
 		phases[i] = string(p)
 	}
 	m := &Metrics{
@@ -159,7 +155,7 @@ func (c *actionsByPhase) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.desc, fmt.Errorf("listing cached actions: %w", err))
 		return
 	}
-	counts := make(map[flytev1.Phase]int, len(phaseNames))
+	counts := make(map[flytev1.Phase]int, len(flytev1.Phases()))
 	for i := range list.Items {
 		p := list.Items[i].Status.Phase
 		if p == "" {
@@ -167,7 +163,7 @@ func (c *actionsByPhase) Collect(ch chan<- prometheus.Metric) {
 		}
 		counts[p]++
 	}
-	for _, p := range phaseNames {
+	for _, p := range flytev1.Phases() {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[p]), string(p))
 	}
 }

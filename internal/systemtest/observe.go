@@ -8,7 +8,6 @@ import (
 	"time"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 )
 
 // IsLeader says whether the executor serving metricsURL leads: controller-runtime's
@@ -29,16 +28,6 @@ func IsLeader(ctx context.Context, metricsURL string) bool {
 		if strings.HasPrefix(line, "leader_election_master_status{") && strings.HasSuffix(line, " 1") {
 			return true
 		}
-	}
-	return false
-}
-
-// IsTerminal says whether an action in phase p has ended.
-func IsTerminal(p flytecorev1.ActionPhase) bool {
-	switch p {
-	case flytecorev1.ActionPhase_ACTION_PHASE_SUCCEEDED, flytecorev1.ActionPhase_ACTION_PHASE_FAILED,
-		flytecorev1.ActionPhase_ACTION_PHASE_ABORTED, flytecorev1.ActionPhase_ACTION_PHASE_TIMED_OUT:
-		return true
 	}
 	return false
 }

@@ -168,13 +168,20 @@ func TestPrinterColumns(t *testing.T) {
 }
 
 func TestIsTerminal(t *testing.T) {
-	for phase, want := range map[flytev1.Phase]bool{
+	terminal := map[flytev1.Phase]bool{
 		flytev1.PhaseQueued: false, flytev1.PhaseWaitingForResources: false, flytev1.PhaseInitializing: false,
 		flytev1.PhaseRunning: false, flytev1.PhaseSucceeded: true, flytev1.PhaseFailed: true,
 		flytev1.PhaseAborted: true, flytev1.PhaseTimedOut: true,
-	} {
+		"": false, "Sleeping": false,
+	}
+	for phase, want := range terminal {
 		if phase.IsTerminal() != want {
-			t.Errorf("%s.IsTerminal() = %v", phase, !want)
+			t.Errorf("%q.IsTerminal() = %v", phase, !want)
+		}
+	}
+	for _, phase := range flytev1.Phases() {
+		if _, ok := terminal[phase]; !ok {
+			t.Errorf("phase %s is not in the table", phase)
 		}
 	}
 }

@@ -313,7 +313,15 @@ const (
 	PhaseTimedOut            Phase = "TimedOut"
 )
 
-// IsTerminal reports whether an action in this phase is finished.
+// Phases lists every phase, in the order an attempt moves through them, the terminal
+// ones last (as the Enum marker above, which cannot name them, lists them).
+func Phases() []Phase {
+	return []Phase{PhaseQueued, PhaseWaitingForResources, PhaseInitializing, PhaseRunning,
+		PhaseSucceeded, PhaseFailed, PhaseAborted, PhaseTimedOut}
+}
+
+// IsTerminal reports whether an action in this phase is finished: the one rule of it
+// for the CRD's phases (the events contract's phases have theirs in events/store).
 func (p Phase) IsTerminal() bool {
 	switch p {
 	case PhaseSucceeded, PhaseFailed, PhaseAborted, PhaseTimedOut:
@@ -549,7 +557,7 @@ type TaskActionStatus struct {
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
-	PhaseHistory []PhaseTransition `json:"phaseHistory,omitempty"`
+	PhaseHistory PhaseHistory `json:"phaseHistory,omitempty"`
 
 	// Error is the last failure, if any.
 	// +optional
