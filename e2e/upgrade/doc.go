@@ -15,8 +15,8 @@
 //
 // Afterwards it holds the system to what an upgrade in place promises: every action ends
 // as planned, every history entry is stored once, every stored event reaches the sink
-// once, every finish reaches the watcher, the cache answers what was put, and no probe
-// call failed for longer than maxFailureRun.
+// (once, or twice at a relay's handover), every finish reaches the watcher, the cache
+// answers what was put, and no probe call failed for longer than maxFailureRun.
 //
 // TestUpgrade runs a short form by default (make test) and a long one with UPGRADE_TEST=full (make upgrade-test
 // FROM=v…); FROM (UPGRADE_FROM) names the release upgraded from, by default the last

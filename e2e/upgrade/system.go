@@ -47,6 +47,9 @@ type service struct {
 	name     string // events, cacheservice
 	lb       *balancer
 	replicas map[string]*replica // by release name
+	// stopped counts the replicas stopped: each stop of an events replica may hand the
+	// CloudEvents relay to another.
+	stopped int
 }
 
 // replica is one process of a service.
@@ -194,6 +197,7 @@ func (s *system) stopReplica(svc *service, release string) {
 	delete(svc.replicas, release)
 	svc.lb.set(svc.addrs()...)
 	rep.proc.Stop(30 * time.Second)
+	svc.stopped++
 }
 
 func (svc *service) addrs() []string {
