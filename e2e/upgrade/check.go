@@ -62,7 +62,7 @@ type checker struct {
 
 	// figures of the last check
 	actions, storedEvents, published int
-	resent                           int // events the sink took twice
+	resent                           int                                 // events the sink took twice
 	podsRun                          map[string]int                      // runtime -> pods whose container ran to its end
 	cacheStatus                      map[int]map[flytev1.CacheStatus]int // group -> status -> actions
 }
