@@ -26,9 +26,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/metrics"
-	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/storage"
 	"github.com/flytekube/backend/executor/tracing"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
@@ -63,7 +62,7 @@ type Cache struct {
 	MaxQueuedReleases int
 
 	client    cachev1connect.CacheServiceClient
-	store     core.DataStore
+	store     storage.DataStore
 	heartbeat time.Duration
 	log       *slog.Logger
 
@@ -90,7 +89,7 @@ type hold struct {
 }
 
 // New creates a cache; heartbeat is the interval asked for reservations.
-func New(c cachev1connect.CacheServiceClient, store core.DataStore, heartbeat time.Duration, log *slog.Logger) *Cache {
+func New(c cachev1connect.CacheServiceClient, store storage.DataStore, heartbeat time.Duration, log *slog.Logger) *Cache {
 	return &Cache{client: c, store: store, heartbeat: heartbeat, log: log,
 		holding: make(map[types.UID]*hold), keys: make(map[types.UID]*cachev1.CacheKey),
 		releases: newReleaseQueue(), releasing: make(map[string]release)}
@@ -171,13 +170,13 @@ func (c *Cache) forgetKey(ta *flytev1.TaskAction) {
 
 // Key computes an action's cache key. The inputs document is read with the data store's
 // document limit: hashing it parses it whole (InputsHash), so it is held in memory. One
-// over the limit leaves the action without the cache (core.ErrTooLarge; Lookup says so
+// over the limit leaves the action without the cache (storage.ErrTooLarge; Lookup says so
 // and runs it), as any other failure to compute its key.
 func (c *Cache) Key(ctx context.Context, ta *flytev1.TaskAction) (*cachev1.CacheKey, error) {
 	var inputs []byte
 	if ta.Spec.InputURI != "" {
 		var err error
-		if inputs, err = core.DataStoreFor(c.store, ta).Read(ctx, ta.Spec.InputURI); err != nil {
+		if inputs, err = storage.DataStoreFor(c.store, ta).Read(ctx, ta.Spec.InputURI); err != nil {
 			return nil, fmt.Errorf("cache: reading inputs: %w", err)
 		}
 	}
@@ -301,20 +300,20 @@ func (c *Cache) lookupOrReserve(ctx context.Context, ta *flytev1.TaskAction, key
 // the outputs cannot be used: gone (Stale, counted and logged), refused or unreadable.
 func (c *Cache) useHit(ctx context.Context, ta *flytev1.TaskAction, out *cachev1.CachedOutput, outputsURI string) Decision {
 	from := out.GetOutputUri()
-	cerr := copyOutputs(ctx, core.DataStoreFor(c.store, ta), from, outputsURI)
-	var refused *datastore.NotAllowedError
+	cerr := copyOutputs(ctx, storage.DataStoreFor(c.store, ta), from, outputsURI)
+	var refused *storage.NotAllowedError
 	switch {
 	case cerr == nil && from == "":
 		return Decision{Hit: true} // remembered as succeeded, with no outputs
 	case cerr == nil:
 		return Decision{Hit: true, OutputsURI: outputsURI}
-	case errors.Is(cerr, core.ErrTooLarge):
+	case errors.Is(cerr, storage.ErrTooLarge):
 		c.log.Warn("cached outputs are over the data store's copy limit; treating the hit as a miss", "action", ta.Name, "error", cerr)
 	case errors.As(cerr, &refused):
 		c.Metrics.CacheOutputsRefused(refused.Reason)
 		c.log.Warn("cached outputs lie where the action may not read; treating the hit as a miss",
 			"action", ta.Name, "outputs", from, "reason", refused.Reason, "error", cerr)
-	case errors.Is(cerr, core.ErrNotFound):
+	case errors.Is(cerr, storage.ErrNotFound):
 		src := out.GetSourceAction()
 		c.log.Warn("cached outputs are gone; running the action and replacing the entry", "action", ta.Name,
 			"outputs", from, "source", src.GetRun()+"/"+src.GetAction())
@@ -395,14 +394,14 @@ func (c *Cache) Holds(uid types.UID) bool {
 	return ok
 }
 
-// copyOutputs copies a hit's outputs, streamed where the store can (core.Copier): they
+// copyOutputs copies a hit's outputs, streamed where the store can (storage.Copier): they
 // are another task's, of any size, and never held whole; over the store's copy limit
-// the copy fails (core.ErrTooLarge) and the hit is a miss.
-func copyOutputs(ctx context.Context, store core.DataStore, from, to string) error {
+// the copy fails (storage.ErrTooLarge) and the hit is a miss.
+func copyOutputs(ctx context.Context, store storage.DataStore, from, to string) error {
 	if from == "" {
 		return nil // the task has no outputs
 	}
-	if copier, ok := store.(core.Copier); ok {
+	if copier, ok := store.(storage.Copier); ok {
 		return copier.Copy(ctx, from, to)
 	}
 	data, err := store.Read(ctx, from)
@@ -452,7 +451,7 @@ func (c *Cache) Store(ctx context.Context, ta *flytev1.TaskAction, outputsURI st
 // outputBytes is the outputs' size, for the cache's bound per project; 0 when the data
 // store cannot tell it.
 func (c *Cache) outputBytes(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) uint64 {
-	sizer, ok := core.DataStoreFor(c.store, ta).(core.Sizer)
+	sizer, ok := storage.DataStoreFor(c.store, ta).(storage.Sizer)
 	if outputsURI == "" || !ok {
 		return 0
 	}

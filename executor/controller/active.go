@@ -17,9 +17,9 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cacheclient"
-	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/storage"
 	"github.com/flytekube/backend/internal/textbound"
 )
 
@@ -293,8 +293,7 @@ func (s *scope) handle(ctx context.Context) (ctrl.Result, error) {
 		// the queue's backoff, and the action is not charged for it.
 		return ctrl.Result{}, fmt.Errorf("plugin %s: %w", s.plugin.GetID(), err)
 	}
-	var refused *datastore.NotAllowedError
-	if errors.As(err, &refused) {
+	if storage.IsNotAllowed(err) {
 		// Inputs or outputs where storage.allowedPrefixes let no action go: that is how
 		// the executor is configured, which no retry changes, so the action fails now,
 		// naming the setting, rather than after its system budget.

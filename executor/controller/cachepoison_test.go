@@ -15,6 +15,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cacheclient"
 	"github.com/flytekube/backend/executor/datastore"
+	"github.com/flytekube/backend/executor/storage"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
@@ -62,11 +63,11 @@ func TestForgedCacheEntriesAreMisses(t *testing.T) {
 	tests := []struct {
 		name, outputURI, reason string
 	}{
-		{"executors-own-file", "file://" + token, datastore.ReasonOutside},
-		{"dot-dot", "file://" + filepath.Join(dataDir, ns) + "/" + strings.ReplaceAll(up, "..", "%2e%2e"), datastore.ReasonOutside},
-		{"symlink", "file://" + filepath.Join(dataDir, ns, "link", "token"), datastore.ReasonSymlink},
-		{"other-project", theirs("other", "development"), datastore.ReasonOtherProject},
-		{"other-domain", theirs("demo", "production"), datastore.ReasonOtherProject},
+		{"executors-own-file", "file://" + token, storage.ReasonOutside},
+		{"dot-dot", "file://" + filepath.Join(dataDir, ns) + "/" + strings.ReplaceAll(up, "..", "%2e%2e"), storage.ReasonOutside},
+		{"symlink", "file://" + filepath.Join(dataDir, ns, "link", "token"), storage.ReasonSymlink},
+		{"other-project", theirs("other", "development"), storage.ReasonOtherProject},
+		{"other-domain", theirs("demo", "production"), storage.ReasonOtherProject},
 	}
 	cacheClient := cacheServiceClient(t)
 	keys := cacheclient.New(nil, datastore.New(), 0, slog.New(slog.DiscardHandler))

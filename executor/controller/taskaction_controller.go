@@ -33,6 +33,7 @@ import (
 	"github.com/flytekube/backend/executor/fairqueue"
 	"github.com/flytekube/backend/executor/metrics"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/storage"
 	"github.com/flytekube/backend/executor/tenancy"
 	"github.com/flytekube/backend/executor/tracing"
 	"github.com/flytekube/backend/internal/backoff"
@@ -133,7 +134,7 @@ type Backlog interface {
 type TaskActionReconciler struct {
 	Client    client.Client
 	Registry  *core.Registry
-	DataStore core.DataStore
+	DataStore storage.DataStore
 	Recorder  record.EventRecorder
 	Clock     clock.PassiveClock
 	Log       *slog.Logger

@@ -17,51 +17,12 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore/prefix"
-	"github.com/flytekube/backend/executor/pluginmachinery/core"
-)
-
-// ErrNotAllowed is returned (as a *NotAllowedError) for a URI outside the locations a
-// confined store, or an action's view of it, may use. Nothing was read or written.
-var ErrNotAllowed = errors.New("outside the locations the data store may use")
-
-// Reasons a URI is refused, as NotAllowedError.Reason; they label metrics.
-const (
-	// ReasonOutside: under no allowed prefix, or not a URI one could hold.
-	ReasonOutside = "outside"
-	// ReasonOtherProject: in another project's or domain's part of a templated prefix.
-	ReasonOtherProject = "other_project"
-	// ReasonSymlink: a symbolic link leads out of a file:// prefix.
-	ReasonSymlink = "symlink"
-	// ReasonReserved: a path through a directory the executor keeps for itself.
-	ReasonReserved = "reserved"
-	// ReasonFileNotConfigured: an action's own file:// location, with no allowed
-	// prefixes configured; file:// is used only under a prefix that names it.
-	ReasonFileNotConfigured = "file_not_configured"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 // Setting is the configuration key of the allowed prefixes, named in refusals so that
 // whoever reads one knows what to change.
 const Setting = "storage.allowedPrefixes"
-
-// Checker is a store that tells whether it would refuse a URI, without reading or
-// writing: a plugin checks where it will look before it starts anything.
-type Checker interface {
-	// Check returns the *NotAllowedError Read (write: Write) would return, or nil.
-	Check(uri string, write bool) error
-}
-
-// NotAllowedError says why a URI was refused.
-type NotAllowedError struct {
-	URI    string
-	Reason string
-	Why    string
-}
-
-// The URI is quoted: it may come from anyone who can write a cache entry.
-func (e *NotAllowedError) Error() string { return fmt.Sprintf("datastore: %q: %s", e.URI, e.Why) }
-
-// Is makes errors.Is(err, ErrNotAllowed) hold.
-func (e *NotAllowedError) Is(target error) bool { return target == ErrNotAllowed }
 
 // Confined is a Store that reads and writes only under allowed prefixes, and gives each
 // action a view limited further to its own project's and domain's part of them.
@@ -74,13 +35,13 @@ type Confined struct {
 }
 
 var (
-	_ core.DataStore             = (*Confined)(nil)
-	_ core.ActionScopedDataStore = (*Confined)(nil)
-	_ core.HostPathStore         = view{}
-	_ Checker                    = (*Confined)(nil)
-	_ Checker                    = view{}
-	_ core.Copier                = (*Confined)(nil)
-	_ core.Copier                = view{}
+	_ storage.DataStore             = (*Confined)(nil)
+	_ storage.ActionScopedDataStore = (*Confined)(nil)
+	_ storage.HostPathStore         = view{}
+	_ storage.Checker               = (*Confined)(nil)
+	_ storage.Checker               = view{}
+	_ storage.Copier                = (*Confined)(nil)
+	_ storage.Copier                = view{}
 )
 
 // Confine limits s to the allowed prefixes (see package prefix for their form). With
@@ -104,33 +65,33 @@ func Confine(s *Store, allowed []string) (*Confined, error) {
 	return c, nil
 }
 
-// Read implements core.DataStore, under any allowed prefix, with placeholders standing
+// Read implements storage.DataStore, under any allowed prefix, with placeholders standing
 // for any project and domain.
 func (c *Confined) Read(ctx context.Context, uri string) ([]byte, error) {
 	return c.read(ctx, c.rules(), uri)
 }
 
-// Write implements core.DataStore, as Read.
+// Write implements storage.DataStore, as Read.
 func (c *Confined) Write(ctx context.Context, uri string, content []byte) error {
 	return c.write(ctx, c.rules(), uri, content)
 }
 
-// Exists implements core.DataStore, as Read.
+// Exists implements storage.DataStore, as Read.
 func (c *Confined) Exists(ctx context.Context, uri string) (bool, error) {
 	return c.exists(ctx, c.rules(), uri)
 }
 
-// Size implements core.Sizer, as Read.
+// Size implements storage.Sizer, as Read.
 func (c *Confined) Size(ctx context.Context, uri string) (int64, error) {
 	return c.size(ctx, c.rules(), uri)
 }
 
-// Copy implements core.Copier, as Read for from and Write for to.
+// Copy implements storage.Copier, as Read for from and Write for to.
 func (c *Confined) Copy(ctx context.Context, from, to string) error {
 	return c.copy(ctx, c.rules(), from, to)
 }
 
-// Check implements Checker, as Read.
+// Check implements storage.Checker, as Read.
 func (c *Confined) Check(uri string, write bool) error {
 	_, err := c.rules().check(uri, write)
 	return err
@@ -146,11 +107,11 @@ func (c *Confined) rules() rules {
 	return rules{allowed: c.prefixes}
 }
 
-// ForAction implements core.ActionScopedDataStore: the part of the store the action may
+// ForAction implements storage.ActionScopedDataStore: the part of the store the action may
 // use. With prefixes configured, it is their expansion for the action's project and
 // domain; another project's or domain's part of a templated prefix is refused even where
 // a plain prefix covers it. With none, it is derived from the action (see Confine).
-func (c *Confined) ForAction(ta *flytev1.TaskAction) core.DataStore {
+func (c *Confined) ForAction(ta *flytev1.TaskAction) storage.DataStore {
 	r := rules{scoped: true, project: ta.Spec.Project, domain: ta.Spec.Domain}
 	if len(c.prefixes) == 0 {
 		r.none = "outside the action's inputs and output base"
@@ -200,7 +161,7 @@ func (v view) Copy(ctx context.Context, from, to string) error {
 	return v.c.copy(ctx, v.r, from, to)
 }
 
-// Check implements Checker.
+// Check implements storage.Checker.
 func (v view) Check(uri string, write bool) error {
 	_, err := v.r.check(uri, write)
 	return err
@@ -235,22 +196,22 @@ type place struct {
 }
 
 func refuse(uri, reason, why string) error {
-	return &NotAllowedError{URI: uri, Reason: reason, Why: why}
+	return &storage.NotAllowedError{URI: uri, Reason: reason, Why: why}
 }
 
 // check decides whether uri may be used, and where it lies.
 func (r rules) check(uri string, write bool) (place, error) {
 	loc, err := prefix.ParseURI(uri)
 	if err != nil {
-		return place{}, refuse(uri, ReasonOutside, strings.TrimPrefix(err.Error(), fmt.Sprintf("%q", uri)+": "))
+		return place{}, refuse(uri, storage.ReasonOutside, strings.TrimPrefix(err.Error(), fmt.Sprintf("%q", uri)+": "))
 	}
 	if slices.Contains(loc.Segments, StagingDir) {
-		return place{}, refuse(uri, ReasonReserved, StagingDir+" directories are the executor's own: it stages pods' mounts there")
+		return place{}, refuse(uri, storage.ReasonReserved, StagingDir+" directories are the executor's own: it stages pods' mounts there")
 	}
 	for _, t := range r.territories {
 		vars, ok := t.Claim(loc)
 		if ok && (vars.Project != "" && vars.Project != r.project || vars.Domain != "" && vars.Domain != r.domain) {
-			return place{}, refuse(uri, ReasonOtherProject,
+			return place{}, refuse(uri, storage.ReasonOtherProject,
 				fmt.Sprintf("in the part of %s of project %q, domain %q; the action is of project %q, domain %q", t, vars.Project, vars.Domain, r.project, r.domain))
 		}
 	}
@@ -275,7 +236,7 @@ func (r rules) check(uri string, write bool) (place, error) {
 	}
 	if !found {
 		if r.ownFile(loc, write) {
-			return place{}, refuse(uri, ReasonFileNotConfigured, fmt.Sprintf(
+			return place{}, refuse(uri, storage.ReasonFileNotConfigured, fmt.Sprintf(
 				"file:// is refused unless the executor's %s lists a prefix holding it, and it lists none: add one (such as file:///data/) to use the disk",
 				Setting))
 		}
@@ -283,7 +244,7 @@ func (r rules) check(uri string, write bool) (place, error) {
 		if why == "" {
 			why = "under none of the allowed prefixes (" + Setting + ")"
 		}
-		return place{}, refuse(uri, ReasonOutside, why)
+		return place{}, refuse(uri, storage.ReasonOutside, why)
 	}
 	return place{uri: uri, loc: loc, under: best}, nil
 }
@@ -312,7 +273,7 @@ func (c *Confined) read(ctx context.Context, r rules, uri string) ([]byte, error
 	}
 	defer func() { _ = f.Close() }()
 	data, err := readLimited(f, size, c.store.limits.MaxDocumentBytes, uri)
-	if err != nil && !errors.Is(err, core.ErrTooLarge) {
+	if err != nil && !errors.Is(err, storage.ErrTooLarge) {
 		return nil, fileError("reading", at, err)
 	}
 	return data, err
@@ -324,7 +285,7 @@ func (c *Confined) read(ctx context.Context, r rules, uri string) ([]byte, error
 func openFile(at place, op string) (*os.File, int64, error) {
 	root, err := openRoot(at.under, false)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, fmt.Errorf("datastore: %s %s: %w", op, at.uri, core.ErrNotFound)
+		return nil, 0, fmt.Errorf("datastore: %s %s: %w", op, at.uri, storage.ErrNotFound)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("datastore: %s %s: %w", op, at.uri, err)
@@ -422,7 +383,7 @@ func (c *Confined) exists(ctx context.Context, r rules, uri string) (bool, error
 	}
 	defer func() { _ = root.Close() }()
 	fi, err := root.Stat(relative(at))
-	if err = fileError("checking", at, err); errors.Is(err, core.ErrNotFound) {
+	if err = fileError("checking", at, err); errors.Is(err, storage.ErrNotFound) {
 		return false, nil
 	}
 	return err == nil && fi.Mode().IsRegular(), err
@@ -438,7 +399,7 @@ func (c *Confined) size(ctx context.Context, r rules, uri string) (int64, error)
 	}
 	root, err := openRoot(at.under, false)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("datastore: sizing %s: %w", uri, core.ErrNotFound)
+		return 0, fmt.Errorf("datastore: sizing %s: %w", uri, storage.ErrNotFound)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("datastore: sizing %s: %w", uri, err)
@@ -531,9 +492,9 @@ func fileError(op string, at place, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
-		return fmt.Errorf("datastore: %s %s: %w", op, at.uri, core.ErrNotFound)
+		return fmt.Errorf("datastore: %s %s: %w", op, at.uri, storage.ErrNotFound)
 	case escapes(err):
-		return refuse(at.uri, ReasonSymlink, fmt.Sprintf("a symbolic link leads out of %s", at.under))
+		return refuse(at.uri, storage.ReasonSymlink, fmt.Sprintf("a symbolic link leads out of %s", at.under))
 	default:
 		return fmt.Errorf("datastore: %s %s: %w", op, at.uri, err)
 	}

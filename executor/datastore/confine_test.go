@@ -11,6 +11,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 const secret = "token-of-the-executor"
@@ -96,17 +97,17 @@ func TestConfinedRefusesEverythingOutsideItsPrefixes(t *testing.T) {
 		allowed + "/x.json?y=1",
 	} {
 		got, err := c.Read(ctx, uri)
-		if !errors.Is(err, datastore.ErrNotAllowed) {
+		if !errors.Is(err, storage.ErrNotAllowed) {
 			t.Errorf("Read(%s) = %q, %v; want ErrNotAllowed", uri, got, err)
 		}
 		if strings.Contains(string(got), secret) {
 			t.Errorf("Read(%s) returned the secret", uri)
 		}
-		var refused *datastore.NotAllowedError
-		if strings.Contains(uri, "-link") && (!errors.As(err, &refused) || refused.Reason != datastore.ReasonSymlink) {
+		var refused *storage.NotAllowedError
+		if strings.Contains(uri, "-link") && (!errors.As(err, &refused) || refused.Reason != storage.ReasonSymlink) {
 			t.Errorf("Read(%s) = %v; want it refused for its symbolic link", uri, err)
 		}
-		if ok, err := c.Exists(ctx, uri); ok || !errors.Is(err, datastore.ErrNotAllowed) {
+		if ok, err := c.Exists(ctx, uri); ok || !errors.Is(err, storage.ErrNotAllowed) {
 			t.Errorf("Exists(%s) = %v, %v; want ErrNotAllowed", uri, ok, err)
 		}
 		// Writes are tried only where a failing test cannot harm the machine.
@@ -122,7 +123,7 @@ func TestConfinedRefusesEverythingOutsideItsPrefixes(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, datastore.ErrNotAllowed) {
+		if !errors.Is(err, storage.ErrNotAllowed) {
 			t.Errorf("Write(%s) = %v; want ErrNotAllowed", uri, err)
 		}
 	}
@@ -143,7 +144,7 @@ func TestConfinedFileWritesArePlainFiles(t *testing.T) {
 	if ok, err := c.Exists(ctx, uri); ok || err != nil {
 		t.Fatalf("Exists before Write = %v, %v", ok, err)
 	}
-	if _, err := c.Read(ctx, uri); !errors.Is(err, core.ErrNotFound) {
+	if _, err := c.Read(ctx, uri); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Read before Write = %v; want ErrNotFound", err)
 	}
 	for _, content := range []string{"first", "second"} {
@@ -204,17 +205,17 @@ func TestActionViewKeepsProjectsApart(t *testing.T) {
 		shared + "/projects/p1/notes.json",
 	} {
 		got, err := view.Read(ctx, uri)
-		var refused *datastore.NotAllowedError
-		if !errors.As(err, &refused) || refused.Reason != datastore.ReasonOtherProject {
+		var refused *storage.NotAllowedError
+		if !errors.As(err, &refused) || refused.Reason != storage.ReasonOtherProject {
 			t.Errorf("Read(%s) = %q, %v; want refused as another project's", uri, got, err)
 		}
-		if err := view.Write(ctx, uri, []byte("mine")); !errors.Is(err, datastore.ErrNotAllowed) {
+		if err := view.Write(ctx, uri, []byte("mine")); !errors.Is(err, storage.ErrNotAllowed) {
 			t.Errorf("Write(%s) = %v; want ErrNotAllowed", uri, err)
 		}
 	}
 	// An action whose project cannot be a path segment gets no templated part at all.
 	odd := c.ForAction(actionIn("", "dev", "", shared+"/projects/p1/dev/r1"))
-	if err := odd.Write(ctx, "mem://data/p1/dev/x", []byte("x")); !errors.Is(err, datastore.ErrNotAllowed) {
+	if err := odd.Write(ctx, "mem://data/p1/dev/x", []byte("x")); !errors.Is(err, storage.ErrNotAllowed) {
 		t.Errorf("an action without a project wrote into a project's part: %v", err)
 	}
 }
@@ -225,7 +226,7 @@ func TestActionViewKeepsProjectsApart(t *testing.T) {
 func TestActionViewWithoutPrefixes(t *testing.T) {
 	ctx := context.Background()
 	c := confine(t)
-	if err := c.Write(ctx, "mem://in/r1/inputs.json", nil); !errors.Is(err, datastore.ErrNotAllowed) {
+	if err := c.Write(ctx, "mem://in/r1/inputs.json", nil); !errors.Is(err, storage.ErrNotAllowed) {
 		t.Fatalf("with no prefixes, the store itself wrote: %v", err)
 	}
 	view := c.ForAction(actionIn("p1", "dev", "mem://in/r1/inputs.json", "mem://out/r1"))
@@ -235,26 +236,26 @@ func TestActionViewWithoutPrefixes(t *testing.T) {
 	if got, err := view.Read(ctx, "mem://out/r1/a0/1/outputs.json"); err != nil || string(got) != "o" {
 		t.Fatalf("reading it back: %q, %v", got, err)
 	}
-	if _, err := view.Read(ctx, "mem://in/r1/inputs.json"); !errors.Is(err, core.ErrNotFound) {
+	if _, err := view.Read(ctx, "mem://in/r1/inputs.json"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("reading the inputs: %v; want allowed (and not found)", err)
 	}
 	for _, uri := range []string{"mem://in/r1/inputs.json", "mem://in/r1/other.json", "mem://out/r2/a0/1/outputs.json", "mem://out/r1-x/y"} {
-		if err := view.Write(ctx, uri, []byte("x")); !errors.Is(err, datastore.ErrNotAllowed) {
+		if err := view.Write(ctx, uri, []byte("x")); !errors.Is(err, storage.ErrNotAllowed) {
 			t.Errorf("Write(%s) = %v; want ErrNotAllowed", uri, err)
 		}
 	}
 	for _, uri := range []string{"mem://in/r1/other.json", "mem://out/r2/a0/1/outputs.json", "mem://out/r1"} {
-		if _, err := view.Read(ctx, uri); !errors.Is(err, datastore.ErrNotAllowed) {
+		if _, err := view.Read(ctx, uri); !errors.Is(err, storage.ErrNotAllowed) {
 			t.Errorf("Read(%s) = %v; want ErrNotAllowed", uri, err)
 		}
 	}
 
 	d := newDisk(t)
 	fileAction := c.ForAction(actionIn("p1", "dev", "file://"+d.outside+"/token", "file://"+d.allowed))
-	if got, err := fileAction.Read(ctx, "file://"+d.outside+"/token"); !errors.Is(err, datastore.ErrNotAllowed) {
+	if got, err := fileAction.Read(ctx, "file://"+d.outside+"/token"); !errors.Is(err, storage.ErrNotAllowed) {
 		t.Fatalf("an action's own file:// inputs were read without a configured prefix: %q, %v", got, err)
 	}
-	if err := fileAction.Write(ctx, "file://"+d.allowed+"/a0/1/outputs.json", nil); !errors.Is(err, datastore.ErrNotAllowed) {
+	if err := fileAction.Write(ctx, "file://"+d.allowed+"/a0/1/outputs.json", nil); !errors.Is(err, storage.ErrNotAllowed) {
 		t.Fatalf("an action's own file:// output base was written without a configured prefix: %v", err)
 	}
 }
@@ -265,10 +266,10 @@ func TestExecutionContextUsesTheActionsView(t *testing.T) {
 	c := confine(t, "mem://data/{project}/{domain}/")
 	ta := actionIn("p1", "dev", "mem://data/p2/dev/inputs.json", "mem://data/p1/dev/r1")
 	tCtx := core.NewTaskExecutionContext(core.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: c})
-	if _, err := tCtx.InputReader().Read(ctx); !errors.Is(err, datastore.ErrNotAllowed) {
+	if _, err := tCtx.InputReader().Read(ctx); !errors.Is(err, storage.ErrNotAllowed) {
 		t.Fatalf("inputs in another project's part: %v; want ErrNotAllowed", err)
 	}
-	if _, err := tCtx.DataStore().Read(ctx, "mem://data/p2/dev/x"); !errors.Is(err, datastore.ErrNotAllowed) {
+	if _, err := tCtx.DataStore().Read(ctx, "mem://data/p2/dev/x"); !errors.Is(err, storage.ErrNotAllowed) {
 		t.Fatalf("DataStore() read another project's part: %v", err)
 	}
 	if _, err := tCtx.OutputWriter().Write(ctx, []byte("o")); err != nil {
@@ -301,24 +302,24 @@ func TestStagedMountsStayInsideThePrefix(t *testing.T) {
 	for _, tc := range []struct {
 		name, uri, attempt string
 		dir                bool
-		want               core.HostMount // empty: refused
-		notAllowed         bool           // refused as ErrNotAllowed (not merely missing or of another kind)
+		want               storage.HostMount // empty: refused
+		notAllowed         bool              // refused as ErrNotAllowed (not merely missing or of another kind)
 	}{
 		{"output directory", in + "/run/a/1", "uid-1", true,
-			core.HostMount{Source: filepath.Join(staging, "out"), Target: filepath.Join(d.allowed, "run/a/1")}, false},
+			storage.HostMount{Source: filepath.Join(staging, "out"), Target: filepath.Join(d.allowed, "run/a/1")}, false},
 		{"input file", in + "/inputs.json", "uid-1", false,
-			core.HostMount{Source: filepath.Join(staging, "in/inputs.json"), Target: filepath.Join(d.allowed, "inputs.json")}, false},
-		{"directory through a link out", in + "/abs-link/x", "uid-1", true, core.HostMount{}, true},
-		{"file through a link out", in + "/abs-link/token", "uid-1", false, core.HostMount{}, true},
-		{"file that is a link out", in + "/token-link", "uid-1", false, core.HostMount{}, true},
-		{"file that is a link inside", in + "/inner-link", "uid-1", false, core.HostMount{}, true},
-		{"dot-dot out", in + "/../secrets", "uid-1", true, core.HostMount{}, true},
-		{"sibling", "file://" + d.sibling + "/token", "uid-1", false, core.HostMount{}, true},
-		{"into the staging directories", in + "/" + datastore.StagingDir + "/uid-2/out", "uid-1", true, core.HostMount{}, true},
-		{"an attempt that is a path", in + "/run/a/1", "../../x", true, core.HostMount{}, false},
-		{"missing file", in + "/nothing.json", "uid-1", false, core.HostMount{}, false},
-		{"a directory as a file", in + "/abs-link", "uid-1", false, core.HostMount{}, true},
-		{"not under the prefix", "mem://b/x", "uid-1", true, core.HostMount{}, true},
+			storage.HostMount{Source: filepath.Join(staging, "in/inputs.json"), Target: filepath.Join(d.allowed, "inputs.json")}, false},
+		{"directory through a link out", in + "/abs-link/x", "uid-1", true, storage.HostMount{}, true},
+		{"file through a link out", in + "/abs-link/token", "uid-1", false, storage.HostMount{}, true},
+		{"file that is a link out", in + "/token-link", "uid-1", false, storage.HostMount{}, true},
+		{"file that is a link inside", in + "/inner-link", "uid-1", false, storage.HostMount{}, true},
+		{"dot-dot out", in + "/../secrets", "uid-1", true, storage.HostMount{}, true},
+		{"sibling", "file://" + d.sibling + "/token", "uid-1", false, storage.HostMount{}, true},
+		{"into the staging directories", in + "/" + datastore.StagingDir + "/uid-2/out", "uid-1", true, storage.HostMount{}, true},
+		{"an attempt that is a path", in + "/run/a/1", "../../x", true, storage.HostMount{}, false},
+		{"missing file", in + "/nothing.json", "uid-1", false, storage.HostMount{}, false},
+		{"a directory as a file", in + "/abs-link", "uid-1", false, storage.HostMount{}, true},
+		{"not under the prefix", "mem://b/x", "uid-1", true, storage.HostMount{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stage := store.StageInput
@@ -326,8 +327,8 @@ func TestStagedMountsStayInsideThePrefix(t *testing.T) {
 				stage = store.StageOutput
 			}
 			got, err := stage(context.Background(), tc.uri, tc.attempt)
-			if tc.want == (core.HostMount{}) {
-				if err == nil || tc.notAllowed != errors.Is(err, datastore.ErrNotAllowed) {
+			if tc.want == (storage.HostMount{}) {
+				if err == nil || tc.notAllowed != errors.Is(err, storage.ErrNotAllowed) {
 					t.Fatalf("got %+v, %v; want refused (not allowed: %v)", got, err, tc.notAllowed)
 				}
 				return
@@ -375,7 +376,7 @@ func TestNoPodWritesOnAnotherPodsMountPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []core.HostMount{input, output} {
+	for _, m := range []storage.HostMount{input, output} {
 		for _, writable := range []string{first.Source, first.Target} {
 			if m.Source == writable || strings.HasPrefix(m.Source, writable+"/") {
 				t.Errorf("%s is mounted through %s, which a pod can or could write", m.Source, writable)
@@ -444,10 +445,10 @@ func TestCollectOutputMovesFilesAndLeavesLinks(t *testing.T) {
 	}
 }
 
-func hostPaths(t *testing.T, c *datastore.Confined) core.HostPathStore {
+func hostPaths(t *testing.T, c *datastore.Confined) storage.HostPathStore {
 	t.Helper()
 	action := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{Project: "p", Domain: "d"}}
-	store, ok := c.ForAction(action).(core.HostPathStore)
+	store, ok := c.ForAction(action).(storage.HostPathStore)
 	if !ok {
 		t.Fatal("an action's view of a confined store has no host paths")
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/flytekube/backend/executor/datastore"
-	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 // TestCopiesStreamWithinTheLimit: Copy moves an object between file:// and buckets
@@ -73,10 +73,10 @@ func TestCopiesStreamWithinTheLimit(t *testing.T) {
 			t.Errorf("a refused copy left %s behind", e.Name())
 		}
 	}
-	if err := c.Copy(ctx, "mem://copies/none.json", "mem://copies/dst/none.json"); !errors.Is(err, core.ErrNotFound) {
+	if err := c.Copy(ctx, "mem://copies/none.json", "mem://copies/dst/none.json"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("copying what is not there: %v; want not found", err)
 	}
-	if err := c.Copy(ctx, "mem://elsewhere/x.json", "mem://copies/dst/x.json"); !errors.Is(err, datastore.ErrNotAllowed) {
+	if err := c.Copy(ctx, "mem://elsewhere/x.json", "mem://copies/dst/x.json"); !errors.Is(err, storage.ErrNotAllowed) {
 		t.Fatalf("copying from outside the prefixes: %v; want not allowed", err)
 	}
 }

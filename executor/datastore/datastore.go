@@ -4,7 +4,8 @@
 // executor's main adds s3 and gs).
 //
 // A Store reaches any URI; the executor hands actions only a Confined store's view
-// (see Confine), which reads and writes under allowed prefixes alone.
+// (see Confine), which reads and writes under allowed prefixes alone. Both implement the
+// contract of package storage, which owns the interfaces and the errors they return.
 package datastore
 
 import (
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 // Store opens one bucket per scheme and host and keeps it open. It reaches any URI its
@@ -44,8 +46,8 @@ type Store struct {
 }
 
 var (
-	_ core.DataStore = (*Store)(nil)
-	_ core.Copier    = (*Store)(nil)
+	_ storage.DataStore = (*Store)(nil)
+	_ storage.Copier    = (*Store)(nil)
 )
 
 // New returns a store with the default limits and no bucket open yet.
@@ -121,7 +123,7 @@ func (s *Store) bucket(ctx context.Context, bucketURL string) (*blob.Bucket, err
 	}
 }
 
-// Read implements core.DataStore: at most Limits.MaxDocumentBytes.
+// Read implements storage.DataStore: at most Limits.MaxDocumentBytes.
 func (s *Store) Read(ctx context.Context, uri string) ([]byte, error) {
 	bucketURL, key, err := split(uri)
 	if err != nil {
@@ -141,7 +143,7 @@ func (s *Store) read(ctx context.Context, bucketURL, key, uri string) ([]byte, e
 	}
 	defer func() { _ = r.Close() }()
 	data, err := readLimited(r, r.Size(), s.limits.MaxDocumentBytes, uri)
-	if err != nil && !errors.Is(err, core.ErrTooLarge) {
+	if err != nil && !errors.Is(err, storage.ErrTooLarge) {
 		return nil, storeError("reading", uri, err)
 	}
 	return data, err
@@ -172,7 +174,7 @@ func (s *Store) openBlob(ctx context.Context, bucketURL, key, uri, op string) (*
 	}
 	r, err := b.NewReader(ctx, key, nil)
 	if gcerrors.Code(err) == gcerrors.NotFound {
-		return nil, fmt.Errorf("datastore: %s %s: %w", op, uri, core.ErrNotFound)
+		return nil, fmt.Errorf("datastore: %s %s: %w", op, uri, storage.ErrNotFound)
 	}
 	if err != nil {
 		return nil, storeError(op, uri, err)
@@ -180,7 +182,7 @@ func (s *Store) openBlob(ctx context.Context, bucketURL, key, uri, op string) (*
 	return r, nil
 }
 
-// Write implements core.DataStore.
+// Write implements storage.DataStore.
 func (s *Store) Write(ctx context.Context, uri string, content []byte) error {
 	bucketURL, key, err := split(uri)
 	if err != nil {
@@ -202,7 +204,7 @@ func (s *Store) write(ctx context.Context, bucketURL, key, uri string, content [
 	return nil
 }
 
-// Exists implements core.DataStore.
+// Exists implements storage.DataStore.
 func (s *Store) Exists(ctx context.Context, uri string) (bool, error) {
 	bucketURL, key, err := split(uri)
 	if err != nil {
@@ -225,7 +227,7 @@ func (s *Store) exists(ctx context.Context, bucketURL, key, uri string) (bool, e
 	return ok, nil
 }
 
-// Size implements core.Sizer.
+// Size implements storage.Sizer.
 func (s *Store) Size(ctx context.Context, uri string) (int64, error) {
 	bucketURL, key, err := split(uri)
 	if err != nil {
@@ -248,7 +250,7 @@ func (s *Store) size(ctx context.Context, bucketURL, key, uri string) (int64, er
 	return attrs.Size, nil
 }
 
-// Copy implements core.Copier: streamed, at most Limits.MaxCopyBytes, within
+// Copy implements storage.Copier: streamed, at most Limits.MaxCopyBytes, within
 // Limits.CopyTimeout.
 func (s *Store) Copy(ctx context.Context, from, to string) error {
 	fromBucket, fromKey, err := split(from)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/flytekube/backend/executor/datastore"
-	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 func TestReadWriteExists(t *testing.T) {
@@ -24,7 +24,7 @@ func TestReadWriteExists(t *testing.T) {
 			if ok, err := s.Exists(ctx, uri); err != nil || ok {
 				t.Fatalf("Exists before Write = %v, %v", ok, err)
 			}
-			if _, err := s.Read(ctx, uri); !errors.Is(err, core.ErrNotFound) {
+			if _, err := s.Read(ctx, uri); !errors.Is(err, storage.ErrNotFound) {
 				t.Fatalf("Read before Write: %v; want ErrNotFound", err)
 			}
 			if err := s.Write(ctx, uri, []byte(`{"x":1}`)); err != nil {
@@ -48,7 +48,7 @@ func TestReadWriteExists(t *testing.T) {
 func TestBadURIs(t *testing.T) {
 	s := datastore.New()
 	for _, uri := range []string{"", "relative/path", "file://relative", "s3://", "mem://bucket", "nope://x/y"} {
-		if _, err := s.Read(context.Background(), uri); err == nil || errors.Is(err, core.ErrNotFound) {
+		if _, err := s.Read(context.Background(), uri); err == nil || errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("Read(%q) = %v; want a clear error", uri, err)
 		}
 	}

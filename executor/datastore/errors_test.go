@@ -19,6 +19,7 @@ import (
 	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/datastore/storetest"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 var faulty = storetest.Register("faulty")
@@ -38,7 +39,7 @@ func TestStoreErrorsAreClassified(t *testing.T) {
 		t.Fatal(err)
 	}
 	ta := &flytev1.TaskAction{Spec: flytev1.TaskActionSpec{ActionName: "a0", RunOutputBase: "faulty://data/r1"}}
-	stores := map[string]core.DataStore{"store": datastore.New(), "action's view": confined.ForAction(ta)}
+	stores := map[string]storage.DataStore{"store": datastore.New(), "action's view": confined.ForAction(ta)}
 
 	type want int
 	const (
@@ -102,7 +103,7 @@ func TestStoreErrorsAreClassified(t *testing.T) {
 						}
 						return
 					case tt.want == notFound && op == storetest.OpRead:
-						if !errors.Is(err, core.ErrNotFound) {
+						if !errors.Is(err, storage.ErrNotFound) {
 							t.Fatalf("Read: %v; want ErrNotFound", err)
 						}
 						return
@@ -115,7 +116,7 @@ func TestStoreErrorsAreClassified(t *testing.T) {
 					if core.IsTransient(err) != (tt.want == transient) {
 						t.Errorf("transient: %v; want %v (error: %v)", core.IsTransient(err), tt.want == transient, err)
 					}
-					if errors.Is(err, core.ErrNotFound) {
+					if errors.Is(err, storage.ErrNotFound) {
 						t.Errorf("a %s error reads as not found: %v", tt.name, err)
 					}
 				})

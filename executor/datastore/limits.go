@@ -2,9 +2,8 @@ package datastore
 
 import (
 	"fmt"
+	"github.com/flytekube/backend/executor/storage"
 	"time"
-
-	"github.com/flytekube/backend/executor/pluginmachinery/core"
 )
 
 // Limits bound what the data store spends on data a task controls: a task chooses how
@@ -77,7 +76,7 @@ func (l Limits) orDefaults() Limits {
 
 // TooLargeError says that an object or an output tree is over one of the Limits. What
 // was over it is the task's doing, so retrying cannot help: the callers fail the
-// action as a user error, with this message. errors.Is(err, core.ErrTooLarge) holds.
+// action as a user error, with this message. errors.Is(err, storage.ErrTooLarge) holds.
 type TooLargeError struct {
 	// URI is the object, or the output location of a tree.
 	URI string
@@ -102,8 +101,8 @@ func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("datastore: %s is over the limit of %d bytes of %s", e.URI, e.Limit, e.Setting)
 }
 
-// Is makes errors.Is(err, core.ErrTooLarge) hold.
-func (e *TooLargeError) Is(target error) bool { return target == core.ErrTooLarge }
+// Is makes errors.Is(err, storage.ErrTooLarge) hold.
+func (e *TooLargeError) Is(target error) bool { return target == storage.ErrTooLarge }
 
 func tooLarge(uri string, size, limit int64, setting string) error {
 	return &TooLargeError{URI: uri, Size: size, Limit: limit, Setting: setting}

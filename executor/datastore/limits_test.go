@@ -18,6 +18,7 @@ import (
 	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/datastore/storetest"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 // sparse64GiB is the size of the file a hostile task leaves: on disk it costs nothing.
@@ -50,7 +51,7 @@ func allocatedDuring(fn func()) uint64 {
 // wantTooLarge fails unless err is the limit error naming the object and the setting.
 func wantTooLarge(t *testing.T, err error, uri, setting string) {
 	t.Helper()
-	if !errors.Is(err, core.ErrTooLarge) {
+	if !errors.Is(err, storage.ErrTooLarge) {
 		t.Fatalf("got %v; want the data store's limit error", err)
 	}
 	if msg := err.Error(); !strings.Contains(msg, uri) || !strings.Contains(msg, setting) {
@@ -335,14 +336,14 @@ func TestOpeningABucketHoldsUpOnlyItsCallers(t *testing.T) {
 	go func() { _, err := store.Read(ctx, "mem://other/x.json"); other <- err }()
 	select {
 	case err := <-other:
-		if !errors.Is(err, core.ErrNotFound) {
+		if !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("reading another bucket: %v; want not found", err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("a call of another bucket waited for the opening one")
 	}
 	close(slowOpen.release)
-	if err := <-opening; !errors.Is(err, core.ErrNotFound) {
+	if err := <-opening; !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("reading the slow bucket once open: %v; want not found", err)
 	}
 }

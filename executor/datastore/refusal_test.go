@@ -8,6 +8,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 // TestRefusalsNameTheirCause: with storage.allowedPrefixes empty, an action's own
@@ -28,20 +29,20 @@ func TestRefusalsNameTheirCause(t *testing.T) {
 		InputURI: "file://" + dir + "/in/inputs.json", RunOutputBase: "file://" + dir + "/r1"}}
 	tests := []struct {
 		name       string
-		store      datastore.Checker
+		store      storage.Checker
 		uri        string
 		write      bool
 		wantReason string
 		wantWhy    string // in the message
 	}{
-		{"own output base, write", none.ForAction(ta).(datastore.Checker), "file://" + dir + "/r1/a0/1/outputs.json", true, datastore.ReasonFileNotConfigured, "storage.allowedPrefixes lists a prefix holding it, and it lists none"},
-		{"own output base, read", none.ForAction(ta).(datastore.Checker), "file://" + dir + "/r1/a0/1/error.json", false, datastore.ReasonFileNotConfigured, "storage.allowedPrefixes"},
-		{"own input, read", none.ForAction(ta).(datastore.Checker), "file://" + dir + "/in/inputs.json", false, datastore.ReasonFileNotConfigured, "storage.allowedPrefixes"},
-		{"own input, write", none.ForAction(ta).(datastore.Checker), "file://" + dir + "/in/inputs.json", true, datastore.ReasonOutside, "outside the action's inputs and output base"},
-		{"elsewhere on disk", none.ForAction(ta).(datastore.Checker), "file:///etc/passwd", false, datastore.ReasonOutside, "outside the action's inputs and output base"},
-		{"no prefixes, outside a view", none, "mem://data/x", false, datastore.ReasonOutside, "storage.allowedPrefixes is empty"},
-		{"under no prefix", some, "file://" + dir + "/r1/a0/1/outputs.json", false, datastore.ReasonOutside, "under none of the allowed prefixes (storage.allowedPrefixes)"},
-		{"under no prefix, in a view", some.ForAction(ta).(datastore.Checker), "file://" + dir + "/r1/a0/1/outputs.json", false, datastore.ReasonOutside, "storage.allowedPrefixes"},
+		{"own output base, write", none.ForAction(ta).(storage.Checker), "file://" + dir + "/r1/a0/1/outputs.json", true, storage.ReasonFileNotConfigured, "storage.allowedPrefixes lists a prefix holding it, and it lists none"},
+		{"own output base, read", none.ForAction(ta).(storage.Checker), "file://" + dir + "/r1/a0/1/error.json", false, storage.ReasonFileNotConfigured, "storage.allowedPrefixes"},
+		{"own input, read", none.ForAction(ta).(storage.Checker), "file://" + dir + "/in/inputs.json", false, storage.ReasonFileNotConfigured, "storage.allowedPrefixes"},
+		{"own input, write", none.ForAction(ta).(storage.Checker), "file://" + dir + "/in/inputs.json", true, storage.ReasonOutside, "outside the action's inputs and output base"},
+		{"elsewhere on disk", none.ForAction(ta).(storage.Checker), "file:///etc/passwd", false, storage.ReasonOutside, "outside the action's inputs and output base"},
+		{"no prefixes, outside a view", none, "mem://data/x", false, storage.ReasonOutside, "storage.allowedPrefixes is empty"},
+		{"under no prefix", some, "file://" + dir + "/r1/a0/1/outputs.json", false, storage.ReasonOutside, "under none of the allowed prefixes (storage.allowedPrefixes)"},
+		{"under no prefix, in a view", some.ForAction(ta).(storage.Checker), "file://" + dir + "/r1/a0/1/outputs.json", false, storage.ReasonOutside, "storage.allowedPrefixes"},
 		{"allowed", some, "mem://data/x", false, "", ""},
 	}
 	for _, tt := range tests {
@@ -64,7 +65,7 @@ func TestRefusalsNameTheirCause(t *testing.T) {
 				return
 			}
 			for what, err := range map[string]error{"Check": checked, "the call": err} {
-				var refused *datastore.NotAllowedError
+				var refused *storage.NotAllowedError
 				if !errors.As(err, &refused) || refused.Reason != tt.wantReason || !strings.Contains(err.Error(), tt.wantWhy) {
 					t.Errorf("%s: %v; want a refusal (%s) saying %q", what, err, tt.wantReason, tt.wantWhy)
 				}

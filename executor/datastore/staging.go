@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/flytekube/backend/executor/storage"
 	"io"
 	"io/fs"
 	"os"
@@ -11,11 +12,9 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
-
-	"github.com/flytekube/backend/executor/pluginmachinery/core"
 )
 
-// Staged mounts (core.HostPathStore).
+// Staged mounts (storage.HostPathStore).
 //
 // The kubelet resolves a hostPath volume when it mounts it, following symbolic links,
 // some time after the executor handed the path out. Had a pod's writable mount been a
@@ -60,32 +59,32 @@ func stagePaths(attempt string) (dir, in, out string, err error) {
 	return dir, path.Join(dir, "in"), path.Join(dir, "out"), nil
 }
 
-// StageInput implements core.HostPathStore.
-func (v view) StageInput(_ context.Context, uri, attempt string) (core.HostMount, error) {
+// StageInput implements storage.HostPathStore.
+func (v view) StageInput(_ context.Context, uri, attempt string) (storage.HostMount, error) {
 	_, in, _, err := stagePaths(attempt)
 	if err != nil {
-		return core.HostMount{}, err
+		return storage.HostMount{}, err
 	}
 	at, root, err := v.hostPlace(uri, false)
 	if err != nil {
-		return core.HostMount{}, err
+		return storage.HostMount{}, err
 	}
 	defer func() { _ = root.Close() }()
 	rel := relative(at)
 	if err := noLinkOnTheWay(at, root, rel, false); err != nil {
-		return core.HostMount{}, err
+		return storage.HostMount{}, err
 	}
 	if err := root.MkdirAll(in, 0o755); err != nil {
-		return core.HostMount{}, fileError("staging", at, err)
+		return storage.HostMount{}, fileError("staging", at, err)
 	}
 	staged := path.Join(in, path.Base(rel))
 	if err := root.Remove(staged); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return core.HostMount{}, fileError("staging", at, err)
+		return storage.HostMount{}, fileError("staging", at, err)
 	}
 	if err := v.c.stageCopy(root, at, rel, staged); err != nil {
-		return core.HostMount{}, err
+		return storage.HostMount{}, err
 	}
-	return core.HostMount{Source: path.Join(at.under.Path(), staged), Target: path.Join(at.under.Path(), rel)}, nil
+	return storage.HostMount{Source: path.Join(at.under.Path(), staged), Target: path.Join(at.under.Path(), rel)}, nil
 }
 
 // stageCopy copies rel to staged, both in root, streamed and bounded as Copy is.
@@ -109,29 +108,29 @@ func (c *Confined) stageCopy(root *os.Root, at place, rel, staged string) error 
 	return c.store.stream(at.uri, "its staged copy", in, fi.Size(), out)
 }
 
-// StageOutput implements core.HostPathStore.
-func (v view) StageOutput(_ context.Context, uri, attempt string) (core.HostMount, error) {
+// StageOutput implements storage.HostPathStore.
+func (v view) StageOutput(_ context.Context, uri, attempt string) (storage.HostMount, error) {
 	_, _, out, err := stagePaths(attempt)
 	if err != nil {
-		return core.HostMount{}, err
+		return storage.HostMount{}, err
 	}
 	at, root, err := v.hostPlace(uri, true)
 	if err != nil {
-		return core.HostMount{}, err
+		return storage.HostMount{}, err
 	}
 	defer func() { _ = root.Close() }()
 	// The output directory is made when it is collected; what exists of its path now
 	// must be what Collect will accept.
-	if err := noLinkOnTheWay(at, root, relative(at), true); err != nil && !errors.Is(err, core.ErrNotFound) {
-		return core.HostMount{}, err
+	if err := noLinkOnTheWay(at, root, relative(at), true); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return storage.HostMount{}, err
 	}
 	if err := root.MkdirAll(out, 0o755); err != nil {
-		return core.HostMount{}, fileError("staging", at, err)
+		return storage.HostMount{}, fileError("staging", at, err)
 	}
-	return core.HostMount{Source: path.Join(at.under.Path(), out), Target: path.Join(at.under.Path(), relative(at))}, nil
+	return storage.HostMount{Source: path.Join(at.under.Path(), out), Target: path.Join(at.under.Path(), relative(at))}, nil
 }
 
-// CollectOutput implements core.HostPathStore.
+// CollectOutput implements storage.HostPathStore.
 func (v view) CollectOutput(_ context.Context, uri, attempt string) error {
 	_, _, out, err := stagePaths(attempt)
 	if err != nil {
@@ -154,7 +153,7 @@ func (v view) CollectOutput(_ context.Context, uri, attempt string) error {
 	}
 	// Measured before anything moves: a tree over a bound is refused whole, the same
 	// way however often it is collected, rather than cut.
-	if err := measure(root, out, at.uri, v.c.store.limits); errors.Is(err, core.ErrTooLarge) {
+	if err := measure(root, out, at.uri, v.c.store.limits); errors.Is(err, storage.ErrTooLarge) {
 		return err
 	} else if err != nil {
 		return fileError("collecting", at, err)
@@ -221,7 +220,7 @@ func eachEntry(root *os.Root, dir string, fn func(fs.DirEntry) error) error {
 	}
 }
 
-// Unstage implements core.HostPathStore.
+// Unstage implements storage.HostPathStore.
 func (v view) Unstage(_ context.Context, uri, attempt string) error {
 	dir, _, _, err := stagePaths(attempt)
 	if err != nil {
@@ -277,7 +276,7 @@ func (v view) hostPlace(uri string, write bool) (place, *os.Root, error) {
 	}
 	if at.under.Len() == 0 {
 		// A derived view's input: file:// is refused there, so this is not reached.
-		return place{}, nil, refuse(uri, ReasonOutside, "not under an allowed prefix")
+		return place{}, nil, refuse(uri, storage.ReasonOutside, "not under an allowed prefix")
 	}
 	root, err := openRoot(at.under, write)
 	if err != nil {
@@ -300,7 +299,7 @@ func noLinkOnTheWay(at place, root *os.Root, rel string, dir bool) error {
 			return fileError("checking", at, err)
 		}
 		if fi.Mode()&fs.ModeSymlink != 0 {
-			return refuse(at.uri, ReasonSymlink, "a symbolic link stands on the way")
+			return refuse(at.uri, storage.ReasonSymlink, "a symbolic link stands on the way")
 		}
 		if want := i < len(parts)-1 || dir; want && !fi.IsDir() {
 			return fmt.Errorf("datastore: %s: %s is not a directory", at.uri, path.Join(parts[:i+1]...))

@@ -80,7 +80,7 @@ func New(reg prometheus.Registerer, actions client.Reader) (*Metrics, error) {
 			"result", "hit", "miss", "wait", "skipped", "overwrite", "stale"),
 		cacheOutputsRefused: instrument.CounterVec("flyte_executor_cache_outputs_refused_total",
 			"Cache hits treated as misses because their outputs lay where the action may not read, by reason: outside (the allowed storage prefixes), other_project (another project's or domain's part), symlink (a symbolic link leading out). Any is a sign of a forged cache entry.",
-			"reason", "outside", "other_project", "symlink"), // datastore.Reason*
+			"reason", "outside", "other_project", "symlink"), // storage.Reason*
 		cachePuts: instrument.CounterVec("flyte_executor_cache_puts_total",
 			"Outputs offered to the cache after a success, by the cache status that resulted.", "status"),
 		cacheReleases: instrument.CounterVec("flyte_executor_cache_releases_total",

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 // TaskExecutionContext is what a plugin gets for one attempt of one action.
@@ -15,7 +16,7 @@ type TaskExecutionContext interface {
 	// Metadata describes the action and the attempt.
 	Metadata() TaskExecutionMetadata
 	// DataStore reads and writes blobs (file://, mem://, s3://, gs://).
-	DataStore() DataStore
+	DataStore() storage.DataStore
 	// InputReader reads the action's inputs.
 	InputReader() InputReader
 	// OutputWriter writes the attempt's outputs.
@@ -52,79 +53,12 @@ type TaskExecutionMetadata interface {
 	IsInterruptible() bool
 }
 
-// DataStore reads and writes blobs by URI.
-type DataStore interface {
-	// Read returns a blob's content; errors.Is(err, ErrNotFound) when it does not exist,
-	// errors.Is(err, ErrTooLarge) when it is larger than the store reads into memory.
-	Read(ctx context.Context, uri string) ([]byte, error)
-	// Write stores content at uri, replacing what is there.
-	Write(ctx context.Context, uri string, content []byte) error
-	// Exists reports whether a blob exists.
-	Exists(ctx context.Context, uri string) (bool, error)
-}
-
-// Sizer is a DataStore that tells a blob's size without reading it; errors.Is(err,
-// ErrNotFound) when it does not exist. The cache counts outputs' sizes through it.
-type Sizer interface {
-	Size(ctx context.Context, uri string) (int64, error)
-}
-
-// Copier is a DataStore that copies a blob without holding it in memory, streamed;
-// errors.Is(err, ErrNotFound) when from does not exist, errors.Is(err, ErrTooLarge) when
-// it is larger than the store copies. Cached outputs and echoed inputs are copied
-// through it.
-type Copier interface {
-	Copy(ctx context.Context, from, to string) error
-}
-
-// HostPathStore is a DataStore whose file:// objects lie on this machine's disk, where a
-// pod on the same machine can mount them: a single-node cluster whose executor runs on
-// the node. The kubelet makes a mount later than any check, following symbolic links, so
-// a pod never mounts a path of the data store itself: it mounts its attempt's staging
-// directory, which no pod can write, and what it wrote is moved to its URI once it has
-// stopped (see package datastore). Every method refuses what the action may not use, as
-// Read and Write do. attempt names the attempt uniquely: the action's UID and number.
-type HostPathStore interface {
-	// StageInput copies the file at uri, a file:// object the action may read, into the
-	// attempt's staging directory, for the pod to mount read-only: a copy, never a link,
-	// so that no pod can change the stored object through its mount.
-	StageInput(ctx context.Context, uri, attempt string) (HostMount, error)
-	// StageOutput creates the attempt's staged output directory for uri, a file://
-	// location the action may write under, for the pod to mount read-write: the only
-	// place it can write.
-	StageOutput(ctx context.Context, uri, attempt string) (HostMount, error)
-	// CollectOutput moves what the attempt's pod wrote into its staged output directory
-	// to uri, regular files and directories only, and must be called only once the pod
-	// has stopped. Calling it again moves nothing more. A tree over the store's bounds
-	// (entries, depth) is not moved: errors.Is(err, ErrTooLarge).
-	CollectOutput(ctx context.Context, uri, attempt string) error
-	// Unstage removes what was staged for the attempt under uri's prefix, collected or
-	// not.
-	Unstage(ctx context.Context, uri, attempt string) error
-}
-
-// HostMount is a host path to mount into a pod, and where the task expects it.
-type HostMount struct {
-	// Source is the path on the host, in the attempt's staging directory.
-	Source string
-	// Target is the path the URI names, where the task reads or writes.
-	Target string
-}
-
-// ErrNotFound is returned by DataStore.Read for a missing blob.
-var ErrNotFound = errors.New("blob not found")
-
-// ErrTooLarge is returned (wrapped, with the object and the limit named) for a blob or an
-// output tree over the data store's limits. What a task wrote decides it, so retrying
-// cannot help: the action fails as a user error.
-var ErrTooLarge = errors.New("over the data store's limit")
-
 // InputReader reads an action's inputs.
 type InputReader interface {
 	// InputURI is where the inputs are; empty when the action has none.
 	InputURI() string
 	// Read returns the inputs document; nil when the action has none. It is read with
-	// the data store's limit (see DataStore.Read).
+	// the data store's limit (see storage.DataStore.Read).
 	Read(ctx context.Context) ([]byte, error)
 }
 

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 // Labels the executor puts on every object it creates for an action.
@@ -47,7 +48,7 @@ type ExecutionContextOptions struct {
 	Attempt int32
 	// DefaultServiceAccount applies when the action names none.
 	DefaultServiceAccount string
-	DataStore             DataStore
+	DataStore             storage.DataStore
 	// Secrets reads Secrets in SecretsNamespace, the executor's own namespace; empty
 	// means none, and SecretManager refuses.
 	Secrets          client.Reader
@@ -59,31 +60,14 @@ type ExecutionContextOptions struct {
 	Interruptible InterruptiblePolicy
 }
 
-// ActionScopedDataStore is a DataStore that confines each action to the locations it
-// may use, such as the executor's (datastore.Confined).
-type ActionScopedDataStore interface {
-	DataStore
-	// ForAction is the part of the store the action may read and write.
-	ForAction(action *flytev1.TaskAction) DataStore
-}
-
-// DataStoreFor is what an action may use of store: the action's own view when the store
-// confines actions, else the store itself.
-func DataStoreFor(store DataStore, action *flytev1.TaskAction) DataStore {
-	if scoped, ok := store.(ActionScopedDataStore); ok {
-		return scoped.ForAction(action)
-	}
-	return store
-}
-
 // NewTaskExecutionContext builds the context a plugin gets for one attempt. Its data
-// store, inputs and outputs are the action's view of o.DataStore (see DataStoreFor).
+// store, inputs and outputs are the action's view of o.DataStore (see storage.DataStoreFor).
 func NewTaskExecutionContext(o ExecutionContextOptions) TaskExecutionContext {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
 	if o.DataStore != nil {
-		o.DataStore = DataStoreFor(o.DataStore, o.Action)
+		o.DataStore = storage.DataStoreFor(o.DataStore, o.Action)
 	}
 	return &executionContext{o: o, state: &pluginState{status: &o.Action.Status}}
 }
@@ -94,7 +78,7 @@ type executionContext struct {
 }
 
 func (c *executionContext) Metadata() TaskExecutionMetadata      { return metadata{c.o} }
-func (c *executionContext) DataStore() DataStore                 { return c.o.DataStore }
+func (c *executionContext) DataStore() storage.DataStore         { return c.o.DataStore }
 func (c *executionContext) InputReader() InputReader             { return inputs{c.o} }
 func (c *executionContext) OutputWriter() OutputWriter           { return outputs{c.o} }
 func (c *executionContext) SecretManager() SecretManager         { return secrets{c.o} }

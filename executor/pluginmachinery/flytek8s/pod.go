@@ -22,10 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
+	"github.com/flytekube/backend/executor/storage"
 	"github.com/flytekube/backend/executor/tasksecrets"
 )
 
@@ -69,10 +69,8 @@ func (p TaskPods) Build(ctx context.Context, tCtx core.TaskExecutionContext) (*c
 	// The outcome is read back from the attempt's output prefix: a location the data
 	// store refuses fails the action now, at its first pass, rather than after its pod
 	// ran, as a system failure each time the outcome is looked for.
-	if c, ok := tCtx.DataStore().(datastore.Checker); ok {
-		if err := c.Check(tCtx.OutputWriter().OutputsURI(), false); err != nil {
-			return nil, fmt.Errorf("container: spec.runOutputBase: the executor may not read the attempt's outcome: %w", err)
-		}
+	if err := storage.Check(tCtx.DataStore(), tCtx.OutputWriter().OutputsURI(), false); err != nil {
+		return nil, fmt.Errorf("container: spec.runOutputBase: the executor may not read the attempt's outcome: %w", err)
 	}
 	env := []corev1.EnvVar{
 		{Name: EnvInputURI, Value: tCtx.InputReader().InputURI()},
@@ -162,7 +160,7 @@ const (
 
 // mountFileStorage mounts the action's file:// input (read-only) and its attempt's output
 // directory at the paths their URIs name, so that the task finds them where the
-// environment says. What is mounted is staged for the attempt (see core.HostPathStore):
+// environment says. What is mounted is staged for the attempt (see storage.HostPathStore):
 // no pod can redirect another's mount, nor write in the data store itself.
 func mountFileStorage(ctx context.Context, tCtx core.TaskExecutionContext, spec *corev1.PodSpec) error {
 	store, ok := hostPaths(tCtx)
@@ -179,7 +177,7 @@ func mountFileStorage(ctx context.Context, tCtx core.TaskExecutionContext, spec 
 			stage, kind = store.StageInput, corev1.HostPathFile
 		}
 		m, err := stage(ctx, uri, attempt)
-		if errors.Is(err, core.ErrTooLarge) {
+		if errors.Is(err, storage.ErrTooLarge) {
 			return k8s.BadSpec(CodeInputsTooLarge, fmt.Errorf("container: mounting %s: %w", uri, err))
 		}
 		if err != nil {
@@ -198,8 +196,8 @@ func mountFileStorage(ctx context.Context, tCtx core.TaskExecutionContext, spec 
 }
 
 // hostPaths is the action's data store when file storage is mounted.
-func hostPaths(tCtx core.TaskExecutionContext) (core.HostPathStore, bool) {
-	store, ok := tCtx.DataStore().(core.HostPathStore)
+func hostPaths(tCtx core.TaskExecutionContext) (storage.HostPathStore, bool) {
+	store, ok := tCtx.DataStore().(storage.HostPathStore)
 	return store, ok
 }
 
@@ -264,7 +262,7 @@ func (p TaskPods) phaseOf(ctx context.Context, tCtx core.TaskExecutionContext, p
 	cfg := p.Config
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		// Its containers have stopped: nothing writes in the staged output any more.
-		if err := p.CollectOutputs(ctx, tCtx); errors.Is(err, core.ErrTooLarge) {
+		if err := p.CollectOutputs(ctx, tCtx); errors.Is(err, storage.ErrTooLarge) {
 			return OutputsTooLarge(err), nil
 		} else if err != nil {
 			return core.PhaseInfo{}, err
@@ -491,20 +489,20 @@ func Outcome(ctx context.Context, tCtx core.TaskExecutionContext) (core.PhaseInf
 				doc = errorDocument{Code: "UserError", Message: string(raw)}
 			}
 			return core.PhaseInfoUserFailure(doc.Code, doc.Message), nil
-		case errors.Is(err, datastore.ErrNotAllowed):
+		case storage.IsNotAllowed(err):
 			return notAllowed(err), nil
-		case errors.Is(err, core.ErrTooLarge):
+		case errors.Is(err, storage.ErrTooLarge):
 			// Read whole, it would take the executor down: the task chose its size.
 			return core.PhaseInfoPermanentFailure(core.ErrorKindUser, CodeErrorDocumentTooLarge,
 				"container: the error document is not read: "+err.Error()), nil
-		case !errors.Is(err, core.ErrNotFound):
+		case !errors.Is(err, storage.ErrNotFound):
 			return core.PhaseInfo{}, fmt.Errorf("container: reading the error document: %w", err)
 		}
 		// Success is recorded, and cached, with what this says: an error is never taken
 		// for "no outputs". A store's bad moment is transient (see datastore), so the
 		// pass runs again after a backoff without charging the action.
 		ok, err := store.Exists(ctx, out.OutputsURI())
-		if errors.Is(err, datastore.ErrNotAllowed) {
+		if storage.IsNotAllowed(err) {
 			return notAllowed(err), nil
 		}
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 // ID is the plugin's ID and task type.
@@ -30,12 +31,12 @@ func (Plugin) GetProperties() core.Properties { return core.Properties{} }
 
 // Handle implements core.Plugin. Writing the same outputs again is harmless, so a
 // repeated call after a conflict or a restart is idempotent. The inputs are copied
-// streamed when the store can (core.Copier), never held whole: their size is the user's
+// streamed when the store can (storage.Copier), never held whole: their size is the user's
 // choice, bounded by the store's copy limit.
 func (Plugin) Handle(ctx context.Context, tCtx core.TaskExecutionContext) (core.Transition, error) {
 	in, out := tCtx.InputReader(), tCtx.OutputWriter()
 	var err error
-	copier, streamed := tCtx.DataStore().(core.Copier)
+	copier, streamed := tCtx.DataStore().(storage.Copier)
 	switch {
 	case in.InputURI() == "":
 		_, err = out.Write(ctx, []byte("{}"))
@@ -48,10 +49,10 @@ func (Plugin) Handle(ctx context.Context, tCtx core.TaskExecutionContext) (core.
 		}
 	}
 	switch {
-	case errors.Is(err, core.ErrNotFound):
+	case errors.Is(err, storage.ErrNotFound):
 		return core.DoTransition(core.PhaseInfoPermanentFailure(core.ErrorKindUser, "InputsNotFound",
 			fmt.Sprintf("no inputs at %s", in.InputURI()))), nil
-	case errors.Is(err, core.ErrTooLarge):
+	case errors.Is(err, storage.ErrTooLarge):
 		return core.DoTransition(core.PhaseInfoPermanentFailure(core.ErrorKindUser, "InputsTooLarge",
 			"core-echo: the inputs are not copied: "+err.Error())), nil
 	case err != nil:

@@ -17,6 +17,7 @@ import (
 	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/executor/plugins/k8s/container"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 // TestDataOverTheLimitsFailsTheAttempt: what a task leaves over the data store's limits
@@ -106,7 +107,7 @@ func TestDataOverTheLimitsFailsTheAttempt(t *testing.T) {
 		ta.UID = "uid"
 		tCtx := core.NewTaskExecutionContext(core.ExecutionContextOptions{Action: ta, Attempt: 1, DataStore: store})
 		obj, err := container.New(k8s.Config{MountFileStorage: true}, nil).BuildResource(ctx, tCtx)
-		if !errors.Is(err, core.ErrTooLarge) || core.IsTransient(err) || !strings.Contains(err.Error(), datastore.SettingMaxCopyBytes) {
+		if !errors.Is(err, storage.ErrTooLarge) || core.IsTransient(err) || !strings.Contains(err.Error(), datastore.SettingMaxCopyBytes) {
 			t.Fatalf("built %v, %v; want a permanent error naming %s", obj, err, datastore.SettingMaxCopyBytes)
 		}
 	})

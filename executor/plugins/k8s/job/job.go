@@ -24,6 +24,7 @@ import (
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
+	"github.com/flytekube/backend/executor/storage"
 )
 
 // ID is the plugin's ID and task type.
@@ -135,7 +136,7 @@ func (p Plugin) GetTaskPhase(ctx context.Context, tCtx core.TaskExecutionContext
 		switch c.Type {
 		case batchv1.JobComplete, batchv1.JobFailed:
 			// The Job controller sets either only once its pods have stopped.
-			if err := p.pods.CollectOutputs(ctx, tCtx); errors.Is(err, core.ErrTooLarge) {
+			if err := p.pods.CollectOutputs(ctx, tCtx); errors.Is(err, storage.ErrTooLarge) {
 				return flytek8s.OutputsTooLarge(err), nil
 			} else if err != nil {
 				return core.PhaseInfo{}, fmt.Errorf("k8s-job: %w", err)
