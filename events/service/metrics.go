@@ -30,7 +30,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		duplicates: instrument.Counter("flyte_events_duplicates_total", "Events absorbed because they were already stored."),
 		batchSize: instrument.Histogram("flyte_events_record_batch_size", "Events per Record call.",
 			[]float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000}),
-		record: instrument.HistogramVec("flyte_events_record_duration_seconds", "Time to store a Record batch, by outcome.",
+		// Deprecated: otelconnect's rpc_server_call_duration_seconds times every RPC,
+		// Record included. Kept one release for the dashboards that read it
+		// (docs/metrics.md), then removed.
+		record: instrument.HistogramVec("flyte_events_record_duration_seconds", "Deprecated: use rpc_server_call_duration_seconds of Record. Time to store a Record batch, by outcome.",
 			prometheus.ExponentialBuckets(0.0005, 2, 16), "outcome", "ok", "error"),
 		watchers: instrument.Gauge("flyte_events_watchers", "WatchActions streams open on this replica."),
 		watchEnded: instrument.CounterVec("flyte_events_watchers_ended_total",
