@@ -309,8 +309,15 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		if err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
-		r.Cache = cacheclient.New(client, store, reservationHeartbeat, log.With("component", "cache"))
-		r.Cache.Metrics = instruments
+		// A reservation is heartbeated only while its action exists (in the informer
+		// cache); the heartbeats and the releases of gone actions' reservations run under
+		// the manager, never the informer's delete handler, and stop with it.
+		cc := cacheclient.New(client, store, cacheclient.Options{Heartbeat: reservationHeartbeat,
+			Log: log.With("component", "cache"), Metrics: instruments, Exists: cacheclient.ExistsIn(mgr.GetCache())})
+		if err := mgr.Add(cc); err != nil {
+			return nil, fmt.Errorf("executor: adding the cache's heartbeats and releases: %w", err)
+		}
+		r.Cache = cc
 	}
 	if cfg.EventsServiceURL != "" {
 		// Events the service refuses are held and recorded on their action for kubectl
