@@ -111,7 +111,9 @@ func Scheme() (*runtime.Scheme, error) {
 
 // Setup builds the executor's manager from its configuration: the TaskAction controller
 // with the built-in plugins, the garbage collector when enabled, metrics, health probes
-// and leader election. It first waits for the API server to answer, for as long as ctx
+// and leader election. Every background loop (the events publisher, the garbage
+// collector, the cache's heartbeats and releases) is a Runnable of the manager, built
+// here with what it needs, and stops with it. It first waits for the API server to answer, for as long as ctx
 // lasts: ctx bounds Setup (that wait, loading the plugins), not the manager, which runs
 // under the context given to its Start.
 func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log *slog.Logger, hooks Hooks) (manager.Manager, error) {
@@ -309,8 +311,15 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		if err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
-		r.Cache = cacheclient.New(client, store, reservationHeartbeat, log.With("component", "cache"))
-		r.Cache.Metrics = instruments
+		// A reservation is heartbeated only while its action exists (in the informer
+		// cache); the heartbeats and the releases of gone actions' reservations run under
+		// the manager, never the informer's delete handler, and stop with it.
+		cc := cacheclient.New(client, store, cacheclient.Options{Heartbeat: reservationHeartbeat,
+			Log: log.With("component", "cache"), Metrics: instruments, Exists: cacheclient.ExistsIn(mgr.GetCache())})
+		if err := mgr.Add(cc); err != nil {
+			return nil, fmt.Errorf("executor: adding the cache's heartbeats and releases: %w", err)
+		}
+		r.Cache = cc
 	}
 	if cfg.EventsServiceURL != "" {
 		// Events the service refuses are held and recorded on their action for kubectl
@@ -344,14 +353,15 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		return nil, fmt.Errorf("executor: setting up the controller: %w", err)
 	}
 	if cfg.GC.Interval.Duration > 0 {
+		var delivered func(*flytev1.TaskAction) bool
+		if r.Events != nil {
+			delivered = r.Events.Delivered
+		}
 		gc := &controller.GarbageCollector{Reader: mgr.GetCache(), Writer: mgr.GetClient(),
 			Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration,
 			MaxFinished: cfg.GC.MaxFinished, MaxFinishedPerNamespace: cfg.GC.MaxFinishedPerNamespace,
 			DeletesPerSecond: cfg.GC.DeletesPerSecond, Clock: clk, Log: log.With("component", "gc"), Metrics: instruments,
-			Recorder: recorder}
-		if r.Events != nil {
-			gc.Delivered = r.Events.Delivered
-		}
+			Recorder: recorder, Delivered: delivered}
 		if err := mgr.Add(gc); err != nil {
 			return nil, err
 		}

@@ -1,7 +1,9 @@
 // Package cacheclient is the executor's side of task output memoization: it computes an
 // action's cache key, looks the key up before running, takes a reservation so that an
 // identical action running at the same time waits instead of repeating the work,
-// heartbeats the reservation on its own timer, and stores the outputs on success.
+// heartbeats the reservation on its own timer, and stores the outputs on success. Its
+// background work (heartbeats, releases of gone actions' reservations) runs as a
+// manager.Runnable (Cache.Start) and stops with the manager.
 //
 // The cache is an optimization, never a dependency: every error of the cache service
 // counts as a miss (or a failed put), and the action runs as if it were not cacheable.
@@ -22,8 +24,10 @@ import (
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/metrics"
@@ -53,27 +57,42 @@ func NewClient(url string, conn rpcclient.Options, opts ...connect.ClientOption)
 	return cachev1connect.NewCacheServiceClient(httpClient, url, opts...), nil
 }
 
-// Cache talks to the cache service for the reconciler.
-type Cache struct {
-	// Metrics counts refused hits; nil counts nothing.
+// Options are what a Cache needs beside the cache service and the data store.
+type Options struct {
+	// Heartbeat is the interval asked for reservations (the service caps it).
+	Heartbeat time.Duration
+	// Log is where the cache says what went wrong; nil logs nothing.
+	Log *slog.Logger
+	// Metrics counts refused hits and releases; nil counts nothing.
 	Metrics *metrics.Metrics
 	// MaxQueuedReleases bounds the gone actions' reservations waiting to be released
 	// (Start); zero is DefaultMaxQueuedReleases.
 	MaxQueuedReleases int
-
-	client    cachev1connect.CacheServiceClient
-	store     storage.DataStore
-	heartbeat time.Duration
-	log       *slog.Logger
-
-	// Exists, when set, reports whether an action still exists (by key and UID); a
-	// reservation's heartbeats stop, and it is released, once its action does not. The
-	// reconciler sets it.
+	// Exists reports whether an action still exists (by key and UID; ExistsIn reads the
+	// informer cache): a reservation's heartbeats stop, and it is released, once its
+	// action does not. Nil: heartbeats go on until the action is done with the cache.
 	Exists func(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, error)
+}
+
+// Cache talks to the cache service for the reconciler. It is a manager.Runnable: Start
+// runs the heartbeats of the reservations held and the releases of gone actions'
+// reservations, and both end when Start's context does.
+type Cache struct {
+	client cachev1connect.CacheServiceClient
+	store  storage.DataStore
+	opts   Options
+	log    *slog.Logger
 
 	mu      sync.Mutex
-	holding map[types.UID]*hold             // reservations being heartbeated
+	holding map[types.UID]*hold             // reservations held, heartbeated while Start runs
 	keys    map[types.UID]*cachev1.CacheKey // computed keys, until the action is done with the cache
+
+	// beats is Start's context, the parent of every heartbeat: nil until Start, and
+	// stopped once it has ended, when no heartbeat starts any more. beating counts the
+	// heartbeats running, for Start to wait for (both under mu).
+	beats   context.Context
+	stopped bool
+	beating sync.WaitGroup
 
 	// releases queue the owners of gone actions' reservations, releasing their details
 	// (under mu), for Start's workers.
@@ -81,18 +100,51 @@ type Cache struct {
 	releasing map[string]release
 }
 
-// hold is a reservation being heartbeated.
+// hold is a reservation held: heartbeated on its own timer, every granted interval,
+// once Start runs.
 type hold struct {
-	stop  context.CancelFunc
-	key   *cachev1.CacheKey
-	owner string
+	cancel context.CancelFunc // ends the heartbeats; nil while none run
+	key    *cachev1.CacheKey
+	owner  string
+	action *flytecorev1.ActionIdentifier
+	every  time.Duration
+	// The action's, copied: the heartbeats must not read the action, which the
+	// reconciler changes.
+	uid  types.UID
+	name types.NamespacedName
 }
 
-// New creates a cache; heartbeat is the interval asked for reservations.
-func New(c cachev1connect.CacheServiceClient, store storage.DataStore, heartbeat time.Duration, log *slog.Logger) *Cache {
-	return &Cache{client: c, store: store, heartbeat: heartbeat, log: log,
+// stop ends the hold's heartbeats, if they run.
+func (h *hold) stop() {
+	if h.cancel != nil {
+		h.cancel()
+	}
+}
+
+// New creates a cache over the cache service c, reading actions' inputs and copying
+// hits' outputs through store. Its heartbeats and releases run once it is started
+// (Start; the executor adds it to its manager).
+func New(c cachev1connect.CacheServiceClient, store storage.DataStore, opts Options) *Cache {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Cache{client: c, store: store, opts: opts, log: log,
 		holding: make(map[types.UID]*hold), keys: make(map[types.UID]*cachev1.CacheKey),
 		releases: newReleaseQueue(), releasing: make(map[string]release)}
+}
+
+// ExistsIn is Options.Exists reading actions from r (the manager's informer cache): an
+// action exists while r holds one of its key and UID.
+func ExistsIn(r client.Reader) func(context.Context, types.NamespacedName, types.UID) (bool, error) {
+	return func(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, error) {
+		var ta flytev1.TaskAction
+		err := r.Get(ctx, key, &ta)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && ta.UID == uid, err
+	}
 }
 
 // Enabled reports whether an action is cacheable.
@@ -288,7 +340,7 @@ func (c *Cache) Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI s
 
 func (c *Cache) lookupOrReserve(ctx context.Context, ta *flytev1.TaskAction, key *cachev1.CacheKey, skipLookup bool) (*cachev1.LookupOrReserveResponse, error) {
 	res, err := c.client.LookupOrReserve(ctx, connect.NewRequest(&cachev1.LookupOrReserveRequest{
-		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat), Action: actionOf(ta), SkipLookup: skipLookup,
+		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.opts.Heartbeat), Action: actionOf(ta), SkipLookup: skipLookup,
 	}))
 	if err != nil {
 		return nil, err
@@ -310,7 +362,7 @@ func (c *Cache) useHit(ctx context.Context, ta *flytev1.TaskAction, out *cachev1
 	case errors.Is(cerr, storage.ErrTooLarge):
 		c.log.Warn("cached outputs are over the data store's copy limit; treating the hit as a miss", "action", ta.Name, "error", cerr)
 	case errors.As(cerr, &refused):
-		c.Metrics.CacheOutputsRefused(refused.Reason)
+		c.opts.Metrics.CacheOutputsRefused(refused.Reason)
 		c.log.Warn("cached outputs lie where the action may not read; treating the hit as a miss",
 			"action", ta.Name, "outputs", from, "reason", refused.Reason, "error", cerr)
 	case errors.Is(cerr, storage.ErrNotFound):
@@ -327,42 +379,56 @@ func (c *Cache) useHit(ctx context.Context, ta *flytev1.TaskAction, out *cachev1
 // keepAlive heartbeats a held reservation on its own timer, independent of how often
 // the action is reconciled, for as long as the action exists: an action that goes away
 // without a last pass (deleted before its finalizer was on, or its finalizer taken off
-// by hand) must not hold identical actions back for ever.
+// by hand) must not hold identical actions back for ever. The heartbeats run under
+// Start's context: held before Start, a reservation is heartbeated from Start on; once
+// Start has ended (the executor stops), it is not, and lapses unless the next leader
+// resumes it.
 func (c *Cache) keepAlive(ta *flytev1.TaskAction, key *cachev1.CacheKey, every time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.holding[ta.UID]; ok {
 		return
 	}
+	h := &hold{key: key, owner: owner(ta), action: actionOf(ta), every: every,
+		uid: ta.UID, name: types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}}
+	c.holding[ta.UID] = h
+	if c.beats != nil && !c.stopped {
+		c.heartbeat(h)
+	}
+}
+
+// heartbeat starts h's heartbeats under Start's context. The caller holds c.mu, and
+// Start runs.
+func (c *Cache) heartbeat(h *hold) {
 	// Heartbeats stay out of the action's trace, or a long action would pile up thousands
 	// of identical spans there: an unsampled parent tells the samplers here and in the
 	// cache service to record none.
-	unsampled := tracing.SpanContext(ta.UID).WithTraceFlags(0)
-	ctx, cancel := context.WithCancel(trace.ContextWithRemoteSpanContext(context.Background(), unsampled))
-	id, action := owner(ta), actionOf(ta)
-	c.holding[ta.UID] = &hold{stop: cancel, key: key, owner: id}
-	// The goroutine must not read ta, which the reconciler changes.
-	uid, name := ta.UID, types.NamespacedName{Namespace: ta.Namespace, Name: ta.Name}
+	unsampled := tracing.SpanContext(h.uid).WithTraceFlags(0)
+	ctx, cancel := context.WithCancel(trace.ContextWithRemoteSpanContext(c.beats, unsampled))
+	h.cancel = cancel
+	c.beating.Add(1)
 	go func() {
-		t := time.NewTicker(every)
+		defer c.beating.Done()
+		defer cancel()
+		t := time.NewTicker(h.every)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if c.Exists != nil {
-					if ok, err := c.Exists(ctx, name, uid); err == nil && !ok {
-						c.log.Info("the action holding a reservation is gone; releasing it", "action", name.Name)
-						c.Gone(uid)
+				if c.opts.Exists != nil {
+					if ok, err := c.opts.Exists(ctx, h.name, h.uid); err == nil && !ok {
+						c.log.Info("the action holding a reservation is gone; releasing it", "action", h.name.Name)
+						c.Gone(h.uid)
 						return
 					}
 				}
 				_, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
-					Key: key, OwnerId: id, HeartbeatInterval: durationpb.New(c.heartbeat), Action: action,
+					Key: h.key, OwnerId: h.owner, HeartbeatInterval: durationpb.New(c.opts.Heartbeat), Action: h.action,
 				}))
 				if err != nil && ctx.Err() == nil {
-					c.log.Warn("reservation heartbeat failed", "action", name.Name, "error", err)
+					c.log.Warn("reservation heartbeat failed", "action", h.name.Name, "error", err)
 				}
 			}
 		}
@@ -486,7 +552,7 @@ func (c *Cache) Resume(ctx context.Context, ta *flytev1.TaskAction) {
 		return
 	}
 	res, err := c.client.GetOrExtendReservation(ctx, connect.NewRequest(&cachev1.GetOrExtendReservationRequest{
-		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.heartbeat), Action: actionOf(ta),
+		Key: key, OwnerId: owner(ta), HeartbeatInterval: durationpb.New(c.opts.Heartbeat), Action: actionOf(ta),
 	}))
 	if err != nil || !res.Msg.GetAcquired() {
 		return // lost it; the action runs on regardless, as on any cache failure

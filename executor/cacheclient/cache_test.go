@@ -63,14 +63,30 @@ func newEnv(t *testing.T) *env {
 }
 
 // cache returns the executor's cache over a client of the service that passes its calls
-// through interceptors.
+// through interceptors, started (heartbeating what it holds) until the test ends.
 func (e *env) cache(t *testing.T, interceptors ...connect.Interceptor) *cacheclient.Cache {
 	t.Helper()
 	client, err := cacheclient.NewClient(e.svc.URL, rpcclient.Options{}, connect.WithInterceptors(interceptors...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cacheclient.New(client, e.store, time.Second, slog.New(slog.DiscardHandler))
+	c := cacheclient.New(client, e.store, cacheclient.Options{Heartbeat: time.Second, Log: slog.New(slog.DiscardHandler)})
+	start(t, c)
+	return c
+}
+
+// start runs c's background work until the test ends, as the executor's manager does.
+func start(t *testing.T, c *cacheclient.Cache) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("the cache's Start: %v", err)
+		}
+	})
 }
 
 // uri is a file:// URI in the demo project's part of the storage.

@@ -3,6 +3,7 @@ package cacheclient
 import (
 	"cmp"
 	"context"
+	"errors"
 	"time"
 
 	"connectrpc.com/connect"
@@ -20,7 +21,7 @@ import (
 // long at most.
 const (
 	// DefaultMaxQueuedReleases bounds the releases waiting to be made (Cache's
-	// MaxQueuedReleases); past it one is dropped, counted
+	// Options.MaxQueuedReleases); past it one is dropped, counted
 	// (flyte_executor_cache_releases_total{result="dropped"}) and logged.
 	DefaultMaxQueuedReleases = 10_000
 	// maxReleaseTries bounds the tries of one release; the backoff between them outlasts
@@ -55,8 +56,8 @@ func newReleaseQueue() workqueue.TypedRateLimitingInterface[string] {
 // queueRelease hands a reservation whose heartbeats have stopped to the workers; the
 // caller holds c.mu.
 func (c *Cache) queueRelease(r release) {
-	if _, ok := c.releasing[r.owner]; !ok && len(c.releasing) >= cmp.Or(c.MaxQueuedReleases, DefaultMaxQueuedReleases) {
-		c.Metrics.CacheReleased(ReleaseDropped)
+	if _, ok := c.releasing[r.owner]; !ok && len(c.releasing) >= cmp.Or(c.opts.MaxQueuedReleases, DefaultMaxQueuedReleases) {
+		c.opts.Metrics.CacheReleased(ReleaseDropped)
 		c.log.Warn("too many reservations wait to be released; this one expires by itself instead",
 			"owner", r.owner, "queued", len(c.releasing))
 		return
@@ -66,12 +67,26 @@ func (c *Cache) queueRelease(r release) {
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: a replica gives back
-// what it held, leader or not.
+// what it held, leader or not. Only the leader's reconciles take reservations, and a
+// leader that loses its leadership stops its manager, and with it this Start.
 func (c *Cache) NeedLeaderElection() bool { return false }
 
-// Start implements manager.Runnable: it makes the queued releases until ctx ends. What is
-// still queued then is dropped (counted, logged) and expires by itself.
+// Start implements manager.Runnable: until ctx ends, it heartbeats the reservations held
+// (keepAlive) and makes the queued releases. Then the heartbeats stop, and Start returns
+// once they have: the reservations held lapse by themselves unless the next leader
+// resumes them (Resume). What is still queued for release is dropped (counted, logged)
+// and expires by itself.
 func (c *Cache) Start(ctx context.Context) error {
+	c.mu.Lock()
+	if c.beats != nil {
+		c.mu.Unlock()
+		return errors.New("cache: started twice")
+	}
+	c.beats = ctx
+	for _, h := range c.holding {
+		c.heartbeat(h) // held before Start
+	}
+	c.mu.Unlock()
 	done := make(chan struct{})
 	for range releaseWorkers {
 		go func() {
@@ -81,6 +96,10 @@ func (c *Cache) Start(ctx context.Context) error {
 		}()
 	}
 	<-ctx.Done()
+	c.mu.Lock()
+	c.stopped = true // no heartbeat starts from here on, so beating.Wait cannot miss one
+	c.mu.Unlock()
+	c.beating.Wait()
 	c.releases.ShutDown()
 	for range releaseWorkers {
 		<-done
@@ -91,7 +110,7 @@ func (c *Cache) Start(ctx context.Context) error {
 	c.mu.Unlock()
 	if left > 0 {
 		for range left {
-			c.Metrics.CacheReleased(ReleaseDropped)
+			c.opts.Metrics.CacheReleased(ReleaseDropped)
 		}
 		c.log.Warn("stopping with reservations not released; they expire by themselves", "reservations", left)
 	}
@@ -129,10 +148,10 @@ func (c *Cache) releaseNext(ctx context.Context) bool {
 	c.mu.Unlock()
 	c.releases.Forget(owner)
 	if err != nil {
-		c.Metrics.CacheReleased(ReleaseFailed)
+		c.opts.Metrics.CacheReleased(ReleaseFailed)
 		c.log.Warn("releasing a gone action's reservation failed on every try; it expires by itself", "owner", owner, "tries", tries, "error", err)
 		return true
 	}
-	c.Metrics.CacheReleased(ReleaseReleased)
+	c.opts.Metrics.CacheReleased(ReleaseReleased)
 	return true
 }

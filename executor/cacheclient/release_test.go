@@ -127,15 +127,12 @@ func TestReleasesOfGoneActionsDoNotWaitOnTheCacheService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc := cacheclient.New(client, e.store, time.Second, slog.New(slog.DiscardHandler))
-	cc.Metrics = m
 	// Fewer than the actions deleted: the others' releases are dropped, and counted.
 	const queued = 3
-	cc.MaxQueuedReleases = queued
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); _ = cc.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-stopped })
+	cc := cacheclient.New(client, e.store, cacheclient.Options{Heartbeat: time.Second, Log: slog.New(slog.DiscardHandler),
+		Metrics: m, MaxQueuedReleases: queued})
+	start(t, cc)
+	ctx := context.Background()
 
 	// Actions holding their reservations, each for a key of its own.
 	const n = 5

@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,7 +69,7 @@ func TestForgedCacheEntriesAreMisses(t *testing.T) {
 		{"other-domain", theirs("demo", "production"), storage.ReasonOtherProject},
 	}
 	cacheClient := cacheServiceClient(t)
-	keys := cacheclient.New(nil, datastore.New(), 0, slog.New(slog.DiscardHandler))
+	keys := cacheclient.New(nil, datastore.New(), cacheclient.Options{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			inputs := `{"case": "` + tt.name + `"}`

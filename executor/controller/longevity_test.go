@@ -166,7 +166,7 @@ func TestFinishedActionsLeaveNothingBehind(t *testing.T) {
 		}
 		eventually.True(t, 10*time.Second, func() bool { return !reconciler.Expects(got.UID) },
 			func() string { return fmt.Sprintf("the reconciler still expects a write of the finished %s", ta.Name) })
-		if reconciler.Cache.Holds(got.UID) {
+		if outputs.Holds(got.UID) {
 			t.Fatalf("a reservation of the finished %s is still heartbeated", ta.Name)
 		}
 	}

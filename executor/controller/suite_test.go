@@ -154,6 +154,8 @@ var slowNamespaces sync.Map
 var (
 	publisher  *eventsink.Publisher
 	reconciler *controller.TaskActionReconciler
+	// outputs is the reconciler's cache, for the tests to ask what it holds.
+	outputs *cacheclient.Cache
 )
 
 // startManager runs the executor's controller against the test API server for the whole
@@ -196,9 +198,14 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 		return nil, err
 	}
 	// A heartbeat of 1 s (a reservation lapses after 3 missed): short for tests, and
-	// not lost to a loaded machine's stalls, which let an identical action run too.
-	outputs := cacheclient.New(cacheClient, store, time.Second, log)
-	outputs.Metrics = instruments
+	// not lost to a loaded machine's stalls, which let an identical action run too. As
+	// the executor's, it heartbeats only while the action is in the informer cache, and
+	// its background work runs under the manager.
+	outputs = cacheclient.New(cacheClient, store, cacheclient.Options{Heartbeat: time.Second, Log: log,
+		Metrics: instruments, Exists: cacheclient.ExistsIn(mgr.GetCache())})
+	if err := mgr.Add(outputs); err != nil {
+		return nil, err
+	}
 	r := &controller.TaskActionReconciler{
 		Events: publisher, Metrics: instruments,
 		Cache:  outputs,

@@ -114,6 +114,25 @@ type EventSink interface {
 	Source() source.Source
 }
 
+// Cache memoizes cacheable actions' outputs (cacheclient.Cache, whose heartbeats and
+// releases run as a manager.Runnable of their own); a nil cache turns caching off.
+type Cache interface {
+	// Lookup consults the cache before an action's first run: a hit, a miss (holding the
+	// reservation of a serializable action), or whom to wait for.
+	Lookup(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) cacheclient.Decision
+	// Resume makes sure a running serializable action's reservation is held, as after a
+	// restart.
+	Resume(ctx context.Context, ta *flytev1.TaskAction)
+	// Store puts a succeeded action's outputs in the cache, releasing its reservation,
+	// and returns the cache status to report.
+	Store(ctx context.Context, ta *flytev1.TaskAction, outputsURI string) flytev1.CacheStatus
+	// Release gives up the action's reservation, if it holds one.
+	Release(ctx context.Context, ta *flytev1.TaskAction)
+	// Gone is told that an action no longer exists (from the informer's delete handler);
+	// it must not wait on the cache service.
+	Gone(uid types.UID)
+}
+
 // Backlog bounds the finished actions whose history waits for the events service: at
 // its bound, actions that have not started wait (backlog.Gate).
 type Backlog interface {
@@ -145,7 +164,7 @@ type TaskActionReconciler struct {
 	// Metrics records what the reconciler does; nil records nothing.
 	Metrics *metrics.Metrics
 	// Cache memoizes outputs of cacheable actions; nil turns caching off.
-	Cache   *cacheclient.Cache
+	Cache   Cache
 	Options Options
 	// Observe, when set, is called at the start of every reconcile; tests count them.
 	Observe func(ctrl.Request)
@@ -298,22 +317,6 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if _, err := informer.AddEventHandler(r.expectations().informerHandler(r.gone)); err != nil {
 		return fmt.Errorf("watching actions' deletions: %w", err)
-	}
-	if r.Cache != nil {
-		// A reservation is heartbeated only while its action exists.
-		r.Cache.Exists = func(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, error) {
-			var ta flytev1.TaskAction
-			err := mgr.GetCache().Get(ctx, key, &ta)
-			if apierrors.IsNotFound(err) {
-				return false, nil
-			}
-			return err == nil && ta.UID == uid, err
-		}
-		// Gone actions' reservations are released by the cache's own workers, which stop
-		// with the manager, never by the informer's delete handler.
-		if err := mgr.Add(r.Cache); err != nil {
-			return fmt.Errorf("adding the cache's releases: %w", err)
-		}
 	}
 	// The same kinds whose informers the manager's cache restricts to managed objects.
 	for _, obj := range r.Registry.Watches() {
