@@ -2,15 +2,11 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"hash/fnv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // Every Postgres advisory lock the services take is named here, and its key is derived
@@ -155,52 +151,4 @@ func WithSessionLock(ctx context.Context, pool *pgxpool.Pool, name string, wait 
 		}
 	}()
 	return true, fn(conn)
-}
-
-// migrationLocker is goose's session locker of a service's migrations: it polls for the
-// lock rather than wait in Postgres, because the migration connection's short
-// lock_timeout would end that wait, and a replica waiting for another's migrations
-// should see promptly that they are done.
-type migrationLocker struct {
-	name     string
-	poll     time.Duration
-	waitUpTo time.Duration
-}
-
-func (l migrationLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
-	deadline := time.Now().Add(l.waitUpTo)
-	for {
-		var ok bool
-		err := onPgx(conn, func(c *pgx.Conn) error {
-			var err error
-			ok, err = TryLock(ctx, c, l.name)
-			return err
-		})
-		if err != nil || ok {
-			return err
-		}
-		if time.Now().Add(l.poll).After(deadline) {
-			return fmt.Errorf("postgres: the lock %s was held by another session for %s", l.name, l.waitUpTo)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("postgres: waiting for the lock %s: %w", l.name, ctx.Err())
-		case <-time.After(l.poll):
-		}
-	}
-}
-
-func (l migrationLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
-	return onPgx(conn, func(c *pgx.Conn) error { return Unlock(ctx, c, l.name) })
-}
-
-// onPgx runs f on the pgx connection under conn, a connection of a pgx pool's *sql.DB.
-func onPgx(conn *sql.Conn, f func(*pgx.Conn) error) error {
-	return conn.Raw(func(driverConn any) error {
-		c, ok := driverConn.(*stdlib.Conn)
-		if !ok {
-			return errors.New("postgres: the migration connection is not pgx's")
-		}
-		return f(c.Conn())
-	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/flytekube/backend/internal/backoff"
 )
@@ -203,8 +204,15 @@ func MigrationApplicationName(service string) string { return service + "-migrat
 
 // provider is goose's runner of m on db, under the service's migration lock.
 func (r Runner) provider(db *sql.DB, m Migrations) (*goose.Provider, error) {
-	// Poll every second for up to five minutes, as goose's own locker did.
-	locker := migrationLocker{name: MigrationLock(m.Service), poll: time.Second, waitUpTo: 5 * time.Minute}
+	locker, err := lock.NewPostgresSessionLocker(
+		lock.WithLockID(LockKey(MigrationLock(m.Service))),
+		// Poll every second for up to five minutes: a replica waiting for another's
+		// migrations should notice promptly that they are done.
+		lock.WithLockTimeout(1, 300),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: creating migration lock: %w", err)
+	}
 	store, err := database.NewStore(database.DialectPostgres, m.Service+"_schema_version")
 	if err != nil {
 		return nil, fmt.Errorf("postgres: creating migration store: %w", err)
