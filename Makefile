@@ -116,7 +116,7 @@ images: ## Build the images without Docker: build/images/<program>.tar, tagged V
 generate: proto-generate crd-generate console-generate dashboard-generate ## Regenerate all generated code.
 
 .PHONY: dashboard-generate
-dashboard-generate: ## Regenerate the Grafana dashboard (internal/dashboard) in deploy/kustomize/components/monitoring.
+dashboard-generate: ## Regenerate the Grafana dashboard (deploy/dashboard) in deploy/kustomize/components/monitoring.
 	$(GO) run ./hack/dashboard deploy/kustomize/components/monitoring/dashboard.json
 
 .PHONY: crd-generate

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/flytekube/backend/cacheservice"
-	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // TestBufCurlCallsEveryRPC runs the buf curl commands of docs/cacheservice.md against a

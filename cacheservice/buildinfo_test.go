@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/flytekube/backend/internal/buildinfo"
-	"github.com/flytekube/backend/internal/metricstest"
+	"github.com/flytekube/backend/test/metricstest"
 )
 
 // TestMetricsNameTheBuild: the metrics endpoint says which build serves it.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/flytekube/backend/cacheservice"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 // TestEvictionKeepsEachProjectWithinItsBound: past a project's bound on entries, or on

@@ -11,9 +11,9 @@ import (
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 var pg *pgtest.Server

@@ -7,8 +7,8 @@ import (
 
 	"github.com/flytekube/backend/cacheservice/service"
 	"github.com/flytekube/backend/cacheservice/store"
-	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 // TestHitsHoldAtMostTheirBound: hits of more distinct entries than the bound between two

@@ -17,8 +17,8 @@ import (
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 func lookup(ctx context.Context, c cachev1connect.CacheServiceClient, k *cachev1.CacheKey, owner string, mutate ...func(*cachev1.LookupOrReserveRequest)) (*cachev1.LookupOrReserveResponse, error) {

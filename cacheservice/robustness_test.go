@@ -12,8 +12,8 @@ import (
 
 	"github.com/flytekube/backend/cacheservice"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 func TestInvalidRequestsAreRejectedAndWriteNothing(t *testing.T) {

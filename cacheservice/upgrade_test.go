@@ -16,10 +16,10 @@ import (
 	"github.com/flytekube/backend/cacheservice/store"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
-	releases "github.com/flytekube/backend/internal/release"
-	"github.com/flytekube/backend/internal/repo"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/postgres"
+	releases "github.com/flytekube/backend/test/release"
+	"github.com/flytekube/backend/test/repo"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // startFirstRelease runs v0.1.0's cache service, built from its commit, on the

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flytekube/backend/executor/tenancy"
-	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 // installAdmission applies the TaskAction CRD and the shipped admission policy (the API

@@ -31,9 +31,9 @@ import (
 
 	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/executor/config"
-	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // composeKeys are the keys of docker-compose.yaml this test checks, in compose-go's

@@ -36,11 +36,11 @@ import (
 	"github.com/flytekube/backend/events/cloudevents"
 	_ "github.com/flytekube/backend/gen/go/flyte/cache/v1"  // the descriptors of the RPCs runCompose calls
 	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/ports"
 	"github.com/flytekube/backend/internal/rpcclient"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // runCompose runs what `docker compose --profile executor up` would, as processes on

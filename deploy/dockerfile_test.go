@@ -26,7 +26,7 @@ import (
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
 
-	"github.com/flytekube/backend/internal/imagebuild"
+	"github.com/flytekube/backend/deploy/imagebuild"
 )
 
 // image is what a Dockerfile builds, as far as can be told without building it.

@@ -11,8 +11,8 @@ import (
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/executor"
-	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/internal/healthcheck"
+	"github.com/flytekube/backend/services/auth/devcreds"
 )
 
 // flagSets register the flags of each binary the Dockerfiles build, by package.

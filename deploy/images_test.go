@@ -1,6 +1,6 @@
 package deploy_test
 
-// The images `make images` builds without a Docker engine (internal/imagebuild), held to
+// The images `make images` builds without a Docker engine (deploy/imagebuild), held to
 // the Dockerfiles: the same binaries, user, ports, entrypoint and labels.
 
 import (
@@ -26,8 +26,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/flytekube/backend/internal/imagebuild"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/deploy/imagebuild"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // filesOf lists an image's files (path → tar header) as its layers stack them.

@@ -37,9 +37,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor/config"
-	"github.com/flytekube/backend/internal/devcreds"
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/services/auth/devcreds"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/repo"
 )
 
 var env *kubetest.Env

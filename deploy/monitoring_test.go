@@ -15,8 +15,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/flytekube/backend/internal/dashboard"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/deploy/dashboard"
+	"github.com/flytekube/backend/test/repo"
 )
 
 const monitoringDir = "deploy/kustomize/components/monitoring"

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor/config"
-	"github.com/flytekube/backend/internal/devcreds"
+	"github.com/flytekube/backend/services/auth/devcreds"
 )
 
 // TestNodeOverlayChangesOnlyWhatTheNetworkForces holds overlays/node (make deploy-node's)

@@ -32,11 +32,11 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/authbench"
-	"github.com/flytekube/backend/internal/metricstest"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/authbench"
+	"github.com/flytekube/backend/test/metricstest"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // services are both services running with TLS and one auth configuration.

@@ -19,11 +19,11 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/ports"
-	"github.com/flytekube/backend/internal/repo"
-	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/repo"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // TestEventsServiceKilledMidPublish: the events binary is killed (SIGKILL) while a sink

@@ -24,11 +24,11 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
-	"github.com/flytekube/backend/internal/jaegertest"
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/jaegertest"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 var kube *kubetest.Env

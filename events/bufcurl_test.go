@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/flytekube/backend/events"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // TestBufCurlCallsEveryRPC runs the buf curl commands of docs/events.md against a

@@ -20,8 +20,8 @@ import (
 	"github.com/flytekube/backend/events/cloudevents"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 // The service relays what Record stores to its sinks; what a sink refuses for good is

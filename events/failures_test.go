@@ -16,10 +16,10 @@ import (
 	"github.com/flytekube/backend/events"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // TestInternalFailuresKeepTheirDetailsInTheLog: when the store fails inside (here its

@@ -28,8 +28,8 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // The range of time an event may carry: the years 2000 to 2200.

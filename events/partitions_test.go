@@ -25,10 +25,10 @@ import (
 	"github.com/flytekube/backend/events/outbox"
 	"github.com/flytekube/backend/events/store"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/metricstest"
-	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/metricstest"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 // day0 is a noon after the migrations ran: the first partition holds every earlier time.

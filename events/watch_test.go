@@ -16,8 +16,8 @@ import (
 	"github.com/flytekube/backend/events/store"
 	"github.com/flytekube/backend/events/watch"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/pgtest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 // openWatch starts a watch and waits until the server has established it.

@@ -20,10 +20,10 @@ import (
 
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/repo"
-	"github.com/flytekube/backend/internal/servicetest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/repo"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // restartablePlane starts a control plane of the test's own whose API server can be

@@ -17,8 +17,8 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/metricstest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/metricstest"
 )
 
 // released holds the keys (config.release) whose test-until actions may finish.

@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flytekube/backend/internal/buildinfo"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/metricstest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/metricstest"
 )
 
 // TestMetricsNameTheBuild: the executor's registry, which its metrics endpoint serves,

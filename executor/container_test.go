@@ -21,7 +21,7 @@ import (
 	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/executor/plugins/k8s/container"
-	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 func containerAction(ns, name string, retries int32) *flytev1.TaskAction {

@@ -24,12 +24,12 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/authbench"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/authbench"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // TestExecutorReachesServicesWithTLSAndToken runs both services as a cluster would:

@@ -19,7 +19,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore"
 	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
-	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/test/kubetest"
 )
 
 // TestASparseErrorDocumentFailsOnlyItsAction: a container action whose pod leaves a

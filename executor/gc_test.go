@@ -14,8 +14,8 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/controller"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/kubetest"
 )
 
 // TestCollectorWaitsForRedeliveryAfterARestart: an executor that restarts knows nothing

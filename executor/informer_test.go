@@ -15,7 +15,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 // TestInformersHoldOnlyManagedObjects: the executor's cache of the kinds its plugins

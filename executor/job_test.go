@@ -16,7 +16,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
-	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 func jobAction(ns, name string, retries int32) *flytev1.TaskAction {

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/ports"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/ports"
 )
 
 // TestSecureMetricsNeedAuthorizedCallers serves metrics the way a cluster does: HTTPS,

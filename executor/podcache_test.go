@@ -17,13 +17,13 @@ import (
 
 	"github.com/flytekube/backend/executor"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
-	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/kubetest"
 )
 
 // bigAction is a container action whose pod carries all the spec allows of the long

@@ -18,7 +18,7 @@ import (
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // TestRunsWithOnlyItsRBAC runs the executor as a user holding nothing but the generated

@@ -18,10 +18,10 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/datastore/storetest"
 	"github.com/flytekube/backend/executor/pluginmachinery/flytek8s"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // flaky:// URIs are in-memory buckets that fail on demand.

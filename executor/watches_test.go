@@ -16,7 +16,7 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 // configMapWaiter succeeds once a ConfigMap named after its action is in the executor's

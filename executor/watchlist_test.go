@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 // listRecorder notes how the executor's informers fill: a LIST of a collection, or a

@@ -14,7 +14,7 @@
 #   JAEGER_QUERY_PORT (16686)     JAEGER_QUERY_GRPC_PORT (16685)
 #   JAEGER_HEALTH_PORT (13133)    JAEGER_METRICS_PORT (8888, Jaeger's own Prometheus metrics)
 # A port of 0 lets Jaeger take any free one; the log (JSON lines) gives each listener's
-# address as bound, which internal/jaegertest reads.
+# address as bound, which test/jaegertest reads.
 #
 # No binary downloads work on the machines we build on, and `go install` refuses
 # github.com/jaegertracing/jaeger/cmd/jaeger because Jaeger's go.mod has replace

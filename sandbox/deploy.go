@@ -30,15 +30,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flytekube/backend/deploy/imagebuild"
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/internal/buildinfo"
-	"github.com/flytekube/backend/internal/devcreds"
-	"github.com/flytekube/backend/internal/imagebuild"
-	"github.com/flytekube/backend/internal/nodetest"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/ports"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/services/auth/devcreds"
+	"github.com/flytekube/backend/test/nodetest"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // What the node overlay (deploy/kustomize/overlays/node) expects of the deployment.

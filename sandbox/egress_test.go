@@ -18,8 +18,8 @@ import (
 	"github.com/flytekube/backend/events/cloudevents"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/ports"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // history is two actions as the events service would hold them: flaky with a retry,

@@ -39,12 +39,12 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/devcreds"
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/nodetest"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/services/auth/devcreds"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/nodetest"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // Options shape a sandbox. The zero value of a port means its default.
@@ -81,7 +81,7 @@ type Options struct {
 	// anything stops: tests look at the running system through it.
 	Settled func(ctx context.Context, e Endpoints) error
 	// CredentialsDir keeps the services' CA, certificate and tokens between runs
-	// (internal/devcreds). Default: dev-credentials in the cache directory
+	// (services/auth/devcreds). Default: dev-credentials in the cache directory
 	// ($FLYTE_CACHE_DIR, else ~/.cache/flyte-executor), outside the clone.
 	CredentialsDir string
 }

@@ -23,13 +23,13 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
-	"github.com/flytekube/backend/internal/chromium"
-	"github.com/flytekube/backend/internal/dashboard"
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/nodetest"
-	"github.com/flytekube/backend/internal/ports"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/deploy/dashboard"
 	"github.com/flytekube/backend/sandbox"
+	"github.com/flytekube/backend/test/chromium"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/nodetest"
+	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // TestSandboxRunsTheExamples is `make run` from start to end, as a newcomer gets it:

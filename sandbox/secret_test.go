@@ -26,8 +26,8 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/internal/nodetest"
 	"github.com/flytekube/backend/sandbox"
+	"github.com/flytekube/backend/test/nodetest"
 )
 
 // secretAction is the TaskAction of examples/08-secret.yaml.

@@ -21,15 +21,15 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/cacheservice/store"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
-	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/release"
-	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/release"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // Options size the run.

@@ -8,12 +8,12 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/cacheservice"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
-	"github.com/flytekube/backend/internal/authbench"
-	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/authbench"
 )
 
 // startFor runs one cache service with authCfg and returns one client per bench client,

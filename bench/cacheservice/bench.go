@@ -19,11 +19,11 @@ import (
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/cacheservice/store"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
-	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/services/auth"
 )
 

@@ -13,10 +13,10 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
-	"github.com/flytekube/backend/internal/benchutil"
 )
 
 // The paths part measures what one cacheable action costs the cache service and its

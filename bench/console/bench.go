@@ -1,5 +1,5 @@
 // Package consolebench measures how fast the events service's web console loads in a real
-// browser (Debian's Chromium, headless, internal/chromium), against a baseline taken in
+// browser (Debian's Chromium, headless, test/chromium), against a baseline taken in
 // the same run, because absolute figures on a shared machine mean little.
 //
 // For each view (the runs of a project and domain, one run, one action) every sample
@@ -23,14 +23,14 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/events/store"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/chromium"
-	"github.com/flytekube/backend/internal/devcreds"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/services/auth/devcreds"
+	"github.com/flytekube/backend/test/chromium"
 )
 
 // Options size the run.
@@ -165,7 +165,7 @@ func Run(ctx context.Context, o Options, w io.Writer, progress io.Writer) error 
 }
 
 // service is the events service with its console, run in-process as its binary runs
-// it, in auth mode token-file with the tokens `make run` makes (internal/devcreds).
+// it, in auth mode token-file with the tokens `make run` makes (services/auth/devcreds).
 type service struct {
 	console     string
 	viewerToken string

@@ -8,10 +8,10 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/authbench"
-	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/authbench"
 )
 
 // AuthResult sets Record with auth mode kubernetes (decisions cached) beside Record with

@@ -26,12 +26,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/events/store"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/services/auth"
 )
 

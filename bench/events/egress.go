@@ -37,13 +37,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/events/outbox"
 	"github.com/flytekube/backend/events/relay"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/benchutil"
 	"github.com/flytekube/backend/services/auth"
 )
 

@@ -26,8 +26,8 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/eventsrelease"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/eventsrelease"
 )
 
 // MigrationSize sizes the migration part: the tree's events store migration run on a

@@ -10,9 +10,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/events/outbox"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/benchutil"
 )
 
 // outboxSetups are the states of the outbox Record is measured in: without its trigger

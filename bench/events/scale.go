@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/events/store"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/benchutil"
 )
 
 // The scale part grows one store through the sizes of ScaleSize.Stored and, at each,

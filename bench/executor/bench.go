@@ -28,15 +28,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/tenancy"
-	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/kubetest"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/kubetest"
 )
 
 // Options size the run.

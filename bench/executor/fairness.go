@@ -11,11 +11,11 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
-	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/test/kubetest"
 )
 
 // fairnessRow is one scenario of the fairness part: how long another namespace's

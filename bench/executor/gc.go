@@ -15,12 +15,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/controller"
-	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/test/kubetest"
 )
 
 // gcResult is what collecting many finished actions cost.

@@ -18,13 +18,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/test/kubetest"
 )
 
 // succeed writes the status a kubelet writes when a pod's only container exited 0.

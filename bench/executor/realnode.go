@@ -12,12 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
-	"github.com/flytekube/backend/internal/benchutil"
-	"github.com/flytekube/backend/internal/nodetest"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/nodetest"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // realNodeResult is container actions on a real node beside the same pods made by a

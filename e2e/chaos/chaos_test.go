@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/systemtest"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 var (

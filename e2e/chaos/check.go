@@ -14,7 +14,7 @@ import (
 	"github.com/flytekube/backend/executor/eventsink"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/systemtest"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // eventKey is the identity of an event: (attempt, phase, version) within an action.

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
-	"github.com/flytekube/backend/internal/systemtest"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // The kinds of fault.

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/internal/systemtest"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // Settings of the soak's executors that its invariants hold them to.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flytekube/backend/internal/ports"
+	"github.com/flytekube/backend/test/ports"
 )
 
 // postgres is a throwaway cluster of the soak's own, started by hack/postgres.sh even

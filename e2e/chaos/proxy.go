@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/flytekube/backend/internal/ports"
+	"github.com/flytekube/backend/test/ports"
 )
 
 // The links the fault proxy stands on: what the executors reach the API server, the

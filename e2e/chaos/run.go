@@ -16,7 +16,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/internal/systemtest"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // Options shape a soak.

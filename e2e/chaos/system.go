@@ -20,11 +20,11 @@ import (
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/gen/go/flyte/cache/v1/cachev1connect"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/devcreds"
-	"github.com/flytekube/backend/internal/ports"
-	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
-	"github.com/flytekube/backend/internal/systemtest"
+	"github.com/flytekube/backend/services/auth/devcreds"
+	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/repo"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // Namespaces of the soak: its actions, and the executors' leader-election lock.

@@ -13,7 +13,7 @@ import (
 	"github.com/flytekube/backend/executor/cacheclient"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
-	"github.com/flytekube/backend/internal/systemtest"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // checkHostile holds a hostile action to its end: failed with the error code that names

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/flytekube/backend/internal/imagebuild"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/deploy/imagebuild"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // TestShippedImageRunsOnTheNode: an image `make images` builds, imported into the node's

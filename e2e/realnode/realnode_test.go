@@ -1,4 +1,4 @@
-// Package realnode_test runs container actions on a real node (internal/nodetest): pods
+// Package realnode_test runs container actions on a real node (test/nodetest): pods
 // scheduled by the real scheduler and run by kubelet and containerd. Everything else
 // is tested on envtest, which is faster; these tests show what a stand-in kubelet cannot.
 package realnode_test
@@ -27,10 +27,10 @@ import (
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/nodetest"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/nodetest"
+	"github.com/flytekube/backend/test/repo"
 )
 
 var node *nodetest.Node

@@ -27,7 +27,7 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/rpcclient"
-	"github.com/flytekube/backend/internal/systemtest"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // eventKey is the identity of an event within an action: (attempt, phase, version).

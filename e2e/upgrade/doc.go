@@ -1,5 +1,5 @@
 // Package upgrade is the upgrade test, as Knative and Tekton run theirs: the previous
-// release (built from its commit by internal/release) runs as processes — an API server
+// release (built from its commit by test/release) runs as processes — an API server
 // and etcd, Postgres, the events and cache services, the executor — with work in flight
 // (long sleeps, retries, cacheable actions holding reservations while others wait,
 // container actions on the stand-in kubelet or, with UPGRADE_NODE=real, on a real node,

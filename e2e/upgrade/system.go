@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor"
-	"github.com/flytekube/backend/internal/devcreds"
-	"github.com/flytekube/backend/internal/ports"
 	"github.com/flytekube/backend/internal/rpcclient"
-	"github.com/flytekube/backend/internal/systemtest"
+	"github.com/flytekube/backend/services/auth/devcreds"
+	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // The executors' leader-election lock, the same for both releases: the new executor

@@ -21,10 +21,10 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	internalrelease "github.com/flytekube/backend/internal/release"
-	"github.com/flytekube/backend/internal/repo"
 	"github.com/flytekube/backend/internal/rpcclient"
-	"github.com/flytekube/backend/internal/systemtest"
+	internalrelease "github.com/flytekube/backend/test/release"
+	"github.com/flytekube/backend/test/repo"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // options shape one upgrade test.

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/pgtest"
-	internalrelease "github.com/flytekube/backend/internal/release"
-	"github.com/flytekube/backend/internal/repo"
-	"github.com/flytekube/backend/internal/systemtest"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/pgtest"
+	internalrelease "github.com/flytekube/backend/test/release"
+	"github.com/flytekube/backend/test/repo"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // TestUpgrade upgrades each release UPGRADE_FROM names to the tree with work in flight,

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // configView is what a test compares of a Config.

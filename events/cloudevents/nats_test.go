@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/flytekube/backend/internal/natstest"
+	"github.com/flytekube/backend/test/natstest"
 )
 
 const natsMaxPayload = 64 << 10

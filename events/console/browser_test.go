@@ -16,10 +16,10 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"github.com/flytekube/backend/internal/chromium"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/pgtest"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/chromium"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/pgtest"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // The browser tests drive Debian's Chromium, headless, through the DevTools protocol
@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// startBrowser starts the package's browser (internal/chromium), or says in noBrowser
+// startBrowser starts the package's browser (test/chromium), or says in noBrowser
 // why there is none.
 func startBrowser() (stop func()) {
 	ctx, stop, err := chromium.Start()

@@ -21,11 +21,11 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/jaegertest"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/server"
+	"github.com/flytekube/backend/test/jaegertest"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // service is an events service with its console, requiring tokens (auth mode

@@ -15,9 +15,9 @@ import (
 
 	"github.com/flytekube/backend/events"
 	"github.com/flytekube/backend/events/console"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/server"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // TestAbsoluteFormTargetsAreHostChecked: a request line naming an authority

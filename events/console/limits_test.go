@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/flytekube/backend/events"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/jaegertest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/jaegertest"
 )
 
 // The trace lookups the events service makes at once, in the whole process; beyond them

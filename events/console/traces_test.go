@@ -20,7 +20,7 @@ import (
 
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/jaegertest"
+	"github.com/flytekube/backend/test/jaegertest"
 )
 
 // These tests serve the console with an events service that holds every action it is

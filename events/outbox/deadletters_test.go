@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/flytekube/backend/events/outbox"
-	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/textbound"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 // deadLetters queues n events, reads them for sink and keeps them all as its dead

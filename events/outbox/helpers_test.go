@@ -15,8 +15,8 @@ import (
 	"github.com/flytekube/backend/events/store"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 var pg *pgtest.Server

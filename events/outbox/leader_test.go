@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flytekube/backend/events/outbox"
-	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 func TestLeadership(t *testing.T) {

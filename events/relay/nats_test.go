@@ -14,8 +14,8 @@ import (
 
 	"github.com/flytekube/backend/events/cloudevents"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/natstest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/natstest"
 )
 
 // The NATS server stopped while events are recorded, then started again on its store:

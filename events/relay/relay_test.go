@@ -19,7 +19,7 @@ import (
 	"github.com/flytekube/backend/events/cloudevents"
 	"github.com/flytekube/backend/events/outbox"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
-	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 func jsonData(data []byte, m proto.Message) error {

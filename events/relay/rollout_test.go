@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 // A rollout adds sink "b": replicas of the new configuration register it when they

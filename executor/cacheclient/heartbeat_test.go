@@ -14,8 +14,8 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cacheclient"
 	cachev1 "github.com/flytekube/backend/gen/go/flyte/cache/v1"
-	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 // expiry is when the holder of ta's reservation loses it unless it heartbeats; it fails

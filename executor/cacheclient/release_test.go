@@ -15,9 +15,9 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/cacheclient"
 	"github.com/flytekube/backend/executor/metrics"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/metricstest"
 	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/metricstest"
 )
 
 // stallProxy forwards TCP connections on loopback to a service, and can stop passing

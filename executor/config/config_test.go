@@ -23,7 +23,7 @@ import (
 	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/repo"
 )
 
 func writeFile(t *testing.T, content string) string {

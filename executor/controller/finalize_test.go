@@ -18,7 +18,7 @@ import (
 	"github.com/flytekube/backend/executor/controller"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/eventually"
+	"github.com/flytekube/backend/test/eventually"
 )
 
 // The one policy for a plugin's Finalize errors (failures.go): the outcome that needed

@@ -20,9 +20,9 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/metrics"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/metricstest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/metricstest"
 )
 
 // The collector picks actions by their status: finished more than MaxTTL ago, with their

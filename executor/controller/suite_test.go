@@ -30,11 +30,11 @@ import (
 	"github.com/flytekube/backend/executor/plugins/core/sleep"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/backoff"
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 var (

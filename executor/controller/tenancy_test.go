@@ -14,7 +14,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/controller"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/kubetest"
+	"github.com/flytekube/backend/test/kubetest"
 )
 
 // TestActionsOfAnotherProjectAreRefusedBeforeAnythingIsDone plays a tenant who may

@@ -22,10 +22,10 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/metricstest"
 	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/metricstest"
 )
 
 // olderReplica is an events service replica of an older release in front of the real

@@ -16,7 +16,7 @@ import (
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // An action makes at most 1 + spec.retries + maxSystemFailures attempts, and the events

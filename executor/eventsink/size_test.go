@@ -18,10 +18,10 @@ import (
 	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/internal/eventually"
 	"github.com/flytekube/backend/internal/rpcclient"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/server"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // The publisher sizes its requests by the events service's read limit, which it cannot

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
 	"github.com/flytekube/backend/executor/fairqueue"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/metricstest"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/metricstest"
 )
 
 // Items are "tenant/name".

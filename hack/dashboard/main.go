@@ -1,4 +1,4 @@
-// Command dashboard writes the Grafana dashboard of package internal/dashboard to the
+// Command dashboard writes the Grafana dashboard of package deploy/dashboard to the
 // file it is given; `make generate` runs it.
 package main
 
@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/flytekube/backend/internal/dashboard"
+	"github.com/flytekube/backend/deploy/dashboard"
 )
 
 func main() {

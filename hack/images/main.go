@@ -1,5 +1,5 @@
 // Command images builds the three programs' images without a Docker engine (package
-// internal/imagebuild) and writes each as a tarball that `ctr images import` and `docker
+// deploy/imagebuild) and writes each as a tarball that `ctr images import` and `docker
 // load` read, named <repository>/<program>:<version> and :<tag> (each of --tag's); with
 // --push it pushes them to that repository instead of, or as well as, writing them. The
 // binaries are stamped with --version and --revision. `make images` runs it.
@@ -22,8 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/flytekube/backend/internal/imagebuild"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/deploy/imagebuild"
+	"github.com/flytekube/backend/test/repo"
 )
 
 func main() {

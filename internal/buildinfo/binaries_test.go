@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/flytekube/backend/internal/buildinfo"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/repo"
 )
 
 var programs = []string{"executor", "events", "cacheservice"}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flytekube/backend/internal/metricstest"
+	"github.com/flytekube/backend/test/metricstest"
 )
 
 func TestResolve(t *testing.T) {

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/app"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 var pg *pgtest.Server

@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // TestTokenFileIsReadAgainWhenItChanges: an operator rotates a token by rewriting the

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flytekube/backend/internal/pgtest"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/pgtest"
 )
 
 var pg *pgtest.Server

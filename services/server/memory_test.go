@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/repo"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/server"
+	"github.com/flytekube/backend/test/repo"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // The memory test runs the server in a process of its own, this test binary started

@@ -26,9 +26,9 @@ import (
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/repo"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/server"
+	"github.com/flytekube/backend/test/repo"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // testService is a small EventsService whose behaviour the tests steer.

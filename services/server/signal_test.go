@@ -16,8 +16,8 @@ import (
 
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/server"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // When set, the test binary acts as a server process instead of running tests.

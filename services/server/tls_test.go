@@ -18,9 +18,9 @@ import (
 
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
-	"github.com/flytekube/backend/internal/eventually"
-	"github.com/flytekube/backend/internal/servicetest"
 	"github.com/flytekube/backend/services/server"
+	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/servicetest"
 )
 
 // servedCertificate opens a new connection and returns the host names of the certificate

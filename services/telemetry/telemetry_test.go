@@ -19,8 +19,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/flytekube/backend/internal/metricstest"
 	"github.com/flytekube/backend/services/telemetry"
+	"github.com/flytekube/backend/test/metricstest"
 )
 
 // otlpReceiver is an OTLP/HTTP trace endpoint that keeps what it receives.

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flytekube/backend/bench/cacheservice"
-	"github.com/flytekube/backend/internal/benchutil"
+	"github.com/flytekube/backend/bench/benchutil"
+	cachebench "github.com/flytekube/backend/bench/cacheservice"
 )
 
 func main() {

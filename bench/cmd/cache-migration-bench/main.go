@@ -9,8 +9,8 @@ import (
 	"flag"
 	"os"
 
+	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/bench/cachemigration"
-	"github.com/flytekube/backend/internal/benchutil"
 )
 
 func main() {

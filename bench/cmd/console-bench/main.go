@@ -9,8 +9,8 @@ import (
 	"flag"
 	"os"
 
-	"github.com/flytekube/backend/bench/console"
-	"github.com/flytekube/backend/internal/benchutil"
+	"github.com/flytekube/backend/bench/benchutil"
+	consolebench "github.com/flytekube/backend/bench/console"
 )
 
 func main() {

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flytekube/backend/bench/events"
-	"github.com/flytekube/backend/internal/benchutil"
+	"github.com/flytekube/backend/bench/benchutil"
+	eventsbench "github.com/flytekube/backend/bench/events"
 )
 
 func main() {

@@ -10,8 +10,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/flytekube/backend/bench/executor"
-	"github.com/flytekube/backend/internal/benchutil"
+	"github.com/flytekube/backend/bench/benchutil"
+	executorbench "github.com/flytekube/backend/bench/executor"
 )
 
 func main() {

@@ -1,5 +1,5 @@
 // Command devcreds makes, or keeps, the credentials the services run with under docker
-// compose (see internal/devcreds): compose runs it once, before the services, into the
+// compose (see services/auth/devcreds): compose runs it once, before the services, into the
 // volume they read. It prints where the files are and how to call a service with them.
 //
 //	devcreds --dir /home/nonroot --host events --host cacheservice
@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/flytekube/backend/internal/devcreds"
+	"github.com/flytekube/backend/services/auth/devcreds"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

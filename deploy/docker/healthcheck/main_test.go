@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flytekube/backend/internal/devcreds"
+	"github.com/flytekube/backend/services/auth/devcreds"
 )
 
 func TestRun(t *testing.T) {

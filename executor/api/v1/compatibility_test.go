@@ -10,8 +10,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/flytekube/backend/internal/crdcompat"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/crdcompat"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // crdPath is where `make generate` writes the CRD, now and in every release so far.
@@ -23,7 +23,7 @@ const narrowingsFile = "crd-narrowings.yaml"
 // TestCRDNarrowsNothingSinceThePreviousRelease holds the CRD to the previous release's
 // (RELEASES' last line, read from git): within a version a release may add fields and
 // loosen rules, nothing else, because the API server applies the new schema to every
-// later write of the objects already stored (internal/crdcompat says what narrows). A
+// later write of the objects already stored (test/crdcompat says what narrows). A
 // narrowing that must be made goes in crd-narrowings.yaml with its reason and what it
 // does to stored objects; one listed there that is no longer found fails too, so the file
 // says exactly what the next release narrows.

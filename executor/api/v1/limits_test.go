@@ -9,7 +9,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/repo"
 )
 
 // TestLimitsMatchTheCRD: the constants the executor cuts status text to are the limits

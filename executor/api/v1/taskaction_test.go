@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
-	"github.com/flytekube/backend/internal/kubetest"
-	"github.com/flytekube/backend/internal/repo"
+	"github.com/flytekube/backend/test/kubetest"
+	"github.com/flytekube/backend/test/repo"
 )
 
 var env *kubetest.Env

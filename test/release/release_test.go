@@ -1,0 +1,82 @@
+package release
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/flytekube/backend/test/repo"
+)
+
+func TestParse(t *testing.T) {
+	const commit = "5a96befc044bdc7026488447c4bb1c80ec6190dc"
+	tests := []struct {
+		name    string
+		in      string
+		want    []Release
+		wantErr string
+	}{
+		{name: "comments and blank lines", in: "# header\n\nv0.1.0\t" + commit + "\t2026-12-01 # first\n",
+			want: []Release{{Version: "v0.1.0", Commit: commit, Date: "2026-12-01"}}},
+		{name: "two, oldest first", in: "v0.1.0 " + commit + " 2026-12-01\nv0.2.0 " + commit + " 2026-12-09\n",
+			want: []Release{{"v0.1.0", commit, "2026-12-01"}, {"v0.2.0", commit, "2026-12-09"}}},
+		{name: "short commit", in: "v0.1.0 5a96bef 2026-12-01\n", wantErr: "not a version and a full commit"},
+		{name: "no v", in: "0.1.0 " + commit + " 2026-12-01\n", wantErr: "not a version and a full commit"},
+		{name: "missing date", in: "v0.1.0 " + commit + "\n", wantErr: "got 2 fields"},
+		{name: "bad date", in: "v0.1.0 " + commit + " 12/01/2026\n", wantErr: "date"},
+		{name: "twice", in: "v0.1.0 " + commit + " 2026-12-01\nv0.1.0 " + commit + " 2026-12-01\n", wantErr: "listed twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Parse([]byte(tt.in))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse: error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("Parse: %v, want %v", got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Errorf("release %d: %+v, want %+v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// The repository's own RELEASES parses, and each release's commit is in the history a
+// fresh clone has, which the upgrade test builds from.
+func TestRepositoryReleases(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) == 0 {
+		t.Fatal("RELEASES lists no release")
+	}
+	latest, err := Find(root, "latest")
+	if err != nil || latest != all[len(all)-1] {
+		t.Fatalf("Find(latest) = %+v, %v; want the last line", latest, err)
+	}
+	if first, err := Find(root, "first"); err != nil || first != all[0] {
+		t.Fatalf("Find(first) = %+v, %v; want the first line", first, err)
+	}
+	for _, r := range all {
+		if out, err := exec.Command("git", "-C", root, "cat-file", "-e", r.Commit+"^{commit}").CombinedOutput(); err != nil {
+			t.Errorf("%s: commit %s is not in this clone's history: %v %s", r.Version, r.Commit, err, out)
+		}
+	}
+	if _, err := Find(root, "v0.0.0-never"); err == nil {
+		t.Fatal("Find of an unknown version: no error")
+	}
+}
