@@ -357,11 +357,11 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		if r.Events != nil {
 			delivered = r.Events.Delivered
 		}
-		gc := &controller.GarbageCollector{Reader: mgr.GetCache(), Writer: mgr.GetClient(),
-			Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration,
+		gc := controller.NewGarbageCollector(mgr.GetCache(), mgr.GetClient(), controller.GarbageCollectorOptions{
+			Delivered: delivered, Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration,
 			MaxFinished: cfg.GC.MaxFinished, MaxFinishedPerNamespace: cfg.GC.MaxFinishedPerNamespace,
 			DeletesPerSecond: cfg.GC.DeletesPerSecond, Clock: clk, Log: log.With("component", "gc"), Metrics: instruments,
-			Recorder: recorder, Delivered: delivered}
+			Recorder: recorder})
 		if err := mgr.Add(gc); err != nil {
 			return nil, err
 		}

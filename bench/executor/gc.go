@@ -123,13 +123,13 @@ func runGC(ctx context.Context, env *kubetest.Env, o Options, meter benchutil.CP
 	}
 	res.redelivery = time.Since(started)
 
-	gc := &controller.GarbageCollector{Reader: mgr.GetCache(), Writer: mgr.GetClient(), MaxTTL: time.Hour, Clock: clock.RealClock{},
-		Log: slog.New(slog.DiscardHandler), Delivered: func(ta *flytev1.TaskAction) bool {
+	gc := controller.NewGarbageCollector(mgr.GetCache(), mgr.GetClient(), controller.GarbageCollectorOptions{MaxTTL: time.Hour,
+		Clock: clock.RealClock{}, Log: slog.New(slog.DiscardHandler), Delivered: func(ta *flytev1.TaskAction) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			_, ok := delivered[ta.UID]
 			return ok
-		}}
+		}})
 	probe := func(prefix string) ([]time.Duration, error) {
 		fmt.Fprintf(progress, "garbage collection: %d probe actions (%s)\n", probes, prefix)
 		var lat []time.Duration
