@@ -336,18 +336,17 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		if hooks.Delivered != nil {
 			pubOpts = append(pubOpts, eventsink.OnDelivered(hooks.Delivered))
 		}
-		// While the events service is away, finished actions stay until their history is
-		// delivered: past a bound, new actions wait rather than fill etcd.
-		var gate *backlog.Gate
-		pubOpts = append(pubOpts, eventsink.OnDelivered(func(ta *flytev1.TaskAction) { gate.Acknowledged(ta) }))
 		pub := eventsink.New(client, cfg.Cluster, clk, log.With("component", "events"), pubOpts...)
 		if err := mgr.Add(pub); err != nil {
 			return nil, err
 		}
 		r.Events = pub
-		gate = backlog.New(backlog.Options{Max: cfg.EventsBacklog.MaxUndeliveredFinished, Cache: mgr.GetCache(),
-			Delivered: pub.Delivered, Metrics: instruments, Log: log.With("component", "events-backlog")})
-		r.Backlog = gate
+		// While the events service is away, finished actions stay until their history is
+		// delivered: past a bound, new actions wait rather than fill etcd. The gate asks
+		// the publisher what is delivered and hears of each delivery from it; the
+		// publisher knows nothing of the gate.
+		r.Backlog = backlog.New(pub, backlog.Options{Max: cfg.EventsBacklog.MaxUndeliveredFinished, Cache: mgr.GetCache(),
+			Metrics: instruments, Log: log.With("component", "events-backlog")})
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("executor: setting up the controller: %w", err)
