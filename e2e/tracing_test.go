@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -76,11 +77,12 @@ func TestOneTracePerAction(t *testing.T) {
 	cfg.GC.Interval = metav1.Duration{}
 	cfg.EventsServiceURL, cfg.CacheServiceURL = eventsSvc.URL, cacheSvc.URL
 	cfg.Storage.AllowedPrefixes = []string{"file://" + filepath.Dir(t.TempDir())} // the test's temporary directories
+	cfg.Namespaces = []string{ns}
 	delivered := make(chan *flytev1.TaskAction, 1)
 	_, stop := kubetest.RunManager(t, func(ctx context.Context) (manager.Manager, error) {
-		return executor.Setup(ctx, cfg, kube.Config, log, executor.Hooks{
-			Namespaces: []string{ns}, SeveralInProcess: true, TracerProvider: providers["executor"],
-			Delivered: func(ta *flytev1.TaskAction) { delivered <- ta },
+		return executor.Setup(ctx, cfg, kube.Config, log, executor.Options{
+			SkipNameValidation: true, MetricsRegistry: prometheus.NewRegistry(), TracerProvider: providers["executor"],
+			OnDelivered: func(ta *flytev1.TaskAction) { delivered <- ta },
 		})
 	})
 

@@ -76,11 +76,12 @@ func TestExecutorWaitsForTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := testConfig()
+	cfg.Namespaces = []string{ns}
 
 	t.Run("gives up when its context ends", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		_, err := executor.Setup(ctx, cfg, plane.Config, slog.New(slog.DiscardHandler), executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+		_, err := executor.Setup(ctx, cfg, plane.Config, slog.New(slog.DiscardHandler), inProcess())
 		if err == nil || !strings.Contains(err.Error(), "waiting for the API server at "+plane.Config.Host) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Setup = %v; want it to give up at its deadline, naming %s", err, plane.Config.Host)
 		}
@@ -103,7 +104,7 @@ func TestExecutorWaitsForTheAPIServer(t *testing.T) {
 	during.Go(func() { duringErr = whileWaiting(duringCtx, &logs, cfg.HealthProbeBindAddress, apiServer.Start) })
 	started := time.Now()
 	kubetest.RunManager(t, func(ctx context.Context) (manager.Manager, error) {
-		return executor.Setup(ctx, cfg, plane.Config, log, executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+		return executor.Setup(ctx, cfg, plane.Config, log, inProcess())
 	})
 	during.Wait()
 	if duringErr != nil {

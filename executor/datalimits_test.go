@@ -35,9 +35,9 @@ func TestASparseErrorDocumentFailsOnlyItsAction(t *testing.T) {
 	cfg := testConfig()
 	cfg.Storage.AllowedPrefixes = []string{"file://" + dir + "/"}
 	cfg.K8s.MountFileStorage = true
+	cfg.Namespaces = []string{hostile, other}
 	kubetest.RunManager(t, func(ctx context.Context) (manager.Manager, error) {
-		return executor.Setup(ctx, cfg, env.Config, slog.New(slog.DiscardHandler), executor.Hooks{
-			Namespaces: []string{hostile, other}, SeveralInProcess: true})
+		return executor.Setup(ctx, cfg, env.Config, slog.New(slog.DiscardHandler), inProcess())
 	})
 	action := func(ns, name string) *flytev1.TaskAction {
 		ta := containerAction(ns, name, 2)

@@ -26,6 +26,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -35,6 +36,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/backlog"
@@ -63,39 +65,41 @@ import (
 // after a few missed beats.
 const reservationHeartbeat = 5 * time.Second
 
-// Hooks let tests observe and steer the executor; a binary leaves them empty.
-type Hooks struct {
-	// Observe is called at the start of every reconcile.
-	Observe func(ctrl.Request)
-	// Clock replaces the real clock.
+// Options are what an embedder of the executor may change of what Setup builds, as
+// controller-runtime's options are; the zero value is the executor's binary.
+type Options struct {
+	// Clock replaces the real clock of the reconciler, the events publisher and the
+	// garbage collector.
 	Clock clock.PassiveClock
 	// Plugins are registered beside the built-in ones.
 	Plugins []core.Entry
-	// Namespaces restricts the executor to these namespaces when the configuration's
-	// namespaces is empty (tests run one executor per namespace).
-	Namespaces []string
-	// SeveralInProcess allows more than one executor in a process, as tests run them.
-	SeveralInProcess bool
 	// MetricsRegistry receives the executor's metrics instead of controller-runtime's
-	// registry, which its metrics endpoint serves. With SeveralInProcess and no registry,
-	// each executor gets a registry of its own.
+	// registry, which its metrics endpoint serves. Each executor in a process needs one
+	// of its own.
 	MetricsRegistry prometheus.Registerer
-	// Delivered hears of each finished action whose whole history the events service
-	// acknowledged (benchmarks time actions by it).
-	Delivered func(*flytev1.TaskAction)
-	// FirstInFirstOutQueue gives the controller controller-runtime's own work queue
-	// instead of the fair one (benchmarks measure the fair queue against it).
-	FirstInFirstOutQueue bool
-	// QueuePromoteAfter replaces how long an action waits in the work queue behind
-	// higher priorities before it is promoted (fairqueue.DefaultPromoteAfter).
-	QueuePromoteAfter time.Duration
-	// CacheWholeObjects caches pods and Jobs whole, as before the executor kept only
-	// what it reads of them: the baseline of benchmarks.
-	CacheWholeObjects bool
 	// TracerProvider receives the executor's spans instead of the global provider (which
-	// a binary sets up with services/telemetry), for tests that run it beside other
-	// traced services in one process.
+	// a binary sets up with services/telemetry), for an executor run beside other traced
+	// services in one process.
 	TracerProvider trace.TracerProvider
+	// OnDelivered is called (from the publisher's goroutine) with each finished action
+	// whose whole history the events service acknowledged (eventsink.OnDelivered).
+	OnDelivered func(*flytev1.TaskAction)
+	// SkipNameValidation lets the controller share its name with another one in the
+	// process (controller-runtime's controller.Options.SkipNameValidation), for more
+	// than one executor in a process, each with its own MetricsRegistry.
+	SkipNameValidation bool
+	// NewQueue makes the controller's work queue (controller-runtime's
+	// controller.Options.NewQueue); nil makes it fair across namespaces, weighted by the
+	// configuration's queueWeights (controller.NamespaceFairQueue).
+	NewQueue func(controllerName string, rateLimiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request]
+	// NewCache makes the manager's informer cache from the options Setup chose (what it
+	// watches, in which namespaces, what it keeps of each object); nil is
+	// controller-runtime's cache.New (manager.Options.NewCache).
+	NewCache cache.NewCacheFunc
+	// WrapReconciler, when set, wraps the reconciler the controller calls
+	// (controller.Options.WrapReconciler): a middleware that observes, times or delays
+	// each pass.
+	WrapReconciler func(reconcile.Reconciler) reconcile.Reconciler
 }
 
 // Scheme knows the Kubernetes built-in types and TaskAction.
@@ -116,7 +120,7 @@ func Scheme() (*runtime.Scheme, error) {
 // here with what it needs, and stops with it. It first waits for the API server to answer, for as long as ctx
 // lasts: ctx bounds Setup (that wait, loading the plugins), not the manager, which runs
 // under the context given to its Start.
-func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log *slog.Logger, hooks Hooks) (manager.Manager, error) {
+func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log *slog.Logger, opts Options) (manager.Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("executor: config: %w", err)
 	}
@@ -140,8 +144,8 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	}
 	// Kubernetes API calls made within a reconcile are spans of it; the interceptors
 	// carry the action's trace on to the cache and events services.
-	restConfig = tracing.WrapKubernetes(restConfig, hooks.TracerProvider)
-	traced, err := tracing.ConnectOption(hooks.TracerProvider)
+	restConfig = tracing.WrapKubernetes(restConfig, opts.TracerProvider)
+	traced, err := tracing.ConnectOption(opts.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
@@ -165,7 +169,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		k8sCfg.LogLinks = append(k8sCfg.LogLinks, k8s.LogLinkTemplate{Name: l.Name, Template: t})
 	}
 	reg := core.NewRegistry(log)
-	for _, e := range append([]core.Entry{sleep.Entry(), echo.Entry(), container.Entry(k8sCfg), job.Entry(k8sCfg)}, hooks.Plugins...) {
+	for _, e := range append([]core.Entry{sleep.Entry(), echo.Entry(), container.Entry(k8sCfg), job.Entry(k8sCfg)}, opts.Plugins...) {
 		if err := reg.Register(e); err != nil {
 			return nil, err
 		}
@@ -181,18 +185,12 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	// executor reads, not their copy of the action's spec (cachedObjects). Actions are
 	// held whole: their spec is what the executor runs, bounded by the CRD's limits.
 	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{}, DefaultTransform: cachedObjects()}
-	if hooks.CacheWholeObjects {
-		cacheOpts.DefaultTransform = cache.TransformStripManagedFields()
-	}
 	for _, obj := range reg.Watches() {
 		cacheOpts.ByObject[obj] = cache.ByObject{Label: managed}
 	}
 	// Every namespaced informer (actions, pods, jobs, events) watches the managed
 	// namespaces only, so RoleBindings there are all the executor needs.
 	namespaces := cfg.Namespaces
-	if len(namespaces) == 0 {
-		namespaces = hooks.Namespaces
-	}
 	if len(namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range namespaces {
@@ -216,6 +214,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true, // a clean stop hands over at once
 		Cache:                         cacheOpts,
+		NewCache:                      opts.NewCache,
 		// Secrets are read one at a time, in the executor's own namespace: caching them
 		// would watch (and hold) Secrets and need list and watch on them.
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
@@ -230,7 +229,7 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		return nil, err
 	}
 
-	clk := hooks.Clock
+	clk := opts.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
@@ -270,12 +269,8 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 			log.Warn("the service token is sent without TLS; use an https URL unless the network encrypts it", "field", u.name, "url", u.url)
 		}
 	}
-	registry := hooks.MetricsRegistry
-	switch {
-	case registry != nil:
-	case hooks.SeveralInProcess:
-		registry = prometheus.NewRegistry()
-	default:
+	registry := opts.MetricsRegistry
+	if registry == nil {
 		registry = ctrlmetrics.Registry
 	}
 	instruments, err := executormetrics.New(registry, mgr.GetCache())
@@ -288,17 +283,17 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 	}
 	r := &controller.TaskActionReconciler{
 		Client: mgr.GetClient(), Registry: reg, Metrics: instruments, DataStore: store,
-		Recorder: recorder, Clock: clk, Log: log, Observe: hooks.Observe, TracerProvider: hooks.TracerProvider,
+		Recorder: recorder, Clock: clk, Log: log, TracerProvider: opts.TracerProvider,
 		Options: controller.Options{
 			DefaultServiceAccount:   cfg.DefaultServiceAccount,
 			ExecutorNamespace:       executorNamespace(cfg.ExecutorNamespace),
 			MaxSystemFailures:       int32(cfg.MaxSystemFailures),
 			MaxConcurrentReconciles: cfg.MaxConcurrentReconciles,
-			SkipNameValidation:      hooks.SeveralInProcess,
+			SkipNameValidation:      opts.SkipNameValidation,
 			QueueWeights:            cfg.QueueWeights,
 			QueueMetrics:            queueMetrics,
-			FirstInFirstOutQueue:    hooks.FirstInFirstOutQueue,
-			QueuePromoteAfter:       hooks.QueuePromoteAfter,
+			NewQueue:                opts.NewQueue,
+			WrapReconciler:          opts.WrapReconciler,
 			Backoff:                 backoff.Backoff{Base: cfg.RetryBackoff.Base.Duration, Cap: cfg.RetryBackoff.Cap.Duration},
 			Tenancy:                 cfg.Tenancy.Rule(),
 
@@ -326,28 +321,27 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		// describe, beside the counters and the log; given up only past an operator's limit.
 		pubOpts := []eventsink.Option{eventsink.WithMetrics(instruments), eventsink.WithRecorder(recorder),
 			eventsink.WithMaxRefusals(cfg.EventsDelivery.MaxRefusals)}
-		if hooks.TracerProvider != nil {
-			pubOpts = append(pubOpts, eventsink.WithTracerProvider(hooks.TracerProvider))
+		if opts.TracerProvider != nil {
+			pubOpts = append(pubOpts, eventsink.WithTracerProvider(opts.TracerProvider))
 		}
 		client, err := eventsink.NewClient(cfg.EventsServiceURL, conn, traced)
 		if err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
-		if hooks.Delivered != nil {
-			pubOpts = append(pubOpts, eventsink.OnDelivered(hooks.Delivered))
+		if opts.OnDelivered != nil {
+			pubOpts = append(pubOpts, eventsink.OnDelivered(opts.OnDelivered))
 		}
-		// While the events service is away, finished actions stay until their history is
-		// delivered: past a bound, new actions wait rather than fill etcd.
-		var gate *backlog.Gate
-		pubOpts = append(pubOpts, eventsink.OnDelivered(func(ta *flytev1.TaskAction) { gate.Acknowledged(ta) }))
 		pub := eventsink.New(client, cfg.Cluster, clk, log.With("component", "events"), pubOpts...)
 		if err := mgr.Add(pub); err != nil {
 			return nil, err
 		}
 		r.Events = pub
-		gate = backlog.New(backlog.Options{Max: cfg.EventsBacklog.MaxUndeliveredFinished, Cache: mgr.GetCache(),
-			Delivered: pub.Delivered, Metrics: instruments, Log: log.With("component", "events-backlog")})
-		r.Backlog = gate
+		// While the events service is away, finished actions stay until their history is
+		// delivered: past a bound, new actions wait rather than fill etcd. The gate asks
+		// the publisher what is delivered and hears of each delivery from it; the
+		// publisher knows nothing of the gate.
+		r.Backlog = backlog.New(pub, backlog.Options{Max: cfg.EventsBacklog.MaxUndeliveredFinished, Cache: mgr.GetCache(),
+			Metrics: instruments, Log: log.With("component", "events-backlog")})
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("executor: setting up the controller: %w", err)
@@ -357,11 +351,11 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		if r.Events != nil {
 			delivered = r.Events.Delivered
 		}
-		gc := &controller.GarbageCollector{Reader: mgr.GetCache(), Writer: mgr.GetClient(),
-			Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration,
+		gc := controller.NewGarbageCollector(mgr.GetCache(), mgr.GetClient(), controller.GarbageCollectorOptions{
+			Delivered: delivered, Interval: cfg.GC.Interval.Duration, MaxTTL: cfg.GC.MaxTTL.Duration,
 			MaxFinished: cfg.GC.MaxFinished, MaxFinishedPerNamespace: cfg.GC.MaxFinishedPerNamespace,
 			DeletesPerSecond: cfg.GC.DeletesPerSecond, Clock: clk, Log: log.With("component", "gc"), Metrics: instruments,
-			Recorder: recorder, Delivered: delivered}
+			Recorder: recorder})
 		if err := mgr.Add(gc); err != nil {
 			return nil, err
 		}

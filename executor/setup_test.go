@@ -16,10 +16,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/executor/fairqueue"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/test/eventually"
 	"github.com/flytekube/backend/test/kubetest"
@@ -64,7 +67,7 @@ type runOptions struct {
 	alsoNamespaces []string
 	// observe is called at the start of every reconcile.
 	observe func(ctrl.Request)
-	// promoteAfter replaces the work queue's PromoteAfter.
+	// promoteAfter replaces the work queue's PromoteAfter (its queue records no metrics).
 	promoteAfter time.Duration
 	// registry receives the executor's metrics, for the test to read.
 	registry prometheus.Registerer
@@ -72,31 +75,46 @@ type runOptions struct {
 	clock clock.PassiveClock
 }
 
-// start runs an executor restricted to namespace until the test ends and returns how to
-// stop it and its manager.
+// inProcess is what an executor run beside others in the test's process needs: a
+// controller that may share its name, and a metrics registry of its own.
+func inProcess() executor.Options {
+	return executor.Options{SkipNameValidation: true, MetricsRegistry: prometheus.NewRegistry()}
+}
+
+// start runs an executor restricted to namespace (unless cfg names its namespaces) until
+// the test ends and returns how to stop it and its manager.
 func start(t *testing.T, cfg config.Config, namespace string, o runOptions) (context.CancelFunc, manager.Manager) {
 	t.Helper()
 	restConfig := o.restConfig
 	if restConfig == nil {
 		restConfig = env.Config
 	}
-	mgr, stop := kubetest.RunManager(t, func(ctx context.Context) (manager.Manager, error) {
-		return executor.Setup(ctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
-			Namespaces:       append([]string{namespace}, o.alsoNamespaces...),
-			SeveralInProcess: true,
-			Observe: func(req ctrl.Request) {
-				if o.count != nil {
-					o.count.Add(1)
-				}
-				if o.observe != nil {
-					o.observe(req)
-				}
-			},
-			Plugins:           o.plugins,
-			QueuePromoteAfter: o.promoteAfter,
-			MetricsRegistry:   o.registry,
-			Clock:             o.clock,
+	if len(cfg.Namespaces) == 0 {
+		cfg.Namespaces = append([]string{namespace}, o.alsoNamespaces...)
+	}
+	opts := inProcess()
+	opts.Plugins, opts.Clock = o.plugins, o.clock
+	if o.registry != nil {
+		opts.MetricsRegistry = o.registry
+	}
+	// Each pass is counted and observed as it starts.
+	opts.WrapReconciler = func(r reconcile.Reconciler) reconcile.Reconciler {
+		return reconcile.Func(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+			if o.count != nil {
+				o.count.Add(1)
+			}
+			if o.observe != nil {
+				o.observe(req)
+			}
+			return r.Reconcile(ctx, req)
 		})
+	}
+	if o.promoteAfter > 0 {
+		opts.NewQueue = controller.NamespaceFairQueue(fairqueue.Options[reconcile.Request]{
+			Weight: func(ns string) int { return cfg.QueueWeights[ns] }, PromoteAfter: o.promoteAfter})
+	}
+	mgr, stop := kubetest.RunManager(t, func(ctx context.Context) (manager.Manager, error) {
+		return executor.Setup(ctx, cfg, restConfig, slog.New(slog.DiscardHandler), opts)
 	})
 	return stop, mgr
 }

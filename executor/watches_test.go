@@ -68,8 +68,11 @@ func TestWatchedKindsHaveOneSource(t *testing.T) {
 		t.Run("refused: "+tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			_, err := executor.Setup(ctx, testConfig(), env.Config, slog.New(slog.DiscardHandler), executor.Hooks{
-				Namespaces: []string{"default"}, SeveralInProcess: true, Plugins: []core.Entry{tt.entry}})
+			cfg := testConfig()
+			cfg.Namespaces = []string{"default"}
+			opts := inProcess()
+			opts.Plugins = []core.Entry{tt.entry}
+			_, err := executor.Setup(ctx, cfg, env.Config, slog.New(slog.DiscardHandler), opts)
 			if err == nil || !strings.Contains(err.Error(), "ResourceToWatch") || !strings.Contains(err.Error(), "Entry.Watches") {
 				t.Fatalf("Setup = %v; want it refused, naming ResourceToWatch and Entry.Watches", err)
 			}

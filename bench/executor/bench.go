@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/cacheservice"
@@ -532,9 +534,16 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	var reconciles atomic.Int64
 	// An action is done when its whole history is delivered: after its last status write.
 	delivered := make(chan *flytev1.TaskAction, o.Actions)
-	_, stop, err := startExecutor(ctx, cfg, restConfig, executor.Hooks{
-		Namespaces: []string{ns}, SeveralInProcess: true, Observe: func(ctrl.Request) { reconciles.Add(1) },
-		Delivered: func(ta *flytev1.TaskAction) { delivered <- ta },
+	cfg.Namespaces = []string{ns}
+	_, stop, err := startExecutor(ctx, cfg, restConfig, executor.Options{
+		// Each pass is counted as it starts.
+		WrapReconciler: func(r reconcile.Reconciler) reconcile.Reconciler {
+			return reconcile.Func(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+				reconciles.Add(1)
+				return r.Reconcile(ctx, req)
+			})
+		},
+		OnDelivered: func(ta *flytev1.TaskAction) { delivered <- ta },
 	})
 	if err != nil {
 		return Result{}, err
@@ -647,10 +656,16 @@ func waitNoFinalizers(ctx context.Context, c client.Client, ns string) error {
 }
 
 // startExecutor sets an executor up as its binary does and runs it until the returned
-// stop, once its cache is in sync.
-func startExecutor(ctx context.Context, cfg config.Config, restConfig *rest.Config, hooks executor.Hooks) (mgr manager.Manager, stop func(), err error) {
+// stop, once its cache is in sync. It runs beside the others of the process: its
+// controller may share their name, and its metrics go to a registry of its own unless
+// opts names one.
+func startExecutor(ctx context.Context, cfg config.Config, restConfig *rest.Config, opts executor.Options) (mgr manager.Manager, stop func(), err error) {
+	opts.SkipNameValidation = true
+	if opts.MetricsRegistry == nil {
+		opts.MetricsRegistry = prometheus.NewRegistry()
+	}
 	mctx, cancel := context.WithCancel(ctx)
-	mgr, err = executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), hooks)
+	mgr, err = executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), opts)
 	if err != nil {
 		cancel()
 		return nil, nil, err

@@ -9,7 +9,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/flytekube/backend/bench/benchutil"
 	"github.com/flytekube/backend/executor"
@@ -41,6 +44,13 @@ type fairnessScenario struct {
 	// backlog: 0 none; arriving: created while the executor runs; before: created before
 	// it starts.
 	backlog string
+}
+
+// controllerRuntimeQueue makes the work queue controller-runtime gives a controller that
+// asks for none (its priority queue, first in, first out within a priority; logging
+// nothing): the baseline the fair queue is measured against.
+func controllerRuntimeQueue(name string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+	return priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) { o.RateLimiter = limiter })
 }
 
 // runFairness measures what one namespace's backlog costs another's interactive
@@ -115,9 +125,14 @@ func fairnessRun(ctx context.Context, env *kubetest.Env, r fairnessResult, sc fa
 			return fairnessRow{}, err
 		}
 	}
-	_, stop, err := startExecutor(ctx, cfg, restConfig, executor.Hooks{
-		Namespaces: []string{batch, interactive}, SeveralInProcess: true, FirstInFirstOutQueue: sc.fifo,
-		Delivered: func(ta *flytev1.TaskAction) {
+	cfg.Namespaces = []string{batch, interactive}
+	var newQueue func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request]
+	if sc.fifo {
+		newQueue = controllerRuntimeQueue
+	}
+	_, stop, err := startExecutor(ctx, cfg, restConfig, executor.Options{
+		NewQueue: newQueue,
+		OnDelivered: func(ta *flytev1.TaskAction) {
 			now := time.Now()
 			mu.Lock()
 			defer mu.Unlock()

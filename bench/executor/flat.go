@@ -56,7 +56,8 @@ func runFlat(ctx context.Context, env *kubetest.Env, o Options, eventsURL, cache
 	}
 	restConfig := rest.CopyConfig(env.Config)
 	restConfig.QPS, restConfig.Burst = 1000, 2000
-	mgr, stop, err := startExecutor(ctx, cfg, restConfig, executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+	cfg.Namespaces = []string{ns}
+	mgr, stop, err := startExecutor(ctx, cfg, restConfig, executor.Options{})
 	if err != nil {
 		return flatResult{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -95,9 +96,10 @@ func runGC(ctx context.Context, env *kubetest.Env, o Options, meter benchutil.CP
 	mctx, stop := context.WithCancel(ctx)
 	defer stop()
 	started := time.Now()
-	mgr, err := executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Hooks{
-		Namespaces: []string{ns}, SeveralInProcess: true,
-		Delivered: func(ta *flytev1.TaskAction) {
+	cfg.Namespaces = []string{ns}
+	mgr, err := executor.Setup(mctx, cfg, restConfig, slog.New(slog.DiscardHandler), executor.Options{
+		SkipNameValidation: true, MetricsRegistry: prometheus.NewRegistry(),
+		OnDelivered: func(ta *flytev1.TaskAction) {
 			mu.Lock()
 			delivered[ta.UID] = time.Now()
 			mu.Unlock()
@@ -123,13 +125,13 @@ func runGC(ctx context.Context, env *kubetest.Env, o Options, meter benchutil.CP
 	}
 	res.redelivery = time.Since(started)
 
-	gc := &controller.GarbageCollector{Reader: mgr.GetCache(), Writer: mgr.GetClient(), MaxTTL: time.Hour, Clock: clock.RealClock{},
-		Log: slog.New(slog.DiscardHandler), Delivered: func(ta *flytev1.TaskAction) bool {
+	gc := controller.NewGarbageCollector(mgr.GetCache(), mgr.GetClient(), controller.GarbageCollectorOptions{MaxTTL: time.Hour,
+		Clock: clock.RealClock{}, Log: slog.New(slog.DiscardHandler), Delivered: func(ta *flytev1.TaskAction) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			_, ok := delivered[ta.UID]
 			return ok
-		}}
+		}})
 	probe := func(prefix string) ([]time.Duration, error) {
 		fmt.Fprintf(progress, "garbage collection: %d probe actions (%s)\n", probes, prefix)
 		var lat []time.Duration

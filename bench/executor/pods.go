@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -201,7 +202,9 @@ func measureMemory(ctx context.Context, env *kubetest.Env, o Options) (memoryRes
 	cfg.EventsServiceURL, cfg.CacheServiceURL = "", ""
 	cfg.GC.Interval = metav1.Duration{}
 	mctx, stop := context.WithCancel(ctx)
-	mgr, err := executor.Setup(mctx, cfg, env.Config, slog.New(slog.DiscardHandler), executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+	cfg.Namespaces = []string{ns}
+	mgr, err := executor.Setup(mctx, cfg, env.Config, slog.New(slog.DiscardHandler),
+		executor.Options{SkipNameValidation: true, MetricsRegistry: prometheus.NewRegistry()})
 	if err != nil {
 		stop()
 		return m, err

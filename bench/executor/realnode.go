@@ -92,7 +92,8 @@ func runRealNode(ctx context.Context, o Options, progress io.Writer) (realNodeRe
 	cfg.EventsServiceURL, cfg.CacheServiceURL = "", ""
 	cfg.GC.Interval = metav1.Duration{}
 	cfg.LeaderElect = false
-	_, stop, err := startExecutor(ctx, cfg, node.Config, executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+	cfg.Namespaces = []string{ns}
+	_, stop, err := startExecutor(ctx, cfg, node.Config, executor.Options{})
 	if err != nil {
 		return res, fmt.Errorf("real node: %w", err)
 	}

@@ -94,9 +94,9 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL, 
 	restConfig.QPS, restConfig.Burst = 1000, 2000
 	var delivered atomic.Int64
 	var lastDelivered atomic.Int64 // unix nanoseconds
-	_, stop, err := startExecutor(ctx, cfg, restConfig, executor.Hooks{
-		Namespaces: namespaces, SeveralInProcess: true,
-		Delivered: func(*flytev1.TaskAction) {
+	cfg.Namespaces = namespaces
+	_, stop, err := startExecutor(ctx, cfg, restConfig, executor.Options{
+		OnDelivered: func(*flytev1.TaskAction) {
 			delivered.Add(1)
 			lastDelivered.Store(time.Now().UnixNano())
 		},

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,8 +69,10 @@ func startExecutor(t *testing.T, ns string, configure ...func(*config.Config)) (
 	cfg.GC.Interval = metav1.Duration{}
 	cfg.LeaderElect = false
 	cfg.RetryBackoff.Base, cfg.RetryBackoff.Cap = metav1.Duration{Duration: 200 * time.Millisecond}, metav1.Duration{Duration: time.Second}
+	cfg.Namespaces = []string{ns}
 	_, stop = kubetest.RunManager(t, func(ctx context.Context) (manager.Manager, error) {
-		return executor.Setup(ctx, cfg, node.Config, slog.New(slog.DiscardHandler), executor.Hooks{Namespaces: []string{ns}, SeveralInProcess: true})
+		return executor.Setup(ctx, cfg, node.Config, slog.New(slog.DiscardHandler),
+			executor.Options{SkipNameValidation: true, MetricsRegistry: prometheus.NewRegistry()})
 	})
 	return stop
 }

@@ -42,12 +42,20 @@ type Options struct {
 	Max int
 	// Cache is the manager's informer cache, whose actions the gate counts.
 	Cache cache.Cache
-	// Delivered reports whether an action's whole history has been delivered (the event
-	// sink's answer, which after a restart is no until it delivers it again).
-	Delivered func(*flytev1.TaskAction) bool
 	// Metrics records the count and the held actions; nil records nothing.
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
+}
+
+// Deliveries is what the gate reads of the event sink (eventsink.Publisher), which
+// knows nothing of the gate.
+type Deliveries interface {
+	// Delivered reports whether an action's whole history has been delivered (after a
+	// restart, no until it is delivered again).
+	Delivered(*flytev1.TaskAction) bool
+	// NotifyDelivered has f called with each finished action whose whole history is
+	// delivered from now on.
+	NotifyDelivered(f func(*flytev1.TaskAction))
 }
 
 // Gate decides whether an action that has not started may start. Make one with New; the
@@ -55,6 +63,7 @@ type Options struct {
 // wakes held actions.
 type Gate struct {
 	opts Options
+	sink Deliveries
 	// line is where held actions wait to be woken, in turn by namespace; made when the
 	// Source starts, before anything is held.
 	line *fairqueue.Queue[types.NamespacedName]
@@ -77,15 +86,18 @@ type Gate struct {
 	holding bool
 }
 
-// New makes a gate.
-func New(opts Options) *Gate {
-	return &Gate{
+// New makes a gate that counts down the backlog as sink delivers it.
+func New(sink Deliveries, opts Options) *Gate {
+	g := &Gate{
 		opts:        opts,
+		sink:        sink,
 		changed:     make(chan struct{}, 1),
 		undelivered: map[types.UID]struct{}{},
 		held:        map[types.NamespacedName]types.UID{},
 		woken:       map[types.NamespacedName]types.UID{},
 	}
+	sink.NotifyDelivered(g.acknowledged)
+	return g
 }
 
 // Bound is Options.Max.
@@ -145,9 +157,9 @@ func (g *Gate) Finished(ta *flytev1.TaskAction) {
 	g.report()
 }
 
-// Acknowledged is told (by the event sink) that a finished action's whole history was
+// acknowledged is told (by the event sink) that a finished action's whole history was
 // delivered.
-func (g *Gate) Acknowledged(ta *flytev1.TaskAction) {
+func (g *Gate) acknowledged(ta *flytev1.TaskAction) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.undelivered[ta.UID]; ok {
@@ -203,10 +215,10 @@ func (g *Gate) room() bool {
 }
 
 // count adds ta, if finished and not delivered, to the backlog. The caller holds g.mu,
-// which orders the question to the sink before its acknowledgement (Acknowledged), so
+// which orders the question to the sink before its acknowledgement (acknowledged), so
 // that an action delivered meanwhile is never left counted.
 func (g *Gate) count(ta *flytev1.TaskAction) {
-	if ta.Status.Phase.IsTerminal() && !g.opts.Delivered(ta) {
+	if ta.Status.Phase.IsTerminal() && !g.sink.Delivered(ta) {
 		g.undelivered[ta.UID] = struct{}{}
 	}
 }

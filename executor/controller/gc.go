@@ -34,16 +34,31 @@ import (
 // counted and reported, and tried again after a backoff, while the others go as before.
 // It is a manager runnable that only the leader runs. It walks the actions the informer
 // cache already holds and picks the finished ones by their status, so collecting costs
-// the API server nothing but the deletes.
+// the API server nothing but the deletes. Make one with NewGarbageCollector.
 type GarbageCollector struct {
-	// Reader lists the actions: the manager's informer cache.
-	Reader client.Reader
-	// Writer deletes.
-	Writer client.Writer
+	// reader lists the actions: the manager's informer cache; writer deletes.
+	reader client.Reader
+	writer client.Writer
+	opts   GarbageCollectorOptions
+
+	// limiter spreads the deletes at DeletesPerSecond; nil when they are not spread.
+	limiter *rate.Limiter
+	// refused holds the actions whose last delete the API server refused, by UID, until
+	// they go or are no longer finished and held.
+	refused map[types.UID]*refusal
+	// refusalLog spaces the log lines about refusals; the counts go in the metrics.
+	refusalLog *rate.Limiter
+	unlogged   int
+}
+
+// GarbageCollectorOptions are what a GarbageCollector needs beside where it reads the
+// actions and where it deletes them.
+type GarbageCollectorOptions struct {
 	// Delivered reports whether an action's whole history is recorded by the events
-	// service; an action whose history is not is kept. Nil when events are off.
+	// service; an action whose history is not is kept. Nil when events are off: every
+	// action counts as delivered.
 	Delivered func(*flytev1.TaskAction) bool
-	// Interval is how often to collect; MaxTTL how long a finished action is kept.
+	// Interval is how often Start collects; MaxTTL how long a finished action is kept.
 	Interval, MaxTTL time.Duration
 	// MaxFinished and MaxFinishedPerNamespace bound the finished actions held; 0 is no
 	// bound.
@@ -52,21 +67,31 @@ type GarbageCollector struct {
 	// this rate allows in an Interval, so that the next pass, on a fresher walk, picks
 	// what goes next.
 	DeletesPerSecond float64
-	Clock            clock.PassiveClock
-	Log              *slog.Logger
+	// Clock says when actions expire; nil is the real clock.
+	Clock clock.PassiveClock
+	// Log is where the collector says what it did; nil logs nothing.
+	Log *slog.Logger
 	// Metrics records each collection; nil records nothing.
 	Metrics *metrics.Metrics
 	// Recorder, when set, puts a Warning Event (DeleteRefused) on each action the API
 	// server refuses to delete.
 	Recorder record.EventRecorder
+}
 
-	limiter *rate.Limiter
-	// refused holds the actions whose last delete the API server refused, by UID, until
-	// they go or are no longer finished and held.
-	refused map[types.UID]*refusal
-	// refusalLog spaces the log lines about refusals; the counts go in the metrics.
-	refusalLog *rate.Limiter
-	unlogged   int
+// NewGarbageCollector makes a collector that lists the actions from reader (the
+// manager's informer cache) and deletes them with writer.
+func NewGarbageCollector(reader client.Reader, writer client.Writer, opts GarbageCollectorOptions) *GarbageCollector {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	g := &GarbageCollector{reader: reader, writer: writer, opts: opts}
+	if opts.DeletesPerSecond > 0 {
+		g.limiter = rate.NewLimiter(rate.Limit(opts.DeletesPerSecond), 1)
+	}
+	return g
 }
 
 // ReasonDeleteRefused is the reason of the Warning Event on an action the collector
@@ -84,7 +109,7 @@ type refusal struct {
 // refused action does not spend every pass's delete budget and is still tried again
 // should the refusal end.
 func (g *GarbageCollector) refusalBackoff() backoff.Backoff {
-	base := 2 * max(g.Interval, time.Second)
+	base := 2 * max(g.opts.Interval, time.Second)
 	return backoff.Backoff{Base: base, Cap: max(time.Hour, base)}
 }
 
@@ -94,20 +119,20 @@ func (g *GarbageCollector) NeedLeaderElection() bool { return true }
 // Start implements manager.Runnable: it collects now and then every Interval. Only the
 // leader collects, so there are no replicas to spread apart with jitter.
 func (g *GarbageCollector) Start(ctx context.Context) error {
-	wait.NonSlidingUntilWithContext(ctx, g.collectAndLog, g.Interval)
+	wait.NonSlidingUntilWithContext(ctx, g.collectAndLog, g.opts.Interval)
 	return nil
 }
 
 func (g *GarbageCollector) collectAndLog(ctx context.Context) {
 	c, err := g.Collect(ctx)
-	g.Metrics.Collected(c.Walk, c.Finished, c.Deleted, c.Undelivered)
+	g.opts.Metrics.Collected(c.Walk, c.Finished, c.Deleted, c.Undelivered)
 	switch {
 	case err != nil && ctx.Err() != nil:
 	case err != nil:
-		g.Log.Warn("garbage collection failed", "error", err, "deleted", c.Deleted)
+		g.opts.Log.Warn("garbage collection failed", "error", err, "deleted", c.Deleted)
 	case c.Deleted > 0 || c.Undelivered > 0:
-		g.Log.Info("garbage collected finished actions", "deleted", c.Deleted,
-			"keptUndelivered", c.Undelivered, "undeletable", c.Undeletable, "finished", c.Finished, "maxTTL", g.MaxTTL.String())
+		g.opts.Log.Info("garbage collected finished actions", "deleted", c.Deleted,
+			"keptUndelivered", c.Undelivered, "undeletable", c.Undeletable, "finished", c.Finished, "maxTTL", g.opts.MaxTTL.String())
 	}
 }
 
@@ -142,7 +167,7 @@ type finished struct {
 func (g *GarbageCollector) Collect(ctx context.Context) (Collection, error) {
 	c, err := g.collect(ctx)
 	c.Undeletable = len(g.refused)
-	g.Metrics.Undeletable(c.Undeletable)
+	g.opts.Metrics.Undeletable(c.Undeletable)
 	return c, err
 }
 
@@ -154,14 +179,11 @@ func (g *GarbageCollector) collect(ctx context.Context) (Collection, error) {
 		return c, err
 	}
 	c.Walk = time.Since(started)
-	now := g.Clock.Now()
+	now := g.opts.Clock.Now()
 	held = g.withoutRefused(held, now)
 	doomed := g.pick(held, &c)
-	if g.DeletesPerSecond > 0 {
-		if g.limiter == nil {
-			g.limiter = rate.NewLimiter(rate.Limit(g.DeletesPerSecond), 1)
-		}
-		if perPass := int(math.Ceil(g.DeletesPerSecond * g.Interval.Seconds())); g.Interval > 0 && len(doomed) > perPass {
+	if g.opts.DeletesPerSecond > 0 {
+		if perPass := int(math.Ceil(g.opts.DeletesPerSecond * g.opts.Interval.Seconds())); g.opts.Interval > 0 && len(doomed) > perPass {
 			doomed = doomed[:perPass]
 		}
 	}
@@ -174,7 +196,7 @@ func (g *GarbageCollector) collect(ctx context.Context) (Collection, error) {
 		ta := &flytev1.TaskAction{}
 		ta.Namespace, ta.Name = d.key.Namespace, d.key.Name
 		// The UID precondition spares an action created again under the same name.
-		err := g.Writer.Delete(ctx, ta, client.Preconditions{UID: &d.uid})
+		err := g.writer.Delete(ctx, ta, client.Preconditions{UID: &d.uid})
 		switch {
 		case err == nil:
 			c.Deleted++
@@ -271,21 +293,21 @@ func (g *GarbageCollector) refuse(d finished, err error, now time.Time) {
 	wait := g.refusalBackoff().Delay(r.failures)
 	r.retryAt = now.Add(wait)
 	reason := refusalReason(err)
-	g.Metrics.DeleteRefused(reason)
+	g.opts.Metrics.DeleteRefused(reason)
 	if g.refusalLog == nil {
 		g.refusalLog = rate.NewLimiter(rate.Every(time.Minute), 1)
 	}
 	if g.refusalLog.AllowN(now, 1) {
-		g.Log.Warn("could not delete a finished action; skipped it and collected the others", "action", d.key,
+		g.opts.Log.Warn("could not delete a finished action; skipped it and collected the others", "action", d.key,
 			"reason", reason, "error", err, "retryIn", wait.Round(time.Second).String(), "refusedUnlogged", g.unlogged)
 		g.unlogged = 0
 	} else {
 		g.unlogged++
 	}
-	if g.Recorder != nil {
+	if g.opts.Recorder != nil {
 		ta := &flytev1.TaskAction{}
 		ta.Namespace, ta.Name, ta.UID = d.key.Namespace, d.key.Name, d.uid
-		g.Recorder.Eventf(ta, corev1.EventTypeWarning, ReasonDeleteRefused,
+		g.opts.Recorder.Eventf(ta, corev1.EventTypeWarning, ReasonDeleteRefused,
 			"the garbage collector could not delete this finished action: %s; it tries again in %s",
 			refusalMessage(err), wait.Round(time.Second))
 	}
@@ -295,7 +317,7 @@ func (g *GarbageCollector) refuse(d finished, err error, now time.Time) {
 func (g *GarbageCollector) finished(ctx context.Context, c *Collection) ([]finished, error) {
 	// The cache's own objects, not copies: only read, and only until the walk ends.
 	var actions flytev1.TaskActionList
-	if err := g.Reader.List(ctx, &actions, client.UnsafeDisableDeepCopy); err != nil {
+	if err := g.reader.List(ctx, &actions, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing actions: %w", err)
 	}
 	c.Walked = len(actions.Items)
@@ -307,7 +329,7 @@ func (g *GarbageCollector) finished(ctx context.Context, c *Collection) ([]finis
 			continue
 		}
 		held = append(held, finished{key: client.ObjectKeyFromObject(ta), uid: ta.UID, at: done.Time,
-			delivered: g.Delivered == nil || g.Delivered(ta)})
+			delivered: g.opts.Delivered == nil || g.opts.Delivered(ta)})
 	}
 	c.Finished = len(held)
 	slices.SortFunc(held, func(a, b finished) int { return a.at.Compare(b.at) })
@@ -318,7 +340,7 @@ func (g *GarbageCollector) finished(ctx context.Context, c *Collection) ([]finis
 // its bound, then the oldest over the bound in all. Undelivered actions count against
 // the bounds but stay.
 func (g *GarbageCollector) pick(held []finished, c *Collection) []finished {
-	cutoff := g.Clock.Now().Add(-g.MaxTTL)
+	cutoff := g.opts.Clock.Now().Add(-g.opts.MaxTTL)
 	kept := len(held)
 	perNamespace := map[string]int{}
 	for i := range held {
@@ -334,7 +356,7 @@ func (g *GarbageCollector) pick(held []finished, c *Collection) []finished {
 			perNamespace[f.key.Namespace]++
 		}
 	}
-	if limit := g.MaxFinishedPerNamespace; limit > 0 {
+	if limit := g.opts.MaxFinishedPerNamespace; limit > 0 {
 		for i := range held {
 			f := &held[i]
 			if f.delivered && !f.doomed && perNamespace[f.key.Namespace] > limit {
@@ -344,7 +366,7 @@ func (g *GarbageCollector) pick(held []finished, c *Collection) []finished {
 			}
 		}
 	}
-	if limit := g.MaxFinished; limit > 0 {
+	if limit := g.opts.MaxFinished; limit > 0 {
 		for i := 0; i < len(held) && kept > limit; i++ {
 			if f := &held[i]; f.delivered && !f.doomed {
 				f.doomed = true

@@ -72,9 +72,9 @@ func TestGarbageCollectorDeletesOnlyOldDeliveredFinishedActions(t *testing.T) {
 	// Only this test's namespace: other tests' actions (or this one's, run again with
 	// -count) would be counted too.
 	own := client.NewNamespacedClient(env.Client, ns)
-	gc := &controller.GarbageCollector{Reader: own, Writer: own, Interval: time.Hour, MaxTTL: time.Hour,
+	gc := controller.NewGarbageCollector(own, own, controller.GarbageCollectorOptions{Interval: time.Hour, MaxTTL: time.Hour,
 		Delivered: func(ta *flytev1.TaskAction) bool { return !undelivered[ta.Name] },
-		Clock:     clocktesting.NewFakePassiveClock(now), Log: slog.New(slog.DiscardHandler)}
+		Clock:     clocktesting.NewFakePassiveClock(now), Log: slog.New(slog.DiscardHandler)})
 	c, err := gc.Collect(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -166,10 +166,10 @@ func TestGarbageCollectorBoundsFinishedActionsHeld(t *testing.T) {
 		undelivered[s.name] = s.undelivered
 	}
 	both := twoNamespaces{Client: env.Client, a: a, b: b}
-	gc := &controller.GarbageCollector{Reader: both, Writer: env.Client, Interval: time.Hour, MaxTTL: time.Hour,
+	gc := controller.NewGarbageCollector(both, env.Client, controller.GarbageCollectorOptions{Interval: time.Hour, MaxTTL: time.Hour,
 		MaxFinished: 6, MaxFinishedPerNamespace: 4, DeletesPerSecond: 4,
 		Delivered: func(ta *flytev1.TaskAction) bool { return !undelivered[ta.Name] },
-		Clock:     clocktesting.NewFakePassiveClock(now), Log: slog.New(slog.DiscardHandler)}
+		Clock:     clocktesting.NewFakePassiveClock(now), Log: slog.New(slog.DiscardHandler)})
 	began := time.Now()
 	c, err := gc.Collect(ctx)
 	if err != nil {
@@ -232,9 +232,9 @@ func TestGarbageCollectorSkipsAnActionItCannotDelete(t *testing.T) {
 	var logged bytes.Buffer
 	clock := clocktesting.NewFakeClock(now)
 	own := client.NewNamespacedClient(env.Client, ns)
-	gc := &controller.GarbageCollector{Reader: own, Writer: own, Interval: time.Minute, MaxTTL: 1000 * time.Hour,
+	gc := controller.NewGarbageCollector(own, own, controller.GarbageCollectorOptions{Interval: time.Minute, MaxTTL: 1000 * time.Hour,
 		MaxFinishedPerNamespace: 2, Clock: clock, Recorder: reconciler.Recorder, Metrics: instruments,
-		Log: slog.New(slog.NewTextHandler(&logged, nil))}
+		Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	gone := func(name string) bool {
 		var ta flytev1.TaskAction
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ta)

@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/flytekube/backend/cacheservice"
 	"github.com/flytekube/backend/events"
@@ -214,15 +215,13 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 		Options: controller.Options{
 			MaxSystemFailures: maxSystemFailures, MaxConcurrentReconciles: 4,
 			Backoff: backoff.Backoff{Base: 50 * time.Millisecond, Cap: 400 * time.Millisecond, Rand: func() float64 { return 0.5 }},
-		},
-		Observe: func(req ctrl.Request) {
-			if d, ok := slowNamespaces.Load(req.Namespace); ok {
-				time.Sleep(d.(time.Duration))
-			}
-			countMu.Lock()
-			defer countMu.Unlock()
-			v, _ := reconciles.LoadOrStore(req.String(), new(int64))
-			*v.(*int64)++
+			// Each pass is counted, and slowed in the namespaces that ask for it.
+			WrapReconciler: func(r reconcile.Reconciler) reconcile.Reconciler {
+				return reconcile.Func(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+					observeReconcile(req)
+					return r.Reconcile(ctx, req)
+				})
+			},
 		},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
@@ -233,6 +232,18 @@ func startManager(env *kubetest.Env) (stop func(), err error) {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	return func() { cancel(); <-done }, nil
+}
+
+// observeReconcile is told of each reconcile as it starts: it sleeps as long as
+// slowNamespaces says for the request's namespace, and counts it.
+func observeReconcile(req ctrl.Request) {
+	if d, ok := slowNamespaces.Load(req.Namespace); ok {
+		time.Sleep(d.(time.Duration))
+	}
+	countMu.Lock()
+	defer countMu.Unlock()
+	v, _ := reconciles.LoadOrStore(req.String(), new(int64))
+	*v.(*int64)++
 }
 
 func reconcileCount(namespace, name string) int64 {

@@ -77,12 +77,14 @@ type Options struct {
 	// QueueMetrics records the work queue's depth and wait by namespace; nil records
 	// nothing.
 	QueueMetrics *fairqueue.Metrics
-	// FirstInFirstOutQueue uses controller-runtime's queue instead (benchmarks).
-	FirstInFirstOutQueue bool
-	// QueuePromoteAfter is how long an action waits in the work queue behind higher
-	// priorities before it is promoted (fairqueue.Options.PromoteAfter); 0 is the
-	// queue's default.
-	QueuePromoteAfter time.Duration
+	// NewQueue makes the controller's work queue (controller-runtime's
+	// controller.Options.NewQueue); nil makes the queue fair across namespaces
+	// (NamespaceFairQueue with QueueWeights and QueueMetrics).
+	NewQueue func(controllerName string, rateLimiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request]
+	// WrapReconciler, when set, is given the reconciler and returns what the controller
+	// calls instead, which must call it for each request: a middleware that observes,
+	// times or delays passes, costing nothing when unset.
+	WrapReconciler func(reconcile.Reconciler) reconcile.Reconciler
 	// Tenancy ties actions' projects to their namespaces; the zero value is
 	// tenancy.Default(). There is no way to turn it off.
 	Tenancy tenancy.Rule
@@ -166,8 +168,6 @@ type TaskActionReconciler struct {
 	// Cache memoizes outputs of cacheable actions; nil turns caching off.
 	Cache   Cache
 	Options Options
-	// Observe, when set, is called at the start of every reconcile; tests count them.
-	Observe func(ctrl.Request)
 	// TracerProvider receives the spans of reconciles and plugin calls; nil means the
 	// global one.
 	TracerProvider trace.TracerProvider
@@ -201,9 +201,6 @@ func resultLabel(r ctrl.Result, err error) string {
 // Reconcile runs one pass over one action (scope.reconcile), once the informer cache
 // shows what this process last wrote of it.
 func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	if r.Observe != nil {
-		r.Observe(req)
-	}
 	var ta flytev1.TaskAction
 	if err := r.Client.Get(ctx, req.NamespacedName, &ta); err != nil {
 		if apierrors.IsNotFound(err) && r.Events != nil {
@@ -250,20 +247,29 @@ func (r *TaskActionReconciler) tracer() trace.Tracer {
 // uidIndex indexes the cached actions by UID.
 const uidIndex = "metadata.uid"
 
-// newQueue returns what makes the controller's work queue: fair across namespaces.
+// newQueue returns what makes the controller's work queue: Options.NewQueue, else fair
+// across namespaces.
 func (r *TaskActionReconciler) newQueue() func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-	if r.Options.FirstInFirstOutQueue {
-		return nil // controller-runtime's default
+	if r.Options.NewQueue != nil {
+		return r.Options.NewQueue
 	}
-	weights, metrics, promoteAfter := r.Options.QueueWeights, r.Options.QueueMetrics, r.Options.QueuePromoteAfter
+	weights := r.Options.QueueWeights
+	return NamespaceFairQueue(fairqueue.Options[reconcile.Request]{
+		Weight:  func(namespace string) int { return weights[namespace] },
+		Metrics: r.Options.QueueMetrics,
+	})
+}
+
+// NamespaceFairQueue makes work queues (as Options.NewQueue) that serve namespaces in
+// turn (fairqueue), each request the tenant of its namespace, with the controller's rate
+// limiter: the controller's queue when Options.NewQueue is nil, built with other options
+// (such as PromoteAfter) by whoever wants it so.
+func NamespaceFairQueue(opts fairqueue.Options[reconcile.Request]) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(_ string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-		return fairqueue.New(fairqueue.Options[reconcile.Request]{
-			TenantOf:     func(req reconcile.Request) string { return req.Namespace },
-			Weight:       func(namespace string) int { return weights[namespace] },
-			RateLimiter:  limiter,
-			Metrics:      metrics,
-			PromoteAfter: promoteAfter,
-		})
+		o := opts
+		o.TenantOf = func(req reconcile.Request) string { return req.Namespace }
+		o.RateLimiter = limiter
+		return fairqueue.New(o)
 	}
 }
 
@@ -322,6 +328,10 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, obj := range r.Registry.Watches() {
 		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(r.actionOf))
 	}
+	var called reconcile.Reconciler = r
+	if r.Options.WrapReconciler != nil {
+		called = r.Options.WrapReconciler(r)
+	}
 	return b.
 		For(&flytev1.TaskAction{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("taskaction").
@@ -340,5 +350,5 @@ func (r *TaskActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// another's actions (controller-runtime's queue is first in, first out).
 			NewQueue: r.newQueue(),
 		}).
-		Complete(r)
+		Complete(called)
 }

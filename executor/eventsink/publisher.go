@@ -109,9 +109,9 @@ type Publisher struct {
 	log     *slog.Logger
 	tracer  trace.Tracer
 	metrics *metrics.Metrics
-	// onDelivered, when set, hears of each finished action whose whole history has been
-	// delivered.
-	onDelivered func(*flytev1.TaskAction)
+	// onDelivered hear, in order, of each finished action whose whole history has been
+	// delivered (OnDelivered, NotifyDelivered); appended to under mu.
+	onDelivered []func(*flytev1.TaskAction)
 	// recorder, when set, records refusals on the actions.
 	recorder record.EventRecorder
 	// maxRefusals is how many refusals in a row an action's events are given up after;
@@ -206,16 +206,10 @@ func WithRefusalBackoff(base, cap time.Duration) Option {
 }
 
 // OnDelivered calls f (from the delivering goroutine) with each finished action whose
-// whole history the events service acknowledged; benchmarks time actions by it, and the
-// events backlog counts down by it. Given more than once, each f is called, in order.
+// whole history the events service acknowledged, as NotifyDelivered does. Given more
+// than once, each f is called, in order.
 func OnDelivered(f func(*flytev1.TaskAction)) Option {
-	return func(p *Publisher) {
-		if before := p.onDelivered; before != nil {
-			p.onDelivered = func(ta *flytev1.TaskAction) { before(ta); f(ta) }
-			return
-		}
-		p.onDelivered = f
-	}
+	return func(p *Publisher) { p.onDelivered = append(p.onDelivered, f) }
 }
 
 // New creates a publisher.
@@ -360,6 +354,16 @@ func (p *Publisher) enqueueLocked(st *state, ta *flytev1.TaskAction, end flytev1
 	}
 	p.setPending(st, ta.DeepCopy())
 	return true
+}
+
+// NotifyDelivered calls f (from the delivering goroutine) with each finished action
+// whose whole history the events service acknowledged from now on, after those given
+// before: what depends on the publisher (the events backlog, which counts down by it)
+// hears of deliveries without the publisher knowing of it.
+func (p *Publisher) NotifyDelivered(f func(*flytev1.TaskAction)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.onDelivered = append(p.onDelivered, f)
 }
 
 // Source wakes the reconciler for deleted actions whose history has been delivered, so
@@ -782,10 +786,13 @@ func (p *Publisher) acknowledged(ctx context.Context, w pending) bool {
 	if st.gone {
 		delete(p.states, w.uid)
 	}
+	notify := p.onDelivered
 	p.mu.Unlock()
 	ta := w.action
-	if ta.Status.Phase.IsTerminal() && p.onDelivered != nil {
-		p.onDelivered(ta)
+	if ta.Status.Phase.IsTerminal() {
+		for _, f := range notify {
+			f(ta)
+		}
 	}
 	if wake == nil && ta.Status.Phase.IsTerminal() && !ta.DeletionTimestamp.IsZero() {
 		wake = ta

@@ -67,7 +67,7 @@ func run(cfg config.Config, apiServerWait time.Duration, log *slog.Logger) error
 	if apiServerWait > 0 {
 		setupCtx, endSetup = context.WithTimeout(ctx, apiServerWait)
 	}
-	mgr, err := executor.Setup(setupCtx, cfg, restConfig, log, executor.Hooks{})
+	mgr, err := executor.Setup(setupCtx, cfg, restConfig, log, executor.Options{})
 	endSetup()
 	if err != nil {
 		return fmt.Errorf("setting up: %w", err)
