@@ -30,7 +30,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/events/cloudevents"
@@ -38,6 +37,7 @@ import (
 	_ "github.com/flytekube/backend/gen/go/flyte/events/v1" // the descriptors of the RPCs runCompose calls
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/auth"
+	"github.com/flytekube/backend/test/kubetest"
 	"github.com/flytekube/backend/test/pgtest"
 	"github.com/flytekube/backend/test/ports"
 	"github.com/flytekube/backend/test/servicetest"
@@ -182,7 +182,7 @@ func (r *composeRun) start(info *composeInfo) *process {
 		case m.Type == types.VolumeTypeBind && inRepo(r.root, m.Source), m.Type == types.VolumeTypeVolume && r.vols[m.Source] != "":
 		case m.Type == types.VolumeTypeBind && info.env["KUBECONFIG"] == target:
 			files[target] = envtestKubeconfig(t, r.dir)
-			installCRDs(t, r.root)
+			installCRD(t, r.root)
 		default:
 			t.Fatalf("%s: nothing stands in for mount %s of %s", where, target, m.Source)
 		}
@@ -626,16 +626,11 @@ func envtestKubeconfig(t *testing.T, dir string) string {
 	return file
 }
 
-// installCRDs installs deploy/crd, as the README has users do before starting the
-// executor, and waits for the API server to serve it.
-func installCRDs(t *testing.T, root string) {
+// installCRD installs the CRD of deploy/crd, as the README has users do before starting
+// the executor, and waits for the API server to serve it.
+func installCRD(t *testing.T, root string) {
 	t.Helper()
-	_, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{
-		Paths:              []string{filepath.Join(root, "deploy", "crd")},
-		ErrorIfPathMissing: true,
-		MaxTime:            time.Minute,
-	})
-	if err != nil {
+	if err := kubetest.ApplyCRD(context.Background(), env.Client, filepath.Join(root, "deploy", "crd", "flyte.org_taskactions.yaml"), "compose"); err != nil {
 		t.Fatal(err)
 	}
 }

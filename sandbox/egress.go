@@ -98,8 +98,8 @@ func startEgress(ctx context.Context, o Options, natsBin, logs string, stops *[]
 	if err != nil {
 		return nil, err
 	}
-	*stops = append(*stops, p.stop)
-	err = p.waitFor(ctx, time.Minute, "serve JetStream on "+e.natsURL+" with stream "+natsStream, func(ctx context.Context) bool {
+	*stops = append(*stops, stopFunc(p))
+	err = p.WaitFor(ctx, time.Minute, "serve JetStream on "+e.natsURL+" with stream "+natsStream, func(ctx context.Context) bool {
 		return createStream(ctx, e.natsURL) == nil
 	})
 	if err != nil {

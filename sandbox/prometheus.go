@@ -67,6 +67,6 @@ func startPrometheus(ctx context.Context, root, bin string, o Options, stops *[]
 	if err != nil {
 		return err
 	}
-	*stops = append(*stops, p.stop)
-	return p.waitHTTP(ctx, http.DefaultClient, "http://"+addr+"/-/ready", 2*time.Minute)
+	*stops = append(*stops, stopFunc(p))
+	return p.WaitHTTP(ctx, http.DefaultClient, "http://"+addr+"/-/ready", 2*time.Minute)
 }

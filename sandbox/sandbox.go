@@ -24,7 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -45,6 +44,7 @@ import (
 	"github.com/flytekube/backend/test/nodetest"
 	"github.com/flytekube/backend/test/pgtest"
 	"github.com/flytekube/backend/test/repo"
+	"github.com/flytekube/backend/test/systemtest"
 )
 
 // Options shape a sandbox. The zero value of a port means its default.
@@ -263,8 +263,8 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		stops = append(stops, p.stop)
-		if err := p.waitHTTP(ctx, tlsClient, "https://"+svc.addr+"/healthz", time.Minute); err != nil {
+		stops = append(stops, stopFunc(p))
+		if err := p.WaitHTTP(ctx, tlsClient, "https://"+svc.addr+"/healthz", time.Minute); err != nil {
 			return err
 		}
 	}
@@ -293,16 +293,16 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	// On the node started here, pods share this machine's disk with the executor: the
 	// container examples read and write the examples' file:// data where it lies.
 	cfg.K8s.MountFileStorage = pods && o.Kubeconfig == ""
-	cfgPath := filepath.Join(o.Dir, "executor.yaml")
-	if err := writeYAML(cfgPath, cfg); err != nil {
-		return err
-	}
-	p, err := startProcess("executor", bins["executor"], logs, append(otel("executor"), "KUBECONFIG="+kubeconfig), "--config", cfgPath)
+	e, err := systemtest.NewExecutor(systemtest.ExecutorOptions{Name: "executor", Binary: bins["executor"], LogDir: logs,
+		ConfigFile: filepath.Join(o.Dir, "executor.yaml"), Config: cfg, Kubeconfig: kubeconfig, Env: otel("executor")})
 	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	if err := start(e.Process); err != nil {
 		return err
 	}
-	stops = append(stops, p.stop)
-	if err := p.waitHTTP(ctx, http.DefaultClient, "http://"+cfg.HealthProbeBindAddress+"/readyz", time.Minute); err != nil {
+	stops = append(stops, stopFunc(e.Process))
+	if err := e.WaitHTTP(ctx, http.DefaultClient, e.Readyz, time.Minute); err != nil {
 		return err
 	}
 
@@ -398,8 +398,12 @@ func controlPlane(o Options, root string, say func(string, ...any)) (*cluster, e
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
-		if err := installCRD(cfg, filepath.Join(crds, "flyte.org_taskactions.yaml")); err != nil {
-			return nil, err
+		c, err := client.New(cfg, client.Options{})
+		if err == nil {
+			err = kubetest.ApplyCRD(context.Background(), c, filepath.Join(crds, "flyte.org_taskactions.yaml"), "flyte-sandbox")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 		ready, err := readyNodes(cfg)
 		if err != nil {
@@ -636,26 +640,6 @@ func watchExamples(ctx context.Context, c client.WithWatch, examples []*example,
 		return nil
 	}
 	return o.Settled(ctx, endpoints)
-}
-
-func installCRD(cfg *rest.Config, path string) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	var crd map[string]any
-	if err := yaml.Unmarshal(raw, &crd); err != nil {
-		return fmt.Errorf("sandbox: %s: %w", path, err)
-	}
-	obj := &unstructured.Unstructured{Object: crd}
-	if err := c.Patch(context.Background(), obj, client.Apply, client.FieldOwner("flyte-sandbox"), client.ForceOwnership); err != nil {
-		return fmt.Errorf("sandbox: installing the TaskAction CRD: %w", err)
-	}
-	return nil
 }
 
 func writeYAML(path string, v any) error {

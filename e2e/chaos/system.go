@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor"
 	"github.com/flytekube/backend/executor/config"
@@ -22,7 +21,9 @@ import (
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/auth/devcreds"
+	"github.com/flytekube/backend/test/kubetest"
 	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/process"
 	"github.com/flytekube/backend/test/repo"
 	"github.com/flytekube/backend/test/systemtest"
 )
@@ -35,7 +36,7 @@ const (
 )
 
 // proc is one program of the soak, a process of its own.
-type proc = systemtest.Proc
+type proc = process.Process
 
 // system is everything the soak runs, each program a process of its own.
 type system struct {
@@ -124,7 +125,7 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	// would refuse the hostile tenant's forged actions before the executor saw them. The
 	// soak tests the executor's own check (executor/tenancy), which holds where a cluster
 	// lacks the policy.
-	if err := systemtest.InstallCRD(ctx, s.client, filepath.Join(root, "deploy", "crd", "flyte.org_taskactions.yaml"), "chaos"); err != nil {
+	if err := kubetest.ApplyCRD(ctx, s.client, filepath.Join(root, "deploy", "crd", "flyte.org_taskactions.yaml"), "chaos"); err != nil {
 		return s, err
 	}
 	// hostile has no project label: its name is its project (hostile.go).
@@ -177,13 +178,13 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	env := []string{"DATABASE_URL=" + svcDBURL, "OTEL_SDK_DISABLED=true"}
 	s.health = map[*proc]string{}
 	for i := range eventsReplicas {
-		e := systemtest.NewProc(fmt.Sprintf("events-%d", i), bins["events"], s.logs, env, svcArgs(p[8+2*i], p[9+2*i])...)
+		e := process.New(fmt.Sprintf("events-%d", i), bins["events"], s.logs, env, svcArgs(p[8+2*i], p[9+2*i])...)
 		s.events = append(s.events, e)
 		s.eventsURLs = append(s.eventsURLs, "https://127.0.0.1:"+strconv.Itoa(p[8+2*i]))
 		s.health[e] = s.eventsURLs[i] + "/healthz"
 	}
 	s.eventsURL, s.cacheURL = s.eventsURLs[0], "https://127.0.0.1:"+strconv.Itoa(p[1])
-	s.cache = systemtest.NewProc("cacheservice", bins["cacheservice"], s.logs, env, svcArgs(p[1], p[3])...)
+	s.cache = process.New("cacheservice", bins["cacheservice"], s.logs, env, svcArgs(p[1], p[3])...)
 	s.health[s.cache] = s.cacheURL + "/healthz"
 	for _, svc := range s.services() {
 		if err := s.startService(ctx, svc); err != nil {
@@ -231,19 +232,15 @@ func startSystem(ctx context.Context, dir, assets, node string, log func(string,
 	for i := range 2 {
 		cfg := executorConfig(s, creds, p[4+2*i], p[5+2*i])
 		cfg.EventsServiceURL, cfg.CacheServiceURL = execEvents[i], "https://"+cacheVia
-		path := filepath.Join(dir, fmt.Sprintf("executor-%d.yaml", i))
-		raw, err := yaml.Marshal(cfg)
-		if err == nil {
-			err = os.WriteFile(path, raw, 0o644)
-		}
+		e, err := systemtest.NewExecutor(systemtest.ExecutorOptions{Name: fmt.Sprintf("executor-%d", i), Binary: bins["executor"], LogDir: s.logs,
+			ConfigFile: filepath.Join(dir, fmt.Sprintf("executor-%d.yaml", i)), Config: cfg,
+			Kubeconfig: execKubeconfig, Env: []string{"OTEL_SDK_DISABLED=true"}})
 		if err != nil {
-			return s, fmt.Errorf("system: writing %s: %w", path, err)
+			return s, fmt.Errorf("system: %w", err)
 		}
-		e := systemtest.NewProc(fmt.Sprintf("executor-%d", i), bins["executor"], s.logs,
-			[]string{"KUBECONFIG=" + execKubeconfig, "OTEL_SDK_DISABLED=true"}, "--config", path)
-		s.executors = append(s.executors, e)
-		s.execHealth = append(s.execHealth, "http://"+cfg.HealthProbeBindAddress+"/readyz")
-		s.execMetric = append(s.execMetric, "http://"+cfg.MetricsBindAddress+"/metrics")
+		s.executors = append(s.executors, e.Process)
+		s.execHealth = append(s.execHealth, e.Readyz)
+		s.execMetric = append(s.execMetric, e.Metrics)
 		if err := s.startExecutor(ctx, i); err != nil {
 			return s, err
 		}

@@ -16,12 +16,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/flytekube/backend/executor"
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/auth/devcreds"
 	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/process"
 	"github.com/flytekube/backend/test/systemtest"
 )
 
@@ -54,7 +54,7 @@ type service struct {
 
 // replica is one process of a service.
 type replica struct {
-	proc   *systemtest.Proc
+	proc   *process.Process
 	addr   string // host:port
 	health string
 }
@@ -70,12 +70,12 @@ type system struct {
 	sink               *sink
 	svcClient          *http.Client // trusts the test's CA; for health checks
 	events, cache      *service
-	executors          map[string]*systemtest.Proc // by release name
+	executors          map[string]*process.Process // by release name
 	execHealth         map[string]string           // /readyz
 	execMetrics        map[string]string           // /metrics
 	// all are every program started, stopped ones included, for the check of exits the
 	// test did not cause.
-	all []*systemtest.Proc
+	all []*process.Process
 	log func(string, ...any)
 	// node is the real node the pods run on; nil where the stand-in kubelet plays it
 	// (standIn, started by the first runPods; stopPods ends it).
@@ -89,7 +89,7 @@ type system struct {
 // systemtest.NodeReal, attaches a real node to it; Postgres is the caller's (dbURL).
 func newSystem(ctx context.Context, dir, assets, dbURL, node string, log func(string, ...any)) (s *system, err error) {
 	s = &system{dir: dir, logs: filepath.Join(dir, "logs"), dataDir: filepath.Join(dir, "data"), dbURL: dbURL, log: log,
-		executors: map[string]*systemtest.Proc{}, execHealth: map[string]string{}, execMetrics: map[string]string{}}
+		executors: map[string]*process.Process{}, execHealth: map[string]string{}, execMetrics: map[string]string{}}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -163,7 +163,7 @@ func (s *system) startReplica(ctx context.Context, svc *service, r release) (*re
 		}
 	}
 	rep := &replica{addr: addr, health: "https://" + addr + "/healthz",
-		proc: systemtest.NewProc(svc.name+"-"+r.name, r.bins[svc.name], s.logs,
+		proc: process.New(svc.name+"-"+r.name, r.bins[svc.name], s.logs,
 			[]string{"DATABASE_URL=" + s.dbURL, "OTEL_SDK_DISABLED=true"}, args...)}
 	if err := rep.proc.Start(); err != nil {
 		return nil, err
@@ -234,24 +234,19 @@ func (s *system) startExecutor(ctx context.Context, r release) error {
 	if err != nil {
 		return err
 	}
-	raw, err := yaml.Marshal(s.executorConfig(p[0], p[1]))
+	e, err := systemtest.NewExecutor(systemtest.ExecutorOptions{Name: "executor-" + r.name, Binary: r.bins["executor"], LogDir: s.logs,
+		ConfigFile: filepath.Join(s.dir, "executor-"+r.name+".yaml"), Config: s.executorConfig(p[0], p[1]),
+		Kubeconfig: s.cp.Kubeconfig, Env: []string{"OTEL_SDK_DISABLED=true"}})
 	if err != nil {
-		return fmt.Errorf("executor config: %w", err)
+		return fmt.Errorf("system: %w", err)
 	}
-	path := filepath.Join(s.dir, "executor-"+r.name+".yaml")
-	if err := os.WriteFile(path, raw, 0o644); err != nil {
-		return fmt.Errorf("executor config: %w", err)
-	}
-	e := systemtest.NewProc("executor-"+r.name, r.bins["executor"], s.logs,
-		[]string{"KUBECONFIG=" + s.cp.Kubeconfig, "OTEL_SDK_DISABLED=true"}, "--config", path)
-	s.executors[r.name] = e
-	s.all = append(s.all, e)
-	s.execHealth[r.name] = "http://127.0.0.1:" + strconv.Itoa(p[0]) + "/readyz"
-	s.execMetrics[r.name] = "http://127.0.0.1:" + strconv.Itoa(p[1]) + "/metrics"
+	s.executors[r.name] = e.Process
+	s.all = append(s.all, e.Process)
+	s.execHealth[r.name], s.execMetrics[r.name] = e.Readyz, e.Metrics
 	if err := e.Start(); err != nil {
 		return err
 	}
-	return e.WaitHTTP(ctx, http.DefaultClient, s.execHealth[r.name], 2*time.Minute)
+	return e.WaitHTTP(ctx, http.DefaultClient, e.Readyz, 2*time.Minute)
 }
 
 // waitLeader waits until release r's executor holds the lease.

@@ -22,6 +22,7 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/test/kubetest"
 	internalrelease "github.com/flytekube/backend/test/release"
 	"github.com/flytekube/backend/test/repo"
 	"github.com/flytekube/backend/test/systemtest"
@@ -91,7 +92,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		return fail(err)
 	}
 	defer s.stop()
-	if err := systemtest.InstallCRD(ctx, s.client, old.crd, "upgrade"); err != nil {
+	if err := kubetest.ApplyCRD(ctx, s.client, old.crd, "upgrade"); err != nil {
 		return fail(err)
 	}
 	for _, svc := range []*service{s.events, s.cache} {
@@ -175,7 +176,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 
 	step("upgrade the CRD")
-	if err := systemtest.InstallCRD(ctx, s.client, tree.crd, "upgrade"); err != nil {
+	if err := kubetest.ApplyCRD(ctx, s.client, tree.crd, "upgrade"); err != nil {
 		return fail(err)
 	}
 	step("roll the services")

@@ -6,11 +6,8 @@ package eventsrelease
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -21,6 +18,8 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/internal/rpcclient"
+	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/process"
 	"github.com/flytekube/backend/test/release"
 	"github.com/flytekube/backend/test/repo"
 )
@@ -49,35 +48,28 @@ type Service struct {
 	URL string
 	// Client calls it over gRPC.
 	Client eventsv1connect.EventsServiceClient
-	cmd    *exec.Cmd
-	done   chan error
+	proc   *process.Process
 }
 
 // Start runs binary against databaseURL (it applies its own migrations first), with no
 // authentication, its log appended to logPath, and the extra flags args; it returns
 // once the service answers.
 func Start(ctx context.Context, binary, databaseURL, logPath string, args ...string) (*Service, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	port, err := ports.Free(1)
 	if err != nil {
 		return nil, fmt.Errorf("eventsrelease: %w", err)
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(binary, append([]string{
+	addr := "127.0.0.1:" + strconv.Itoa(port[0])
+	p := process.New("events", binary, filepath.Dir(logPath), nil, append([]string{
 		"--listen", addr, "--metrics-listen", "", "--database-url", databaseURL, "--auth-mode", "none",
 	}, args...)...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// A test binary that dies (a panic, a timeout) takes the service with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("eventsrelease: starting %s: %w", binary, err)
+	p.Log = logPath
+	// A test binary that dies (a panic, a timeout) takes the service with it, gracefully.
+	p.DeathSignal = syscall.SIGTERM
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("eventsrelease: %w", err)
 	}
-	s := &Service{URL: "http://" + addr, cmd: cmd, done: make(chan error, 1)}
-	go func() { s.done <- cmd.Wait(); _ = logFile.Close() }()
+	s := &Service{URL: "http://" + addr, proc: p}
 	httpClient, err := rpcclient.New(rpcclient.Options{})
 	if err != nil {
 		s.Stop()
@@ -86,54 +78,24 @@ func Start(ctx context.Context, binary, databaseURL, logPath string, args ...str
 	s.Client = eventsv1connect.NewEventsServiceClient(httpClient, s.URL, connect.WithGRPC())
 	if err := s.waitServing(ctx); err != nil {
 		s.Stop()
-		return nil, fmt.Errorf("eventsrelease: %s did not start (its log: %s): %w", binary, logPath, err)
+		return nil, fmt.Errorf("eventsrelease: %s did not start: %w", binary, err)
 	}
 	return s, nil
 }
 
 // waitServing asks for an action no one records until the answer is the service's own.
 func (s *Service) waitServing(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
 	probe := &eventsv1.GetActionRequest{Id: &flytecorev1.ActionIdentifier{Project: "probe", Domain: "probe", Run: "probe", Action: "probe"}}
-	for {
-		_, err := s.Client.GetAction(ctx, connect.NewRequest(probe))
-		if err == nil || connect.CodeOf(err) == connect.CodeNotFound {
-			return nil
-		}
-		select {
-		case err := <-s.done:
-			s.done <- err
-			return fmt.Errorf("exited: %v", err)
-		case <-ctx.Done():
-			return fmt.Errorf("%w; last answer: %v", ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
-		}
+	var last error
+	err := s.proc.WaitFor(ctx, time.Minute, "serve", func(ctx context.Context) bool {
+		_, last = s.Client.GetAction(ctx, connect.NewRequest(probe))
+		return last == nil || connect.CodeOf(last) == connect.CodeNotFound
+	})
+	if err != nil {
+		return fmt.Errorf("%w; last answer: %v", err, last)
 	}
+	return nil
 }
 
 // Stop asks the service to shut down and waits for it (killing it after 30 s).
-func (s *Service) Stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.done:
-		s.done <- err
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		err := <-s.done
-		s.done <- err
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("eventsrelease: finding a free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	tcp, ok := l.Addr().(*net.TCPAddr)
-	if !ok {
-		return 0, errors.New("eventsrelease: not a TCP address")
-	}
-	return tcp.Port, nil
-}
+func (s *Service) Stop() { s.proc.Stop(30 * time.Second) }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/flytekube/backend/services/auth/devcreds"
 	"github.com/flytekube/backend/test/ports"
+	"github.com/flytekube/backend/test/process"
 )
 
 // ControlPlane is etcd and kube-apiserver from the envtest assets, started here rather
@@ -28,7 +29,7 @@ import (
 // etcd, address, certificate and tokens, as an outage of the API server alone, and so
 // that programs run as processes reach it through a kubeconfig of their own.
 type ControlPlane struct {
-	Etcd, APIServer *Proc
+	Etcd, APIServer *process.Process
 	URL             string
 	// Config is the administrator's (system:masters, by a static token).
 	Config     *rest.Config
@@ -79,10 +80,10 @@ func StartControlPlane(ctx context.Context, assets, dir, logs string, creds *dev
 
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
 	cp := &ControlPlane{URL: "https://127.0.0.1:" + strconv.Itoa(apiPort)}
-	cp.Etcd = NewProc("etcd", filepath.Join(assets, "etcd"), logs, nil,
+	cp.Etcd = process.New("etcd", filepath.Join(assets, "etcd"), logs, nil,
 		"--data-dir", filepath.Join(kdir, "etcd"), "--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
 		"--listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(etcdPeer), "--unsafe-no-fsync")
-	cp.APIServer = NewProc("kube-apiserver", filepath.Join(assets, "kube-apiserver"), logs, nil,
+	cp.APIServer = process.New("kube-apiserver", filepath.Join(assets, "kube-apiserver"), logs, nil,
 		"--etcd-servers", etcdURL, "--bind-address", "127.0.0.1",
 		// The loopback may not be advertised, and nothing reaches the API server through
 		// the kubernetes Service here.

@@ -2,57 +2,14 @@ package systemtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 )
-
-// InstallCRD applies the CRD in the YAML file at path (server-side, as owner) and waits
-// until it is served. Applied over an older version of itself, it is the upgrade of the
-// CRD.
-func InstallCRD(ctx context.Context, c client.Client, path, owner string) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("CRD: %w", err)
-	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(raw, &obj); err != nil {
-		return fmt.Errorf("CRD %s: %w", path, err)
-	}
-	crd := &unstructured.Unstructured{Object: obj}
-	if err := c.Patch(ctx, crd, client.Apply, client.FieldOwner(owner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("installing the CRD of %s: %w", path, err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), crd); err == nil {
-			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-			for _, cond := range conds {
-				m, _ := cond.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
-					return nil
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the CRD of " + path + " was not established within a minute")
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the CRD of %s: %w", path, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
 
 // CreateDatabase creates the database name on the server of maintenanceURL (whose
 // database is postgres) and returns its URL.
