@@ -195,7 +195,7 @@ func (s *scope) writeStatus(ctx context.Context, passSucceeded bool) error {
 	if passSucceeded {
 		s.ta.Status.ObservedGeneration = s.ta.Generation
 	}
-	if err := s.writeStatusVariant(ctx); err != nil {
+	if err := s.r.Client.Status().Update(ctx, s.ta); err != nil {
 		// A conflict means someone wrote meanwhile; Handle is idempotent, so the next
 		// reconcile simply does this pass again.
 		return fmt.Errorf("updating status: %w", err)
@@ -206,10 +206,8 @@ func (s *scope) writeStatus(ctx context.Context, passSucceeded bool) error {
 	// New history is a new last entry: a folded repeat changes its version, not the
 	// history's length.
 	if s.writesHistory() {
-		if statusVariant != "patch" {
-			s.r.expectations().expect(s.ta)
-			s.settleExpectation(ctx)
-		}
+		s.r.expectations().expect(s.ta)
+		s.settleExpectation(ctx)
 		if s.r.Events != nil {
 			s.r.Events.Enqueue(s.ta)
 		}

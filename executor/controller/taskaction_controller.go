@@ -208,7 +208,7 @@ func (r *TaskActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if statusVariant != "patch" && r.expectations().stale(&ta) {
+	if r.expectations().stale(&ta) {
 		return ctrl.Result{RequeueAfter: staleCacheWait}, nil
 	}
 	// Every reconcile of the action is a span of the action's one trace (see tracing).
