@@ -101,14 +101,6 @@ func (e *expectations) forget(uid types.UID) {
 	e.mu.Unlock()
 }
 
-// has reports whether a write of the action is still expected.
-func (e *expectations) has(uid types.UID) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_, ok := e.want[uid]
-	return ok
-}
-
 // informerHandler keeps the expectations in step with the informer: a write it shows
 // satisfies them, a deletion ends them, and gone calls whatever else holds state for a
 // deleted action.

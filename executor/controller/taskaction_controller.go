@@ -185,9 +185,6 @@ func (r *TaskActionReconciler) expectations() *expectations {
 	return r.written
 }
 
-// Expects reports whether a write of the action is not yet in the informer cache.
-func (r *TaskActionReconciler) Expects(uid types.UID) bool { return r.expectations().has(uid) }
-
 func resultLabel(r ctrl.Result, err error) string {
 	switch {
 	case err != nil:
