@@ -109,7 +109,7 @@ type Publisher struct {
 	log     *slog.Logger
 	tracer  trace.Tracer
 	metrics *metrics.Metrics
-	// onDelivered hear, in order, of each finished action whose whole history has been
+	// onDelivered are called, in order, with each finished action whose whole history has been
 	// delivered (OnDelivered, NotifyDelivered); appended to under mu.
 	onDelivered []func(*flytev1.TaskAction)
 	// recorder, when set, records refusals on the actions.
