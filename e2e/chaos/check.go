@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,17 +15,6 @@ import (
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/test/systemtest"
 )
-
-// eventKey is the identity of an event: (attempt, phase, version) within an action.
-type eventKey struct {
-	attempt uint32
-	phase   flytecorev1.ActionPhase
-	version uint32
-}
-
-func (k eventKey) String() string {
-	return fmt.Sprintf("(attempt %d, %s, v%d)", k.attempt, strings.TrimPrefix(k.phase.String(), "ACTION_PHASE_"), k.version)
-}
 
 // checker holds the system to its promises once the chaos is over.
 type checker struct {
@@ -94,7 +82,7 @@ func (ch *checker) check(ctx context.Context) []string {
 				ch.checkWatchers(p, state, add)
 			}
 			if !wasDeleted && (!ch.obs.lostPlace() || state != eventsink.ProtoPhase(p.expect)) {
-				add("%s: never seen by the watch (the events service says %s)", p.name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
+				add("%s: never seen by the watch (the events service says %s)", p.name, systemtest.PhaseName(state))
 			}
 			continue
 		}
@@ -170,10 +158,10 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 		history = last.Status.PhaseHistory
 	}
 	// after says an event comes after the last entry the watch saw.
-	after := func(k eventKey) bool { return true }
+	after := func(k systemtest.EventKey) bool { return true }
 	if lastSeen, ok := history.Last(); ok {
-		after = func(k eventKey) bool {
-			return lastSeen.Mark().Before(flytev1.HistoryMark{Attempt: int32(k.attempt), Version: int32(k.version)})
+		after = func(k systemtest.EventKey) bool {
+			return lastSeen.Mark().Before(flytev1.HistoryMark{Attempt: int32(k.Attempt), Version: int32(k.Version)})
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -196,19 +184,13 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 		add("%s: ListActionEvents: %v", name, err)
 		return state
 	}
-	stored := map[eventKey]int{}
-	var keys []string
-	for _, e := range events {
-		k := eventKey{e.GetAttempt(), e.GetPhase(), e.GetVersion()}
-		stored[k]++
-		keys = append(keys, k.String())
-	}
 	// unseenEnd says the events service's state is an end the action wrote after the
 	// watch last saw it.
 	unseenEnd := false
 	if endUnseen {
-		for k := range stored {
-			unseenEnd = unseenEnd || (k.phase == state && after(k) && eventstore.IsTerminal(state))
+		for _, e := range events {
+			k := systemtest.KeyOfEvent(e)
+			unseenEnd = unseenEnd || (k.Phase == state && after(k) && eventstore.IsTerminal(state))
 		}
 	}
 
@@ -218,37 +200,22 @@ func (ch *checker) checkEvents(ctx context.Context, p *plan, last *flytev1.TaskA
 			ok = ok || state == eventsink.ProtoPhase(last.Status.Phase) // it ended before the delete
 		}
 		if !ok && !unseenEnd {
-			add("%s: deleted, but the events service says %s (want ABORTED)", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"))
+			add("%s: deleted, but the events service says %s (want ABORTED)", name, systemtest.PhaseName(state))
 		}
 	} else if endUnseen && last != nil && !last.Status.Phase.IsTerminal() {
 		// Collected after an end the watch did not see: the end must be the planned one.
 		if !unseenEnd || state != eventsink.ProtoPhase(p.expect) {
-			add("%s: gone after %s unseen, and the events service says %s, want %s", name, last.Status.Phase, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), p.expect)
+			add("%s: gone after %s unseen, and the events service says %s, want %s", name, last.Status.Phase, systemtest.PhaseName(state), p.expect)
 		}
 	} else if last != nil && state != eventsink.ProtoPhase(last.Status.Phase) {
-		add("%s: the events service says %s, the action %s", name, strings.TrimPrefix(state.String(), "ACTION_PHASE_"), last.Status.Phase)
+		add("%s: the events service says %s, the action %s", name, systemtest.PhaseName(state), last.Status.Phase)
 	}
-	held := "; it holds " + strings.Join(keys, " ")
-	wrote := map[eventKey]bool{}
-	for _, h := range history {
-		k := eventKey{uint32(h.Attempt), eventsink.ProtoPhase(h.Phase), uint32(h.Version)}
-		wrote[k] = true
-		switch n := stored[k]; {
-		case n == 0:
-			add("%s: history entry %s never reached the events service%s", name, k, held)
-		case n > 1:
-			add("%s: history entry %s stored %d times", name, k, n)
-		}
+	// Stored beside the history: an abort of a deleted action, an end the watch did not
+	// see.
+	extra := func(k systemtest.EventKey) bool {
+		return (deleted && k.Phase == flytecorev1.ActionPhase_ACTION_PHASE_ABORTED) || (endUnseen && after(k))
 	}
-	for k, n := range stored {
-		if n > 1 && !wrote[k] {
-			add("%s: the events service holds %s %d times", name, k, n)
-		}
-		if wrote[k] || (deleted && k.phase == flytecorev1.ActionPhase_ACTION_PHASE_ABORTED) || (endUnseen && after(k)) {
-			continue
-		}
-		add("%s: the events service holds %s (%d times), which is not in the action's history", name, k, n)
-	}
+	systemtest.CheckHistoryStored(name, history, events, extra, add)
 	return state
 }
 
@@ -260,6 +227,6 @@ func (ch *checker) checkWatchers(p *plan, end flytecorev1.ActionPhase, add func(
 	}
 	spec := p.action.Spec
 	for _, m := range ch.ws.missed(idOf(spec.Project, spec.Domain, spec.RunName, spec.ActionName), end) {
-		add("%s: every finish reaches every watcher: the events service says %s, but watcher %s", p.name, strings.TrimPrefix(end.String(), "ACTION_PHASE_"), m)
+		add("%s: every finish reaches every watcher: the events service says %s, but watcher %s", p.name, systemtest.PhaseName(end), m)
 	}
 }

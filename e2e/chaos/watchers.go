@@ -106,7 +106,7 @@ func (ws *watchers) missed(id *flytecorev1.ActionIdentifier, end flytecorev1.Act
 		if !seen[key][end] {
 			var got []string
 			for ph := range seen[key] {
-				got = append(got, strings.TrimPrefix(ph.String(), "ACTION_PHASE_"))
+				got = append(got, systemtest.PhaseName(ph))
 			}
 			out = append(out, fmt.Sprintf("%s saw %s", watcher, systemtest.PhaseOrNone(strings.Join(got, " "))))
 		}

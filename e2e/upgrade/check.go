@@ -30,24 +30,9 @@ import (
 	"github.com/flytekube/backend/test/systemtest"
 )
 
-// eventKey is the identity of an event within an action: (attempt, phase, version).
-type eventKey struct {
-	attempt uint32
-	phase   flytecorev1.ActionPhase
-	version uint32
-}
-
-func (k eventKey) String() string {
-	return fmt.Sprintf("(attempt %d, %s, v%d)", k.attempt, phaseName(k.phase), k.version)
-}
-
-func phaseName(p flytecorev1.ActionPhase) string {
-	return strings.TrimPrefix(p.String(), "ACTION_PHASE_")
-}
-
 // cloudEventID is the id the events service gives an event's CloudEvent (docs/events.md).
-func cloudEventID(id *flytecorev1.ActionIdentifier, k eventKey) string {
-	return fmt.Sprintf("%s/%s/%s/%s/%d/%s/%d", id.GetProject(), id.GetDomain(), id.GetRun(), id.GetAction(), k.attempt, strings.ToLower(phaseName(k.phase)), k.version)
+func cloudEventID(id *flytecorev1.ActionIdentifier, k systemtest.EventKey) string {
+	return fmt.Sprintf("%s/%s/%s/%s/%d/%s/%d", id.GetProject(), id.GetDomain(), id.GetRun(), id.GetAction(), k.Attempt, strings.ToLower(systemtest.PhaseName(k.Phase)), k.Version)
 }
 
 // checker holds the upgraded system to its promises once the work has settled. It reads
@@ -159,7 +144,7 @@ func (ch *checker) check(ctx context.Context) []string {
 		}
 		end := ch.checkEvents(ctx, ta, add)
 		if store.IsTerminal(end) && !ch.w.sawPhase(idOf(ta), end) {
-			add("%s: the watcher never saw it %s", name, phaseName(end))
+			add("%s: the watcher never saw it %s", name, systemtest.PhaseName(end))
 		}
 	}
 	ch.checkPublished(ctx, add)
@@ -227,36 +212,14 @@ func (ch *checker) checkEvents(ctx context.Context, ta *flytev1.TaskAction, add 
 	}
 	state := got.Msg.GetAction().GetPhase()
 	if state != eventsink.ProtoPhase(ta.Status.Phase) {
-		add("%s: the events service says %s, the action %s", ta.Name, phaseName(state), ta.Status.Phase)
+		add("%s: the events service says %s, the action %s", ta.Name, systemtest.PhaseName(state), ta.Status.Phase)
 	}
 	events, err := systemtest.ListActionEvents(ctx, ch.events, id)
 	if err != nil {
 		add("%s: ListActionEvents: %v", ta.Name, err)
 		return state
 	}
-	stored := map[eventKey]int{}
-	var keys []string
-	for _, e := range events {
-		k := eventKey{e.GetAttempt(), e.GetPhase(), e.GetVersion()}
-		stored[k]++
-		keys = append(keys, k.String())
-	}
-	wrote := map[eventKey]bool{}
-	for _, h := range ta.Status.PhaseHistory {
-		k := eventKey{uint32(h.Attempt), eventsink.ProtoPhase(h.Phase), uint32(h.Version)}
-		wrote[k] = true
-		switch n := stored[k]; {
-		case n == 0:
-			add("%s: history entry %s never reached the events service; it holds %s", ta.Name, k, strings.Join(keys, " "))
-		case n > 1:
-			add("%s: history entry %s stored %d times", ta.Name, k, n)
-		}
-	}
-	for k, n := range stored {
-		if !wrote[k] {
-			add("%s: the events service holds %s (%d times), which is not in the action's history", ta.Name, k, n)
-		}
-	}
+	systemtest.CheckHistoryStored(ta.Name, ta.Status.PhaseHistory, events, nil, add)
 	return state
 }
 
@@ -277,10 +240,10 @@ func (ch *checker) checkPublished(ctx context.Context, add func(string, ...any))
 	for _, a := range actions {
 		id := a.GetId()
 		stored[actionKey(id)] = true
-		var keys []eventKey
+		var keys []systemtest.EventKey
 		if id.GetRun() == recordRun {
 			// The probe records one event per action, and nothing else writes there.
-			keys = []eventKey{{1, flytecorev1.ActionPhase_ACTION_PHASE_QUEUED, 0}}
+			keys = []systemtest.EventKey{{Attempt: 1, Phase: flytecorev1.ActionPhase_ACTION_PHASE_QUEUED}}
 		} else {
 			events, err := systemtest.ListActionEvents(ctx, ch.events, id)
 			if err != nil {
@@ -288,7 +251,7 @@ func (ch *checker) checkPublished(ctx context.Context, add func(string, ...any))
 				continue
 			}
 			for _, e := range events {
-				keys = append(keys, eventKey{e.GetAttempt(), e.GetPhase(), e.GetVersion()})
+				keys = append(keys, systemtest.KeyOfEvent(e))
 			}
 		}
 		for _, k := range keys {
