@@ -248,3 +248,47 @@ func TestInlinePodTemplatesCannotTakeOver(t *testing.T) {
 			c, pod.Spec.NodeSelector)
 	}
 }
+
+// TestTemplateDefaultsStayTheTemplates: a template whose "default" container names an
+// untagged placeholder image (as Flyte's docs show) is stored by the real API server with
+// imagePullPolicy Always, a termination message path and policy, a DNS policy, a
+// grace period and more filled in; none of it is the author's, so the task's pod (for a
+// tagged image) gets IfNotPresent, the API server's default for its own image, and an
+// action's fragment may set the grace period the template left to the API server.
+func TestTemplateDefaultsStayTheTemplates(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	tpl := podTemplate(ns, "placeholder", true, corev1.PodSpec{Containers: []corev1.Container{{Name: podtemplate.DefaultContainer,
+		Image: "docker.io/rwgrim/docker-noop", Env: []corev1.EnvVar{{Name: "FROM", Value: "template"}}}}})
+	create(t, tpl)
+	var got corev1.PodTemplate
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(tpl), &got); err != nil {
+		t.Fatal(err)
+	}
+	if c := got.Template.Spec.Containers[0]; c.ImagePullPolicy != corev1.PullAlways {
+		t.Fatalf("the API server stored the template's container with imagePullPolicy %q; the test needs its default, Always", c.ImagePullPolicy)
+	}
+	cfg := testConfig()
+	cfg.K8s.DefaultPodTemplateName = "placeholder"
+	run(t, cfg, ns, nil)
+
+	plain := containerAction(ns, "plain", 0)
+	grace := containerAction(ns, "grace", 0)
+	grace.Spec.PodTemplate = &flytev1.PodTemplate{Spec: runtime.RawExtension{Raw: []byte(`{"terminationGracePeriodSeconds":7}`)}}
+	create(t, plain)
+	create(t, grace)
+
+	pod := waitPod(t, ns, "plain-1")
+	c := pod.Spec.Containers[0]
+	if c.Name != flytek8s.ContainerName || c.Image != "busybox:1.36" || len(c.Env) == 0 {
+		t.Fatalf("container %+v; want the task's, with the template's env", c)
+	}
+	if c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("the task's container (image %s) has imagePullPolicy %q; want IfNotPresent: the template's Always was the API server's default for its placeholder",
+			c.Image, c.ImagePullPolicy)
+	}
+	pod = waitPod(t, ns, "grace-1")
+	if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || *g != 7 {
+		t.Errorf("grace: terminationGracePeriodSeconds %v; want the fragment's 7", g)
+	}
+}

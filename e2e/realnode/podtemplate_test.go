@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/config"
 	"github.com/flytekube/backend/executor/pluginmachinery/core"
 	"github.com/flytekube/backend/executor/pluginmachinery/k8s/podtemplate"
 )
@@ -169,5 +171,47 @@ func TestInlinePodTemplateCannotTakeOverAPrivilegedInitContainer(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(host, "taken")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a fragment wrote on the host (%v)", err)
+	}
+}
+
+// TestTemplatePlaceholderImageDoesNotMakeTheTaskPull: a namespace's default template
+// whose "default" container names an untagged placeholder image, as Flyte's docs show,
+// is stored by the API server with imagePullPolicy Always; the task's own image, tagged
+// and present on the node (which can pull nothing), runs to success with the template's
+// environment, its container pulling only if not present.
+func TestTemplatePlaceholderImageDoesNotMakeTheTaskPull(t *testing.T) {
+	ctx := context.Background()
+	ns := node.Namespace(t)
+	template := &corev1.PodTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "placeholder", Namespace: ns, Labels: map[string]string{podtemplate.Label: "true"}},
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: podtemplate.DefaultContainer,
+			Image: "docker.io/rwgrim/docker-noop", Env: []corev1.EnvVar{{Name: "FROM_TEMPLATE", Value: "yes"}}}}}},
+	}
+	if err := node.Client.Create(ctx, template); err != nil {
+		t.Fatal(err)
+	}
+	if c := template.Template.Spec.Containers[0]; c.ImagePullPolicy != corev1.PullAlways {
+		t.Fatalf("the API server stored the placeholder with imagePullPolicy %q; the test needs its default, Always", c.ImagePullPolicy)
+	}
+	// A pull that fails fails the action soon, rather than leaving it in Initializing
+	// for the default grace period.
+	runExecutor(t, ns, func(c *config.Config) {
+		c.K8s.DefaultPodTemplateName = template.Name
+		c.K8s.ImagePullGracePeriod = metav1.Duration{Duration: 10 * time.Second}
+	})
+	ta := containerAction(ns, "local-image", 0, `test "$FROM_TEMPLATE" = yes`)
+	create(t, ta)
+
+	got := waitFinished(t, ta)
+	if got.Status.Phase != flytev1.PhaseSucceeded {
+		t.Fatalf("ended %s (%s, %+v); want Succeeded: the task's image %s is on the node, which can pull nothing",
+			got.Status.Phase, history(got), got.Status.Error, ta.Spec.Container.Image)
+	}
+	var pod corev1.Pod
+	if err := node.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "local-image-1"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	if c := pod.Spec.Containers[0]; c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("the task's container has imagePullPolicy %q; want IfNotPresent, the default for its tagged image", c.ImagePullPolicy)
 	}
 }

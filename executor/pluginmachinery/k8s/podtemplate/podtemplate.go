@@ -110,7 +110,8 @@ type Source struct {
 
 // Base returns the template an action's pods start from: the one it names, else the
 // default, looked up in its namespace and then in the executor's; nil when there is
-// none. A template the action names that cannot be found is an *Error.
+// none. A template the action names that cannot be found is an *Error. What the API
+// server filled in when it stored the template is cleared (withoutServerDefaults).
 func (s Source) Base(ctx context.Context, action *flytev1.TaskAction) (*corev1.PodTemplateSpec, error) {
 	name, named := action.Spec.PodTemplateName, true
 	if name == "" {
@@ -131,6 +132,7 @@ func (s Source) Base(ctx context.Context, action *flytev1.TaskAction) (*corev1.P
 		err := s.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &t)
 		switch {
 		case err == nil:
+			withoutServerDefaults(&t.Template.Spec)
 			return &t.Template, nil
 		case !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("reading PodTemplate %s/%s: %w", ns, name, err)
