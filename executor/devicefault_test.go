@@ -25,7 +25,7 @@ func nodeEvent(t *testing.T, pod *corev1.Pod, reason, message string) {
 	t.Helper()
 	now := metav1.Now()
 	event := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod.Name, time.Now().UnixNano()), Namespace: pod.Namespace},
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod.Name, time.Now().UnixNano()), Namespace: pod.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1"},
 		Type:           corev1.EventTypeWarning, Reason: reason, Message: message,
 		Source: corev1.EventSource{Component: "gpu-health", Host: "node-1"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
