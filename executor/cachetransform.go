@@ -67,14 +67,33 @@ func boundInlinePodTemplate(ta *flytev1.TaskAction) {
 var oversizedInlinePodTemplate = []byte("{" + strings.Repeat(" ", podtemplate.MaxInlineBytes-1) + "}")
 
 // readPodSpec is what the executor reads of a pod's spec: its node. The containers keep
-// their names, so that the pod still says what it runs.
+// their names, so that the pod still says what it runs, and the devices they ask for (the
+// extended resources, such as nvidia.com/gpu), whose failed pods wait for a report of a
+// device fault (k8s.deviceFaults.lateEventWait).
 func readPodSpec(spec *corev1.PodSpec) corev1.PodSpec {
 	names := func(cs []corev1.Container) []corev1.Container {
 		var out []corev1.Container
 		for _, c := range cs {
-			out = append(out, corev1.Container{Name: c.Name})
+			out = append(out, corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{
+				Requests: devices(c.Resources.Requests), Limits: devices(c.Resources.Limits)}})
 		}
 		return out
 	}
 	return corev1.PodSpec{NodeName: spec.NodeName, InitContainers: names(spec.InitContainers), Containers: names(spec.Containers)}
+}
+
+// devices is the extended resources of list, nil if none: a name with a domain that is
+// not Kubernetes' own (cpu, memory, hugepages-2Mi, … have none).
+func devices(list corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for name, q := range list {
+		if domain, _, ok := strings.Cut(string(name), "/"); !ok || domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") {
+			continue
+		}
+		if out == nil {
+			out = corev1.ResourceList{}
+		}
+		out[name] = q
+	}
+	return out
 }

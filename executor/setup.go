@@ -168,6 +168,9 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		}
 		k8sCfg.LogLinks = append(k8sCfg.LogLinks, k8s.LogLinkTemplate{Name: l.Name, Template: t})
 	}
+	if k8sCfg.DeviceFaultRules, err = k8s.CompileDeviceFaults(cfg.K8s.DeviceFaults); err != nil {
+		return nil, fmt.Errorf("executor: config: %w", err)
+	}
 	reg := core.NewRegistry(log)
 	for _, e := range append([]core.Entry{sleep.Entry(), echo.Entry(), container.Entry(k8sCfg), job.Entry(k8sCfg)}, opts.Plugins...) {
 		if err := reg.Register(e); err != nil {

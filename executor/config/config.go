@@ -305,6 +305,11 @@ func Default() Config {
 			DefaultMemoryRequest:     resource.MustParse("128Mi"),
 			ImagePullGracePeriod:     metav1.Duration{Duration: 3 * time.Minute},
 			MissingSecretGracePeriod: metav1.Duration{Duration: 30 * time.Second},
+			DeviceFaults: k8s.DeviceFaultConfig{
+				Patterns:               k8s.DefaultDeviceFaultPatterns(),
+				LateEventWait:          metav1.Duration{Duration: 30 * time.Second},
+				DeviceResourcePrefixes: []string{"nvidia.com/"},
+			},
 			Config: podtemplate.Config{
 				InlinePodTemplateLevel:  podtemplate.LevelBaseline,
 				InlinePodTemplateFields: slices.Clone(DefaultInlinePodTemplateFields),

@@ -129,6 +129,11 @@ k8s:
   defaultPodTemplateName: gpu-default
   inlinePodTemplateLevel: privileged
   inlinePodTemplateFields: [containers, volumes, tolerations]
+  deviceFaults:
+    patterns:
+      - {name: tpu, reason: ^TPUFault$, message: 'chip (?P<code>\d+)', source: ^tpu-monitor$, ignoreCodes: ["0"]}
+    lateEventWait: 1m
+    deviceResourcePrefixes: [google.com/]
 `
 	want := config.Config{
 		MetricsBindAddress:      ":9090",
@@ -173,6 +178,9 @@ k8s:
 			Config: podtemplate.Config{DefaultPodTemplateName: "gpu-default", InlinePodTemplateLevel: "privileged",
 				InlinePodTemplateFields: []string{"containers", "volumes", "tolerations"}},
 			InterruptibleFailureThreshold: -2,
+			DeviceFaults: k8s.DeviceFaultConfig{
+				Patterns:      []k8s.DeviceFaultPattern{{Name: "tpu", Reason: "^TPUFault$", Message: `chip (?P<code>\d+)`, Source: "^tpu-monitor$", IgnoreCodes: []string{"0"}}},
+				LateEventWait: duration(time.Minute), DeviceResourcePrefixes: []string{"google.com/"}},
 		},
 	}
 
@@ -314,6 +322,9 @@ func TestLoadRejects(t *testing.T) {
 		{"gc interval set with maxTTL 0", "gc:\n  interval: 5m\n  maxTTL: 0s\n", "gc.maxTTL: must be positive when gc.interval is set"},
 		{"file storage mounted without a file prefix", "k8s:\n  mountFileStorage: true\nstorage:\n  allowedPrefixes: [\"s3://b/\"]\n", "k8s.mountFileStorage: needs a file:// prefix"},
 		{"negative missing secret grace period", "k8s:\n  missingSecretGracePeriod: -1s\n", "k8s.missingSecretGracePeriod: must not be negative"},
+		{"device fault pattern that is no regular expression", "k8s:\n  deviceFaults:\n    patterns: [{name: x, message: 'Xid ('}]\n",
+			"k8s.deviceFaults.patterns[0].message: not a regular expression (RE2)"},
+		{"negative late event wait", "k8s:\n  deviceFaults:\n    lateEventWait: -1s\n", "k8s.deviceFaults.lateEventWait: must not be negative"},
 		{"negative image pull grace period", "k8s:\n  imagePullGracePeriod: -1s\n", "k8s.imagePullGracePeriod: must not be negative"},
 		{"negative gc interval", "gc:\n  interval: -1m\n", "gc.interval: must not be negative"},
 		{"negative gc maxTTL", "gc:\n  maxTTL: -1h\n", "gc.maxTTL: must not be negative"},

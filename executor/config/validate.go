@@ -262,6 +262,12 @@ func (c Config) Validate() error {
 	if k.MissingSecretGracePeriod.Duration < 0 {
 		fail("k8s.missingSecretGracePeriod", "must not be negative, got %s", k.MissingSecretGracePeriod.Duration)
 	}
+	if _, err := k8s.CompileDeviceFaults(k.DeviceFaults); err != nil {
+		errs = append(errs, err)
+	}
+	if k.DeviceFaults.LateEventWait.Duration < 0 {
+		fail("k8s.deviceFaults.lateEventWait", "must not be negative, got %s", k.DeviceFaults.LateEventWait.Duration)
+	}
 	// Checked here because a bad label would otherwise fail every create, one action at
 	// a time.
 	checkLabels := func(path string, m map[string]string, values bool) {

@@ -375,14 +375,19 @@ func MissingSecretOfContainer(cs corev1.ContainerStatus, secrets []flytev1.TaskS
 // volume are read again: nothing else wakes its action while it waits.
 const SecretMountRecheck = 10 * time.Second
 
-// PhaseFromEvents refines info, a pod's phase, with the pod's events (k8s.EventReader). A pod whose Secret volume cannot be mounted
+// PhaseFromEvents refines info, a pod's phase, with the pod's events (k8s.EventReader).
+// The user's failure of a failed pod becomes a system one when an event reports a fault
+// of the node's devices (deviceFaultOf). A pod whose Secret volume cannot be mounted
 // stays Pending with its containers "ContainerCreating", and its status never says why:
 // only the kubelet's FailedMount events do. While a pod with Secret volumes may still be
 // mounting them, they are read, and read again after SecretMountRecheck.
-func (p TaskPods) PhaseFromEvents(_ context.Context, tCtx core.TaskExecutionContext, obj client.Object, info core.PhaseInfo,
+func (p TaskPods) PhaseFromEvents(ctx context.Context, tCtx core.TaskExecutionContext, obj client.Object, info core.PhaseInfo,
 	events func() ([]corev1.Event, error)) (core.PhaseInfo, error) {
 	secrets := tCtx.Metadata().Action().Spec.Secrets
 	pod, ok := obj.(*corev1.Pod)
+	if ok && len(p.Config.DeviceFaultRules) > 0 && usersFailureOfPod(pod, info) {
+		return p.deviceFaultOf(ctx, tCtx, pod, info, events)
+	}
 	if !ok || info.Phase != core.PhaseInitializing || !MountingSecrets(pod, secrets) {
 		return info, nil
 	}

@@ -70,6 +70,13 @@ type Config struct {
 	// (see package podtemplate): embedded, so that its keys (defaultPodTemplateName,
 	// inlinePodTemplateLevel, inlinePodTemplateFields) are keys of this section.
 	podtemplate.Config
+	// DeviceFaults are the events that make a failed attempt a fault of the node's
+	// devices, and so a system failure (see DeviceFaultConfig).
+	DeviceFaults DeviceFaultConfig `json:"deviceFaults"`
+
+	// DeviceFaultRules are DeviceFaults' patterns compiled (CompileDeviceFaults). They
+	// are no key of the section: the executor compiles them at start.
+	DeviceFaultRules []DeviceFaultRule `json:"-"`
 
 	// LogLinks are templates of links to an attempt's logs (text/template over
 	// LogLinkData), such as a cluster's log viewer. They are no key of the section: the

@@ -204,13 +204,18 @@ func (m *PluginManager) eventsOnce(ctx context.Context, obj client.Object) func(
 	}
 }
 
+// MaxListedEvents bounds one read of an object's events: whoever may create events in
+// its namespace may write any number of them about it. Past it, the API server's first
+// page, which holds the oldest (an event's name ends in its creation time), is read.
+const MaxListedEvents = 1000
+
 // ListEvents lists the Kubernetes events about obj (found by its UID, in its namespace),
-// oldest first. reader should be an uncached one, such as core.SetupContext's
+// oldest first, at most MaxListedEvents of them. reader should be an uncached one, such as core.SetupContext's
 // APIReader: the executor caches no events. A plugin reads the events of objects other
 // than its own with it, such as the pods of a Job.
 func ListEvents(ctx context.Context, reader client.Reader, obj client.Object) ([]corev1.Event, error) {
 	var list corev1.EventList
-	err := reader.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
+	err := reader.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.Limit(MaxListedEvents),
 		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("involvedObject.uid", string(obj.GetUID()))})
 	if err != nil {
 		return nil, err
