@@ -22,12 +22,23 @@ import (
 // project within its bound keeps everything.
 func TestEvictionKeepsEachProjectWithinItsBound(t *testing.T) {
 	dbURL := pg.NewDatabase(t)
+	ctx := context.Background()
+	// Eviction waits until every entry is written and hit: it runs under its advisory
+	// lock, held here meanwhile as another replica would, so that a pass between two
+	// writes (a slow machine) cannot evict before the hits say what was used.
+	other, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close(ctx) }()
+	if err := postgres.Lock(ctx, other, postgres.LockCacheEviction); err != nil {
+		t.Fatal(err)
+	}
 	inst := startInstance(t, dbURL, func(c *cacheservice.Config) {
 		c.CleanupInterval = 200 * time.Millisecond
 		c.ProjectBound = cacheservice.Bound{Entries: 3, OutputBytes: 1 << 40}
 		c.ProjectBounds = map[string]cacheservice.Bound{"sized": {Entries: 100, OutputBytes: 1000}}
 	})
-	ctx := context.Background()
 	keyIn := func(project string, n int) *cachev1.CacheKey {
 		k := key("demo.train", "1", fmt.Sprintf("in%d", n))
 		k.Project = project
@@ -60,6 +71,10 @@ func TestEvictionKeepsEachProjectWithinItsBound(t *testing.T) {
 		if _, err := inst.client.Get(ctx, connect.NewRequest(&cachev1.GetRequest{Key: keyIn("counted", n)})); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	if err := postgres.Unlock(ctx, other, postgres.LockCacheEviction); err != nil {
+		t.Fatal(err)
 	}
 
 	left := func(project string) []string {
