@@ -302,3 +302,81 @@ func TestKubectlWaitsForTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestConditionsAnOlderExecutorLeftAreRestated: an executor of v0.2.0 moves only
+// Progressing, Succeeded (to True) and Failed. Actions it finished before the upgrade
+// lack the other conditions, and one it finished after a rollback keeps what this
+// executor wrote while it ran (Reconciling True: kstatus would read it InProgress for
+// ever). This executor restates them from the phase and Progressing on its first pass.
+func TestConditionsAnOlderExecutorLeftAreRestated(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	at := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	cond := func(typ string, s metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: "from v0.2.0", ObservedGeneration: 1, LastTransitionTime: at}
+	}
+	entry := func(p flytev1.Phase, reason string) flytev1.PhaseTransition {
+		return flytev1.PhaseTransition{Phase: p, Attempt: 1, Reason: reason, OccurredAt: metav1.NewMicroTime(at.Time)}
+	}
+	for _, tc := range []struct {
+		name  string
+		phase flytev1.Phase
+		conds []metav1.Condition
+	}{
+		{"failed-before-the-upgrade", flytev1.PhaseFailed, []metav1.Condition{
+			cond(flytev1.ConditionProgressing, metav1.ConditionFalse, "Broken"), cond(flytev1.ConditionFailed, metav1.ConditionTrue, "Broken"),
+		}},
+		{"succeeded-before-the-upgrade", flytev1.PhaseSucceeded, []metav1.Condition{
+			cond(flytev1.ConditionProgressing, metav1.ConditionFalse, "Succeeded"), cond(flytev1.ConditionSucceeded, metav1.ConditionTrue, "Succeeded"),
+		}},
+		// Ran under this executor, finished by v0.2.0 after a rollback.
+		{"failed-after-a-rollback", flytev1.PhaseFailed, []metav1.Condition{
+			cond(flytev1.ConditionProgressing, metav1.ConditionFalse, "Broken"), cond(flytev1.ConditionFailed, metav1.ConditionTrue, "Broken"),
+			cond(flytev1.ConditionSucceeded, metav1.ConditionUnknown, "Working"), cond(flytev1.ConditionFinished, metav1.ConditionFalse, "Working"),
+			cond(flytev1.ConditionReady, metav1.ConditionFalse, "Working"), cond(flytev1.ConditionReconciling, metav1.ConditionTrue, "Working"),
+		}},
+		{"succeeded-after-a-rollback", flytev1.PhaseSucceeded, []metav1.Condition{
+			cond(flytev1.ConditionProgressing, metav1.ConditionFalse, "Succeeded"), cond(flytev1.ConditionSucceeded, metav1.ConditionTrue, "Succeeded"),
+			cond(flytev1.ConditionFinished, metav1.ConditionFalse, "Working"),
+			cond(flytev1.ConditionReady, metav1.ConditionFalse, "Working"), cond(flytev1.ConditionReconciling, metav1.ConditionTrue, "Working"),
+		}},
+	} {
+		ta := phaseAction(ns, tc.name, map[string]string{"phase": "Running"})
+		create(t, ta)
+		ta.Status = flytev1.TaskActionStatus{Phase: tc.phase, Conditions: tc.conds, ObservedGeneration: 1, Attempts: 1,
+			PhaseHistory: []flytev1.PhaseTransition{entry(flytev1.PhaseQueued, "Queued"), entry(tc.phase, tc.conds[0].Reason)},
+			StartedAt:    &at, CompletedAt: &at}
+		if err := env.Client.Status().Update(ctx, ta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, testConfig(), ns, runOptions{plugins: []core.Entry{phaseEntry()}})
+
+	for _, tc := range []struct {
+		name string
+		want status.Status
+	}{{"failed-before-the-upgrade", status.FailedStatus}, {"succeeded-before-the-upgrade", status.CurrentStatus},
+		{"failed-after-a-rollback", status.FailedStatus}, {"succeeded-after-a-rollback", status.CurrentStatus}} {
+		key := client.ObjectKey{Namespace: ns, Name: tc.name}
+		var got flytev1.TaskAction
+		eventually.True(t, time.Minute, func() bool {
+			// No case starts with Finished True.
+			return env.Client.Get(ctx, key, &got) == nil && meta.IsStatusConditionTrue(got.Status.Conditions, flytev1.ConditionFinished)
+		}, func() string {
+			return fmt.Sprintf("%s: conditions never restated: %+v", tc.name, got.Status.Conditions)
+		})
+		if res := kstatusOf(t, &got); res.Status != tc.want {
+			t.Errorf("%s: kstatus reads %s (%s); want %s; conditions %+v", tc.name, res.Status, res.Message, tc.want, got.Status.Conditions)
+		}
+		fluxCheck(t, &got)
+		// What is restated says what Progressing says, as of when it said it.
+		for _, c := range got.Status.Conditions {
+			if c.Message != "from v0.2.0" || !c.LastTransitionTime.Equal(&at) || c.ObservedGeneration != 1 {
+				t.Errorf("%s: condition %+v; want Progressing's message, time and generation", tc.name, c)
+			}
+		}
+		if got.Status.Phase == flytev1.PhaseSucceeded && meta.FindStatusCondition(got.Status.Conditions, flytev1.ConditionFailed) != nil {
+			t.Errorf("%s: a Failed condition on a succeeded action: %+v", tc.name, got.Status.Conditions)
+		}
+	}
+}
