@@ -60,7 +60,7 @@ deploy-node: envtest node ## Run the kustomize deployment (overlays/node) on a r
 	$(GO) run ./sandbox/cmd/deploy-node $(DEPLOY_FLAGS)
 
 .PHONY: envtest
-envtest: ## Build kube-apiserver and etcd for envtest (once; cached outside the clone).
+envtest: ## Build kube-apiserver and etcd for envtest, and kubectl for the tests that run it (once; cached outside the clone).
 	@hack/envtest.sh >/dev/null
 
 .PHONY: node

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the control-plane binaries envtest needs (kube-apiserver and etcd) from the Go
-# module proxy, once per version, into a per-user cache outside the clone, and prints the
+# Builds the control-plane binaries envtest needs (kube-apiserver and etcd), and kubectl
+# (which tests run as users do: kubectl wait), from the Go module proxy, once per version, into a per-user cache outside the clone, and prints the
 # KUBEBUILDER_ASSETS directory as its last line.
 #
 # No binary downloads work on the machines we build on, so kube-apiserver is compiled from
@@ -28,7 +28,8 @@ mkdir -p "$assets"
 
 log() { printf 'envtest.sh: %s\n' "$*" >&2; }
 
-if [[ -x "$assets/kube-apiserver" && -x "$assets/etcd" ]]; then
+built() { [[ -x "$assets/kube-apiserver" && -x "$assets/etcd" && -x "$assets/kubectl" ]]; }
+if built; then
   echo "$assets"
   exit 0
 fi
@@ -36,7 +37,7 @@ fi
 # One builder at a time; a second caller waits and then finds the binaries.
 exec 9>"$assets/.lock"
 flock 9
-if [[ -x "$assets/kube-apiserver" && -x "$assets/etcd" ]]; then
+if built; then
   echo "$assets"
   exit 0
 fi
@@ -86,6 +87,25 @@ GO
   log "building etcd $etcd_version"
   (cd "$work/etcd" && go mod tidy >&2 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$assets/etcd.tmp" go.etcd.io/etcd/server/v3)
   mv "$assets/etcd.tmp" "$assets/etcd"
+fi
+
+if [[ ! -x "$assets/kubectl" ]]; then
+  mkdir -p "$work/kubectl"
+  "$here/hack/kube-module.sh" envtestbuild/kubectl "$K8S_VERSION" "$kmod" >"$work/kubectl/go.mod"
+  cat >"$work/kubectl/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kubectl"
+GO
+  log "resolving kubectl dependencies"
+  (cd "$work/kubectl" && go mod tidy >&2)
+  log "building kubectl v$K8S_VERSION (a few minutes the first time)"
+  minor=${K8S_VERSION#1.}; minor=${minor%%.*}
+  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  (cd "$work/kubectl" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$assets/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
+  mv "$assets/kubectl.tmp" "$assets/kubectl"
 fi
 
 log "built in $(( $(date +%s) - start ))s"

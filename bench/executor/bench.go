@@ -507,7 +507,8 @@ func finishedStatus(generation int64) flytev1.TaskActionStatus {
 	}
 	return flytev1.TaskActionStatus{Phase: flytev1.PhaseSucceeded, Attempts: 1, ObservedGeneration: generation,
 		PluginPhase: "Success", CacheStatus: flytev1.CacheDisabled, StartedAt: &now, CompletedAt: &now,
-		Conditions: []metav1.Condition{condition(flytev1.ConditionProgressing, metav1.ConditionFalse), condition(flytev1.ConditionSucceeded, metav1.ConditionTrue)},
+		Conditions: []metav1.Condition{condition(flytev1.ConditionProgressing, metav1.ConditionFalse), condition(flytev1.ConditionSucceeded, metav1.ConditionTrue),
+			condition(flytev1.ConditionFinished, metav1.ConditionTrue), condition(flytev1.ConditionReady, metav1.ConditionTrue)},
 		PhaseHistory: []flytev1.PhaseTransition{
 			{Phase: flytev1.PhaseQueued, Attempt: 1, Reason: flytev1.ReasonQueued, OccurredAt: at},
 			{Phase: flytev1.PhaseSucceeded, Attempt: 1, Version: 1, Reason: flytev1.ReasonSucceeded, OccurredAt: at, CacheStatus: flytev1.CacheDisabled},

@@ -74,6 +74,9 @@ func (s *scope) reconcile(ctx context.Context) (result ctrl.Result, err error) {
 			s.r.Backlog.Release() // after the status, whose finish it counts
 		}
 	}()
+	// Conditions an executor of v0.2.0 left behind are put right, finished or not;
+	// closePass writes them, and nothing when they were right.
+	restateConditions(s.ta)
 	switch {
 	case s.ta.Status.Phase.IsTerminal():
 		return ctrl.Result{}, nil // its status is final; closePass lets it go

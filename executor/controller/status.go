@@ -70,19 +70,67 @@ func recordPhase(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message st
 
 // setConditions sets the conditions (and the completion time) of phase.
 func setConditions(ta *flytev1.TaskAction, phase flytev1.Phase, reason, message string, now metav1.Time) {
-	message = textbound.Fit(message, flytev1.MaxConditionMessageLength)
+	if phase.IsTerminal() {
+		ta.Status.CompletedAt = &now
+	}
+	if reason == "" {
+		reason = string(phase)
+	}
+	applyConditions(&ta.Status.Conditions, phase, reason, textbound.Fit(message, flytev1.MaxConditionMessageLength), now, ta.Generation)
+}
+
+// applyConditions sets every condition as phase has it, each with reason and message:
+// the one mapping of phase to conditions (flytev1's condition constants say it in
+// words). Reconciling and Stalled are removed, not made False, where they do not hold,
+// as kstatus and Flux's condition rules expect; Failed is absent unless True, as it has
+// always been.
+func applyConditions(conds *[]metav1.Condition, phase flytev1.Phase, reason, message string, now metav1.Time, generation int64) {
+	set := func(typ string, status metav1.ConditionStatus) {
+		meta.SetStatusCondition(conds, metav1.Condition{
+			Type: typ, Status: status, Reason: reason, Message: message,
+			ObservedGeneration: generation, LastTransitionTime: now,
+		})
+	}
 	switch {
 	case phase == flytev1.PhaseSucceeded:
-		ta.Status.CompletedAt = &now
-		setCondition(ta, flytev1.ConditionProgressing, metav1.ConditionFalse, reason, message, now)
-		setCondition(ta, flytev1.ConditionSucceeded, metav1.ConditionTrue, reason, message, now)
+		set(flytev1.ConditionProgressing, metav1.ConditionFalse)
+		set(flytev1.ConditionSucceeded, metav1.ConditionTrue)
+		set(flytev1.ConditionFinished, metav1.ConditionTrue)
+		set(flytev1.ConditionReady, metav1.ConditionTrue)
+		meta.RemoveStatusCondition(conds, flytev1.ConditionReconciling)
+		meta.RemoveStatusCondition(conds, flytev1.ConditionStalled)
 	case phase.IsTerminal():
-		ta.Status.CompletedAt = &now
-		setCondition(ta, flytev1.ConditionProgressing, metav1.ConditionFalse, reason, message, now)
-		setCondition(ta, flytev1.ConditionFailed, metav1.ConditionTrue, reason, message, now)
+		set(flytev1.ConditionProgressing, metav1.ConditionFalse)
+		set(flytev1.ConditionSucceeded, metav1.ConditionFalse)
+		set(flytev1.ConditionFailed, metav1.ConditionTrue)
+		set(flytev1.ConditionFinished, metav1.ConditionTrue)
+		set(flytev1.ConditionReady, metav1.ConditionFalse)
+		set(flytev1.ConditionStalled, metav1.ConditionTrue)
+		meta.RemoveStatusCondition(conds, flytev1.ConditionReconciling)
 	default:
-		setCondition(ta, flytev1.ConditionProgressing, metav1.ConditionTrue, reason, message, now)
+		set(flytev1.ConditionProgressing, metav1.ConditionTrue)
+		set(flytev1.ConditionSucceeded, metav1.ConditionUnknown)
+		set(flytev1.ConditionFinished, metav1.ConditionFalse)
+		set(flytev1.ConditionReady, metav1.ConditionFalse)
+		set(flytev1.ConditionReconciling, metav1.ConditionTrue)
+		meta.RemoveStatusCondition(conds, flytev1.ConditionStalled)
 	}
+}
+
+// restateConditions brings every condition in line with the phase and with the
+// Progressing condition, which every executor has kept: an executor of v0.2.0 or before
+// (a rollback, or objects it finished before the upgrade) moves only Progressing,
+// Succeeded (to True) and Failed, and leaves the others as it found them, absent or
+// stale (Reconciling True on an action it finished). It writes nothing in a pass of
+// this executor's own objects, whose conditions setConditions keeps in line; what it
+// restores takes Progressing's reason, message, generation and time.
+func restateConditions(ta *flytev1.TaskAction) {
+	progressing := meta.FindStatusCondition(ta.Status.Conditions, flytev1.ConditionProgressing)
+	if progressing == nil || ta.Status.Phase == "" {
+		return // nothing written yet: the pass writes them with the first phase
+	}
+	p := *progressing
+	applyConditions(&ta.Status.Conditions, ta.Status.Phase, p.Reason, p.Message, p.LastTransitionTime, p.ObservedGeneration)
 }
 
 // appendHistory adds entry to the history, numbered as the history numbers it
@@ -112,14 +160,4 @@ func repeats(last, next *flytev1.PhaseTransition) bool {
 		!next.Phase.IsTerminal() && last.Error == nil && next.Error == nil &&
 		len(last.ClusterEvents) == 0 && len(next.ClusterEvents) == 0 &&
 		last.CacheStatus == next.CacheStatus && slices.Equal(last.LogLinks, next.LogLinks)
-}
-
-func setCondition(ta *flytev1.TaskAction, typ string, status metav1.ConditionStatus, reason, message string, now metav1.Time) {
-	if reason == "" {
-		reason = string(ta.Status.Phase)
-	}
-	meta.SetStatusCondition(&ta.Status.Conditions, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: message,
-		ObservedGeneration: ta.Generation, LastTransitionTime: now,
-	})
 }

@@ -330,14 +330,31 @@ func (p Phase) IsTerminal() bool {
 	return false
 }
 
-// Condition types of a TaskAction.
+// Condition types of a TaskAction. Every one carries the reason and message of the
+// action's last change of phase. Progressing and Failed are the executor's first; the
+// others are what tools we did not write read: Succeeded as Tekton's (Unknown, True,
+// False), Reconciling, Stalled and Ready as kstatus (Flux, kpt) reads them, and
+// Finished for kubectl wait on an end either way (docs/executor.md, "Conditions").
 const (
-	// ConditionProgressing is True while the action is not finished.
+	// ConditionProgressing is True while the action is not finished, False after.
 	ConditionProgressing = "Progressing"
-	// ConditionSucceeded is True once the action succeeded.
+	// ConditionSucceeded is Unknown while the action is not finished, True once it
+	// succeeded and False once it failed, was aborted or timed out.
 	ConditionSucceeded = "Succeeded"
-	// ConditionFailed is True once the action failed, was aborted or timed out.
+	// ConditionFailed is True once the action failed, was aborted or timed out, and
+	// absent otherwise.
 	ConditionFailed = "Failed"
+	// ConditionFinished is False while the action is not finished and True once it is,
+	// whatever its end.
+	ConditionFinished = "Finished"
+	// ConditionReady is True once the action succeeded and False otherwise.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while the action is not finished, and absent after
+	// (kstatus: InProgress).
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True once the action failed, was aborted or timed out, and
+	// absent otherwise (kstatus: Failed).
+	ConditionStalled = "Stalled"
 )
 
 // Condition reasons of a TaskAction.
@@ -515,7 +532,12 @@ type TaskActionStatus struct {
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
-	// Conditions are Progressing, Succeeded and Failed.
+	// Conditions: Progressing (True while the action is not finished), Succeeded
+	// (Unknown until it finishes, then True or False), Failed (True once it failed, was
+	// aborted or timed out), Finished (True once it finished, either way), Ready (True
+	// once it succeeded), Reconciling (True while it is not finished) and Stalled (True
+	// once it failed, was aborted or timed out). Reconciling, Stalled and Failed are
+	// absent when not True.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
