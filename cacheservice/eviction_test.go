@@ -23,17 +23,10 @@ import (
 func TestEvictionKeepsEachProjectWithinItsBound(t *testing.T) {
 	dbURL := pg.NewDatabase(t)
 	ctx := context.Background()
-	// Eviction waits until every entry is written and hit: it runs under its advisory
-	// lock, held here meanwhile as another replica would, so that a pass between two
-	// writes (a slow machine) cannot evict before the hits say what was used.
-	other, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Close(ctx) }()
-	if err := postgres.Lock(ctx, other, postgres.LockCacheEviction); err != nil {
-		t.Fatal(err)
-	}
+	// Eviction waits until every entry is written and hit: held meanwhile, so that a
+	// pass between two writes (a slow machine) cannot evict before the hits say what was
+	// used.
+	letEvict := holdEvictionLock(t, dbURL)
 	inst := startInstance(t, dbURL, func(c *cacheservice.Config) {
 		c.CleanupInterval = 200 * time.Millisecond
 		c.ProjectBound = cacheservice.Bound{Entries: 3, OutputBytes: 1 << 40}
@@ -73,9 +66,7 @@ func TestEvictionKeepsEachProjectWithinItsBound(t *testing.T) {
 		}
 	}
 
-	if err := postgres.Unlock(ctx, other, postgres.LockCacheEviction); err != nil {
-		t.Fatal(err)
-	}
+	letEvict()
 
 	left := func(project string) []string {
 		var hashes []string
@@ -101,14 +92,7 @@ func TestEvictionKeepsEachProjectWithinItsBound(t *testing.T) {
 func TestOneReplicaEvictsAtATime(t *testing.T) {
 	dbURL := pg.NewDatabase(t)
 	ctx := context.Background()
-	other, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Close(ctx) }()
-	if err := postgres.Lock(ctx, other, postgres.LockCacheEviction); err != nil {
-		t.Fatal(err)
-	}
+	letEvict := holdEvictionLock(t, dbURL)
 	inst := startInstance(t, dbURL, func(c *cacheservice.Config) {
 		c.CleanupInterval = 100 * time.Millisecond
 		c.ProjectBound = cacheservice.Bound{Entries: 1, OutputBytes: 1 << 40}
@@ -122,12 +106,31 @@ func TestOneReplicaEvictsAtATime(t *testing.T) {
 	if n, _ := countRows(t, dbURL); n != 3 {
 		t.Fatalf("%d entries left while another replica held the lock; want all 3", n)
 	}
-	if err := postgres.Unlock(ctx, other, postgres.LockCacheEviction); err != nil {
-		t.Fatal(err)
-	}
+	letEvict()
 	eventually.True(t, 10*time.Second, func() bool { n, _ := countRows(t, dbURL); return n == 1 },
 		func() string {
 			n, _ := countRows(t, dbURL)
 			return fmt.Sprintf("%d entries left once the lock was free; want 1", n)
 		})
+}
+
+// holdEvictionLock takes the eviction's advisory lock on a session of its own, as
+// another replica evicting would, and returns what lets it go.
+func holdEvictionLock(t *testing.T, dbURL string) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	other, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close(ctx) })
+	if err := postgres.Lock(ctx, other, postgres.LockCacheEviction); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := postgres.Unlock(ctx, other, postgres.LockCacheEviction); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
