@@ -52,12 +52,20 @@ chaos: envtest node ## Run the chaos soak for DURATION (default 30m) with SEED (
 		$(GO) test -count=1 -timeout 24h -v -run '^TestChaos$$' ./e2e/chaos
 
 .PHONY: run
-run: envtest jaeger ## Run the whole system here, apply examples/, show them running (Ctrl-C stops it all).
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) run ./sandbox/cmd/sandbox $(RUN_FLAGS)
+run: first-run envtest jaeger ## Run the whole system here, apply examples/, show them running (Ctrl-C stops it all).
+	@progress_name="make run"; source hack/progress.sh; \
+	long "compiling the sandbox (sandbox/cmd/sandbox, into $(BIN)/)" "about 3 min" $(GO) build -o "$(BIN)/" ./sandbox/cmd/sandbox
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(BIN)/sandbox $(RUN_FLAGS)
 
 .PHONY: deploy-node
 deploy-node: envtest node ## Run the kustomize deployment (overlays/node) on a real node here, from images built here, and the examples through it (as root; Ctrl-C stops it).
 	$(GO) run ./sandbox/cmd/deploy-node $(DEPLOY_FLAGS)
+
+# first-run says, before the first build of a new machine starts, how long they all take.
+.PHONY: first-run
+first-run:
+	@hack/envtest.sh check || echo "make run: the first run on this machine builds Kubernetes, etcd, Jaeger, Prometheus and NATS from source, \
+	about 25 min on 2 cores (README.md, \"The first run\"); each step says what it builds as it goes. Later runs reuse the builds and start in about a minute."
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd for envtest, and kubectl for the tests that run it (once; cached outside the clone).

@@ -10,6 +10,7 @@
 # k8s.io/kubernetes itself requires.
 #
 # Usage: hack/envtest.sh            build if needed, print the assets directory
+#        hack/envtest.sh check      exit 0 if they are built, 1 if not (builds nothing)
 #        K8S_VERSION=1.37.2 hack/envtest.sh
 set -euo pipefail
 
@@ -27,8 +28,15 @@ assets="$cache_root/envtest/k8s-$K8S_VERSION"
 mkdir -p "$assets"
 
 log() { printf 'envtest.sh: %s\n' "$*" >&2; }
+# shellcheck source=hack/progress.sh
+source "$here/hack/progress.sh"
 
 built() { [[ -x "$assets/kube-apiserver" && -x "$assets/etcd" && -x "$assets/kubectl" ]]; }
+# "check" only says, by its status, whether they are built.
+if [[ "${1:-}" == check ]]; then
+  built
+  exit
+fi
 if built; then
   echo "$assets"
   exit 0
@@ -47,7 +55,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
 
-log "fetching k8s.io/kubernetes@v$K8S_VERSION go.mod"
+log "building what is missing of kube-apiserver, etcd and kubectl v$K8S_VERSION from source into $assets, once: about 6 min on 2 cores the first time; later runs reuse them"
 kmod=$(cd "$work" && go list -m -f '{{.GoMod}}' "k8s.io/kubernetes@v$K8S_VERSION")
 [[ -f "$kmod" ]] || { log "could not download k8s.io/kubernetes@v$K8S_VERSION"; exit 1; }
 
@@ -61,12 +69,11 @@ package tools
 
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 GO
-  log "resolving kube-apiserver dependencies"
-  (cd "$work/apiserver" && go mod tidy >&2)
-  log "building kube-apiserver v$K8S_VERSION (minutes the first time: README.md has the measured times)"
+  long "downloading kube-apiserver's modules" "under a minute" quietly "$work/tidy.log" bash -c "cd '$work/apiserver' && go mod tidy"
   minor=${K8S_VERSION#1.}; minor=${minor%%.*}
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-  (cd "$work/apiserver" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$assets/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+  long "building kube-apiserver v$K8S_VERSION from source" "about 5 min" \
+    bash -c "cd '$work/apiserver' && CGO_ENABLED=0 go build -trimpath -ldflags '$ldflags' -o '$assets/kube-apiserver.tmp' k8s.io/kubernetes/cmd/kube-apiserver"
   mv "$assets/kube-apiserver.tmp" "$assets/kube-apiserver"
 fi
 
@@ -84,8 +91,8 @@ package tools
 
 import _ "go.etcd.io/etcd/server/v3"
 GO
-  log "building etcd $etcd_version"
-  (cd "$work/etcd" && go mod tidy >&2 && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$assets/etcd.tmp" go.etcd.io/etcd/server/v3)
+  long "building etcd $etcd_version from source" "about 30 s" \
+    quietly "$work/etcd.log" bash -c "cd '$work/etcd' && go mod tidy && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o '$assets/etcd.tmp' go.etcd.io/etcd/server/v3"
   mv "$assets/etcd.tmp" "$assets/etcd"
 fi
 
@@ -99,14 +106,12 @@ package tools
 
 import _ "k8s.io/kubernetes/cmd/kubectl"
 GO
-  log "resolving kubectl dependencies"
-  (cd "$work/kubectl" && go mod tidy >&2)
-  log "building kubectl v$K8S_VERSION (a few minutes the first time)"
   minor=${K8S_VERSION#1.}; minor=${minor%%.*}
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-  (cd "$work/kubectl" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$assets/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
+  long "building kubectl v$K8S_VERSION from source" "about 30 s" \
+    quietly "$work/kubectl.log" bash -c "cd '$work/kubectl' && go mod tidy && CGO_ENABLED=0 go build -trimpath -ldflags '$ldflags' -o '$assets/kubectl.tmp' k8s.io/kubernetes/cmd/kubectl"
   mv "$assets/kubectl.tmp" "$assets/kubectl"
 fi
 
-log "built in $(( $(date +%s) - start ))s"
+log "built kube-apiserver, etcd and kubectl in $(( $(date +%s) - start ))s, into $assets; later runs reuse them"
 echo "$assets"

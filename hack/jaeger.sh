@@ -30,6 +30,8 @@ bin_dir="$cache_root/jaeger/$JAEGER_VERSION"
 binary="$bin_dir/jaeger"
 
 log() { printf 'jaeger.sh: %s\n' "$*" >&2; }
+# shellcheck source=hack/progress.sh
+source "$here/hack/progress.sh"
 
 build() {
   if [[ -x "$binary" ]]; then
@@ -78,15 +80,14 @@ package tools
 
 import _ "github.com/jaegertracing/jaeger/cmd/jaeger"
 GO
-  log "resolving dependencies"
-  (cd "$work" && go mod tidy >&2)
-  log "building jaeger $JAEGER_VERSION (about 6 minutes on 2 cores the first time)"
+  long "downloading Jaeger's modules" "under a minute" quietly "$work/tidy.log" bash -c "cd '$work' && go mod tidy"
   local vpkg=github.com/jaegertracing/jaeger/internal/version
-  (cd "$work" && CGO_ENABLED=0 go build -trimpath \
-    -ldflags "-s -w -X $vpkg.latestVersion=$JAEGER_VERSION -X $vpkg.date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-    -o "$binary.tmp" github.com/jaegertracing/jaeger/cmd/jaeger)
+  long "building Jaeger $JAEGER_VERSION from source" "about 4 min" \
+    bash -c "cd '$work' && CGO_ENABLED=0 go build -trimpath \
+      -ldflags '-s -w -X $vpkg.latestVersion=$JAEGER_VERSION -X $vpkg.date=$(date -u +%Y-%m-%dT%H:%M:%SZ)' \
+      -o '$binary.tmp' github.com/jaegertracing/jaeger/cmd/jaeger"
   mv "$binary.tmp" "$binary"
-  log "built in $(($(date +%s) - start))s"
+  log "built in $(($(date +%s) - start))s, into $binary; later runs reuse it"
   echo "$binary"
 }
 

@@ -27,6 +27,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 log() { printf 'node.sh: %s\n' "$*" >&2; }
+# shellcheck source=hack/progress.sh
+source "$here/hack/progress.sh"
 
 # build compiles kubelet, kube-scheduler and kube-controller-manager in one go build, so
 # that they share the compile, at the Kubernetes version hack/envtest.sh builds.
@@ -65,16 +67,15 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
-  log "resolving dependencies"
-  (cd "$work" && go mod tidy >&2)
-  log "building kubelet, kube-scheduler and kube-controller-manager v$version (minutes the first time: README has the times measured)"
+  long "downloading the node's modules" "under a minute" quietly "$work/tidy.log" bash -c "cd '$work' && go mod tidy"
   minor=${version#1.}; minor=${minor%%.*}
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   mkdir -p "$work/out"
-  (cd "$work" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$work/out/" \
-    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager)
+  long "building kubelet, kube-scheduler and kube-controller-manager v$version from source" "2 to 4 min" \
+    bash -c "cd '$work' && CGO_ENABLED=0 go build -trimpath -ldflags '$ldflags' -o '$work/out/' \
+      k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager"
   mv "$work/out/"* "$bins/"
-  log "built in $(( $(date +%s) - start ))s"
+  log "built the node's binaries in $(( $(date +%s) - start ))s, into $bins; later runs reuse them"
   echo "$bins"
 }
 
@@ -174,9 +175,10 @@ install_runtime() {
     return
   fi
   [[ $(id -u) == 0 ]] || { log "containerd and runc are missing, and installing them needs root"; exit 1; }
-  log "installing containerd, runc and the CNI plugins"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd runc containernetworking-plugins busybox-static iproute2 util-linux >&2 ||
-    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd runc containernetworking-plugins busybox-static iproute2 util-linux >&2; }
+  local packages=(containerd runc containernetworking-plugins busybox-static iproute2 util-linux)
+  long "installing ${packages[*]} from Debian's packages" "under a minute" \
+    quietly "${TMPDIR:-/tmp}/flyte-node-apt.log" bash -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -q ${packages[*]} ||
+      { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ${packages[*]}; }"
 }
 
 kubeconfig() { # name server token ca
@@ -355,7 +357,7 @@ TOML
   done
   local cached_images="$assets/node/images"
   if [[ ! -f "$cached_images/pause.tar" || ! -f "$cached_images/busybox.tar" ]]; then
-    log "building the images"
+    log "building the pause and busybox images"
     mkdir -p "$cached_images"
     build_images "$cached_images"
   fi

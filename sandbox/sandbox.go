@@ -128,7 +128,7 @@ func (o Options) withDefaults() Options {
 	def(&o.NATSPort, 4222)
 	def(&o.CloudEventsReceiverPort, 8096)
 	if o.Dir == "" {
-		o.Dir = filepath.Join(os.TempDir(), "flyte-sandbox")
+		o.Dir = DefaultDir()
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 3 * time.Minute
@@ -138,6 +138,9 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
+
+// DefaultDir is the sandbox's directory when Options name none (the examples name it).
+func DefaultDir() string { return filepath.Join(os.TempDir(), "flyte-sandbox") }
 
 // cacheDir is where what outlives a run is kept: binaries, credentials.
 func cacheDir() string {
@@ -179,8 +182,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		}
 	}
 
-	say("building the binaries")
-	bins, err := build(ctx, root)
+	bins, err := build(ctx, root, say)
 	if err != nil {
 		return err
 	}
@@ -352,22 +354,28 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	})
 }
 
-// build compiles the three programs, and nats-server from the module go.mod requires
-// (Go's build cache makes this quick after the first).
-func build(ctx context.Context, root string) (map[string]string, error) {
+// build compiles the three programs and nats-server from the module go.mod requires, and
+// Prometheus from its own (tools/prometheus, as promtool is): minutes the first time, then
+// seconds, from Go's build cache.
+func build(ctx context.Context, root string, say func(string, ...any)) (map[string]string, error) {
 	binDir := filepath.Join(cacheDir(), "sandbox-bin")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./events/cmd/events", "./cacheservice/cmd/cacheservice", "./executor/cmd/executor",
-		"github.com/nats-io/nats-server/v2")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("sandbox: go build: %w\n%s", err, out)
+	goBuild := func(args ...string) func() error {
+		return func() error {
+			cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", binDir + "/"}, args...)...)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("sandbox: go build %s: %w\n%s", strings.Join(args, " "), err, out)
+			}
+			return nil
+		}
 	}
-	// Prometheus from its own module (tools/prometheus), as promtool is: minutes the
-	// first time, then Go's build cache.
-	cmd = exec.CommandContext(ctx, "go", "build", "-modfile=tools/prometheus/go.mod", "-o", binDir+"/", "github.com/prometheus/prometheus/cmd/prometheus")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("sandbox: go build prometheus: %w\n%s", err, out)
+	if err := longStep(say, "building the events service, the cache service, the executor and nats-server", firstBuildPrograms, heartbeat,
+		goBuild("./events/cmd/events", "./cacheservice/cmd/cacheservice", "./executor/cmd/executor", "github.com/nats-io/nats-server/v2")); err != nil {
+		return nil, err
+	}
+	if err := longStep(say, "building Prometheus", firstBuildPrometheus, heartbeat,
+		goBuild("-modfile=tools/prometheus/go.mod", "github.com/prometheus/prometheus/cmd/prometheus")); err != nil {
+		return nil, err
 	}
 	bins := map[string]string{}
 	for _, name := range []string{"events", "cacheservice", "executor", "nats-server", "prometheus"} {
@@ -503,6 +511,13 @@ func jaeger(ctx context.Context, root, verb string, args ...string) error {
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "jaeger.sh"), cmdArgs...)
 	cmd.Env = env
+	if verb == "build" { // minutes the first time: let its progress show
+		cmd.Stderr = os.Stderr
+		if _, err := cmd.Output(); err != nil {
+			return fmt.Errorf("sandbox: hack/jaeger.sh build: %w", err)
+		}
+		return nil
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("sandbox: hack/jaeger.sh %s: %w\n%s", verb, err, out)
 	}

@@ -119,6 +119,9 @@ func checkCloudEvents(t *testing.T, out string) {
 var credentials = filepath.Join(os.TempDir(), fmt.Sprintf("flyte-sandbox-test-credentials-%d", os.Getpid()))
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(librariesChild); path != "" {
+		os.Exit(librariesChildMain(path))
+	}
 	// The tests' own clients have nothing to log; without a logger controller-runtime
 	// prints a stack trace saying so.
 	ctrllog.SetLogger(logr.Discard())

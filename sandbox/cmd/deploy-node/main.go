@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -21,9 +22,16 @@ func main() {
 	until := flag.Bool("until-settled", false, "stop once the examples (and the restarts) are checked, instead of running until Ctrl-C")
 	flag.Parse()
 	o.Hold = !*until
+	closeLog, err := sandbox.LogLibrariesTo(filepath.Join(os.TempDir(), "flyte-deploy-node", "libraries.log"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := sandbox.Deploy(ctx, o, os.Stdout); err != nil {
+	err = sandbox.Deploy(ctx, o, os.Stdout)
+	stop()
+	_ = closeLog()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -24,9 +25,20 @@ func main() {
 	if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		o.Terminal = true
 	}
+	dir := o.Dir
+	if dir == "" {
+		dir = sandbox.DefaultDir()
+	}
+	closeLog, err := sandbox.LogLibrariesTo(filepath.Join(dir, "logs", "libraries.log"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := sandbox.Run(ctx, o, os.Stdout); err != nil {
+	err = sandbox.Run(ctx, o, os.Stdout)
+	stop()
+	_ = closeLog()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
