@@ -65,7 +65,7 @@ deploy-node: envtest node ## Run the kustomize deployment (overlays/node) on a r
 .PHONY: first-run
 first-run:
 	@hack/envtest.sh check || echo "make run: the first run on this machine builds Kubernetes, etcd, Jaeger, Prometheus and NATS from source, \
-	about 25 min on 2 cores (README.md, \"The first run\"); each step says what it builds as it goes. Later runs reuse the builds and start in about a minute."
+	about 25 min on 2 cores (README.md, \"The first run\"); each step says what it builds as it goes. Later runs reuse the builds and show the examples running within a minute."
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd for envtest, and kubectl for the tests that run it (once; cached outside the clone).

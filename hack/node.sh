@@ -362,7 +362,7 @@ TOML
     build_images "$cached_images"
   fi
   for image in pause busybox; do
-    ctr --address "$dir/containerd/containerd.sock" -n k8s.io images import "$cached_images/$image.tar" >&2
+    ctr --address "$dir/containerd/containerd.sock" -n k8s.io images import "$cached_images/$image.tar" >/dev/null
   done
 
   log "starting kubelet"

@@ -4,8 +4,8 @@
 #   long WHAT FIRST-TIME COMMAND...
 #       says WHAT is being done and how long it takes the first time (FIRST-TIME, measured
 #       by hack/first-run.sh: README.md, "The first run"), then a line every
-#       PROGRESS_EVERY seconds (60) with the time so far while COMMAND runs, and the time
-#       it took once it is done. COMMAND's status is long's.
+#       PROGRESS_EVERY seconds (60) with the time so far while COMMAND runs, and, if it
+#       took that long, the time it took. COMMAND's status is long's.
 #   quietly LOG COMMAND...
 #       runs COMMAND with its output in LOG (go's "downloading" lines, hundreds on a first
 #       run), and shows LOG's end only if COMMAND fails.
@@ -35,7 +35,7 @@ long() {
   "$@" || rc=$?
   kill "$beat" 2>/dev/null || true
   wait "$beat" 2>/dev/null || true
-  if ((rc == 0)); then
+  if ((rc == 0 && $(date +%s) - start >= every)); then
     printf '%s:   %s: done in %ss\n' "$progress_name" "$what" "$(($(date +%s) - start))" >&2
   fi
   return "$rc"

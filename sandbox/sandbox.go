@@ -211,7 +211,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 
-	say("starting Jaeger (built from the Go module proxy the first time)")
+	say("starting Jaeger")
 	jaegerDir := filepath.Join(o.Dir, "jaeger")
 	if err := jaeger(ctx, root, "build"); err != nil {
 		return err
@@ -308,7 +308,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 
-	say("starting Prometheus on 127.0.0.1:%d (built from the Go module proxy the first time)", o.PrometheusPort)
+	say("starting Prometheus on 127.0.0.1:%d", o.PrometheusPort)
 	if err := startPrometheus(ctx, root, bins["prometheus"], o, &stops); err != nil {
 		return err
 	}
