@@ -54,7 +54,8 @@ chaos: envtest node ## Run the chaos soak for DURATION (default 30m) with SEED (
 .PHONY: run
 run: first-run envtest jaeger ## Run the whole system here, apply examples/, show them running (Ctrl-C stops it all).
 	@progress_name="make run"; source hack/progress.sh; \
-	long "compiling the sandbox (sandbox/cmd/sandbox, into $(BIN)/)" "about 3 min" $(GO) build -o "$(BIN)/" ./sandbox/cmd/sandbox
+	long "compiling the sandbox (sandbox/cmd/sandbox, into $(BIN)/)" "2 to 3 min" \
+	  quietly "$${TMPDIR:-/tmp}/flyte-make-run-build.log" $(GO) build -o "$(BIN)/" ./sandbox/cmd/sandbox
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(BIN)/sandbox $(RUN_FLAGS)
 
 .PHONY: deploy-node
@@ -65,7 +66,7 @@ deploy-node: envtest node ## Run the kustomize deployment (overlays/node) on a r
 .PHONY: first-run
 first-run:
 	@hack/envtest.sh check || echo "make run: the first run on this machine builds Kubernetes, etcd, Jaeger, Prometheus and NATS from source, \
-	about 25 min on 2 cores (README.md, \"The first run\"); each step says what it builds as it goes. Later runs reuse the builds and show the examples running within a minute."
+	20 to 25 min on 2 cores (README.md, \"The first run\"); each step says what it builds as it goes. Later runs reuse the builds and show the examples running within a minute."
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd for envtest, and kubectl for the tests that run it (once; cached outside the clone).

@@ -55,7 +55,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
 
-log "building what is missing of kube-apiserver, etcd and kubectl v$K8S_VERSION from source into $assets, once: about 6 min on 2 cores the first time; later runs reuse them"
+log "building what is missing of kube-apiserver, etcd and kubectl v$K8S_VERSION from source into $assets, once: 5 to 6 min on 2 cores the first time; later runs reuse them"
 kmod=$(cd "$work" && go list -m -f '{{.GoMod}}' "k8s.io/kubernetes@v$K8S_VERSION")
 [[ -f "$kmod" ]] || { log "could not download k8s.io/kubernetes@v$K8S_VERSION"; exit 1; }
 
@@ -72,7 +72,7 @@ GO
   long "downloading kube-apiserver's modules" "under a minute" quietly "$work/tidy.log" bash -c "cd '$work/apiserver' && go mod tidy"
   minor=${K8S_VERSION#1.}; minor=${minor%%.*}
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-  long "building kube-apiserver v$K8S_VERSION from source" "about 5 min" \
+  long "building kube-apiserver v$K8S_VERSION from source" "4 to 5 min" \
     bash -c "cd '$work/apiserver' && CGO_ENABLED=0 go build -trimpath -ldflags '$ldflags' -o '$assets/kube-apiserver.tmp' k8s.io/kubernetes/cmd/kube-apiserver"
   mv "$assets/kube-apiserver.tmp" "$assets/kube-apiserver"
 fi

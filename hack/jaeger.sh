@@ -82,7 +82,7 @@ import _ "github.com/jaegertracing/jaeger/cmd/jaeger"
 GO
   long "downloading Jaeger's modules" "under a minute" quietly "$work/tidy.log" bash -c "cd '$work' && go mod tidy"
   local vpkg=github.com/jaegertracing/jaeger/internal/version
-  long "building Jaeger $JAEGER_VERSION from source" "about 4 min" \
+  long "building Jaeger $JAEGER_VERSION from source" "3 to 4.5 min" \
     bash -c "cd '$work' && CGO_ENABLED=0 go build -trimpath \
       -ldflags '-s -w -X $vpkg.latestVersion=$JAEGER_VERSION -X $vpkg.date=$(date -u +%Y-%m-%dT%H:%M:%SZ)' \
       -o '$binary.tmp' github.com/jaegertracing/jaeger/cmd/jaeger"

@@ -71,6 +71,6 @@ func LogLibrariesTo(path string) (func() error, error) {
 // How long the sandbox's builds take the first time, on 2 cores with empty Go caches
 // (hack/first-run.sh; README.md, "The first run").
 const (
-	firstBuildPrograms   = "about 4 min"
-	firstBuildPrometheus = "about 2.5 min"
+	firstBuildPrograms   = "about 1 min"
+	firstBuildPrometheus = "4 to 6 min"
 )
