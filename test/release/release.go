@@ -170,17 +170,18 @@ func extract(ctx context.Context, root, commit, dir string) error {
 		return fmt.Errorf("release: %w", err)
 	}
 	untar.Stdin = pipe
-	var stderr bytes.Buffer
-	archive.Stderr, untar.Stderr = &stderr, &stderr
+	// One buffer each: each process's stderr is copied by a goroutine of its own.
+	var archiveErr, untarErr bytes.Buffer
+	archive.Stderr, untar.Stderr = &archiveErr, &untarErr
 	if err := untar.Start(); err != nil {
 		return fmt.Errorf("release: tar: %w", err)
 	}
 	if err := archive.Run(); err != nil {
 		_ = untar.Wait()
-		return fmt.Errorf("release: git archive %s (a shallow clone lacks it: fetch the full history): %w: %s", commit, err, stderr.String())
+		return fmt.Errorf("release: git archive %s (a shallow clone lacks it: fetch the full history): %w: %s", commit, err, archiveErr.String())
 	}
 	if err := untar.Wait(); err != nil {
-		return fmt.Errorf("release: tar: %w: %s", err, stderr.String())
+		return fmt.Errorf("release: tar: %w: %s", err, untarErr.String())
 	}
 	return nil
 }

@@ -1,7 +1,10 @@
 package release
 
 import (
+	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -78,5 +81,22 @@ func TestRepositoryReleases(t *testing.T) {
 	}
 	if _, err := Find(root, "v0.0.0-never"); err == nil {
 		t.Fatal("Find of an unknown version: no error")
+	}
+}
+
+// TestExtractWritesACommitsTree: a commit's tree is written out, with git archive and tar
+// each reporting to a buffer of its own (one shared buffer was a data race the race
+// detector caught on a machine's first build of a release).
+func TestExtractWritesACommitsTree(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := extract(context.Background(), root, "HEAD", dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		t.Errorf("the extracted tree lacks go.mod: %v", err)
 	}
 }
