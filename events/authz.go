@@ -17,7 +17,7 @@ func Rules() auth.Rules {
 	}
 	return auth.Rules{
 		eventsv1connect.EventsServiceRecordProcedure: {
-			Group: APIGroup, Resource: "events", Verb: auth.VerbCreate, Projects: recordProjects,
+			Group: APIGroup, Resource: "events", Verb: auth.VerbCreate, Projects: recordProjects, Clusters: recordClusters,
 		},
 		eventsv1connect.EventsServiceGetActionProcedure: read(auth.VerbGet, func(m any) string {
 			return m.(*eventsv1.GetActionRequest).GetId().GetProject()
@@ -50,4 +50,18 @@ func recordProjects(m any) []string {
 		}
 	}
 	return projects
+}
+
+// recordClusters lists each cluster a batch's events name once: an executor bound to a
+// cluster may record only that cluster's actions.
+func recordClusters(m any) []string {
+	var clusters []string
+	seen := map[string]bool{}
+	for _, e := range m.(*eventsv1.RecordRequest).GetEvents() {
+		if c := e.GetCluster(); !seen[c] {
+			seen[c] = true
+			clusters = append(clusters, c)
+		}
+	}
+	return clusters
 }

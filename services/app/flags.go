@@ -22,5 +22,8 @@ func SecurityFlags(fs *flag.FlagSet, srv *server.Config, a *auth.Config) {
 		func(v string) error { a.Mode = auth.Mode(v); return nil })
 	fs.StringVar(&a.TokenFile, "auth-token-file", "", `static tokens of token-file mode: CSV lines token,user,uid,"group1,group2"`)
 	fs.StringVar(&a.Audience, "auth-audience", auth.DefaultAudience, "audience ServiceAccount tokens must be bound to (kubernetes mode)")
+	fs.StringVar(&a.Cluster, "auth-cluster-name", "", "this cluster's name (kubernetes mode): callers its API server authenticates are bound to it, and an executor may record only actions that name it; empty binds nobody")
+	fs.StringVar(&a.Issuer, "auth-cluster-issuer", "", "this cluster's ServiceAccount token issuer (kubernetes mode; required with --auth-clusters-file)")
+	fs.StringVar(&a.ClustersFile, "auth-clusters-file", "", "YAML file of further clusters whose executors report here (kubernetes mode): clusters: [{name, issuer, kubeconfig}]")
 	fs.StringVar(&a.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server that checks tokens (kubernetes mode); default $KUBECONFIG, else in-cluster")
 }

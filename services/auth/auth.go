@@ -69,7 +69,7 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 		if err != nil {
 			return nil, err
 		}
-		a.authn = bearertoken.New(tokens)
+		a.authn = bearertoken.New(bindGroups{next: tokens})
 		a.authz = byGroup
 	case ModeKubernetes:
 		if client == nil {
@@ -78,10 +78,18 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 				return nil, err
 			}
 		}
-		var err error
-		if a.authn, a.authz, err = delegating(cfg, client); err != nil {
+		var clusters []Cluster
+		if cfg.ClustersFile != "" {
+			var err error
+			if clusters, err = readClusters(cfg.ClustersFile); err != nil {
+				return nil, err
+			}
+		}
+		reviews, err := newClusterReviews(cfg, client, clusters, kubeClient)
+		if err != nil {
 			return nil, err
 		}
+		a.authn, a.authz = bearertoken.New(reviews), authorizer.AuthorizerFunc(reviews.Authorize)
 	}
 	return a, nil
 }
@@ -213,6 +221,12 @@ func (a *Auth) authorize(ctx context.Context, rules Rules, procedure string, msg
 	for _, r := range append([]Rule{rule}, rule.Also...) {
 		if err := a.check(ctx, u, r, procedure, msg); err != nil {
 			return err
+		}
+	}
+	if rule.Clusters != nil {
+		if err := checkClusterOf(u, rule.Clusters(msg)); err != nil {
+			a.denied.WithLabelValues(procedure, reasonForbidden).Inc()
+			return connect.NewError(connect.CodePermissionDenied, err)
 		}
 	}
 	return nil

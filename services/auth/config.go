@@ -47,6 +47,17 @@ type Config struct {
 	// Kubeconfig locates the API server in ModeKubernetes; empty means $KUBECONFIG, or
 	// the in-cluster configuration.
 	Kubeconfig string
+	// Cluster names the cluster Kubeconfig reaches (kubernetes mode). With a name, every
+	// caller it authenticates is bound to it: an executor may then record only actions
+	// that name this cluster. Empty binds nobody (one cluster, as before).
+	Cluster string
+	// Issuer is that cluster's ServiceAccount token issuer; required with ClustersFile,
+	// where a token's iss claim picks the cluster that reviews it.
+	Issuer string
+	// ClustersFile lists further clusters whose executors report here (ClustersFile's
+	// format: name, issuer and kubeconfig of each); each caller is bound to the cluster
+	// that issued its token.
+	ClustersFile string
 	// TokenCacheTTL is how long a TokenReview answer is reused.
 	TokenCacheTTL time.Duration
 	// AllowCacheTTL and DenyCacheTTL are how long a SubjectAccessReview answer is reused.
@@ -83,9 +94,16 @@ func (c Config) Validate() error {
 		if c.Audience == "" {
 			return errors.New("auth-audience: required in kubernetes mode")
 		}
+		if c.ClustersFile != "" && (c.Cluster == "" || c.Issuer == "") {
+			return errors.New("auth-clusters-file: auth-cluster-name and auth-cluster-issuer must name this cluster too")
+		}
 	case ModeTokenFile:
 		if c.TokenFile == "" {
 			return errors.New("auth-token-file: required in token-file mode")
+		}
+		if c.Cluster != "" || c.Issuer != "" || c.ClustersFile != "" {
+			return errors.New("auth-cluster-name, auth-cluster-issuer and auth-clusters-file are for kubernetes mode; " +
+				`in token-file mode a token's group "` + ClusterGroupPrefix + `NAME" binds it to a cluster`)
 		}
 	case ModeNone:
 	default:

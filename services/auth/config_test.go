@@ -22,6 +22,14 @@ func TestConfigIsSecureByDefault(t *testing.T) {
 		{"token-file", auth.Config{Mode: auth.ModeTokenFile, TokenFile: "/tokens.csv"}, nil},
 		{"kubernetes", auth.Config{Mode: auth.ModeKubernetes}, nil},
 		{"none, asked for by name", auth.Config{Mode: auth.ModeNone}, nil},
+		{"clusters file without this cluster's name", auth.Config{Mode: auth.ModeKubernetes, ClustersFile: "/c.yaml", Issuer: "https://a"},
+			[]string{"auth-cluster-name and auth-cluster-issuer must name this cluster too"}},
+		{"clusters file without this cluster's issuer", auth.Config{Mode: auth.ModeKubernetes, ClustersFile: "/c.yaml", Cluster: "a"},
+			[]string{"must name this cluster too"}},
+		{"a cluster name in token-file mode", auth.Config{Mode: auth.ModeTokenFile, TokenFile: "/tokens.csv", Cluster: "a"},
+			[]string{"are for kubernetes mode", `"flyte:cluster:NAME"`}},
+		{"kubernetes, this cluster named", auth.Config{Mode: auth.ModeKubernetes, Cluster: "a"}, nil},
+		{"kubernetes, several clusters", auth.Config{Mode: auth.ModeKubernetes, Cluster: "a", Issuer: "https://a", ClustersFile: "/c.yaml"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

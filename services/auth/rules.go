@@ -22,6 +22,10 @@ type Rule struct {
 	// Projects lists the projects the (validated) request message touches; each one
 	// must be allowed. An empty list checks the rule cluster-wide.
 	Projects func(msg any) []string
+	// Clusters lists the clusters the request acts for (the cluster of each event it
+	// records): a caller bound to a cluster may act only for its own, and a request that
+	// names none ("") is refused it too. Nil checks nothing.
+	Clusters func(msg any) []string
 	// Also are further rules the call needs, each checked as this one: an RPC that does
 	// the work of two (a lookup that also reserves) needs what both need.
 	Also []Rule
