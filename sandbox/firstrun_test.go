@@ -64,17 +64,7 @@ func TestProgressSaysWhatAScriptBuilds(t *testing.T) {
 				t.Fatalf("the script: %v, want failed %v\n%s", err, tc.fails, out.String())
 			}
 			raw, _ := os.ReadFile(terminal)
-			said := string(raw) + out.String()
-			for _, w := range tc.want {
-				if !strings.Contains(said, w) {
-					t.Errorf("said:\n%s\nlacking %q", said, w)
-				}
-			}
-			for _, w := range tc.none {
-				if strings.Contains(said, w) {
-					t.Errorf("said:\n%s\nwhich should not have %q", said, w)
-				}
-			}
+			checkSaid(t, string(raw)+out.String(), tc.want, tc.none)
 		})
 	}
 }

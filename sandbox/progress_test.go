@@ -60,20 +60,26 @@ func TestLongStepSaysWhatItDoesAndHowLong(t *testing.T) {
 				t.Fatalf("longStep returned %v, want %v", err, tc.err)
 			}
 			got := s.text()
-			for _, w := range tc.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("said %q, lacking %q", got, w)
-				}
-			}
-			for _, w := range tc.wantNone {
-				if strings.Contains(got, w) {
-					t.Errorf("said %q, which should not have %q", got, w)
-				}
-			}
+			checkSaid(t, got, tc.want, tc.wantNone)
 			// Nothing after the step returned.
 			if after := s.text(); after != got {
 				t.Errorf("the step went on talking after it returned: %q", strings.TrimPrefix(after, got))
 			}
 		})
+	}
+}
+
+// checkSaid holds what a step said to holding each of want and none of none.
+func checkSaid(t *testing.T, said string, want, none []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(said, w) {
+			t.Errorf("said:\n%s\nlacking %q", said, w)
+		}
+	}
+	for _, w := range none {
+		if strings.Contains(said, w) {
+			t.Errorf("said:\n%s\nwhich should not have %q", said, w)
+		}
 	}
 }
