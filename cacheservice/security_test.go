@@ -417,3 +417,47 @@ func TestExtremeMaxAgesAreHandled(t *testing.T) {
 		})
 	}
 }
+
+// TestReservationsCannotBeStolenAcrossClusters: two clusters' executors often run as
+// ServiceAccounts of the same name; one cluster's, knowing the other's owner_id, may not
+// extend or release its reservation, since a name means something only in the cluster
+// that issued it.
+func TestReservationsCannotBeStolenAcrossClusters(t *testing.T) {
+	const name = "system:serviceaccount:flyte:flyte-executor"
+	tokens := map[string]string{}
+	var lines strings.Builder
+	for i, cluster := range []string{"east", "west"} {
+		b := make([]byte, 16)
+		if _, err := rand.Read(b); err != nil {
+			t.Fatal(err)
+		}
+		tokens[cluster] = hex.EncodeToString(b)
+		fmt.Fprintf(&lines, "%s,%s,uid-%d,%q\n", tokens[cluster], name, i, auth.Executors+","+auth.ClusterGroupPrefix+cluster)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "tokens.csv")
+	if err := os.WriteFile(tokenFile, []byte(lines.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inst := startInstance(t, pg.NewDatabase(t), func(c *cacheservice.Config) {
+		c.Auth = auth.Config{Mode: auth.ModeTokenFile, TokenFile: tokenFile}
+	})
+	client := func(cluster string) cachev1connect.CacheServiceClient {
+		return cachev1connect.NewCacheServiceClient(servicetest.WithToken(tokens[cluster]), inst.URL, connect.WithGRPC())
+	}
+	ctx := context.Background()
+	k := key("demo.train", "1", "inputs-across-clusters")
+	const victim = "flyte/train-a/0b7d4c1e"
+	if resp, err := reserve(ctx, client("east"), k, victim, time.Minute); err != nil || !resp.GetAcquired() {
+		t.Fatalf("east reserves: %v, %v", resp, err)
+	}
+	if resp, err := reserve(ctx, client("west"), k, victim, time.Minute); err != nil || resp.GetAcquired() {
+		t.Errorf("west extends east's reservation with its owner_id: %v, %v; want refused", resp, err)
+	}
+	resp, err := client("west").ReleaseReservation(ctx, connect.NewRequest(&cachev1.ReleaseReservationRequest{Key: k, OwnerId: victim}))
+	if err != nil || resp.Msg.GetReleased() {
+		t.Errorf("west releases east's reservation: %v, %v; want refused", resp, err)
+	}
+	if resp, err := reserve(ctx, client("east"), k, victim, time.Minute); err != nil || !resp.GetAcquired() {
+		t.Errorf("east still holds it: %v, %v", resp, err)
+	}
+}

@@ -230,5 +230,5 @@ func (s *Service) countRelease(released bool) {
 // it authenticated as (anonymous when authentication is off) and the action it named,
 // if any (validated to be in the key's project and domain).
 func claimant(ctx context.Context, ownerID string, action *flytecorev1.ActionIdentifier) store.Claimant {
-	return store.Claimant{OwnerID: ownerID, Identity: auth.UserFrom(ctx).GetName(), Run: action.GetRun(), Action: action.GetAction()}
+	return store.Claimant{OwnerID: ownerID, Identity: auth.IdentityOf(auth.UserFrom(ctx)), Run: action.GetRun(), Action: action.GetAction()}
 }

@@ -172,7 +172,7 @@ func (s *Service) ListActionEvents(ctx context.Context, req *connect.Request[eve
 // WatchActions implements EventsService.WatchActions.
 func (s *Service) WatchActions(ctx context.Context, req *connect.Request[eventsv1.WatchActionsRequest], stream *connect.ServerStream[eventsv1.WatchActionsResponse]) error {
 	filter := watch.Filter{Project: req.Msg.GetProject(), Domain: req.Msg.GetDomain(), Run: req.Msg.GetRun()}
-	sub, err := s.hub.Subscribe(ctx, filter, auth.UserFrom(ctx).GetName())
+	sub, err := s.hub.Subscribe(ctx, filter, auth.IdentityOf(auth.UserFrom(ctx)))
 	if errors.Is(err, watch.ErrTooManyWatchers) {
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	}

@@ -25,3 +25,15 @@ func UserFrom(ctx context.Context) user.Info {
 	}
 	return Anonymous
 }
+
+// IdentityOf names the caller as the services remember it (a reservation's holder, a
+// watcher's quota): its name, and for a caller bound to a cluster, the cluster before it,
+// since a ServiceAccount's name means something only in the cluster that issued it (two
+// clusters' executors often share one). Unbound callers keep their plain name, as stored
+// by earlier releases.
+func IdentityOf(u user.Info) string {
+	if cluster, ok := ClusterOf(u); ok {
+		return "cluster:" + cluster + "/" + u.GetName()
+	}
+	return u.GetName()
+}
