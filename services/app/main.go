@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 
 	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/flytekube/backend/internal/buildinfo"
@@ -33,15 +35,24 @@ func Main[C any](name string, flags func(*flag.FlagSet, *C), run RunFunc[C]) {
 		os.Exit(2)
 	}
 
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	// The TLS certificate watcher logs through controller-runtime's logger.
-	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	log := newLogger(os.Stderr)
 	ctx, stop := server.SignalContext(context.Background())
 	defer stop()
 	if err := run(ctx, cfg, log, nil); err != nil {
 		log.Error(name+" stopped", "error", err)
 		os.Exit(1)
 	}
+}
+
+// newLogger returns the service's logger, JSON lines on w, and makes it the libraries'
+// too: the TLS certificate watcher logs through controller-runtime's logger, and the
+// TokenReview and SubjectAccessReview clients (k8s.io/apiserver) through klog, whose own
+// plain-text lines would break a log pipeline that reads JSON.
+func newLogger(w io.Writer) *slog.Logger {
+	log := slog.New(slog.NewJSONHandler(w, nil))
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	klog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	return log
 }
 
 // parseCommandLine parses a service's command line: flags, or "migrate" and flags, which
