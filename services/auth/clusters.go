@@ -148,9 +148,9 @@ type reviewer struct {
 // that cluster, and asks that cluster's RBAC what the caller may do.
 type clusterReviews struct {
 	// byIssuer picks the reviewer of a token by its (unverified) iss claim; with one
-	// cluster and no issuers, every token goes to only.
+	// cluster and no issuers, every token goes to home, the cluster the services are in.
 	byIssuer map[string]*reviewer
-	only     *reviewer
+	home     *reviewer
 	byName   map[string]*reviewer
 }
 
@@ -179,7 +179,7 @@ func newClusterReviews(cfg Config, home kubernetes.Interface, clusters []Cluster
 		}
 		rv := &reviewer{name: c.Name, authn: authn, authz: authz}
 		if i == 0 {
-			r.only = rv
+			r.home = rv
 		}
 		if c.Issuer != "" {
 			r.byIssuer[c.Issuer] = rv
@@ -224,7 +224,7 @@ func issuer(token string) (string, bool) {
 // reviewerOf picks the cluster that reviews token, or none.
 func (c *clusterReviews) reviewerOf(token string) *reviewer {
 	if c.byIssuer == nil {
-		return c.only
+		return c.home
 	}
 	iss, ok := issuer(token)
 	if !ok {
@@ -254,10 +254,10 @@ func (c *clusterReviews) AuthenticateToken(ctx context.Context, token string) (*
 func (c *clusterReviews) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	name, bound := ClusterOf(a.GetUser())
 	if !bound {
-		if c.only.name != "" {
+		if c.home.name != "" {
 			return authorizer.DecisionDeny, "the caller is bound to no cluster", nil
 		}
-		return c.only.authz.Authorize(ctx, a)
+		return c.home.authz.Authorize(ctx, a)
 	}
 	rv, ok := c.byName[name]
 	if !ok {
