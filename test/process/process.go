@@ -227,6 +227,11 @@ const pollInterval = 100 * time.Millisecond
 func (p *Process) WaitFor(ctx context.Context, timeout time.Duration, what string, ready func(context.Context) bool) error {
 	exited := p.Exited()
 	if exited == nil {
+		// It may have exited before the wait began (a program that fails at once, on a
+		// loaded machine): say how, as a wait that saw the exit would.
+		if exits := p.ExitLog(); len(exits) > 0 {
+			return fmt.Errorf("%s exited (%s) before it could %s; see %s", p.Name, exits[len(exits)-1].Err, what, p.Log)
+		}
 		return fmt.Errorf("%s is not running; see %s", p.Name, p.Log)
 	}
 	// ready is asked within the deadline too, so that a request that hangs ends with it.
