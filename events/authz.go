@@ -41,27 +41,24 @@ func Rules() auth.Rules {
 
 // recordProjects lists each project of a batch once: every one must be allowed.
 func recordProjects(m any) []string {
-	var projects []string
-	seen := map[string]bool{}
-	for _, e := range m.(*eventsv1.RecordRequest).GetEvents() {
-		if p := e.GetId().GetProject(); !seen[p] {
-			seen[p] = true
-			projects = append(projects, p)
-		}
-	}
-	return projects
+	return eachOnce(m, func(e *eventsv1.ActionEvent) string { return e.GetId().GetProject() })
 }
 
 // recordClusters lists each cluster a batch's events name once: an executor bound to a
 // cluster may record only that cluster's actions.
 func recordClusters(m any) []string {
-	var clusters []string
+	return eachOnce(m, (*eventsv1.ActionEvent).GetCluster)
+}
+
+// eachOnce lists field of a batch's events, each value once, in the batch's order.
+func eachOnce(m any, field func(*eventsv1.ActionEvent) string) []string {
+	var values []string
 	seen := map[string]bool{}
 	for _, e := range m.(*eventsv1.RecordRequest).GetEvents() {
-		if c := e.GetCluster(); !seen[c] {
-			seen[c] = true
-			clusters = append(clusters, c)
+		if v := field(e); !seen[v] {
+			seen[v] = true
+			values = append(values, v)
 		}
 	}
-	return clusters
+	return values
 }

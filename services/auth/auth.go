@@ -89,7 +89,7 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, log
 		if err != nil {
 			return nil, err
 		}
-		a.authn, a.authz = bearertoken.New(reviews), authorizer.AuthorizerFunc(reviews.Authorize)
+		a.authn, a.authz = reviews, authorizer.AuthorizerFunc(reviews.Authorize)
 	}
 	return a, nil
 }

@@ -221,11 +221,8 @@ func issuer(token string) (string, bool) {
 	return claims.Issuer, true
 }
 
-// reviewerOf picks the cluster that reviews token, or none.
+// reviewerOf picks the cluster whose issuer token claims, or none.
 func (c *clusterReviews) reviewerOf(token string) *reviewer {
-	if c.byIssuer == nil {
-		return c.home
-	}
 	iss, ok := issuer(token)
 	if !ok {
 		return nil
@@ -233,14 +230,21 @@ func (c *clusterReviews) reviewerOf(token string) *reviewer {
 	return c.byIssuer[iss]
 }
 
-// AuthenticateToken has the token's cluster review it, and binds the caller to that
-// cluster when it has a name.
-func (c *clusterReviews) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
-	rv := c.reviewerOf(token)
-	if rv == nil {
-		return nil, false, nil
+// AuthenticateRequest has the cluster that issued the request's token review it, as
+// sent (no copy of the request on the hot path), and binds the caller to that cluster
+// when it has a name.
+func (c *clusterReviews) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
+	rv := c.home
+	if c.byIssuer != nil {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok {
+			return nil, false, nil
+		}
+		if rv = c.reviewerOf(token); rv == nil {
+			return nil, false, nil
+		}
 	}
-	resp, ok, err := rv.authn.AuthenticateRequest(requestWithToken(ctx, token))
+	resp, ok, err := rv.authn.AuthenticateRequest(r)
 	if !ok || err != nil {
 		return resp, ok, err
 	}
@@ -264,14 +268,6 @@ func (c *clusterReviews) Authorize(ctx context.Context, a authorizer.Attributes)
 		return authorizer.DecisionDeny, "the caller's cluster is not configured", nil
 	}
 	return rv.authz.Authorize(ctx, a)
-}
-
-// requestWithToken is a request carrying only token, for a cluster's delegating
-// authenticator, which reads tokens from requests (and caches and retries its reviews).
-func requestWithToken(ctx context.Context, token string) *http.Request {
-	r, _ := http.NewRequestWithContext(ctx, http.MethodPost, "/", nil)
-	r.Header.Set("Authorization", "Bearer "+token)
-	return r
 }
 
 // checkClusterOf refuses a bound caller a request that names another cluster.
