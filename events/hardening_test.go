@@ -610,7 +610,7 @@ func TestStorePagesHonourTheirByteBudget(t *testing.T) {
 				if pages > len(sizes) {
 					t.Fatal("listing did not end")
 				}
-				rows, more, err := st.ListActionEvents(context.Background(), store.KeyOf(id), after, store.Page{Limit: limit, MaxBytes: budget})
+				rows, more, err := st.ListActionEvents(context.Background(), store.KeyOf(id), nil, after, store.Page{Limit: limit, MaxBytes: budget})
 				if err != nil {
 					t.Fatal(err)
 				}

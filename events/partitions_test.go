@@ -56,7 +56,7 @@ func storeRecord(t *testing.T, st *store.Store, evs ...*eventsv1.ActionEvent) st
 
 func eventsOf(t *testing.T, st *store.Store, e *eventsv1.ActionEvent) int {
 	t.Helper()
-	got, _, err := st.ListActionEvents(context.Background(), storeKey(e), store.EventCursor{}, store.Page{Limit: 1000, MaxBytes: 1 << 20})
+	got, _, err := st.ListActionEvents(context.Background(), storeKey(e), nil, store.EventCursor{}, store.Page{Limit: 1000, MaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestRetentionDropsPartitionsAndRefilesWhatRuns(t *testing.T) {
 		t.Fatalf("partitions %v still hold %s", names, day0Partition)
 	}
 	for _, e := range finished {
-		if _, err := st.GetAction(ctx, storeKey(e)); !errors.Is(err, store.ErrNotFound) {
+		if _, err := st.GetAction(ctx, storeKey(e), nil); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("GetAction(%s) = %v; want ErrNotFound", storeKey(e), err)
 		}
 	}
@@ -250,7 +250,7 @@ func TestRefilingRacingRecordLosesNothing(t *testing.T) {
 		t.Fatalf("seed %d: %d passes re-filed %d actions and dropped %d partitions; the race was not run", seed, passes, res.Refiled, res.Partitions)
 	}
 	for key, want := range acked {
-		got, _, err := writer.ListActionEvents(ctx, key, store.EventCursor{}, store.Page{Limit: 10000, MaxBytes: 64 << 20})
+		got, _, err := writer.ListActionEvents(ctx, key, nil, store.EventCursor{}, store.Page{Limit: 10000, MaxBytes: 64 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -521,7 +521,7 @@ func TestRetentionDropsAbandonedUnfinishedActions(t *testing.T) {
 	if res.Abandoned != 1 {
 		t.Fatalf("retention abandoned %d actions by day 6; want the stale one", res.Abandoned)
 	}
-	if _, err := st.GetAction(ctx, storeKey(stale)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.GetAction(ctx, storeKey(stale), nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("GetAction(stale) = %v; want ErrNotFound", err)
 	}
 	if n := eventsOf(t, st, stale); n != 0 {

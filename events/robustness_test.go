@@ -164,7 +164,7 @@ func TestRestartLosesNoAcknowledgedEvent(t *testing.T) {
 	st, _ := openStore(t, db)
 	var missing int
 	for _, e := range acked {
-		if _, err := st.GetAction(context.Background(), storeKey(e)); err != nil {
+		if _, err := st.GetAction(context.Background(), storeKey(e), nil); err != nil {
 			missing++
 		}
 	}

@@ -61,6 +61,18 @@ func (s *Service) storeError(ctx context.Context, what string, err error) *conne
 	if errors.As(err, &refused) {
 		return connect.NewError(connect.CodeInvalidArgument, refused)
 	}
+	// InvalidArgument, not AlreadyExists: executors of every release send a refused
+	// batch again action by action and hold only the refused action's events, offering
+	// them again later (executor/eventsink), which is what a taken name needs; any other
+	// code would hold back the batch's other actions too.
+	var taken *store.NameTakenError
+	if errors.As(err, &taken) {
+		return connect.NewError(connect.CodeInvalidArgument, taken)
+	}
+	var ambiguous *store.AmbiguousError
+	if errors.As(err, &ambiguous) {
+		return connect.NewError(connect.CodeFailedPrecondition, ambiguous)
+	}
 	return databaseError(ctx, s.log, what, err)
 }
 
@@ -102,7 +114,7 @@ func (s *Service) Record(ctx context.Context, req *connect.Request[eventsv1.Reco
 // GetAction implements EventsService.GetAction.
 func (s *Service) GetAction(ctx context.Context, req *connect.Request[eventsv1.GetActionRequest]) (*connect.Response[eventsv1.GetActionResponse], error) {
 	key := store.KeyOf(req.Msg.GetId())
-	action, err := s.store.GetAction(ctx, key)
+	action, err := s.store.GetAction(ctx, key, req.Msg.Cluster)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no events recorded for action %s", key))
 	}
@@ -127,8 +139,11 @@ func (s *Service) ListActions(ctx context.Context, req *connect.Request[eventsv1
 	if p := msg.GetPhase(); p < 0 || p > store.MaxPhase {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("phase: %d is not a phase (1 to %d)", p, store.MaxPhase))
 	}
-	filter := store.ActionFilter{Project: msg.GetProject(), Domain: msg.GetDomain(), Run: msg.GetRun(), Phase: msg.GetPhase()}
+	filter := store.ActionFilter{Project: msg.GetProject(), Domain: msg.GetDomain(), Run: msg.GetRun(), Phase: msg.GetPhase(), Cluster: msg.Cluster}
 	query := fingerprint("actions", filter.Project, filter.Domain, filter.Run, strconv.Itoa(int(filter.Phase)))
+	if filter.Cluster != nil { // unset, the token is the one a release before clusters gave
+		query = fingerprint("actions", query, "cluster", *filter.Cluster)
+	}
 	token, err := decodeToken(msg.GetPageToken(), query)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
@@ -151,11 +166,14 @@ func (s *Service) ListActions(ctx context.Context, req *connect.Request[eventsv1
 func (s *Service) ListActionEvents(ctx context.Context, req *connect.Request[eventsv1.ListActionEventsRequest]) (*connect.Response[eventsv1.ListActionEventsResponse], error) {
 	key := store.KeyOf(req.Msg.GetId())
 	query := fingerprint("events", key.String())
+	if c := req.Msg.Cluster; c != nil { // unset, the token is the one a release before clusters gave
+		query = fingerprint("events", query, "cluster", *c)
+	}
 	token, err := decodeToken(req.Msg.GetPageToken(), query)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	rows, more, err := s.store.ListActionEvents(ctx, key, token.eventCursor(), s.page(req.Msg.GetPageSize()))
+	rows, more, err := s.store.ListActionEvents(ctx, key, req.Msg.Cluster, token.eventCursor(), s.page(req.Msg.GetPageSize()))
 	if err != nil {
 		return nil, s.storeError(ctx, "listing an action's events", err)
 	}

@@ -225,13 +225,22 @@ var (
 	actionsByKeySQL string
 	//go:embed queries/filings.sql
 	filingsSQL string
+	//go:embed queries/adopt.sql
+	adoptSQL string
+	//go:embed queries/names_taken.sql
+	namesTakenSQL string
+	//go:embed queries/clusters_of.sql
+	clustersOfSQL string
 )
 
-var eventColumns = []string{"project", "domain", "run", "action", "attempt", "phase", "version", "occurred_at", "event", "filed_at"}
+var eventColumns = []string{"project", "domain", "run", "action", "attempt", "phase", "version", "occurred_at", "event", "filed_at", "cluster"}
 
 // row is one event ready for the database.
 type row struct {
-	key      Key
+	key Key
+	// cluster is the event's: with the key, it names the action, so that two clusters'
+	// actions of one name are two actions.
+	cluster  string
 	fold     foldKey
 	encoded  []byte
 	occurred time.Time
@@ -263,6 +272,11 @@ func (k Key) compare(o Key) int {
 	)
 }
 
+// sameAction reports whether two rows are events of one action: one name, one cluster.
+func (r row) sameAction(o row) bool {
+	return r.key == o.key && r.cluster == o.cluster
+}
+
 // Record stores a batch of validated events, all or nothing. An event the store cannot
 // hold faithfully fails the batch with an *InvalidEventError. Fields and enum values the
 // schema does not name (a newer executor's) are stored with the event, as sent.
@@ -292,13 +306,24 @@ func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (Rec
 	b := &batch{rows: unique, winners: winners, created: created, filedAt: s.filingTime()}
 
 	var f folded
-	for try := 0; ; try++ {
+	madePartitions, adoptions := false, 0
+	for {
 		f, err = s.copyAndFold(ctx, b)
 		recorded := len(unique)
-		if isUniqueViolation(err) {
+		if isUniqueViolation(err) && !isNameTaken(err) {
 			recorded, f, err = s.insertAndFold(ctx, b)
 		}
-		if isNoPartition(err) && try == 0 {
+		if isNameTaken(err) && adoptions < maxAdoptions {
+			// A name the previous release's key holds: adopt its row, or refuse the
+			// batch if another cluster's action holds it, then try again.
+			adoptions++
+			if err := s.adopt(ctx, b); err != nil {
+				return RecordResult{}, fmt.Errorf("store: recording %d events: %w", len(events), err)
+			}
+			continue
+		}
+		if isNoPartition(err) && !madePartitions {
+			madePartitions = true
 			// Maintenance is behind (or never ran against this database): make the
 			// partitions and try once more.
 			if _, merr := s.maintainPartitions(ctx, s.opts.Clock.Now(), true); merr != nil {
@@ -363,7 +388,7 @@ func (s *Store) insertAndFold(ctx context.Context, b *batch) (recorded int, f fo
 			filed = append(filed, filings[action])
 		})
 		tag, err := tx.Exec(ctx, insertEventsSQL,
-			ev.projects, ev.domains, ev.runs, ev.actions, ev.attempts, ev.phases, ev.versions, ev.occurred, ev.encoded, filed)
+			ev.projects, ev.domains, ev.runs, ev.actions, ev.attempts, ev.phases, ev.versions, ev.occurred, ev.encoded, filed, ev.clusters)
 		if err != nil {
 			return err
 		}
@@ -378,7 +403,7 @@ func (s *Store) insertAndFold(ctx context.Context, b *batch) (recorded int, f fo
 func eachAction(rows []row, f func(i, action int)) {
 	action := -1
 	for i, r := range rows {
-		if i == 0 || rows[i-1].key != r.key {
+		if i == 0 || !rows[i-1].sameAction(r) {
 			action++
 		}
 		f(i, action)
@@ -409,7 +434,7 @@ func foldInto(ctx context.Context, tx pgx.Tx, b *batch) (folded, error) {
 	w := b.winners
 	rows, err := tx.Query(ctx, foldSQL,
 		w.projects, w.domains, w.runs, w.actions, w.attempts, w.phases,
-		w.versions, w.ranks, w.occurred, b.created, w.encoded, b.filedAt,
+		w.versions, w.ranks, w.occurred, b.created, w.encoded, b.filedAt, w.clusters,
 	)
 	if err != nil {
 		return folded{}, err
@@ -440,7 +465,7 @@ func foldInto(ctx context.Context, tx pgx.Tx, b *batch) (folded, error) {
 // unchangedFilings reads the filings of the actions the fold left as they were, and
 // returns the places of those whose state is the batch's winning event.
 func unchangedFilings(ctx context.Context, tx pgx.Tx, w *columns, filings []pgtype.Timestamptz) (confirmed []int64, err error) {
-	var projects, domains, runs, actions []string
+	var projects, domains, runs, actions, clusters []string
 	var (
 		ords             []int64
 		attempts, versns []int32
@@ -449,11 +474,12 @@ func unchangedFilings(ctx context.Context, tx pgx.Tx, w *columns, filings []pgty
 	for i, f := range filings {
 		if !f.Valid {
 			projects, domains, runs, actions = append(projects, w.projects[i]), append(domains, w.domains[i]), append(runs, w.runs[i]), append(actions, w.actions[i])
+			clusters = append(clusters, w.clusters[i])
 			ords = append(ords, int64(i+1))
 			attempts, phases, versns = append(attempts, w.attempts[i]), append(phases, w.phases[i]), append(versns, w.versions[i])
 		}
 	}
-	rows, err := tx.Query(ctx, filingsSQL, projects, domains, runs, actions, ords, attempts, phases, versns)
+	rows, err := tx.Query(ctx, filingsSQL, projects, domains, runs, actions, ords, attempts, phases, versns, clusters)
 	if err != nil {
 		return nil, err
 	}
@@ -485,6 +511,47 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation
 }
 
+// isNameTaken reports whether err is the fold's insert failing on the previous release's
+// key of actions, the name alone (00014): the name is held by a row of another cluster,
+// or by one the previous release wrote, which names none.
+func isNameTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == "actions_pkey"
+}
+
+// maxAdoptions bounds Record's adoptions of one batch: the previous release's replicas
+// may write new rows of the batch's names meanwhile, each adopted on the next try.
+const maxAdoptions = 3
+
+// adopt gives the batch's actions that the previous release wrote (naming no cluster)
+// the cluster of their events (adopt.sql), and returns a *NameTakenError for the first
+// of its actions whose name another cluster's action holds.
+func (s *Store) adopt(ctx context.Context, b *batch) error {
+	w := b.winners
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, adoptSQL, w.projects, w.domains, w.runs, w.actions, w.clusters); err != nil {
+			return fmt.Errorf("adopting the previous release's actions: %w", err)
+		}
+		var (
+			ord    int64
+			holder pgtype.Text
+		)
+		err := tx.QueryRow(ctx, namesTakenSQL, w.projects, w.domains, w.runs, w.actions, w.clusters).Scan(&ord, &holder)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the names other clusters hold: %w", err)
+		}
+		i := ord - 1
+		return &NameTakenError{
+			Key:     Key{w.projects[i], w.domains[i], w.runs[i], w.actions[i]},
+			Cluster: w.clusters[i],
+			Holder:  holder.String,
+		}
+	})
+}
+
 // prepare checks and encodes the events and sorts them by key, and within one action by
 // fold order, so that every statement takes its locks in the same order.
 func prepare(events []*eventsv1.ActionEvent) ([]row, error) {
@@ -502,7 +569,8 @@ func prepare(events []*eventsv1.ActionEvent) ([]row, error) {
 		}
 		occurred := ev.GetOccurredAt().AsTime().Truncate(time.Microsecond)
 		rows[i] = row{
-			key: KeyOf(ev.GetId()),
+			key:     KeyOf(ev.GetId()),
+			cluster: ev.GetCluster(),
 			fold: foldKey{
 				attempt: int32(ev.GetAttempt()), rank: Rank(ev.GetPhase()), version: int32(ev.GetVersion()),
 				occurred: occurred, phase: int16(ev.GetPhase()),
@@ -518,7 +586,8 @@ func prepare(events []*eventsv1.ActionEvent) ([]row, error) {
 		order[i] = int32(i)
 	}
 	slices.SortFunc(order, func(a, b int32) int {
-		return cmp.Or(rows[a].key.compare(rows[b].key), rows[a].fold.compare(rows[b].fold))
+		return cmp.Or(rows[a].key.compare(rows[b].key), strings.Compare(rows[a].cluster, rows[b].cluster),
+			rows[a].fold.compare(rows[b].fold))
 	})
 	sorted := make([]row, len(rows))
 	for i, j := range order {
@@ -530,6 +599,7 @@ func prepare(events []*eventsv1.ActionEvent) ([]row, error) {
 // identity is what makes two events the same event.
 type identity struct {
 	key              Key
+	cluster          string
 	attempt, version int32
 	phase            int16
 }
@@ -539,7 +609,7 @@ func dedupe(rows []row) []row {
 	seen := make(map[identity]struct{}, len(rows))
 	out := make([]row, 0, len(rows))
 	for _, r := range rows {
-		id := identity{r.key, r.fold.attempt, r.fold.version, r.fold.phase}
+		id := identity{r.key, r.cluster, r.fold.attempt, r.fold.version, r.fold.phase}
 		if _, dup := seen[id]; dup {
 			continue
 		}
@@ -555,12 +625,12 @@ func fold(rows []row) (*columns, []time.Time) {
 	win := newColumns(0)
 	var created []time.Time
 	for i, r := range rows {
-		if i == 0 || rows[i-1].key != r.key {
+		if i == 0 || !rows[i-1].sameAction(r) {
 			created = append(created, r.occurred)
 		} else {
 			created[len(created)-1] = minTime(created[len(created)-1], r.occurred)
 		}
-		if i == len(rows)-1 || rows[i+1].key != r.key {
+		if i == len(rows)-1 || !rows[i+1].sameAction(r) {
 			win.add(r)
 		}
 	}
@@ -576,11 +646,11 @@ func copySource(rows []row, filings []pgtype.Timestamptz) pgx.CopyFromSource {
 			return nil, nil
 		}
 		r := rows[i]
-		if i == 0 || rows[i-1].key != r.key {
+		if i == 0 || !rows[i-1].sameAction(r) {
 			action++
 		}
 		return []any{r.key.Project, r.key.Domain, r.key.Run, r.key.Action,
-			r.fold.attempt, r.fold.phase, r.fold.version, r.occurred, r.encoded, filings[action]}, nil
+			r.fold.attempt, r.fold.phase, r.fold.version, r.occurred, r.encoded, filings[action], r.cluster}, nil
 	})
 }
 
@@ -594,6 +664,7 @@ func minTime(a, b time.Time) time.Time {
 // columns holds rows as the parallel arrays the statement takes.
 type columns struct {
 	projects, domains, runs, actions []string
+	clusters                         []string
 	attempts, versions               []int32
 	phases, ranks                    []int16
 	occurred                         []time.Time
@@ -604,6 +675,7 @@ func newColumns(capacity int) *columns {
 	return &columns{
 		projects: make([]string, 0, capacity), domains: make([]string, 0, capacity),
 		runs: make([]string, 0, capacity), actions: make([]string, 0, capacity),
+		clusters: make([]string, 0, capacity),
 		attempts: make([]int32, 0, capacity), versions: make([]int32, 0, capacity),
 		phases: make([]int16, 0, capacity), ranks: make([]int16, 0, capacity),
 		occurred: make([]time.Time, 0, capacity), encoded: make([][]byte, 0, capacity),
@@ -625,6 +697,7 @@ func (c *columns) add(r row) {
 	c.domains = append(c.domains, r.key.Domain)
 	c.runs = append(c.runs, r.key.Run)
 	c.actions = append(c.actions, r.key.Action)
+	c.clusters = append(c.clusters, r.cluster)
 	c.attempts = append(c.attempts, r.fold.attempt)
 	c.versions = append(c.versions, r.fold.version)
 	c.phases = append(c.phases, r.fold.phase)
@@ -669,21 +742,76 @@ func decodeAction(event []byte, createdAt time.Time) (*eventsv1.Action, error) {
 }
 
 // GetAction returns the latest state of one action, or ErrNotFound.
-func (s *Store) GetAction(ctx context.Context, key Key) (*eventsv1.Action, error) {
-	var (
-		state     []byte
-		createdAt time.Time
-	)
-	err := s.pool.QueryRow(ctx, getActionSQL, pgx.StrictNamedArgs{
-		"project": key.Project, "domain": key.Domain, "run": key.Run, "action": key.Action,
-	}).Scan(&state, &createdAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
+//
+// cluster names the cluster whose action it is; nil takes the name's action of any
+// cluster, and returns an *AmbiguousError when several clusters have one.
+func (s *Store) GetAction(ctx context.Context, key Key, cluster *string) (*eventsv1.Action, error) {
+	rows, err := s.pool.Query(ctx, getActionSQL, pgx.StrictNamedArgs{
+		"project": key.Project, "domain": key.Domain, "run": key.Run, "action": key.Action, "cluster": cluster,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("store: reading action %s: %w", key, err)
 	}
-	return decodeAction(state, createdAt)
+	type found struct {
+		state     []byte
+		createdAt time.Time
+		cluster   pgtype.Text
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (found, error) {
+		var f found
+		err := r.Scan(&f.state, &f.createdAt, &f.cluster)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: reading action %s: %w", key, err)
+	}
+	switch len(all) {
+	case 0:
+		return nil, ErrNotFound
+	case 1:
+		return decodeAction(all[0].state, all[0].createdAt)
+	default:
+		return nil, &AmbiguousError{Key: key, Clusters: []string{all[0].cluster.String, all[1].cluster.String}}
+	}
+}
+
+// AmbiguousError says that actions of several clusters have the name a read gave without
+// a cluster.
+type AmbiguousError struct {
+	Key Key
+	// Clusters are two of them.
+	Clusters []string
+}
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("actions of several clusters are named %s (%q and %q, perhaps more): name the cluster", e.Key, e.Clusters[0], e.Clusters[1])
+}
+
+// clusterOf resolves a read's cluster: the one given, or else the one cluster whose
+// action has the name (NULL for an action the previous release recorded, and when none
+// has it: the read then finds nothing). Several are an *AmbiguousError.
+func (s *Store) clusterOf(ctx context.Context, key Key, cluster *string) (pgtype.Text, error) {
+	if cluster != nil {
+		return pgtype.Text{String: *cluster, Valid: true}, nil
+	}
+	rows, err := s.pool.Query(ctx, clustersOfSQL, pgx.StrictNamedArgs{
+		"project": key.Project, "domain": key.Domain, "run": key.Run, "action": key.Action,
+	})
+	if err != nil {
+		return pgtype.Text{}, err
+	}
+	clusters, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.Text])
+	if err != nil {
+		return pgtype.Text{}, err
+	}
+	switch len(clusters) {
+	case 0:
+		return pgtype.Text{}, nil
+	case 1:
+		return clusters[0], nil
+	default:
+		return pgtype.Text{}, &AmbiguousError{Key: key, Clusters: []string{clusters[0].String, clusters[1].String}}
+	}
 }
 
 // ActionFilter selects actions to list.
@@ -693,6 +821,8 @@ type ActionFilter struct {
 	Run string
 	// Phase narrows to one phase when not unspecified.
 	Phase flytecorev1.ActionPhase
+	// Cluster narrows to one cluster's actions when not nil.
+	Cluster *string
 }
 
 // ListedAction is an action with its listing position.
@@ -722,7 +852,7 @@ func (p Page) fits(n, total, size int) bool {
 // starts at the newest), and whether more follow.
 func (s *Store) ListActions(ctx context.Context, f ActionFilter, after int64, page Page) ([]ListedAction, bool, error) {
 	args := pgx.StrictNamedArgs{
-		"project": f.Project, "domain": f.Domain, "run": nil, "phase": nil, "before": int64(math.MaxInt64),
+		"project": f.Project, "domain": f.Domain, "run": nil, "phase": nil, "cluster": f.Cluster, "before": int64(math.MaxInt64),
 		"limit": page.Limit + 1, "max_bytes": page.MaxBytes, "item_overhead": ItemOverhead,
 	}
 	if f.Run != "" {
@@ -784,9 +914,13 @@ type ListedEvent struct {
 // ListActionEvents returns a page of one action's events in order of attempt,
 // occurrence, phase and version, after the cursor (the zero cursor starts at the first),
 // and whether more follow.
-func (s *Store) ListActionEvents(ctx context.Context, key Key, after EventCursor, page Page) ([]ListedEvent, bool, error) {
+func (s *Store) ListActionEvents(ctx context.Context, key Key, cluster *string, after EventCursor, page Page) ([]ListedEvent, bool, error) {
+	resolved, err := s.clusterOf(ctx, key, cluster)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: listing events of %s: %w", key, err)
+	}
 	rows, err := s.pool.Query(ctx, listActionEventsSQL, pgx.StrictNamedArgs{
-		"project": key.Project, "domain": key.Domain, "run": key.Run, "action": key.Action,
+		"project": key.Project, "domain": key.Domain, "run": key.Run, "action": key.Action, "cluster": resolved,
 		"attempt": int32(after.Attempt), "occurred_at": after.OccurredAt, "phase": after.Phase, "version": int32(after.Version),
 		"limit": page.Limit + 1, "max_bytes": page.MaxBytes, "item_overhead": ItemOverhead,
 	})

@@ -15,9 +15,13 @@ SELECT attempt, occurred_at, phase, version, event FROM (
     FROM (
         SELECT attempt, occurred_at, phase, version, event FROM action_events
         WHERE project = @project AND domain = @domain AND run = @run AND action = @action
+          -- The action of @cluster (Store.ListActionEvents resolves it first when the
+          -- caller named none); NULL: one the previous release recorded, and its events.
+          AND (cluster = @cluster::text OR cluster IS NULL)
           -- Only the action's partition is read: the filing is known before the scan.
           AND filed_at = (SELECT filed_at FROM actions
-                          WHERE project = @project AND domain = @domain AND run = @run AND action = @action)
+                          WHERE project = @project AND domain = @domain AND run = @run AND action = @action
+                            AND (cluster = @cluster::text OR cluster IS NULL))
           AND (attempt, occurred_at, phase, version) > (@attempt, @occurred_at, @phase, @version)
         ORDER BY attempt, occurred_at, phase, version
         LIMIT @limit

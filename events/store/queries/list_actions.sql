@@ -1,5 +1,6 @@
 -- ListActions: a page of a domain's actions, newest first, before the cursor @before,
--- optionally of one run (@run) and in one phase (@phase); NULL leaves a filter out.
+-- optionally of one run (@run), in one phase (@phase) and of one cluster (@cluster); NULL
+-- leaves a filter out.
 --
 -- The store runs this unprepared, so that Postgres plans each call for its own filters:
 -- a run's listing then walks actions_by_run and a domain's actions_by_domain. A generic
@@ -19,6 +20,7 @@ SELECT id, event, created_at FROM (
         WHERE project = @project AND domain = @domain
           AND (@run::text IS NULL OR run = @run::text)
           AND (@phase::smallint IS NULL OR phase = @phase::smallint)
+          AND (@cluster::text IS NULL OR cluster = @cluster::text)
           AND id < @before
         ORDER BY id DESC
         LIMIT @limit

@@ -625,7 +625,13 @@ func (x *RecordResponse) GetDuplicates() uint32 {
 type GetActionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id names the action.
-	Id            *v1.ActionIdentifier `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Id *v1.ActionIdentifier `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// cluster, when set, names the cluster whose action it is (ActionEvent.cluster; empty
+	// is an executor's that names none). Unset, the name must be one cluster's: actions
+	// of several clusters with this name are refused with FailedPrecondition, naming
+	// them. An action the release before cluster-aware identities recorded names no
+	// cluster, and is found under any.
+	Cluster       *string `protobuf:"bytes,2,opt,name=cluster,proto3,oneof" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -665,6 +671,13 @@ func (x *GetActionRequest) GetId() *v1.ActionIdentifier {
 		return x.Id
 	}
 	return nil
+}
+
+func (x *GetActionRequest) GetCluster() string {
+	if x != nil && x.Cluster != nil {
+		return *x.Cluster
+	}
+	return ""
 }
 
 // GetActionResponse holds the action's latest state.
@@ -728,7 +741,11 @@ type ListActionsRequest struct {
 	// page_size is the most actions to return; 0 means the server's default (100).
 	PageSize uint32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token continues a previous listing; empty starts at the newest action.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// cluster, when set, narrows the list to the actions of one cluster
+	// (ActionEvent.cluster; empty is an executor's that names none). Actions recorded
+	// before the service kept clusters name none and are listed only when it is unset.
+	Cluster       *string `protobuf:"bytes,7,opt,name=cluster,proto3,oneof" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -805,6 +822,13 @@ func (x *ListActionsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListActionsRequest) GetCluster() string {
+	if x != nil && x.Cluster != nil {
+		return *x.Cluster
+	}
+	return ""
+}
+
 // ListActionsResponse is one page of actions.
 type ListActionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -868,7 +892,13 @@ type ListActionEventsRequest struct {
 	// page_size is the most events to return; 0 means the server's default (100).
 	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token continues a previous listing; empty starts at the first event.
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// cluster, when set, names the cluster whose action it is (ActionEvent.cluster; empty
+	// is an executor's that names none). Unset, the name must be one cluster's: actions
+	// of several clusters with this name are refused with FailedPrecondition, naming
+	// them. An action the release before cluster-aware identities recorded names no
+	// cluster, and is found under any.
+	Cluster       *string `protobuf:"bytes,4,opt,name=cluster,proto3,oneof" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -920,6 +950,13 @@ func (x *ListActionEventsRequest) GetPageSize() uint32 {
 func (x *ListActionEventsRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListActionEventsRequest) GetCluster() string {
+	if x != nil && x.Cluster != nil {
+		return *x.Cluster
 	}
 	return ""
 }
@@ -1151,11 +1188,14 @@ const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"\brecorded\x18\x01 \x01(\rR\brecorded\x12\x1e\n" +
 	"\n" +
 	"duplicates\x18\x02 \x01(\rR\n" +
-	"duplicates\"K\n" +
+	"duplicates\"\x84\x01\n" +
 	"\x10GetActionRequest\x127\n" +
-	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\x02id\"D\n" +
+	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\x02id\x12+\n" +
+	"\acluster\x18\x02 \x01(\tB\f\xbaH\tr\a\x18\xfd\x01\xba\x01\x01\x00H\x00R\acluster\x88\x01\x01B\n" +
+	"\n" +
+	"\b_cluster\"D\n" +
 	"\x11GetActionResponse\x12/\n" +
-	"\x06action\x18\x01 \x01(\v2\x17.flyte.events.v1.ActionR\x06action\"\xc9\x02\n" +
+	"\x06action\x18\x01 \x01(\v2\x17.flyte.events.v1.ActionR\x06action\"\x82\x03\n" +
 	"\x12ListActionsRequest\x12<\n" +
 	"\aproject\x18\x01 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\aproject\x12:\n" +
 	"\x06domain\x18\x02 \x01(\tB\"\xbaH\x1fr\x1d\x18?2\x19^[a-z0-9]+(-+[a-z0-9]+)*$R\x06domain\x127\n" +
@@ -1163,15 +1203,21 @@ const file_flyte_events_v1_events_proto_rawDesc = "" +
 	"\x05phase\x18\x04 \x01(\x0e2\x1a.flyte.core.v1.ActionPhaseR\x05phase\x12%\n" +
 	"\tpage_size\x18\x05 \x01(\rB\b\xbaH\x05*\x03\x18\xe8\aR\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"p\n" +
+	"page_token\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\x12+\n" +
+	"\acluster\x18\a \x01(\tB\f\xbaH\tr\a\x18\xfd\x01\xba\x01\x01\x00H\x00R\acluster\x88\x01\x01B\n" +
+	"\n" +
+	"\b_cluster\"p\n" +
 	"\x13ListActionsResponse\x121\n" +
 	"\aactions\x18\x01 \x03(\v2\x17.flyte.events.v1.ActionR\aactions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa2\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdb\x01\n" +
 	"\x17ListActionEventsRequest\x127\n" +
 	"\x02id\x18\x01 \x01(\v2\x1f.flyte.core.v1.ActionIdentifierB\x06\xbaH\x03\xc8\x01\x01R\x02id\x12%\n" +
 	"\tpage_size\x18\x02 \x01(\rB\b\xbaH\x05*\x03\x18\xe8\aR\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\"x\n" +
+	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\x12+\n" +
+	"\acluster\x18\x04 \x01(\tB\f\xbaH\tr\a\x18\xfd\x01\xba\x01\x01\x00H\x00R\acluster\x88\x01\x01B\n" +
+	"\n" +
+	"\b_cluster\"x\n" +
 	"\x18ListActionEventsResponse\x124\n" +
 	"\x06events\x18\x01 \x03(\v2\x1c.flyte.events.v1.ActionEventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc8\x01\n" +
@@ -1268,6 +1314,9 @@ func file_flyte_events_v1_events_proto_init() {
 	if File_flyte_events_v1_events_proto != nil {
 		return
 	}
+	file_flyte_events_v1_events_proto_msgTypes[6].OneofWrappers = []any{}
+	file_flyte_events_v1_events_proto_msgTypes[8].OneofWrappers = []any{}
+	file_flyte_events_v1_events_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1,0 +1,209 @@
+package events_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+
+	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
+	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
+	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
+	"github.com/flytekube/backend/services/postgres"
+)
+
+// inCluster is ev sent by the executor of cluster c.
+func inCluster(c string, ev *eventsv1.ActionEvent) *eventsv1.ActionEvent {
+	ev.Cluster = c
+	return ev
+}
+
+// theNextReleasesKeys drops the keys of the name alone, as the contract migration of the
+// release after this one will: an action is then its name and its cluster.
+const theNextReleasesKeys = `
+ALTER TABLE actions DROP CONSTRAINT actions_pkey;
+ALTER TABLE action_events DROP CONSTRAINT action_events_pkey;
+CREATE UNIQUE INDEX action_events_cluster_key ON action_events
+    (project, domain, run, action, attempt, phase, version, filed_at, cluster) NULLS NOT DISTINCT;
+`
+
+// TestOneNameInTwoClusters: two clusters' executors record actions of one name. Neither
+// overwrites the other's: on this release's schema, which keeps the previous release's
+// key of the name alone, the second is refused (InvalidArgument, naming the holder,
+// which the executors hold and offer again); on the next release's, both are kept, and
+// reads tell them apart by cluster.
+func TestOneNameInTwoClusters(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		schema string // run after the migrations
+	}{
+		{name: "this release's schema"},
+		{name: "the next release's schema", schema: theNextReleasesKeys},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := pg.NewDatabase(t)
+			inst := startInstance(t, db)
+			if tc.schema != "" {
+				execSQL(t, db, tc.schema)
+			}
+			id := actionID("r1", "train")
+			other := actionID("r1", "other")
+			east := []*eventsv1.ActionEvent{inCluster("east", event(id, 1, queued, 0, 1)), inCluster("east", event(id, 1, running, 0, 2))}
+			record(t, inst.client, east...)
+			west := inCluster("west", event(id, 1, queued, 0, 3))
+
+			_, err := inst.client.Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: []*eventsv1.ActionEvent{west, inCluster("west", event(other, 1, queued, 0, 3))}}))
+			if tc.schema == "" {
+				if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `cluster "east" has an action of that name`) {
+					t.Fatalf("west's action of east's name: %v; want InvalidArgument naming east", err)
+				}
+				// The refused batch wrote nothing, and its other action goes alone.
+				record(t, inst.client, inCluster("west", event(other, 1, queued, 0, 3)))
+				if got := stateString(getActionIn(t, inst.client, id, nil)); !strings.HasPrefix(got, "attempt 1 ACTION_PHASE_RUNNING") {
+					t.Fatalf("east's action after west's refusal: %s; want running", got)
+				}
+				if got := len(listEvents(t, inst.client, id, nil)); got != 2 {
+					t.Fatalf("east's action has %d events; want its 2", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("west's action of east's name: %v", err)
+			}
+			// Both are kept, each with its own state and events.
+			for _, want := range []struct {
+				cluster        string
+				state          string
+				events, listed int
+			}{{"east", "attempt 1 ACTION_PHASE_RUNNING", 2, 1}, {"west", "attempt 1 ACTION_PHASE_QUEUED", 1, 2}} {
+				a := getActionIn(t, inst.client, id, proto.String(want.cluster))
+				if !strings.HasPrefix(stateString(a), want.state) || a.GetCluster() != want.cluster {
+					t.Errorf("%s's action: %s in %q; want %s", want.cluster, stateString(a), a.GetCluster(), want.state)
+				}
+				evs := listEvents(t, inst.client, id, proto.String(want.cluster))
+				if len(evs) != want.events {
+					t.Errorf("%s's action has %d events; want %d", want.cluster, len(evs), want.events)
+				}
+				for _, ev := range evs {
+					if ev.GetCluster() != want.cluster {
+						t.Errorf("%s's action lists an event of %q", want.cluster, ev.GetCluster())
+					}
+				}
+				if n := len(listActions(t, inst.client, proto.String(want.cluster))); n != want.listed {
+					t.Errorf("%s's actions listed: %d; want %d", want.cluster, n, want.listed)
+				}
+			}
+			// Unnamed, the cluster is asked for.
+			_, err = inst.client.GetAction(ctx, connect.NewRequest(&eventsv1.GetActionRequest{Id: id}))
+			if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), `"east" and "west"`) {
+				t.Fatalf("GetAction without a cluster: %v; want FailedPrecondition naming both", err)
+			}
+			_, err = inst.client.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id}))
+			if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+				t.Fatalf("ListActionEvents without a cluster: %v; want FailedPrecondition", err)
+			}
+			// Redelivered, each is absorbed as its own action's.
+			if got := record(t, inst.client, append(east, west)...); got.GetDuplicates() != 3 {
+				t.Fatalf("redelivery of both clusters' events: %v; want 3 duplicates", got)
+			}
+			if n := len(listActions(t, inst.client, nil)); n != 3 {
+				t.Fatalf("%d actions listed; want 3 (train of east and west, other of west)", n)
+			}
+		})
+	}
+}
+
+// TestThePreviousReleasesActionsAreAdopted: an action the previous release recorded
+// names no cluster (the release does not know the column). It is found under any
+// cluster, and the first event of a cluster makes it, and its events, that cluster's;
+// another cluster's event of its name is then refused.
+func TestThePreviousReleasesActionsAreAdopted(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	inst := startInstance(t, db)
+	id := actionID("r1", "train")
+	record(t, inst.client, inCluster("east", event(id, 1, queued, 0, 1)))
+	// What the previous release leaves: no cluster on the action or its events.
+	execSQL(t, db, `UPDATE actions SET cluster = NULL; UPDATE action_events SET cluster = NULL`)
+
+	if got := getActionIn(t, inst.client, id, proto.String("east")); got.GetPhase() != queued {
+		t.Fatalf("the previous release's action under east: %s", stateString(got))
+	}
+	record(t, inst.client, inCluster("east", event(id, 1, running, 0, 2)))
+	var nulls, clusters int
+	queryRow(t, db, `SELECT (SELECT count(*) FROM action_events WHERE cluster IS NULL) + (SELECT count(*) FROM actions WHERE cluster IS NULL),
+	                        (SELECT count(*) FROM action_events WHERE cluster = 'east') + (SELECT count(*) FROM actions WHERE cluster = 'east')`, &nulls, &clusters)
+	if nulls != 0 || clusters != 3 {
+		t.Fatalf("after east's event: %d rows without a cluster, %d of east; want 0 and 3 (the action and its 2 events)", nulls, clusters)
+	}
+	if got := stateString(getActionIn(t, inst.client, id, proto.String("east"))); !strings.HasPrefix(got, "attempt 1 ACTION_PHASE_RUNNING") {
+		t.Fatalf("east's adopted action: %s; want running", got)
+	}
+	if n := len(listEvents(t, inst.client, id, proto.String("east"))); n != 2 {
+		t.Fatalf("east's adopted action lists %d events; want 2", n)
+	}
+	_, err := inst.client.GetAction(ctx, connect.NewRequest(&eventsv1.GetActionRequest{Id: id, Cluster: proto.String("west")}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("GetAction of west: %v; want NotFound", err)
+	}
+	_, err = inst.client.Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: []*eventsv1.ActionEvent{inCluster("west", event(id, 1, queued, 0, 3))}}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("west's event of east's adopted action: %v; want InvalidArgument", err)
+	}
+}
+
+func getActionIn(t *testing.T, c eventsv1connect.EventsServiceClient, id *flytecorev1.ActionIdentifier, cluster *string) *eventsv1.Action {
+	t.Helper()
+	resp, err := c.GetAction(context.Background(), connect.NewRequest(&eventsv1.GetActionRequest{Id: id, Cluster: cluster}))
+	if err != nil {
+		t.Fatalf("GetAction(%v, cluster %v): %v", id, cluster, err)
+	}
+	return resp.Msg.GetAction()
+}
+
+func listEvents(t *testing.T, c eventsv1connect.EventsServiceClient, id *flytecorev1.ActionIdentifier, cluster *string) []*eventsv1.ActionEvent {
+	t.Helper()
+	resp, err := c.ListActionEvents(context.Background(), connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id, Cluster: cluster}))
+	if err != nil {
+		t.Fatalf("ListActionEvents(%v, cluster %v): %v", id, cluster, err)
+	}
+	return resp.Msg.GetEvents()
+}
+
+func listActions(t *testing.T, c eventsv1connect.EventsServiceClient, cluster *string) []*eventsv1.Action {
+	t.Helper()
+	resp, err := c.ListActions(context.Background(), connect.NewRequest(&eventsv1.ListActionsRequest{Project: "demo", Domain: "development", Cluster: cluster}))
+	if err != nil {
+		t.Fatalf("ListActions(cluster %v): %v", cluster, err)
+	}
+	return resp.Msg.GetActions()
+}
+
+func execSQL(t *testing.T, dbURL, sql string) {
+	t.Helper()
+	pool := openPool(t, dbURL)
+	if _, err := pool.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func queryRow(t *testing.T, dbURL, sql string, dest ...any) {
+	t.Helper()
+	if err := openPool(t, dbURL).QueryRow(context.Background(), sql).Scan(dest...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func openPool(t *testing.T, dbURL string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := postgres.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatalf("opening the test database: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
