@@ -110,9 +110,11 @@ export type Traces = { traces: Trace[] } | { unavailable: string } | { busy: num
  */
 export async function actionTraces(
   id: { project: string; domain: string; run: string; action: string },
+  cluster: string | undefined,
   signal: AbortSignal,
 ): Promise<Traces> {
   const q = new URLSearchParams(id);
+  if (cluster !== undefined) q.set("cluster", cluster);
   const headers: Record<string, string> = {};
   const t = token();
   if (t) headers.Authorization = `Bearer ${t}`;

@@ -11,6 +11,8 @@ export interface Scope {
   project: string;
   domain: string;
   run?: string;
+  /** cluster, when set, keeps only that cluster's actions (the watch carries every cluster's). */
+  cluster?: string;
 }
 
 export type Status = "connecting" | "live" | "reconnecting";
@@ -27,8 +29,9 @@ export interface Listener {
 const maxListed = 5000;
 const pageSize = 1000;
 
+/** key names an action: two clusters' actions of one name are two actions. */
 export function key(a: Action): string {
-  return `${a.id?.run}/${a.id?.action}`;
+  return JSON.stringify([a.cluster, a.id?.run, a.id?.action]);
 }
 
 /** newer reports whether a is a later state of its action than b, as the service folds them. */
@@ -74,6 +77,7 @@ export class LiveActions {
   }
 
   private put(a: Action): boolean {
+    if (this.scope.cluster !== undefined && a.cluster !== this.scope.cluster) return false;
     const k = key(a);
     const old = this.actions.get(k);
     if (old && !newer(a, old)) return false;
@@ -134,7 +138,7 @@ export class LiveActions {
     let listed = 0;
     do {
       const resp = await events.listActions(
-        { project: this.scope.project, domain: this.scope.domain, run: this.scope.run ?? "", pageSize, pageToken },
+        { project: this.scope.project, domain: this.scope.domain, run: this.scope.run ?? "", cluster: this.scope.cluster, pageSize, pageToken },
         { signal },
       );
       for (const a of resp.actions) this.put(a);

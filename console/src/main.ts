@@ -1,5 +1,6 @@
 // The console's entry: the query string names the view, so every view has a link
-// (?project=P&domain=D, then &run=R, then &action=A; &phase=NAME filters lists).
+// (?project=P&domain=D, then &run=R, then &action=A; &phase=NAME filters lists, and
+// &cluster=NAME lists and names one cluster's actions).
 
 import { setToken, takeTokenFromFragment } from "./api";
 import { h, replace } from "./dom";
@@ -25,14 +26,15 @@ function show(root: HTMLElement): void {
   const domain = q.get("domain") ?? "";
   const run = q.get("run") ?? "";
   const action = q.get("action") ?? "";
+  const cluster = q.get("cluster") ?? undefined;
   if (!project || !domain) {
     replace(root, chooser());
   } else if (run && action) {
-    actionPage(root, { project, domain, run, action });
+    actionPage(root, { project, domain, run, action }, cluster);
   } else if (run) {
-    runPage(root, project, domain, run, q.get("phase"));
+    runPage(root, project, domain, run, q.get("phase"), cluster);
   } else {
-    runsPage(root, project, domain, q.get("phase"));
+    runsPage(root, project, domain, q.get("phase"), cluster);
   }
 }
 

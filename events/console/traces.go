@@ -159,6 +159,9 @@ func (t *traceLookup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), t.client.Timeout)
 	defer cancel()
 	req := connect.NewRequest(&eventsv1.GetActionRequest{Id: id})
+	if c, ok := q["cluster"]; ok && len(c) == 1 { // another cluster's action may have the name
+		req.Msg.Cluster = &c[0]
+	}
 	if a := r.Header.Get("Authorization"); a != "" {
 		req.Header().Set("Authorization", a)
 	}

@@ -21,7 +21,8 @@ interface Id {
   action: string;
 }
 
-export function actionPage(root: HTMLElement, id: Id): void {
+/** actionPage shows the action of that name of cluster, or of the one cluster that has one when cluster is unset. */
+export function actionPage(root: HTMLElement, id: Id, cluster?: string): void {
   const f = frame(root, id);
   const top = h("div", { id: "action" }, h("p", { class: "empty" }, "loading"));
   const traceBox = h("section", { id: "trace" }, h("h2", {}, "Trace"), h("p", { class: "empty" }, "looking for the action's trace"));
@@ -47,7 +48,7 @@ export function actionPage(root: HTMLElement, id: Id): void {
     try {
       do {
         again = false;
-        const [action, evs] = await Promise.all([getAction(id), listEvents(id)]);
+        const [action, evs] = await Promise.all([getAction(id, cluster), listEvents(id, cluster)]);
         const v = view(id, action, evs);
         replace(top, ...v.children);
         drawn = v.drawn;
@@ -59,31 +60,36 @@ export function actionPage(root: HTMLElement, id: Id): void {
       loading = false;
     }
   };
-  const self = `${id.run}/${id.action}`;
   const live = new LiveActions(
-    { project: id.project, domain: id.domain, run: id.run },
+    { project: id.project, domain: id.domain, run: id.run, cluster },
     {
       changed: (key) => {
-        if (key === undefined || key === self) void load();
+        if (key === undefined || isSelf(key)) void load();
       },
       status: f.status,
       failed: f.fail,
     },
   );
   void live.run();
-  void loadTrace(id, traceBox, f);
+  void loadTrace(id, cluster, traceBox, f);
+
+  /** isSelf reports whether a changed action's key (live.ts) names this page's action. */
+  function isSelf(key: string): boolean {
+    const [c, run, action] = JSON.parse(key) as [string, string, string];
+    return run === id.run && action === id.action && (cluster === undefined || c === cluster);
+  }
 }
 
-async function getAction(id: Id): Promise<Action | undefined> {
-  const resp = await events.getAction({ id });
+async function getAction(id: Id, cluster?: string): Promise<Action | undefined> {
+  const resp = await events.getAction({ id, cluster });
   return resp.action;
 }
 
-async function listEvents(id: Id): Promise<ActionEvent[]> {
+async function listEvents(id: Id, cluster?: string): Promise<ActionEvent[]> {
   const out: ActionEvent[] = [];
   let pageToken = "";
   do {
-    const resp = await events.listActionEvents({ id, pageSize: 1000, pageToken });
+    const resp = await events.listActionEvents({ id, cluster, pageSize: 1000, pageToken });
     out.push(...resp.events);
     pageToken = resp.nextPageToken;
   } while (pageToken && out.length < 20000);
@@ -235,20 +241,20 @@ function eventsView(evs: ActionEvent[]): HTMLElement {
 const traceTries = 5;
 
 /** askForTraces asks for the action's traces, and again after the wait a busy service names. */
-async function askForTraces(id: Id, signal: AbortSignal, box: HTMLElement): Promise<Traces> {
+async function askForTraces(id: Id, cluster: string | undefined, signal: AbortSignal, box: HTMLElement): Promise<Traces> {
   for (let tries = 1; ; tries++) {
-    const result = await actionTraces(id, signal);
+    const result = await actionTraces(id, cluster, signal);
     if (!("busy" in result) || tries === traceTries) return result;
     replace(box, h("h2", {}, "Trace"), h("p", { class: "empty" }, "The events service is busy looking up other traces: asking again shortly."));
     await new Promise((resolve) => setTimeout(resolve, result.busy * 1000));
   }
 }
 
-async function loadTrace(id: Id, box: HTMLElement, f: Frame): Promise<void> {
+async function loadTrace(id: Id, cluster: string | undefined, box: HTMLElement, f: Frame): Promise<void> {
   const stop = new AbortController();
   let result;
   try {
-    result = await askForTraces(id, stop.signal, box);
+    result = await askForTraces(id, cluster, stop.signal, box);
   } catch (err) {
     replace(box, h("h2", {}, "Trace"), h("p", { class: "empty" }, `The trace could not be read: ${String(err)}`));
     return;

@@ -76,3 +76,19 @@ function tokenForm(message: string): HTMLElement {
 export function phaseBadge(name: string, label: string): HTMLElement {
   return h("span", { class: `phase phase-${name}` }, label);
 }
+
+/**
+ * clusterFilter links to each cluster's actions, once actions of more than one cluster
+ * are listed, or one is chosen. An executor that names no cluster has no link of its own.
+ */
+export function clusterFilter(clusters: Iterable<string>, chosen: string | undefined, params: Record<string, string | undefined>): HTMLElement | null {
+  const names = [...new Set(clusters)].filter((c) => c).sort();
+  if (chosen === undefined && names.length < 2) return null;
+  return h(
+    "p",
+    { class: "filters", id: "clusters" },
+    "Cluster: ",
+    link("all", { ...params, cluster: undefined }, chosen === undefined ? { class: "current" } : {}),
+    ...names.flatMap((c) => [" · ", link(c, { ...params, cluster: c }, chosen === c ? { class: "current" } : {})]),
+  );
+}

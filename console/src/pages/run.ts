@@ -8,10 +8,10 @@ import { cacheLabel, errorKind, ms, phaseByName, phaseLabel, phaseName, phases, 
 import { LiveActions } from "../live";
 import { isTerminal } from "../timeline";
 import { Clock, elapsedView } from "./clock";
-import { frame, phaseBadge } from "./frame";
+import { clusterFilter, frame, phaseBadge } from "./frame";
 import { redrawer } from "./redraw";
 
-export function runPage(root: HTMLElement, project: string, domain: string, run: string, phaseFilter: string | null): void {
+export function runPage(root: HTMLElement, project: string, domain: string, run: string, phaseFilter: string | null, cluster?: string): void {
   const f = frame(root, { project, domain, run });
   const filter = phaseByName(phaseFilter);
   let live: LiveActions;
@@ -23,17 +23,20 @@ export function runPage(root: HTMLElement, project: string, domain: string, run:
       "p",
       { class: "filters" },
       "Phase: ",
-      link(`all (${all.length})`, { project, domain, run }, filter ? {} : { class: "current" }),
+      link(`all (${all.length})`, { project, domain, run, cluster }, filter ? {} : { class: "current" }),
       ...phases.flatMap((p) => {
         const n = all.filter((a) => a.phase === p.phase).length;
         return n || filter === p.phase
-          ? [" · ", link(`${p.label} (${n})`, { project, domain, run, phase: p.name }, filter === p.phase ? { class: "current" } : {})]
+          ? [" · ", link(`${p.label} (${n})`, { project, domain, run, cluster, phase: p.name }, filter === p.phase ? { class: "current" } : {})]
           : [];
       }),
     );
+    const clusters = new Set(all.map((a) => a.cluster));
+    const columns = ["action", "phase", "attempts", "started", "duration", "cache", "task type", "reason or error"];
     replace(
       f.main,
-      h("h1", {}, `Run ${run}`),
+      h("h1", {}, cluster ? `Run ${run} in ${cluster}` : `Run ${run}`),
+      clusterFilter(clusters, cluster, { project, domain, run, phase: phaseFilter ?? undefined }),
       filters,
       shown.length
         ? h(
@@ -42,25 +45,26 @@ export function runPage(root: HTMLElement, project: string, domain: string, run:
             h(
               "thead",
               {},
-              h("tr", {}, ...["action", "phase", "attempts", "started", "duration", "cache", "task type", "reason or error"].map((c) => h("th", {}, c))),
+              h("tr", {}, ...(clusters.size > 1 ? [...columns, "cluster"] : columns).map((c) => h("th", {}, c))),
             ),
-            h("tbody", {}, ...shown.map((a) => actionRow(a, project, domain, run, now))),
+            h("tbody", {}, ...shown.map((a) => actionRow(a, project, domain, run, now, clusters.size > 1))),
           )
         : h("p", { class: "empty" }, all.length ? "No action of this run is in this phase." : "No actions recorded for this run yet."),
     );
   }, new Clock(f.main));
-  live = new LiveActions({ project, domain, run }, { changed: draw, status: f.status, failed: f.fail });
+  live = new LiveActions({ project, domain, run, cluster }, { changed: draw, status: f.status, failed: f.fail });
   draw();
   void live.run();
 }
 
-function actionRow(a: Action, project: string, domain: string, run: string, now: number): HTMLElement {
+/** actionRow is one action's row; its link names the action's cluster, as another cluster may have one of its name. */
+function actionRow(a: Action, project: string, domain: string, run: string, now: number, showCluster: boolean): HTMLElement {
   const action = a.id?.action ?? "";
   const done = isTerminal(a.phase);
   return h(
     "tr",
-    { "data-action": action, "data-phase": phaseName(a.phase) },
-    h("td", {}, link(action, { project, domain, run, action })),
+    { "data-action": action, "data-phase": phaseName(a.phase), "data-cluster": a.cluster },
+    h("td", {}, link(action, { project, domain, run, action, cluster: a.cluster || undefined })),
     h("td", {}, phaseBadge(phaseName(a.phase), phaseLabel(a.phase))),
     h("td", { class: "num" }, a.attempt),
     h("td", {}, when(a.createdAt)),
@@ -68,6 +72,7 @@ function actionRow(a: Action, project: string, domain: string, run: string, now:
     h("td", {}, cacheLabel(a.cacheStatus)),
     h("td", {}, a.taskType),
     h("td", { class: "why" }, ...why(a)),
+    showCluster ? h("td", {}, a.cluster) : null,
   );
 }
 

@@ -8,7 +8,7 @@ import { ms, phaseByName, phases, when } from "../format";
 import { LiveActions } from "../live";
 import { isTerminal } from "../timeline";
 import { Clock, elapsedView } from "./clock";
-import { frame, phaseBadge } from "./frame";
+import { clusterFilter, frame, phaseBadge } from "./frame";
 import { redrawer } from "./redraw";
 
 interface Run {
@@ -36,7 +36,7 @@ function runsOf(actions: Iterable<Action>): Run[] {
   return [...runs.values()].sort((a, b) => b.created - a.created || a.run.localeCompare(b.run));
 }
 
-export function runsPage(root: HTMLElement, project: string, domain: string, phaseFilter: string | null): void {
+export function runsPage(root: HTMLElement, project: string, domain: string, phaseFilter: string | null, cluster?: string): void {
   const f = frame(root, { project, domain });
   const filter = phaseByName(phaseFilter);
   let live: LiveActions;
@@ -48,10 +48,10 @@ export function runsPage(root: HTMLElement, project: string, domain: string, pha
       "p",
       { class: "filters" },
       "Phase: ",
-      link(`all (${all.length})`, { project, domain }, filter ? {} : { class: "current" }),
+      link(`all (${all.length})`, { project, domain, cluster }, filter ? {} : { class: "current" }),
       ...phases.flatMap((p) => {
         const n = all.filter((r) => r.counts.has(p.phase)).length;
-        return [" · ", link(`${p.label} (${n})`, { project, domain, phase: p.name }, filter === p.phase ? { class: "current" } : {})];
+        return [" · ", link(`${p.label} (${n})`, { project, domain, cluster, phase: p.name }, filter === p.phase ? { class: "current" } : {})];
       }),
     );
     const rows = shown.map((r) => {
@@ -59,7 +59,7 @@ export function runsPage(root: HTMLElement, project: string, domain: string, pha
       return h(
         "tr",
         { "data-run": r.run },
-        h("td", {}, link(r.run, { project, domain, run: r.run })),
+        h("td", {}, link(r.run, { project, domain, cluster, run: r.run })),
         h("td", {}, when(r.created)),
         h("td", { class: "counts" }, ...phaseCounts(r.counts)),
         h("td", { class: "num" }, r.actions.length),
@@ -69,7 +69,12 @@ export function runsPage(root: HTMLElement, project: string, domain: string, pha
     });
     replace(
       f.main,
-      h("h1", {}, `Runs of ${project} · ${domain}`),
+      h("h1", {}, cluster ? `Runs of ${project} · ${domain} in ${cluster}` : `Runs of ${project} · ${domain}`),
+      clusterFilter(
+        [...live.actions.values()].map((a) => a.cluster),
+        cluster,
+        { project, domain, phase: phaseFilter ?? undefined },
+      ),
       filters,
       rows.length
         ? h(
@@ -82,7 +87,7 @@ export function runsPage(root: HTMLElement, project: string, domain: string, pha
       live.truncated ? h("p", { class: "note" }, "Only the newest actions are listed; older runs may be missing.") : null,
     );
   }, new Clock(f.main));
-  live = new LiveActions({ project, domain }, { changed: draw, status: f.status, failed: f.fail });
+  live = new LiveActions({ project, domain, cluster }, { changed: draw, status: f.status, failed: f.fail });
   draw();
   void live.run();
 }
