@@ -2,11 +2,13 @@ package events_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
@@ -206,4 +208,29 @@ func openPool(t *testing.T, dbURL string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// TestMetricsByCluster: the events each cluster sent, and when each last sent one, for
+// up to maxClusterLabels clusters; the clusters past those are counted together, so a
+// caller naming a new cluster in every event cannot grow the metrics without bound.
+func TestMetricsByCluster(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	record(t, inst.client, inCluster("east", event(actionID("r1", "a"), 1, queued, 0, 1)), inCluster("east", event(actionID("r1", "a"), 1, running, 0, 2)))
+	record(t, inst.client, inCluster("west", event(actionID("r2", "a"), 1, queued, 0, 1)))
+	record(t, inst.client, event(actionID("r3", "a"), 1, queued, 0, 1))
+	for i := range 70 {
+		record(t, inst.client, inCluster(fmt.Sprintf("c%02d", i), event(actionID(fmt.Sprintf("x%d", i), "a"), 1, queued, 0, 1)))
+	}
+	inst.RequireMetrics(t,
+		`flyte_events_received_by_cluster_total{cluster="east"} 2`,
+		`flyte_events_received_by_cluster_total{cluster="west"} 1`,
+		`flyte_events_received_by_cluster_total{cluster=""} 1`,
+		`flyte_events_received_by_cluster_total{cluster="c60"} 1`,
+		// 64 names: east, west, "" and c00 to c60; c61 to c69 are counted together.
+		`flyte_events_received_by_cluster_total{cluster="(other)"} 9`,
+	)
+	n, err := testutil.GatherAndCount(inst.Gatherer(), "flyte_events_cluster_last_event_timestamp_seconds")
+	if err != nil || n != 65 {
+		t.Errorf("%d series of flyte_events_cluster_last_event_timestamp_seconds (%v); want 65", n, err)
+	}
 }

@@ -95,6 +95,7 @@ func (s *Service) page(requested uint32) store.Page {
 func (s *Service) Record(ctx context.Context, req *connect.Request[eventsv1.RecordRequest]) (*connect.Response[eventsv1.RecordResponse], error) {
 	events := req.Msg.GetEvents()
 	s.metrics.received.Add(float64(len(events)))
+	s.metrics.receivedFrom(events)
 	s.metrics.batchSize.Observe(float64(len(events)))
 	start := time.Now()
 	res, err := s.store.Record(ctx, events)
