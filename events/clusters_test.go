@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -232,5 +233,62 @@ func TestMetricsByCluster(t *testing.T) {
 	n, err := testutil.GatherAndCount(inst.Gatherer(), "flyte_events_cluster_last_event_timestamp_seconds")
 	if err != nil || n != 65 {
 		t.Errorf("%d series of flyte_events_cluster_last_event_timestamp_seconds (%v); want 65", n, err)
+	}
+}
+
+// TestTheNextReleasesKeysAreCompleted: what the next release's contract needs before it
+// drops the keys of the name alone is done in the background. Each partition that
+// existed before the key with the cluster gets its part of it (those made since get
+// theirs when attached), and the previous release's actions and their events get the
+// cluster their events name. Then, with the old keys dropped, a redelivery is still
+// absorbed, by the key with the cluster.
+func TestTheNextReleasesKeysAreCompleted(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	st, pool := openStore(t, db)
+	var batch []*eventsv1.ActionEvent
+	for i := range 3 {
+		id := actionID("r1", fmt.Sprintf("a%d", i))
+		batch = append(batch, inCluster("east", event(id, 1, queued, 0, 1)), inCluster("east", event(id, 1, running, 0, 2)))
+	}
+	if _, err := st.Record(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	// Two of them as the previous release leaves them.
+	execSQL(t, db, `UPDATE actions SET cluster = NULL WHERE action <> 'a0'; UPDATE action_events SET cluster = NULL WHERE action <> 'a0'`)
+	keyValid := func() bool {
+		var valid bool
+		if err := pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'action_events_cluster_key'::regclass`).Scan(&valid); err != nil {
+			t.Fatal(err)
+		}
+		return valid
+	}
+	if keyValid() {
+		t.Fatal("the key with the cluster is valid before the partitions from before it have theirs")
+	}
+
+	res, err := st.CompleteClusterKeys(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Skipped || res.Backfilled != 2 || !res.Done || !slices.Contains(res.Keyed, "action_events_before_partitioning") {
+		t.Fatalf("first pass: %+v; want the partition from before partitioning keyed and 2 actions given their cluster", res)
+	}
+	if !keyValid() {
+		t.Fatal("the key with the cluster is not valid once every partition has its part")
+	}
+	var nulls int
+	queryRow(t, db, `SELECT (SELECT count(*) FROM actions WHERE cluster IS DISTINCT FROM 'east') + (SELECT count(*) FROM action_events WHERE cluster IS DISTINCT FROM 'east')`, &nulls)
+	if nulls != 0 {
+		t.Fatalf("%d actions or events without east's cluster after the pass", nulls)
+	}
+	if res, err := st.CompleteClusterKeys(ctx, 10); err != nil || len(res.Keyed) != 0 || res.Backfilled != 0 || !res.Done {
+		t.Fatalf("second pass: %+v, %v; want nothing left to do", res, err)
+	}
+
+	execSQL(t, db, `ALTER TABLE actions DROP CONSTRAINT actions_pkey; ALTER TABLE action_events DROP CONSTRAINT action_events_pkey`)
+	got, err := st.Record(ctx, batch)
+	if err != nil || got.Duplicates != len(batch) {
+		t.Fatalf("redelivery without the old keys: %+v, %v; want all %d absorbed", got, err, len(batch))
 	}
 }

@@ -351,6 +351,25 @@ func startConsole(cfg Config, api http.Handler, tlsConfig *tls.Config, log *slog
 	}, nil
 }
 
+// clusterBackfillBatches bounds the batches of the previous release's actions one pass
+// gives their cluster (store.CompleteClusterKeys): 100,000 actions, a few seconds.
+const clusterBackfillBatches = 100
+
+// completeClusterKeys does one pass of what the next release's contract needs done
+// before it drops the key of the name alone, and says what it did.
+func completeClusterKeys(ctx context.Context, st *store.Store, log *slog.Logger) {
+	res, err := st.CompleteClusterKeys(ctx, clusterBackfillBatches)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("completing the keys with the cluster", "error", err)
+		}
+		return
+	}
+	if len(res.Keyed) > 0 || res.Backfilled > 0 {
+		log.Info("completed keys with the cluster", "partitions", res.Keyed, "backfilled", res.Backfilled, "done", res.Done)
+	}
+}
+
 // maintain makes the partitions ahead and, with a TTL, drops those past it.
 func maintain(ctx context.Context, st *store.Store, cfg Config, abandoned prometheus.Counter, log *slog.Logger) {
 	now := time.Now()
@@ -364,6 +383,7 @@ func maintain(ctx context.Context, st *store.Store, cfg Config, abandoned promet
 	if len(made) > 0 {
 		log.Info("made partitions", "partitions", made)
 	}
+	completeClusterKeys(ctx, st, log)
 	if cfg.RetentionTTL == 0 {
 		return
 	}

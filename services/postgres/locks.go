@@ -31,6 +31,10 @@ const (
 	// LockCacheEviction is held by the cache replica evicting entries over a project's
 	// bound (cacheservice/store). In v0.2.0, keyed by hashtext.
 	LockCacheEviction = "flyte-cache-eviction"
+	// LockEventsClusters is held by the events replica building action_events' key with
+	// the cluster on a partition, or giving the previous release's actions their
+	// cluster (events/store). After v0.2.0.
+	LockEventsClusters = "flyte-events-clusters"
 )
 
 // The services whose migrations run here: each names its version table
@@ -50,7 +54,7 @@ func CompatibilityLock(service string) string { return MigrationLock(service) + 
 
 // LockNames lists every lock the services take, for the test that their keys differ.
 func LockNames() []string {
-	names := []string{LockRelayLeader, LockEventsPartitions, LockCacheEviction}
+	names := []string{LockRelayLeader, LockEventsPartitions, LockCacheEviction, LockEventsClusters}
 	for _, service := range []string{ServiceEvents, ServiceCache} {
 		names = append(names, MigrationLock(service), CompatibilityLock(service))
 	}
