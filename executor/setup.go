@@ -313,7 +313,8 @@ func Setup(ctx context.Context, cfg config.Config, restConfig *rest.Config, log 
 		// cache); the heartbeats and the releases of gone actions' reservations run under
 		// the manager, never the informer's delete handler, and stop with it.
 		cc := cacheclient.New(client, store, cacheclient.Options{Heartbeat: reservationHeartbeat,
-			Log: log.With("component", "cache"), Metrics: instruments, Exists: cacheclient.ExistsIn(mgr.GetCache())})
+			Log: log.With("component", "cache"), Metrics: instruments, Exists: cacheclient.ExistsIn(mgr.GetCache()),
+			KeyScope: cacheKeyScope(cfg)})
 		if err := mgr.Add(cc); err != nil {
 			return nil, fmt.Errorf("executor: adding the cache's heartbeats and releases: %w", err)
 		}
@@ -483,3 +484,12 @@ func (s setupContext) Client() client.Client               { return s.mgr.GetCli
 func (s setupContext) APIReader() client.Reader            { return s.mgr.GetAPIReader() }
 func (s setupContext) Cache() cache.Cache                  { return s.mgr.GetCache() }
 func (s setupContext) EventRecorder() record.EventRecorder { return s.recorder }
+
+// cacheKeyScope is the scope of the executor's cache keys: its cluster when its entries
+// are its own (config.CachePerCluster), else none, which shares them.
+func cacheKeyScope(cfg config.Config) string {
+	if cfg.CacheSharing == config.CachePerCluster {
+		return cfg.Cluster
+	}
+	return ""
+}

@@ -88,7 +88,7 @@ func startWest(t *testing.T) *cluster {
 }
 
 func startCluster(name string) (*cluster, error) {
-	env, err := kubetest.Start(kubetest.Options{})
+	env, err := kubetest.Start(kubetest.Options{TaskActions: true})
 	if err != nil {
 		return nil, err
 	}

@@ -72,6 +72,9 @@ type Options struct {
 	// informer cache): a reservation's heartbeats stop, and it is released, once its
 	// action does not. Nil: heartbeats go on until the action is done with the cache.
 	Exists func(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, error)
+	// KeyScope keeps entries apart: keys computed under one scope (a cluster's name) are
+	// not hits under another. Empty shares them with every executor whose scope is empty.
+	KeyScope string
 }
 
 // Cache talks to the cache service for the reconciler. It is a manager.Runnable: Start
@@ -238,8 +241,20 @@ func (c *Cache) Key(ctx context.Context, ta *flytev1.TaskAction) (*cachev1.Cache
 	}
 	return &cachev1.CacheKey{
 		Project: ta.Spec.Project, Domain: ta.Spec.Domain, TaskName: ta.Spec.TaskName,
-		CacheVersion: ta.Spec.Cache.Version, Signature: Signature(&ta.Spec), InputsHash: hash,
+		CacheVersion: ta.Spec.Cache.Version, Signature: ScopedSignature(Signature(&ta.Spec), c.opts.KeyScope), InputsHash: hash,
 	}, nil
+}
+
+// ScopedSignature is a task's signature within scope: the signature itself when scope
+// is empty (entries shared, and the keys of releases before scopes), else the hash of
+// both, so that the cache service needs no notion of scope and no other field of the
+// key changes.
+func ScopedSignature(signature, scope string) string {
+	if scope == "" {
+		return signature
+	}
+	sum := sha256.Sum256([]byte(signature + "\x00scope:" + scope))
+	return hex.EncodeToString(sum[:])
 }
 
 // Decision is what Lookup found.

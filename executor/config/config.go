@@ -88,6 +88,12 @@ type Config struct {
 	// events from several clusters can be told apart. Default "".
 	Cluster string `json:"cluster"`
 
+	// CacheSharing says which executors' cache entries are hits here: "shared" (every
+	// executor of the cache service: clusters that share the data store their outputs
+	// are in, as one cluster does), or "cluster" (this cluster's alone, whose data store
+	// the others cannot read; needs cluster). Default "shared".
+	CacheSharing string `json:"cacheSharing"`
+
 	// DefaultServiceAccount is the service account for task pods whose task names none;
 	// empty means the namespace's default service account. Default "".
 	DefaultServiceAccount string `json:"defaultServiceAccount"`
@@ -280,6 +286,7 @@ func Default() Config {
 		HealthProbeBindAddress:  ":8081",
 		LeaderElectionID:        "abf369a8.flyte.org",
 		EventsServiceURL:        "http://localhost:8090",
+		CacheSharing:            CacheShared,
 		CacheServiceURL:         "http://localhost:8094",
 		MaxSystemFailures:       3,
 		MaxConcurrentReconciles: 8,
@@ -339,3 +346,11 @@ type LogLink struct {
 	// "https://logs.example.com/{{.Namespace}}/{{.PodName}}".
 	URITemplate string `json:"uriTemplate"`
 }
+
+// The values of CacheSharing.
+const (
+	// CacheShared makes every executor's cache entries hits here.
+	CacheShared = "shared"
+	// CachePerCluster keeps this cluster's entries apart from the others'.
+	CachePerCluster = "cluster"
+)

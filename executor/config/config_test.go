@@ -89,6 +89,7 @@ enableHTTP2: true
 eventsServiceURL: https://events.example.com
 cacheServiceURL: ""
 cluster: prod-eu-1
+cacheSharing: cluster
 defaultServiceAccount: flyte-tasks
 maxSystemFailures: 5
 maxConcurrentReconciles: 48
@@ -158,6 +159,7 @@ k8s:
 			MaxOutputEntries: 20000, MaxOutputDepth: 16},
 		Tenancy:                 config.TenancyConfig{ProjectLabel: "example.com/project", DomainLabel: "example.com/domain", NamespaceTemplate: "{project}-{domain}"},
 		Cluster:                 "prod-eu-1",
+		CacheSharing:            "cluster",
 		DefaultServiceAccount:   "flyte-tasks",
 		MaxSystemFailures:       5,
 		MaxConcurrentReconciles: 48,
@@ -337,6 +339,8 @@ func TestLoadRejects(t *testing.T) {
 		{"log link with an unknown field", "logLinks:\n  - name: k\n    uriTemplate: \"https://x/{{.Pod}}\"\n", "logLinks[0].uriTemplate: does not render"},
 		{"nine log links", "logLinks:\n" + strings.Repeat("  - {name: k, uriTemplate: \"https://x/\"}\n", 9), "logLinks: at most 8"},
 		{"long cluster name", "cluster: " + strings.Repeat("c", 254) + "\n", "cluster: at most 253"},
+		{"cache per cluster without a cluster", "cacheSharing: cluster\n", `cacheSharing: "cluster" needs cluster set`},
+		{"unknown cache sharing", "cluster: east\ncacheSharing: everyone\n", `cacheSharing: want "shared" or "cluster", got "everyone"`},
 		{"log link without a name", "logLinks:\n  - uriTemplate: https://x/{{.PodName}}\n", "logLinks[0].name"},
 		{"maxSystemFailures -1", "maxSystemFailures: -1\n", "maxSystemFailures: must not be negative"},
 		{"maxSystemFailures 101", "maxSystemFailures: 101\n", "maxSystemFailures: at most 100"},

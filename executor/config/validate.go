@@ -226,6 +226,15 @@ func (c Config) Validate() error {
 			fail(path+".uriTemplate", "must render an absolute URI, such as https://logs.example.com/...; got %q", b.String())
 		}
 	}
+	switch c.CacheSharing {
+	case "", CacheShared:
+	case CachePerCluster:
+		if c.Cluster == "" {
+			fail("cacheSharing", "%q needs cluster set: the entries are kept apart by it", CachePerCluster)
+		}
+	default:
+		fail("cacheSharing", "want %q or %q, got %q", CacheShared, CachePerCluster, c.CacheSharing)
+	}
 	if len(c.Cluster) > 253 {
 		fail("cluster", "at most 253 characters, got %d", len(c.Cluster))
 	}
