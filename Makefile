@@ -51,12 +51,14 @@ chaos: envtest node ## Run the chaos soak for DURATION (default 30m) with SEED (
 	CHAOS_NODE="$(NODE)" SEED="$(SEED)" DURATION="$(DURATION)" KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" \
 		$(GO) test -count=1 -timeout 24h -v -run '^TestChaos$$' ./e2e/chaos
 
+# CLUSTERS=2 starts a second cluster beside the first (sandbox --second-cluster).
+CLUSTERS ?= 1
 .PHONY: run
-run: first-run envtest jaeger ## Run the whole system here, apply examples/, show them running (Ctrl-C stops it all).
+run: first-run envtest jaeger ## Run the whole system here, apply examples/, show them running (Ctrl-C stops it all; CLUSTERS=2 adds a second cluster).
 	@progress_name="make run"; source hack/progress.sh; \
 	long "compiling the sandbox (sandbox/cmd/sandbox, into $(BIN)/)" "2 to 3 min" \
 	  quietly "$${TMPDIR:-/tmp}/flyte-make-run-build.log" $(GO) build -o "$(BIN)/" ./sandbox/cmd/sandbox
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(BIN)/sandbox $(RUN_FLAGS)
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(BIN)/sandbox $(if $(filter 2,$(CLUSTERS)),--second-cluster) $(RUN_FLAGS)
 
 .PHONY: deploy-node
 deploy-node: envtest node ## Run the kustomize deployment (overlays/node) on a real node here, from images built here, and the examples through it (as root; Ctrl-C stops it).

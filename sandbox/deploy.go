@@ -182,6 +182,7 @@ func Deploy(ctx context.Context, o DeployOptions, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	examples, _ = withoutSecondCluster(examples) // one cluster here
 	// The examples' data goes under the prefix the base's executor configuration allows
 	// for their project and domain, in the node's data directory.
 	data := filepath.Join(nodeDataDir, demoNamespace, "development")
@@ -203,7 +204,7 @@ func Deploy(ctx context.Context, o DeployOptions, out io.Writer) (err error) {
 	if err := apply(ctx, c, examples); err != nil {
 		return err
 	}
-	if err := watchExamples(ctx, c, examples, Options{UntilSettled: true, Timeout: o.Timeout}, Endpoints{}, out,
+	if err := watchExamples(ctx, []client.WithWatch{c}, examples, Options{UntilSettled: true, Timeout: o.Timeout}, Endpoints{}, out,
 		func(ctx context.Context) error {
 			return eventually(ctx, o.Timeout, func(ctx context.Context) []string {
 				return checkEvents(ctx, c, viewer, createdActions(examples))

@@ -36,7 +36,10 @@ const (
 	annotationAfter = "examples.flyte.org/after"
 	// annotationNeedsNode marks an example that runs pods: without a node it is left out.
 	annotationNeedsNode = "examples.flyte.org/needs-node"
-	expectRejected      = "Rejected"
+	// annotationCluster "second" runs an example in the second cluster (make run
+	// CLUSTERS=2); without one it is left out.
+	annotationCluster = "examples.flyte.org/cluster"
+	expectRejected    = "Rejected"
 )
 
 // example is one TaskAction from the examples directory and what became of it.
@@ -49,6 +52,8 @@ type example struct {
 	applied bool
 	// templates are the PodTemplates its file holds before it, made before it is applied.
 	templates []*corev1.PodTemplate
+	// client applies it to the second cluster (annotationCluster); nil to the first.
+	client client.Client
 }
 
 // loadExamples reads every TaskAction in the *.yaml files of dir, in file order, each
@@ -144,8 +149,36 @@ func withoutPods(examples []*example) (kept []*example, left []string) {
 	return kept, left
 }
 
+// withoutSecondCluster drops the examples that run in the second cluster, and names them.
+func withoutSecondCluster(examples []*example) (kept []*example, left []string) {
+	for _, e := range examples {
+		if e.action.Annotations[annotationCluster] == "second" {
+			left = append(left, e.action.Name)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept, left
+}
+
+// inSecondCluster makes the examples of the second cluster apply there, in its own
+// namespace of the examples.
+func inSecondCluster(ctx context.Context, c client.Client, examples []*example) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("sandbox: creating namespace %s in the second cluster: %w", demoNamespace, err)
+	}
+	for _, e := range examples {
+		if e.action.Annotations[annotationCluster] == "second" {
+			e.client = c
+		}
+	}
+	return nil
+}
+
 // apply creates the examples that are not applied yet and whose predecessor (if any)
-// has ended; a refusal is recorded, since showing one is the point of an invalid example.
+// has ended, each in its cluster (c is the first's); a refusal is recorded, since
+// showing one is the point of an invalid example.
 func apply(ctx context.Context, c client.Client, examples []*example) error {
 	ended := map[string]bool{}
 	for _, e := range examples {
@@ -159,6 +192,10 @@ func apply(ctx context.Context, c client.Client, examples []*example) error {
 		}
 		if after := e.action.Annotations[annotationAfter]; after != "" && !ended[after] {
 			continue
+		}
+		c := c
+		if e.client != nil {
+			c = e.client
 		}
 		for _, t := range e.templates {
 			t := t.DeepCopy()

@@ -8,6 +8,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -57,6 +58,12 @@ type Options struct {
 	// NoNode uses the embedded control plane without a node even where a real node can
 	// run (as root): faster to start, but container examples are left out.
 	NoNode bool
+	// SecondCluster starts a second cluster beside the first, an embedded control plane
+	// named SecondClusterName with an executor of its own, reporting to the same events
+	// and cache services; the examples marked for it run there.
+	SecondCluster bool
+	// SecondExecutorHealthPort and SecondExecutorMetricsPort are the second executor's.
+	SecondExecutorHealthPort, SecondExecutorMetricsPort int
 	// Ports of the events service, the cache service, the executor's health probes and
 	// metrics, and Jaeger's query API and OTLP/HTTP receiver.
 	EventsPort, CachePort, ExecutorHealthPort, ExecutorMetricsPort, JaegerQueryPort, JaegerOTLPPort int
@@ -127,6 +134,8 @@ func (o Options) withDefaults() Options {
 	def(&o.PrometheusPort, 9091)
 	def(&o.NATSPort, 4222)
 	def(&o.CloudEventsReceiverPort, 8096)
+	def(&o.SecondExecutorHealthPort, 8082)
+	def(&o.SecondExecutorMetricsPort, 10255)
 	if o.Dir == "" {
 		o.Dir = DefaultDir()
 	}
@@ -187,12 +196,12 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 
-	cluster, err := controlPlane(o, root, say)
+	first, err := controlPlane(o, root, say)
 	if err != nil {
 		return err
 	}
-	stops = append(stops, cluster.stop)
-	restConfig, kubeconfig, pods := cluster.config, cluster.kubeconfig, cluster.pods
+	stops = append(stops, first.stop)
+	restConfig, kubeconfig, pods := first.config, first.kubeconfig, first.pods
 
 	say("starting Postgres")
 	pg, err := pgtest.Start()
@@ -308,6 +317,14 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 
+	var second *cluster // the second cluster, when asked for
+	if o.SecondCluster {
+		if second, err = startSecondCluster(ctx, o, root, cfg, bins["executor"], logs, otel(SecondClusterName), say); err != nil {
+			return err
+		}
+		stops = append(stops, second.stop)
+	}
+
 	say("starting Prometheus on 127.0.0.1:%d", o.PrometheusPort)
 	if err := startPrometheus(ctx, root, bins["prometheus"], o, &stops); err != nil {
 		return err
@@ -332,6 +349,24 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 			say("left out, for want of a node to run their pods: %s", strings.Join(left, ", "))
 		}
 	}
+	var clients []client.WithWatch // the clusters', the first one's first
+	clients = append(clients, c)
+	if second == nil {
+		var left []string
+		examples, left = withoutSecondCluster(examples)
+		if len(left) > 0 {
+			say("left out, for want of a second cluster (make run CLUSTERS=2): %s", strings.Join(left, ", "))
+		}
+	} else {
+		c2, err := client.NewWithWatch(second.config, client.Options{Scheme: scheme})
+		if err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+		if err := inSecondCluster(ctx, c2, examples); err != nil {
+			return err
+		}
+		clients = append(clients, c2)
+	}
 	secret, err := prepareExamples(ctx, c, root, o.Dir, examples)
 	if err != nil {
 		return err
@@ -347,9 +382,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		ExecutorMetrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", o.ExecutorMetricsPort),
 		JaegerQuery:     fmt.Sprintf("http://127.0.0.1:%d", o.JaegerQueryPort),
 		Prometheus:      fmt.Sprintf("http://127.0.0.1:%d", o.PrometheusPort),
-		Dir:             o.Dir, Kubeconfig: kubeconfig, NodeDir: cluster.nodeDir, DatabaseURL: dbURL, ExampleSecret: secret,
+		Dir:             o.Dir, Kubeconfig: kubeconfig, NodeDir: first.nodeDir, DatabaseURL: dbURL, ExampleSecret: secret,
 	}
-	return watchExamples(ctx, c, examples, o, endpoints, out, func(ctx context.Context) error {
+	return watchExamples(ctx, clients, examples, o, endpoints, out, func(ctx context.Context) error {
 		return checkEgress(ctx, eventsClient, egress, out)
 	})
 }
@@ -568,10 +603,11 @@ func prepareExamples(ctx context.Context, c client.Client, root, dir string, exa
 	return secret, nil
 }
 
-// watchExamples shows the examples' progress as the API server reports it, until ctx
-// ends or, with UntilSettled, until every example has ended.
-// With UntilSettled, verify then holds the rest of the system to what the examples did.
-func watchExamples(ctx context.Context, c client.WithWatch, examples []*example, o Options, endpoints Endpoints, out io.Writer, verify func(context.Context) error) error {
+// watchExamples shows the examples' progress as the API servers of clients (the first
+// cluster's first) report it, until ctx ends or, with UntilSettled, until every example
+// has ended. With UntilSettled, verify then holds the rest of the system to what the
+// examples did.
+func watchExamples(ctx context.Context, clients []client.WithWatch, examples []*example, o Options, endpoints Endpoints, out io.Writer, verify func(context.Context) error) error {
 	view := newProgress(out, o.Terminal)
 	var mu sync.Mutex // examples and view, shared by the watch and the clock
 	show := func() {
@@ -588,7 +624,7 @@ func watchExamples(ctx context.Context, c client.WithWatch, examples []*example,
 		for _, ta := range changed {
 			observe(examples, ta)
 		}
-		if applyErr = apply(ctx, c, examples); applyErr != nil {
+		if applyErr = apply(ctx, clients[0], examples); applyErr != nil {
 			return false, applyErr
 		}
 		view.show(examples, time.Now())
@@ -609,6 +645,50 @@ func watchExamples(ctx context.Context, c client.WithWatch, examples []*example,
 		defer stopClock()
 	}
 
+	// One watch a cluster; the first to see every example ended ends them all.
+	allCtx, allEnded := context.WithCancel(watchCtx)
+	defer allEnded()
+	errs := make([]error, len(clients))
+	var watches sync.WaitGroup
+	for i, c := range clients {
+		watches.Go(func() {
+			errs[i] = watchCluster(allCtx, c, func(changed ...*flytev1.TaskAction) (bool, error) {
+				done, err := step(changed...)
+				if done {
+					allEnded()
+				}
+				return done, err
+			})
+		})
+	}
+	watches.Wait()
+	err := errors.Join(errs...)
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case watchCtx.Err() != nil:
+		return fmt.Errorf("sandbox: the examples did not all end within %s", o.Timeout)
+	case applyErr != nil:
+		return applyErr
+	case err != nil && allCtx.Err() == nil:
+		return fmt.Errorf("sandbox: watching the examples: %w", err)
+	}
+	if _, problems := settled(examples); len(problems) > 0 {
+		return fmt.Errorf("sandbox: not as expected: %s", strings.Join(problems, "; "))
+	}
+	fmt.Fprintln(out, "every example ended as expected")
+	if err := verify(ctx); err != nil {
+		return err
+	}
+	if o.Settled == nil {
+		return nil
+	}
+	return o.Settled(ctx, endpoints)
+}
+
+// watchCluster hands step the examples of one cluster as they change, until step says
+// the watch is over or ctx ends.
+func watchCluster(ctx context.Context, c client.WithWatch, step func(...*flytev1.TaskAction) (bool, error)) error {
 	demo := client.InNamespace(demoNamespace)
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -619,7 +699,7 @@ func watchExamples(ctx context.Context, c client.WithWatch, examples []*example,
 			return c.Watch(ctx, &flytev1.TaskActionList{}, demo, &client.ListOptions{Raw: &opts})
 		},
 	}
-	_, err := watchtools.UntilWithSync(watchCtx, lw, &flytev1.TaskAction{},
+	_, err := watchtools.UntilWithSync(ctx, lw, &flytev1.TaskAction{},
 		func(store toolscache.Store) (bool, error) { // what exists once the watch begins
 			var all []*flytev1.TaskAction
 			for _, obj := range store.List() {
@@ -634,27 +714,7 @@ func watchExamples(ctx context.Context, c client.WithWatch, examples []*example,
 			}
 			return step(ta)
 		})
-	switch {
-	case ctx.Err() != nil:
-		return nil
-	case watchCtx.Err() != nil:
-		return fmt.Errorf("sandbox: the examples did not all end within %s", o.Timeout)
-	case applyErr != nil:
-		return applyErr
-	case err != nil:
-		return fmt.Errorf("sandbox: watching the examples: %w", err)
-	}
-	if _, problems := settled(examples); len(problems) > 0 {
-		return fmt.Errorf("sandbox: not as expected: %s", strings.Join(problems, "; "))
-	}
-	fmt.Fprintln(out, "every example ended as expected")
-	if err := verify(ctx); err != nil {
-		return err
-	}
-	if o.Settled == nil {
-		return nil
-	}
-	return o.Settled(ctx, endpoints)
+	return err
 }
 
 func writeYAML(path string, v any) error {
@@ -693,8 +753,69 @@ func whereToLook(o Options, kubeconfig, logs string, creds *devcreds.Credentials
 			o.PrometheusPort, o.PrometheusPort),
 		"  logs: " + logs,
 	}
+	if o.SecondCluster {
+		second := filepath.Join(o.Dir, SecondClusterName+".kubeconfig")
+		lines = append(lines,
+			fmt.Sprintf("The second cluster, %s, which reports to the same services (its actions' events name it; the console's Cluster filter shows them apart):", SecondClusterName),
+			"  kubectl --kubeconfig "+second+" -n demo get taskactions",
+			fmt.Sprintf("  its executor's metrics: http://127.0.0.1:%d/metrics, its log: %s", o.SecondExecutorMetricsPort, filepath.Join(logs, "executor-"+SecondClusterName+".log")))
+	}
 	if !o.UntilSettled {
 		lines = append(lines, "Ctrl-C stops everything.")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// SecondClusterName names the second cluster, in its executor's events.
+const SecondClusterName = "sandbox-2"
+
+// startSecondCluster starts the second cluster: an embedded control plane (no node: its
+// examples run in process) and an executor of its own, configured as the first's (cfg)
+// but for its name, ports and kubeconfig, so that it reports to the same services and
+// shares the data store.
+func startSecondCluster(ctx context.Context, o Options, root string, cfg config.Config, bin, logs string, env []string, say func(string, ...any)) (*cluster, error) {
+	say("starting a second cluster, %s: an embedded control plane (kube-apiserver and etcd, no node) and its executor", SecondClusterName)
+	scheme, err := executor.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubetest.Start(kubetest.Options{CRDDirectoryPaths: []string{filepath.Join(root, "deploy", "crd")}, Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	second := &cluster{config: kube.Config, kubeconfig: filepath.Join(o.Dir, SecondClusterName+".kubeconfig")}
+	stops := []func(){func() { _ = kube.Stop() }}
+	second.stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	fail := func(err error) (*cluster, error) {
+		second.stop()
+		return nil, err
+	}
+	raw, err := kube.Kubeconfig()
+	if err == nil {
+		err = os.WriteFile(second.kubeconfig, raw, 0o600)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: %w", err))
+	}
+	cfg.Cluster = SecondClusterName
+	cfg.HealthProbeBindAddress = "127.0.0.1:" + strconv.Itoa(o.SecondExecutorHealthPort)
+	cfg.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(o.SecondExecutorMetricsPort)
+	cfg.K8s.MountFileStorage = false
+	e, err := systemtest.NewExecutor(systemtest.ExecutorOptions{Name: "executor-" + SecondClusterName, Binary: bin, LogDir: logs,
+		ConfigFile: filepath.Join(o.Dir, "executor-"+SecondClusterName+".yaml"), Config: cfg, Kubeconfig: second.kubeconfig, Env: env})
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: %w", err))
+	}
+	if err := start(e.Process); err != nil {
+		return fail(err)
+	}
+	stops = append(stops, stopFunc(e.Process))
+	if err := e.WaitHTTP(ctx, http.DefaultClient, e.Readyz, time.Minute); err != nil {
+		return fail(err)
+	}
+	return second, nil
 }

@@ -34,14 +34,16 @@ import (
 
 // TestSandboxRunsTheExamples is `make run` from start to end, as a newcomer gets it:
 // every program as its own process, the examples applied, each ending as its file says
-// (the sleep and the flaky one succeed, the second echo is a cache hit, the invalid one
+// (the sleep and the flaky one succeed, the second echo is a cache hit, as is the echo of a
+// second cluster, make run CLUSTERS=2, which shares the cache; the invalid one
 // is refused; on a real node the container tasks run as pods, one shaped by a PodTemplate
 // with a sidecar, one reading a Secret whose value nothing records: checkSecretExample),
 // and everything stopped afterwards.
 func TestSandboxRunsTheExamples(t *testing.T) {
 	t.Setenv("KUBECONFIG", "") // the embedded control plane, whatever the caller's shell has
 	out, scraped, calls := runSandbox(t, "", credentials)
-	wants := []string{"echo-again: Succeeded", "Hit", "invalid: Rejected", "every example ended as expected", "bufcurl",
+	// The second cluster's echo hits the entry the first cluster's computed.
+	wants := []string{"echo-again: Succeeded", "Hit", "invalid: Rejected", "echo-second-cluster: Succeeded 1 Hit", "every example ended as expected", "bufcurl",
 		"made credentials in " + credentials}
 	if nodetest.Unavailable() == "" { // as root, on a real node, the container examples run for real
 		wants = append(wants, "container: Succeeded", "container-retry: Succeeded", "container-oom: Failed", "OOMKilled", "secret: Succeeded", "pod-template: Succeeded")
@@ -314,7 +316,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 	var calls []bufCall
 	// Found together, so that no two are the same (one at a time, each is free when
 	// found but may be handed out twice: the receiver and the events metrics once were).
-	p, err := ports.Free(12)
+	p, err := ports.Free(14)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,6 +325,7 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 		EventsPort: p[0], CachePort: p[1], ExecutorHealthPort: p[2], ExecutorMetricsPort: p[3],
 		JaegerQueryPort: p[4], JaegerOTLPPort: p[5], EventsMetricsPort: p[6], CacheMetricsPort: p[7],
 		ConsolePort: p[8], NATSPort: p[9], CloudEventsReceiverPort: p[10], PrometheusPort: p[11],
+		SecondCluster: kubeconfig == "", SecondExecutorHealthPort: p[12], SecondExecutorMetricsPort: p[13],
 		Settled: func(ctx context.Context, e sandbox.Endpoints) error {
 			for name, url := range map[string]string{"executor": e.ExecutorMetrics, "events": e.EventsMetrics, "cacheservice": e.CacheMetrics} {
 				scraped[name] = scrape(t, url)
@@ -348,7 +351,8 @@ func runSandbox(t *testing.T, kubeconfig, credentials string) (string, map[strin
 	}
 	// Everything it started has stopped: nothing answers on its ports any more.
 	for _, port := range []int{o.EventsPort, o.CachePort, o.ExecutorHealthPort, o.ExecutorMetricsPort, o.JaegerQueryPort,
-		o.JaegerOTLPPort, o.EventsMetricsPort, o.CacheMetricsPort, o.ConsolePort, o.NATSPort, o.CloudEventsReceiverPort} {
+		o.JaegerOTLPPort, o.EventsMetricsPort, o.CacheMetricsPort, o.ConsolePort, o.NATSPort, o.CloudEventsReceiverPort,
+		o.SecondExecutorHealthPort, o.SecondExecutorMetricsPort} {
 		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
 			_ = c.Close()
 			t.Errorf("port %d still answers after the sandbox stopped", port)
@@ -442,8 +446,9 @@ func checkMetrics(t *testing.T, scraped map[string]string, withNode bool) {
 		"executor": {fmt.Sprintf(`flyte_executor_retries_total{kind="user"} %d`, userRetries), `flyte_executor_cache_lookups_total{result="hit"} 1`,
 			fmt.Sprintf(`flyte_executor_actions{phase="Succeeded"} %d`, succeeded), fmt.Sprintf(`flyte_executor_actions{phase="Failed"} %d`, failed),
 			`flyte_executor_cache_puts_total{status="Populated"} 1`},
-		"cacheservice": {`flyte_cache_gets_total{result="hit"} 1`, `flyte_cache_reservations_total{result="granted"}`},
-		"events":       {`flyte_events_recorded_total`},
+		// Two hits: echo-again in the first cluster, echo-second-cluster in the second.
+		"cacheservice": {`flyte_cache_gets_total{result="hit"} 2`, `flyte_cache_reservations_total{result="granted"}`},
+		"events":       {`flyte_events_recorded_total`, `flyte_events_received_by_cluster_total{cluster="sandbox-2"}`},
 	} {
 		for _, s := range series {
 			if !strings.Contains(scraped[program], s) {
