@@ -2,20 +2,25 @@ package events_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
+	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/flytekube/backend/events/store"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/gen/go/flyte/events/v1/eventsv1connect"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/eventsschema"
 )
 
 // inCluster is ev sent by the executor of cluster c.
@@ -24,15 +29,6 @@ func inCluster(c string, ev *eventsv1.ActionEvent) *eventsv1.ActionEvent {
 	return ev
 }
 
-// theNextReleasesKeys drops the keys of the name alone, as the contract migration of the
-// release after this one will: an action is then its name and its cluster.
-const theNextReleasesKeys = `
-ALTER TABLE actions DROP CONSTRAINT actions_pkey;
-ALTER TABLE action_events DROP CONSTRAINT action_events_pkey;
-CREATE UNIQUE INDEX action_events_cluster_key ON action_events
-    (project, domain, run, action, attempt, phase, version, filed_at, cluster) NULLS NOT DISTINCT;
-`
-
 // TestOneNameInTwoClusters: two clusters' executors record actions of one name. Neither
 // overwrites the other's: on this release's schema, which keeps the previous release's
 // key of the name alone, the second is refused (InvalidArgument, naming the holder,
@@ -40,18 +36,19 @@ CREATE UNIQUE INDEX action_events_cluster_key ON action_events
 // reads tell them apart by cluster.
 func TestOneNameInTwoClusters(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		schema string // run after the migrations
+		name string
+		next bool // on the next release's schema
 	}{
 		{name: "this release's schema"},
-		{name: "the next release's schema", schema: theNextReleasesKeys},
+		{name: "the next release's schema", next: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := pg.NewDatabase(t)
 			inst := startInstance(t, db)
-			if tc.schema != "" {
-				execSQL(t, db, tc.schema)
+			if tc.next {
+				st, _ := openStore(t, db)
+				eventsschema.ToTheNextReleasesKeys(t, st, db)
 			}
 			id := actionID("r1", "train")
 			other := actionID("r1", "other")
@@ -60,7 +57,7 @@ func TestOneNameInTwoClusters(t *testing.T) {
 			west := inCluster("west", event(id, 1, queued, 0, 3))
 
 			_, err := inst.client.Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: []*eventsv1.ActionEvent{west, inCluster("west", event(other, 1, queued, 0, 3))}}))
-			if tc.schema == "" {
+			if !tc.next {
 				if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `cluster "east" has an action of that name`) {
 					t.Fatalf("west's action of east's name: %v; want InvalidArgument naming east", err)
 				}
@@ -290,5 +287,42 @@ func TestTheNextReleasesKeysAreCompleted(t *testing.T) {
 	got, err := st.Record(ctx, batch)
 	if err != nil || got.Duplicates != len(batch) {
 		t.Fatalf("redelivery without the old keys: %+v, %v; want all %d absorbed", got, err, len(batch))
+	}
+}
+
+// TestRetentionMovesEachClustersActionApart: on the next release's schema, two clusters'
+// actions of one name filed in one partition, one finished and one running. Retention
+// deletes the finished one and re-files the running one with its own events alone.
+func TestRetentionMovesEachClustersActionApart(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	clk := clocktesting.NewFakeClock(day0)
+	st, _ := openStoreAt(t, db, clk)
+	eventsschema.ToTheNextReleasesKeys(t, st, db)
+	id := actionID("day0", "train")
+	storeRecord(t, st, inCluster("east", occurredAt(event(id, 1, running, 0, 0), day0)), inCluster("east", occurredAt(event(id, 1, succeeded, 0, 0), day0.Add(time.Minute))))
+	storeRecord(t, st, inCluster("west", occurredAt(event(id, 1, queued, 0, 0), day0)), inCluster("west", occurredAt(event(id, 1, running, 0, 0), day0.Add(time.Second))),
+		inCluster("west", occurredAt(event(id, 1, running, 1, 0), day0.Add(2*time.Second))))
+
+	now := day0.Add(48 * time.Hour)
+	clk.SetTime(now)
+	if _, err := st.MaintainPartitions(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.DropExpired(ctx, now, 24*time.Hour, 7)
+	if err != nil || res.Actions != 1 || res.Refiled != 1 {
+		t.Fatalf("retention did %+v (%v); want east's action deleted and west's re-filed", res, err)
+	}
+	if _, err := st.GetAction(ctx, store.KeyOf(id), proto.String("east")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("east's finished action: %v; want it deleted", err)
+	}
+	evs, _, err := st.ListActionEvents(ctx, store.KeyOf(id), proto.String("west"), store.EventCursor{}, store.Page{Limit: 100, MaxBytes: 1 << 20})
+	if err != nil || len(evs) != 3 {
+		t.Fatalf("west's re-filed action lists %d events (%v); want its 3", len(evs), err)
+	}
+	var left int
+	queryRow(t, db, `SELECT count(*) FROM action_events WHERE cluster = 'east'`, &left)
+	if left != 0 {
+		t.Fatalf("%d of east's events left after its action was deleted", left)
 	}
 }

@@ -11,9 +11,22 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/flytekube/backend/events"
+	"github.com/flytekube/backend/events/store"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
 	"github.com/flytekube/backend/services/postgres"
+	"github.com/flytekube/backend/test/eventsschema"
 )
+
+// openStore is a store over the service's migrated database, closed at the end of t.
+func openStore(t *testing.T, dbURL string) *store.Store {
+	t.Helper()
+	pool, err := postgres.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return store.New(pool)
+}
 
 // TestActionsOfSeveralClusters: two clusters ran actions of one run, one of them under
 // the same name in both (on the schema the release after this one leaves: an action is
@@ -29,18 +42,8 @@ func TestActionsOfSeveralClusters(t *testing.T) {
 	t.Cleanup(jaeger.Close)
 	var db string
 	s := startService(t, func(c *events.Config) { db, c.JaegerQueryURL = c.DatabaseURL, jaeger.URL })
-	pool, err := postgres.Open(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := pool.Exec(context.Background(), `
-		ALTER TABLE actions DROP CONSTRAINT actions_pkey;
-		ALTER TABLE action_events DROP CONSTRAINT action_events_pkey;
-		CREATE UNIQUE INDEX action_events_cluster_key ON action_events
-		    (project, domain, run, action, attempt, phase, version, filed_at, cluster) NULLS NOT DISTINCT`); err != nil {
-		t.Fatal(err)
-	}
+	st := openStore(t, db)
+	eventsschema.ToTheNextReleasesKeys(t, st, db)
 	start := time.Now().Add(-5 * time.Minute).Truncate(time.Second)
 	in := func(cluster string, evs []*eventsv1.ActionEvent) []*eventsv1.ActionEvent {
 		for _, e := range evs {

@@ -417,13 +417,15 @@ func refile(ctx context.Context, conn *pgx.Conn, r filedRange) (int, error) {
 		}
 		var (
 			projects, domains, runs, actions []string
+			clusters                         []pgtype.Text
 			filings                          []time.Time
 			k                                Key
+			cluster                          pgtype.Text
 			filed                            time.Time
 		)
-		if _, err := pgx.ForEachRow(rows, []any{&k.Project, &k.Domain, &k.Run, &k.Action, &filed}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&k.Project, &k.Domain, &k.Run, &k.Action, &cluster, &filed}, func() error {
 			projects, domains, runs, actions = append(projects, k.Project), append(domains, k.Domain), append(runs, k.Run), append(actions, k.Action)
-			filings = append(filings, filed)
+			clusters, filings = append(clusters, cluster), append(filings, filed)
 			return nil
 		}); err != nil {
 			return err
@@ -433,7 +435,7 @@ func refile(ctx context.Context, conn *pgx.Conn, r filedRange) (int, error) {
 		}
 		_, err = tx.Exec(ctx, refileEventsSQL, pgx.StrictNamedArgs{
 			"from": r.from, "to": r.to,
-			"projects": projects, "domains": domains, "runs": runs, "actions": actions, "filings": filings,
+			"projects": projects, "domains": domains, "runs": runs, "actions": actions, "clusters": clusters, "filings": filings,
 		})
 		return err
 	})

@@ -17,8 +17,8 @@ import (
 // excludes another by chance.
 func TestLockKeysAreDistinct(t *testing.T) {
 	names := postgres.LockNames()
-	if len(names) != 7 {
-		t.Errorf("LockNames() = %q: want the relay's, the partitions', the eviction's and two per service", names)
+	if len(names) != 8 {
+		t.Errorf("LockNames() = %q: want the relay's, the partitions', the eviction's, the clusters' keys' and two per service", names)
 	}
 	seen := map[int64]string{}
 	for _, name := range names {

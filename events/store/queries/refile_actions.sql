@@ -7,13 +7,14 @@
 -- unfinished one is filed where it can stay until it would be abandoned, @hold after its
 -- newest state (no earlier than @now, no later than @hold_until, the end of the
 -- partitions made for it): retention moves it again only if it is still going by then,
--- not at every pass, however many unfinished actions there are.
+-- not at every pass, however many unfinished actions there are. An action is its name
+-- and its cluster (NULL: recorded by the release before clusters); each is moved alone.
 WITH stragglers AS (
-    SELECT project, domain, run, action FROM actions
+    SELECT id FROM actions
     WHERE filed_at >= @from AND filed_at < @to
       AND NOT (rank = @terminal_rank AND occurred_at < @cutoff)
       AND NOT (rank < @terminal_rank AND occurred_at < @abandon_cutoff)
-    ORDER BY project, domain, run, action
+    ORDER BY project, domain, run, action, cluster
     LIMIT @limit
     FOR UPDATE
 )
@@ -22,5 +23,5 @@ UPDATE actions a SET filed_at = CASE
         ELSE least(greatest(@now::timestamptz, a.occurred_at + @hold::interval), @hold_until::timestamptz)
     END
 FROM stragglers s
-WHERE a.project = s.project AND a.domain = s.domain AND a.run = s.run AND a.action = s.action
-RETURNING a.project, a.domain, a.run, a.action, a.filed_at
+WHERE a.id = s.id
+RETURNING a.project, a.domain, a.run, a.action, a.cluster, a.filed_at
