@@ -326,3 +326,13 @@ func TestRetentionMovesEachClustersActionApart(t *testing.T) {
 		t.Fatalf("%d of east's events left after its action was deleted", left)
 	}
 }
+
+// TestTheServiceCompletesTheNextReleasesKeys: a service's maintenance completes the keys
+// with the cluster on its own, and says so, for the operator who checks before rolling
+// the next release, whose migrations need them.
+func TestTheServiceCompletesTheNextReleasesKeys(t *testing.T) {
+	inst := startInstance(t, pg.NewDatabase(t))
+	if !inst.WaitForMetric(t, "flyte_events_cluster_keys_complete 1") {
+		t.Fatal("the service did not say the keys with the cluster are complete")
+	}
+}
