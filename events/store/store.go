@@ -278,8 +278,10 @@ func (r row) sameAction(o row) bool {
 }
 
 // Record stores a batch of validated events, all or nothing. An event the store cannot
-// hold faithfully fails the batch with an *InvalidEventError. Fields and enum values the
-// schema does not name (a newer executor's) are stored with the event, as sent.
+// hold faithfully fails the batch with an *InvalidEventError, and one of an action whose
+// name another cluster's action holds, while the schema keeps the previous release's key
+// of the name alone, with a *NameTakenError. Fields and enum values the schema does not
+// name (a newer executor's) are stored with the event, as sent.
 //
 // Each action the batch touches is folded first (fold.sql), which files a new action and
 // locks an existing one, so its events then go to its partition. New events, the common
