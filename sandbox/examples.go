@@ -139,20 +139,18 @@ func makeExampleSecret(ctx context.Context, c client.Client) (string, error) {
 
 // withoutPods drops the examples that need a node to run their pods, and names them.
 func withoutPods(examples []*example) (kept []*example, left []string) {
-	for _, e := range examples {
-		if e.action.Annotations[annotationNeedsNode] == "true" {
-			left = append(left, e.action.Name)
-			continue
-		}
-		kept = append(kept, e)
-	}
-	return kept, left
+	return without(examples, annotationNeedsNode, "true")
 }
 
 // withoutSecondCluster drops the examples that run in the second cluster, and names them.
 func withoutSecondCluster(examples []*example) (kept []*example, left []string) {
+	return without(examples, annotationCluster, "second")
+}
+
+// without drops the examples whose annotation has value, and names them.
+func without(examples []*example, annotation, value string) (kept []*example, left []string) {
 	for _, e := range examples {
-		if e.action.Annotations[annotationCluster] == "second" {
+		if e.action.Annotations[annotation] == value {
 			left = append(left, e.action.Name)
 			continue
 		}
