@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,20 +25,29 @@ import (
 // narrows what that code uses). Every other migration is an expand: it only adds what
 // older code ignores, and older code may run on the schema it leaves, as during a
 // rolling upgrade or a rollback.
+//
+// A contract drops what code stopped using a release or more before it, and that code
+// must run beside it while the contract's release rolls out. The marker then says from
+// which version on code works with the schema it leaves: "-- +flyte contract: works with
+// code from version 16". Without it, only code of the contract's own version does.
 const ContractMarker = "-- +flyte contract"
+
+// worksFrom reads the version a contract marker says code works from.
+var worksFrom = regexp.MustCompile(`works with code from version (\d+)`)
 
 // ErrSchemaTooNew: the schema was migrated past this program's newest migration by a
 // contract migration, so this program (an older release) must not run on it.
 var ErrSchemaTooNew = errors.New("the database schema is newer than this program")
 
-// code is what a program's migrations say: its newest version, and which are contracts.
+// code is what a program's migrations say: its newest version, and its contracts, each
+// with the oldest version of code that works with the schema it leaves.
 type code struct {
 	newest    int64
-	contracts map[int64]bool
+	contracts map[int64]int64
 }
 
 func codeOf(provider *goose.Provider, m Migrations) (code, error) {
-	c := code{contracts: map[int64]bool{}}
+	c := code{contracts: map[int64]int64{}}
 	for _, src := range provider.ListSources() {
 		c.newest = max(c.newest, src.Version)
 		data, err := fs.ReadFile(m.FS, src.Path)
@@ -45,8 +56,18 @@ func codeOf(provider *goose.Provider, m Migrations) (code, error) {
 		}
 		lines := bufio.NewScanner(bytes.NewReader(data))
 		for lines.Scan() {
-			if strings.HasPrefix(strings.TrimSpace(lines.Text()), ContractMarker) {
-				c.contracts[src.Version] = true
+			line := strings.TrimSpace(lines.Text())
+			if !strings.HasPrefix(line, ContractMarker) {
+				continue
+			}
+			c.contracts[src.Version] = src.Version
+			if from := worksFrom.FindStringSubmatch(line); from != nil {
+				v, err := strconv.ParseInt(from[1], 10, 64)
+				if err != nil || v < 1 || v > src.Version {
+					return code{}, fmt.Errorf("postgres: %s migration %s: a contract works with code from a version from 1 to its own, %d; got %q",
+						m.Service, src.Path, src.Version, from[1])
+				}
+				c.contracts[src.Version] = v
 			}
 		}
 	}

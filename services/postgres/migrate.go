@@ -155,12 +155,12 @@ func (r Runner) applyPending(ctx context.Context, mpool *pgxpool.Pool, provider 
 			continue
 		}
 		file := path.Base(src.Path)
-		if code.contracts[src.Version] {
-			if err := raiseCompatibility(ctx, mpool, m.Service, src.Version); err != nil {
+		if from, ok := code.contracts[src.Version]; ok {
+			if err := raiseCompatibility(ctx, mpool, m.Service, from); err != nil {
 				return applied, file, err
 			}
-			r.Log.Info("a contract migration: code older than it is refused from now on",
-				"migrations", m.Service, "file", file, "oldest_compatible_version", src.Version)
+			r.Log.Info("a contract migration: code older than it says is refused from now on",
+				"migrations", m.Service, "file", file, "oldest_compatible_version", from)
 		}
 		results, err := provider.UpTo(ctx, src.Version)
 		applied += len(results)

@@ -234,6 +234,10 @@ func TestOlderCodeOnANewerSchema(t *testing.T) {
 		{name: "after a contract migration", schema: migrationSet(4, 3), code: migrationSet(2), wantError: true},
 		{name: "after a contract this code has", schema: migrationSet(4, 3), code: migrationSet(3, 3)},
 		{name: "after two contracts", schema: migrationSet(5, 3, 5), code: migrationSet(4, 3), wantError: true},
+		// A contract whose drop the code before it had stopped relying on, releases
+		// earlier: that code runs beside it (a rolling upgrade), code older still does not.
+		{name: "after a contract that says from which code it works", schema: contractFrom(migrationSet(5, 5), 5, 3), code: migrationSet(3)},
+		{name: "after a contract, code older than it says", schema: contractFrom(migrationSet(5, 5), 5, 3), code: migrationSet(2), wantError: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -277,6 +281,15 @@ func TestOlderCodeOnANewerSchema(t *testing.T) {
 			}
 		})
 	}
+}
+
+// contractFrom is m with its contract migration of version marked as working with code
+// from version from on.
+func contractFrom(m postgres.Migrations, version, from int) postgres.Migrations {
+	fsys := m.FS.(fstest.MapFS)
+	name := fmt.Sprintf("%05d_column.sql", version)
+	fsys[name] = &fstest.MapFile{Data: fmt.Appendf(nil, "-- +flyte contract: works with code from version %d\n-- +goose Up\nALTER TABLE gadgets ADD COLUMN c%d text;\n", from, version)}
+	return m
 }
 
 func versionOf(file string) int {
@@ -348,5 +361,25 @@ func TestContractRecordedBeforeItIsApplied(t *testing.T) {
 	}
 	if err := (postgres.Runner{}).Wait(ctx, pool, migrationSet(2)); err != nil {
 		t.Fatalf("the code of version 2 on the schema it matches: %v", err)
+	}
+}
+
+// TestContractWorksFromAVersionItHas: a contract cannot say it works with code newer than
+// itself, nor from version 0; such a set of migrations is refused before any is applied.
+func TestContractWorksFromAVersionItHas(t *testing.T) {
+	for _, from := range []int{0, 4} {
+		t.Run(fmt.Sprint("from ", from), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pool, err := postgres.Open(ctx, pg.NewDatabase(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			_, err = postgres.Migrate(ctx, pool, contractFrom(migrationSet(3, 3), 3, from), nil)
+			if err == nil || !strings.Contains(err.Error(), "a contract works with code from a version from 1 to its own, 3") {
+				t.Fatalf("Migrate = %v; want the contract's version range refused", err)
+			}
+		})
 	}
 }
