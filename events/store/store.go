@@ -792,11 +792,11 @@ func (e *AmbiguousError) Error() string {
 // clusterOf resolves a read's cluster: the one given, or else the one cluster whose
 // action has the name (NULL for an action the previous release recorded, and when none
 // has it: the read then finds nothing). Several are an *AmbiguousError.
-func (s *Store) clusterOf(ctx context.Context, key Key, cluster *string) (pgtype.Text, error) {
+func clusterOf(ctx context.Context, q querier, key Key, cluster *string) (pgtype.Text, error) {
 	if cluster != nil {
 		return pgtype.Text{String: *cluster, Valid: true}, nil
 	}
-	rows, err := s.pool.Query(ctx, clustersOfSQL, pgx.StrictNamedArgs{
+	rows, err := q.Query(ctx, clustersOfSQL, pgx.StrictNamedArgs{
 		"project": key.Project, "domain": key.Domain, "run": key.Run, "action": key.Action,
 	})
 	if err != nil {
@@ -916,18 +916,46 @@ type ListedEvent struct {
 // ListActionEvents returns a page of one action's events in order of attempt,
 // occurrence, phase and version, after the cursor (the zero cursor starts at the first),
 // and whether more follow.
+//
+// cluster names the cluster whose action it is; nil takes the name's action of any
+// cluster, and returns an *AmbiguousError when several clusters have one. The cluster is
+// then looked up first, and both statements read one snapshot: between two, a Record's
+// adoption or the maintenance's backfill could give the action the cluster it lacked,
+// and the listing would find nothing of the cluster looked up.
 func (s *Store) ListActionEvents(ctx context.Context, key Key, cluster *string, after EventCursor, page Page) ([]ListedEvent, bool, error) {
-	resolved, err := s.clusterOf(ctx, key, cluster)
+	var (
+		out  []ListedEvent
+		more bool
+	)
+	list := func(q querier) (err error) {
+		out, more, err = listActionEvents(ctx, q, key, cluster, after, page)
+		return err
+	}
+	var err error
+	if cluster != nil {
+		err = list(s.pool)
+	} else {
+		err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+			func(tx pgx.Tx) error { return list(tx) })
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("store: listing events of %s: %w", key, err)
 	}
-	rows, err := s.pool.Query(ctx, listActionEventsSQL, pgx.StrictNamedArgs{
+	return out, more, nil
+}
+
+func listActionEvents(ctx context.Context, q querier, key Key, cluster *string, after EventCursor, page Page) ([]ListedEvent, bool, error) {
+	resolved, err := clusterOf(ctx, q, key, cluster)
+	if err != nil {
+		return nil, false, err
+	}
+	rows, err := q.Query(ctx, listActionEventsSQL, pgx.StrictNamedArgs{
 		"project": key.Project, "domain": key.Domain, "run": key.Run, "action": key.Action, "cluster": resolved,
 		"attempt": int32(after.Attempt), "occurred_at": after.OccurredAt, "phase": after.Phase, "version": int32(after.Version),
 		"limit": page.Limit + 1, "max_bytes": page.MaxBytes, "item_overhead": ItemOverhead,
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("store: listing events of %s: %w", key, err)
+		return nil, false, err
 	}
 	var (
 		out     []ListedEvent
@@ -952,10 +980,7 @@ func (s *Store) ListActionEvents(ctx context.Context, key Key, cluster *string, 
 		out = append(out, ListedEvent{Cursor: c, Event: &ev})
 		return nil
 	})
-	if err != nil {
-		return nil, false, fmt.Errorf("store: listing events of %s: %w", key, err)
-	}
-	return out, more, nil
+	return out, more, err
 }
 
 // ActionsByKey returns the current state of the named actions that exist.
