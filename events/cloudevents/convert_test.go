@@ -192,3 +192,26 @@ func TestConvertSourceKeepsAHost(t *testing.T) {
 		t.Errorf("source %q", e.Source())
 	}
 }
+
+// TestTwoClustersEventsOfOneNameAreTwoEvents: an action is its name and its cluster, so
+// the same change of two clusters' actions of one name is two CloudEvents: their source
+// names the cluster, and a sink that drops duplicates by source and id (NATS by
+// Nats-Msg-Id) keeps both.
+func TestTwoClustersEventsOfOneNameAreTwoEvents(t *testing.T) {
+	east, west := actionEvent(0, 1), actionEvent(0, 1)
+	east.Cluster, west.Cluster = "east", "west"
+	a, err := Convert(east, "home")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Convert(west, "home")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID() != b.ID() {
+		t.Fatalf("ids %q and %q; want one id for one change of one name", a.ID(), b.ID())
+	}
+	if MsgID(&a) == MsgID(&b) {
+		t.Fatalf("both clusters' events have the Nats-Msg-Id %q; want them apart by source", MsgID(&a))
+	}
+}
