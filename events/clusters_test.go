@@ -156,6 +156,46 @@ func TestThePreviousReleasesActionsAreAdopted(t *testing.T) {
 	}
 }
 
+// TestThePreviousReleasesEventOfAnAdoptedActionTakesItsCluster: during a rollout the
+// previous release still records events, without the cluster, for actions this release
+// has given a cluster (recorded, adopted or back-filled). Each takes its action's
+// cluster as it goes in, so that once the next release drops the key of the name alone
+// its redelivery is absorbed, rather than kept twice, and the previous release leaves no
+// row that the completion of the keys would have to look for among every event.
+func TestThePreviousReleasesEventOfAnAdoptedActionTakesItsCluster(t *testing.T) {
+	ctx := context.Background()
+	db := pg.NewDatabase(t)
+	st, _ := openStore(t, db)
+	id := actionID("r1", "train")
+	storeRecord(t, st, inCluster("east", event(id, 1, queued, 0, 1)))
+	running := inCluster("east", event(id, 1, running, 0, 2))
+	encoded, err := proto.Marshal(running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The previous release's insert of an event (its insert_events.sql), which names no
+	// cluster; its fold has locked the action first, in the same transaction.
+	pool := openPool(t, db)
+	if _, err := pool.Exec(ctx, `INSERT INTO action_events (project, domain, run, action, attempt, phase, version, occurred_at, event, filed_at)
+		SELECT project, domain, run, action, 1, $1, 0, now(), $2, filed_at FROM actions
+		ON CONFLICT DO NOTHING`, int16(running.GetPhase()), encoded); err != nil {
+		t.Fatalf("the previous release's insert: %v", err)
+	}
+	var nulls int
+	queryRow(t, db, `SELECT count(*) FROM action_events WHERE cluster IS NULL`, &nulls)
+	if nulls != 0 {
+		t.Fatalf("%d events of east's action name no cluster; want each to take its action's", nulls)
+	}
+	eventsschema.ToTheNextReleasesKeys(t, st, db)
+	got, err := st.Record(ctx, []*eventsv1.ActionEvent{running})
+	if err != nil || got.Duplicates != 1 {
+		t.Fatalf("the redelivery of the previous release's event: %+v, %v; want it absorbed", got, err)
+	}
+	if evs, _, err := st.ListActionEvents(ctx, store.KeyOf(id), proto.String("east"), store.EventCursor{}, store.Page{Limit: 100, MaxBytes: 1 << 20}); err != nil || len(evs) != 2 {
+		t.Fatalf("east's action lists %d events (%v); want 2", len(evs), err)
+	}
+}
+
 func getActionIn(t *testing.T, c eventsv1connect.EventsServiceClient, id *flytecorev1.ActionIdentifier, cluster *string) *eventsv1.Action {
 	t.Helper()
 	resp, err := c.GetAction(context.Background(), connect.NewRequest(&eventsv1.GetActionRequest{Id: id, Cluster: cluster}))

@@ -12,7 +12,7 @@ import (
 	"github.com/flytekube/backend/services/postgres"
 )
 
-// An action is its name and its cluster (migrations 00012 to 00016). This release still
+// An action is its name and its cluster (migrations 00012 to 00017). This release still
 // runs beside the previous one, whose key is the name alone, so the schema keeps that
 // key, and the previous release writes rows that name no cluster. What the next
 // release's contract needs before it drops the old key is done here, in the background:
