@@ -371,6 +371,11 @@ func (ch *checker) figures() []string {
 		out = append(out, fmt.Sprintf("%s logged %d errors (%d of them conflicts or cut short by its stop) and %d warnings", p.Name, levels["ERROR"],
 			levels["ERROR"]-levels[levelErrorNotConflict], levels["WARN"]))
 	}
+	for _, p := range ch.s.all {
+		if f := clusterKeyPasses(p.Log); f != "" {
+			out = append(out, p.Name+" "+f)
+		}
+	}
 	groups := make([]int, 0, len(ch.cacheStatus))
 	for g := range ch.cacheStatus {
 		groups = append(groups, g)
@@ -455,4 +460,38 @@ func logLevels(path string) map[string]int {
 		}
 	}
 	return out
+}
+
+// clusterKeyPasses sums what an events replica logged of its passes completing the keys
+// with the cluster (events.completeClusterKeys), "" when it logged none: a release's
+// background work that its successor's contract migration needs done.
+func clusterKeyPasses(path string) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var passes, keyed, backfilled int
+	var seconds float64
+	done := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		var entry struct {
+			Msg        string   `json:"msg"`
+			Partitions []string `json:"partitions"`
+			Backfilled int      `json:"backfilled"`
+			Done       bool     `json:"done"`
+			Seconds    float64  `json:"seconds"`
+		}
+		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &entry) != nil || entry.Msg != "completed keys with the cluster" {
+			continue
+		}
+		passes++
+		keyed += len(entry.Partitions)
+		backfilled += entry.Backfilled
+		seconds += entry.Seconds
+		done = entry.Done
+	}
+	if passes == 0 {
+		return ""
+	}
+	return fmt.Sprintf("keyed %d partitions with the cluster and gave %d actions theirs in %d passes of %.1f s in all (done: %t)", keyed, backfilled, passes, seconds, done)
 }
