@@ -19,7 +19,8 @@ help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 # The upgrade test (e2e/upgrade) runs in its short form in make test, from the first
-# release and from the latest in RELEASES, and back (UPGRADE_TEST=off skips it; its first
+# release the tree upgrades from in place (the oldest whose code works with the tree's
+# schema) and from the latest in RELEASES, and back (UPGRADE_TEST=off skips it; its first
 # run builds each release, minutes, cached after).
 UPGRADE_TEST ?= short
 
@@ -28,7 +29,7 @@ test: envtest node jaeger tools browser ## Run every test against a real API ser
 	UPGRADE_TEST="$(UPGRADE_TEST)" UPGRADE_NODE=stand-in KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" $(GO) test $(TEST_FLAGS) ./...
 
 # The upgrade test in full: release FROM (default the last line of RELEASES; several,
-# space-separated, or "first"), built from its commit, upgraded to the tree with work in
+# space-separated, "first" or "oldest"), built from its commit, upgraded to the tree with work in
 # flight and rolled back; make upgrade-test FROM=v0.1.0.
 # FROM=tree upgrades the tree to itself: a rolling restart, the test's own control. Its
 # container actions run on a real node as root, else (or with NODE=stand-in) on the

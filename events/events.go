@@ -244,9 +244,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		st := store.New(d.Pool, store.Options{PartitionWidth: cfg.PartitionWidth, UnfinishedTTL: cfg.RetentionUnfinishedTTL})
 		abandoned := instrument.Counter("flyte_events_retention_abandoned_actions_total",
 			"Unfinished actions retention deleted with their events, their newest state older than --retention-unfinished-ttl.")
-		keysComplete := instrument.Gauge("flyte_events_cluster_keys_complete",
-			"1 once this replica's last pass found the keys with the cluster complete (every partition keyed, every action given its cluster), which the next release's migrations need; 0 while work is left.")
-		if err := instrument.Register(d.Registry, abandoned, keysComplete); err != nil {
+		if err := instrument.Register(d.Registry, abandoned); err != nil {
 			return nil, fmt.Errorf("events: registering metrics: %w", err)
 		}
 		// Before serving, so that Record finds a partition for the present.
@@ -310,7 +308,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, started func(app.Add
 		}
 		plog := log.With("component", "partitions")
 		loops = append(loops, func(ctx context.Context) {
-			periodic.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { maintain(ctx, st, cfg, abandoned, keysComplete, plog) })
+			periodic.Every(ctx, cfg.RetentionInterval, func(ctx context.Context) { maintain(ctx, st, cfg, abandoned, plog) })
 		})
 		return loops, nil
 	}, started)
@@ -353,37 +351,8 @@ func startConsole(cfg Config, api http.Handler, tlsConfig *tls.Config, log *slog
 	}, nil
 }
 
-// clusterBackfillBatches bounds the batches of the previous release's actions one pass
-// gives their cluster (store.CompleteClusterKeys): 100,000 actions, about 25 s beside
-// the upgrade test's load (CHANGELOG.md, v0.3.0).
-const clusterBackfillBatches = 100
-
-// completeClusterKeys does one pass of what the next release's contract needs done
-// before it drops the key of the name alone, and says what it did.
-func completeClusterKeys(ctx context.Context, st *store.Store, complete prometheus.Gauge, log *slog.Logger) {
-	began := time.Now()
-	res, err := st.CompleteClusterKeys(ctx, clusterBackfillBatches)
-	if err != nil {
-		if ctx.Err() == nil {
-			log.Warn("completing the keys with the cluster", "error", err)
-		}
-		return
-	}
-	if !res.Skipped { // another replica's turn says nothing of what is left
-		done := 0.0
-		if res.Done {
-			done = 1
-		}
-		complete.Set(done)
-	}
-	if len(res.Keyed) > 0 || res.Backfilled > 0 {
-		log.Info("completed keys with the cluster", "partitions", res.Keyed, "backfilled", res.Backfilled, "done", res.Done,
-			"seconds", time.Since(began).Seconds())
-	}
-}
-
 // maintain makes the partitions ahead and, with a TTL, drops those past it.
-func maintain(ctx context.Context, st *store.Store, cfg Config, abandoned prometheus.Counter, keysComplete prometheus.Gauge, log *slog.Logger) {
+func maintain(ctx context.Context, st *store.Store, cfg Config, abandoned prometheus.Counter, log *slog.Logger) {
 	now := time.Now()
 	made, err := st.MaintainPartitions(ctx, now)
 	if err != nil {
@@ -395,7 +364,6 @@ func maintain(ctx context.Context, st *store.Store, cfg Config, abandoned promet
 	if len(made) > 0 {
 		log.Info("made partitions", "partitions", made)
 	}
-	completeClusterKeys(ctx, st, keysComplete, log)
 	if cfg.RetentionTTL == 0 {
 		return
 	}

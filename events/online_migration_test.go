@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
@@ -35,7 +36,7 @@ import (
 
 // previousRelease is the release whose events service must keep serving beside the
 // tree's, on the tree's schema, through the migration and after it.
-const previousRelease = "v0.1.0"
+const previousRelease = "v0.3.0"
 
 // The tree's migration runs while the previous release's events service records (with
 // redeliveries) and serves reads, and then both versions serve side by side: no call of
@@ -410,6 +411,69 @@ func (w *mixedWorkload) read(ctx context.Context, c eventsv1connect.EventsServic
 	}
 }
 
+// lastFromV010 is the newest migration a v0.1.0 or v0.2.0 database reaches in place:
+// v0.3.0's schema. The tree's 00018 needs what v0.3.0's service then does in the
+// background (completeAsV030).
+const lastFromV010 = 17
+
+// completeAsV030 does what v0.3.0's events service does in the background before
+// migration 00018 may run (its store.CompleteClusterKeys): it keys each partition of
+// action_events with the cluster, and gives each action an older release recorded the
+// cluster its event names, with its events.
+func completeAsV030(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'action_events'::regclass AND NOT EXISTS (
+			SELECT FROM pg_inherits ii JOIN pg_index x ON x.indexrelid = ii.inhrelid
+			WHERE ii.inhparent = 'action_events_cluster_key'::regclass AND x.indrelid = c.oid)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		index := pgx.Identifier{p + "_cluster_key"}.Sanitize()
+		if _, err := pool.Exec(ctx, "CREATE UNIQUE INDEX "+index+" ON "+pgx.Identifier{p}.Sanitize()+
+			" (project, domain, run, action, attempt, phase, version, filed_at, cluster) NULLS NOT DISTINCT"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, "ALTER INDEX action_events_cluster_key ATTACH PARTITION "+index); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err = pool.Query(ctx, `SELECT id, event FROM actions WHERE cluster IS NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type nameless struct {
+		id    int64
+		event []byte
+	}
+	actions, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (n nameless, err error) {
+		err = r.Scan(&n.id, &n.event)
+		return n, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range actions {
+		var ev eventsv1.ActionEvent
+		if err := proto.Unmarshal(a.event, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `WITH done AS (
+				UPDATE actions SET cluster = $2 WHERE id = $1 RETURNING project, domain, run, action, filed_at)
+			UPDATE action_events e SET cluster = $2 FROM done d
+			WHERE (e.project, e.domain, e.run, e.action, e.filed_at) = (d.project, d.domain, d.run, d.action, d.filed_at) AND e.cluster IS NULL`,
+			a.id, ev.GetCluster()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // migrateTo applies the store's migrations up to and including version (0: all of them).
 func migrateTo(ctx context.Context, pool *pgxpool.Pool, version int64) error {
 	all := store.Migrations()
@@ -462,7 +526,7 @@ func TestMigrationStepsGiveUpOnABusyTableAndRunAgain(t *testing.T) {
 	if _, err := busy.Exec(ctx, "SELECT count(*) FROM action_events"); err != nil { // a read still open
 		t.Fatal(err)
 	}
-	err = migrateTo(ctx, pool, 0)
+	err = migrateTo(ctx, pool, lastFromV010)
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.LockNotAvailable {
 		t.Fatalf("migrating beside a transaction holding action_events: %v; want a lock timeout", err)
@@ -482,7 +546,7 @@ func TestMigrationStepsGiveUpOnABusyTableAndRunAgain(t *testing.T) {
 	}
 	pgtest.Exec(t, db, "UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'action_events_filed_key'::regclass")
 	pgtest.Exec(t, db, "DELETE FROM events_schema_version WHERE version_id = 7")
-	if err := migrateTo(ctx, pool, 0); err != nil {
+	if err := migrateTo(ctx, pool, lastFromV010); err != nil {
 		t.Fatalf("migrating again: %v", err)
 	}
 	var partitioned, valid bool
@@ -490,106 +554,5 @@ func TestMigrationStepsGiveUpOnABusyTableAndRunAgain(t *testing.T) {
 WHERE c.relname = 'action_events' AND i.indexrelid = 'action_events_before_partitioning_pkey'::regclass`, &partitioned, &valid)
 	if !partitioned || !valid {
 		t.Fatalf("after running again: action_events partitioned %t, the old table's key valid %t; want both", partitioned, valid)
-	}
-}
-
-// The previous release's retention (it deletes finished actions and their events by
-// key, every interval) runs beside the tree's, which drops partitions, the one from
-// before partitioning first: neither fails, every finished action goes, and every
-// unfinished one stays whole, readable through both versions.
-func TestPreviousReleaseRetentionBesideTheTrees(t *testing.T) {
-	ctx := context.Background()
-	binary, err := eventsrelease.Binary(ctx, previousRelease)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := pg.NewDatabase(t)
-	old, logPath := startPrevious(t, binary, db, "--retention-ttl", "1ms", "--retention-interval", "50ms")
-	pool, err := postgres.Open(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	// Recorded before the migration: finished and unfinished actions.
-	now := time.Now()
-	var finished, unfinished []*flytecorev1.ActionIdentifier
-	recordThrough := func(c eventsv1connect.EventsServiceClient, st *store.Store, run string) {
-		for i := range 20 {
-			id := actionID(run, fmt.Sprintf("a%d", i))
-			evs := []*eventsv1.ActionEvent{occurredAt(event(id, 1, queued, 0, 0), now), occurredAt(event(id, 1, running, 0, 0), now)}
-			if i%2 == 0 {
-				evs = append(evs, occurredAt(event(id, 1, succeeded, 0, 0), now))
-				finished = append(finished, id)
-			} else {
-				unfinished = append(unfinished, id)
-			}
-			if c != nil {
-				if _, err := c.Record(ctx, connect.NewRequest(&eventsv1.RecordRequest{Events: evs})); err != nil {
-					t.Fatalf("%s Record: %v", previousRelease, err)
-				}
-			} else {
-				storeRecord(t, st, evs...)
-			}
-		}
-	}
-	recordThrough(old.Client, nil, "before")
-	if err := migrateTo(ctx, pool, 0); err != nil {
-		t.Fatal(err)
-	}
-	// Partitions a second wide, so that retention reaches them in the test's time.
-	st := store.New(pool, store.Options{PartitionWidth: time.Second, UnfinishedTTL: time.Hour})
-	if _, err := st.MaintainPartitions(ctx, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	recordThrough(old.Client, nil, "after-old")
-	recordThrough(nil, st, "after-tree")
-
-	// The tree's retention, with a TTL of two seconds, while the old one keeps deleting:
-	// the partition from before partitioning goes, and those of the first seconds.
-	eventually.True(t, 30*time.Second, func() bool {
-		if _, err := st.MaintainPartitions(ctx, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.DropExpired(ctx, time.Now(), 2*time.Second, 7); err != nil {
-			t.Fatalf("the tree's retention beside the old one: %v", err)
-		}
-		return !strings.Contains(strings.Join(partitionNames(t, st), " "), "before_partitioning")
-	}, func() string {
-		return fmt.Sprintf("the table from before partitioning is still a partition: %v", partitionNames(t, st))
-	})
-	// The previous release goes on recording new actions after that partition went.
-	recordThrough(old.Client, nil, "after-drop")
-	eventually.True(t, 30*time.Second, func() bool {
-		var left int
-		pgtest.QueryRow(t, db, "SELECT count(*) FROM actions WHERE rank = 5", &left)
-		return left == 0
-	}, func() string { return "finished actions are left" })
-	for _, c := range []eventsv1connect.EventsServiceClient{old.Client, nil} {
-		for _, id := range finished {
-			if c != nil {
-				if _, err := c.GetAction(ctx, connect.NewRequest(&eventsv1.GetActionRequest{Id: id})); connect.CodeOf(err) != connect.CodeNotFound {
-					t.Errorf("%s: the finished %s is still there (%v)", previousRelease, store.KeyOf(id), err)
-				}
-			} else if n := eventsOf(t, st, event(id, 1, queued, 0, 0)); n != 0 {
-				t.Errorf("tree: the finished %s lists %d events", store.KeyOf(id), n)
-			}
-		}
-		for _, id := range unfinished {
-			if c != nil {
-				evs, err := c.ListActionEvents(ctx, connect.NewRequest(&eventsv1.ListActionEventsRequest{Id: id, PageSize: 100}))
-				if err != nil || len(evs.Msg.GetEvents()) != 2 {
-					t.Errorf("%s: the unfinished %s lists %d events (%v); want 2", previousRelease, store.KeyOf(id), len(evs.Msg.GetEvents()), err)
-				}
-			} else if n := eventsOf(t, st, event(id, 1, queued, 0, 0)); n != 2 {
-				t.Errorf("tree: the unfinished %s lists %d events; want 2", store.KeyOf(id), n)
-			}
-		}
-	}
-	b, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(b), "deleting finished actions") {
-		t.Errorf("the %s retention failed:\n%s", previousRelease, tail(b, 4000))
 	}
 }

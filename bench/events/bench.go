@@ -190,8 +190,10 @@ type IngestResult struct {
 // handling, no fold. The rows are filed at the present, as Record files a new action's
 // events, so they go to the present's partition; without a filing they would go to the
 // partition of the previous release's events, whose trigger files each one (migration
-// 00010), which cost the ceiling three times what Record costs.
-func copyRows(ctx context.Context, pool *pgxpool.Pool, batch []*eventsv1.ActionEvent) error {
+// 00010), which cost the ceiling three times what Record costs. Where the schema has the
+// event's cluster (from 00013 on), the rows carry it, as Record's do; without it v0.3.0's
+// trigger for the previous release's events (00017) would look each one's up.
+func copyRows(ctx context.Context, pool *pgxpool.Pool, batch []*eventsv1.ActionEvent, withCluster bool) error {
 	filed := time.Now()
 	rows := make([][]any, len(batch))
 	for i, e := range batch {
@@ -202,10 +204,15 @@ func copyRows(ctx context.Context, pool *pgxpool.Pool, batch []*eventsv1.ActionE
 		id := e.GetId()
 		rows[i] = []any{id.GetProject(), id.GetDomain(), id.GetRun(), id.GetAction(),
 			int32(e.GetAttempt()), int16(e.GetPhase()), int32(e.GetVersion()), e.GetOccurredAt().AsTime(), b, filed}
+		if withCluster {
+			rows[i] = append(rows[i], e.GetCluster())
+		}
 	}
-	_, err := pool.CopyFrom(ctx, pgx.Identifier{"action_events"},
-		[]string{"project", "domain", "run", "action", "attempt", "phase", "version", "occurred_at", "event", "filed_at"},
-		pgx.CopyFromRows(rows))
+	columns := []string{"project", "domain", "run", "action", "attempt", "phase", "version", "occurred_at", "event", "filed_at"}
+	if withCluster {
+		columns = append(columns, "cluster")
+	}
+	_, err := pool.CopyFrom(ctx, pgx.Identifier{"action_events"}, columns, pgx.CopyFromRows(rows))
 	return err
 }
 
@@ -268,8 +275,13 @@ func Ingest(ctx context.Context, o Options, pool *pgxpool.Pool, svc *service) ([
 			if err := truncate(ctx, pool); err != nil {
 				return nil, err
 			}
+			var withCluster bool
+			if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM information_schema.columns
+				WHERE table_name = 'action_events' AND column_name = 'cluster' AND table_schema = current_schema())`).Scan(&withCluster); err != nil {
+				return nil, err
+			}
 			d, err := measure(&ceilingCPU, func() (time.Duration, error) {
-				return fanOut(o.Clients, bs, func(_ int, b []*eventsv1.ActionEvent) error { return copyRows(ctx, pool, b) })
+				return fanOut(o.Clients, bs, func(_ int, b []*eventsv1.ActionEvent) error { return copyRows(ctx, pool, b, withCluster) })
 			})
 			if err != nil {
 				return nil, fmt.Errorf("copy: %w", err)

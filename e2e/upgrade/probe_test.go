@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flytekube/backend/test/repo"
 )
 
 // The probe's bound is on the longest run of consecutive failures of one RPC on one
@@ -119,5 +121,19 @@ func TestBalancerSpreadsAndDrains(t *testing.T) {
 		if got := read(); got != "b" {
 			t.Fatalf("a connection after a left the rotation reached %q, want b", got)
 		}
+	}
+}
+
+// TestTheTreeUpgradesFromTheReleaseItsContractNames: the events store's migration 00018
+// drops the keys v0.2.0 writes through, and says v0.3.0's code works with the schema it
+// leaves; the upgrade test's default therefore starts from v0.3.0, not v0.1.0.
+func TestTheTreeUpgradesFromTheReleaseItsContractNames(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := oldestUpgradable(root)
+	if err != nil || rel.Version != "v0.3.0" {
+		t.Fatalf("oldestUpgradable = %s, %v; want v0.3.0", rel.Version, err)
 	}
 }

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	cachestore "github.com/flytekube/backend/cacheservice/store"
+	eventsstore "github.com/flytekube/backend/events/store"
+	"github.com/flytekube/backend/services/postgres"
 	"github.com/flytekube/backend/test/kubetest"
 	"github.com/flytekube/backend/test/pgtest"
 	internalrelease "github.com/flytekube/backend/test/release"
@@ -69,11 +72,12 @@ func TestUpgrade(t *testing.T) {
 	}
 }
 
-// releasesFrom resolves UPGRADE_FROM to versions, each once.
+// releasesFrom resolves UPGRADE_FROM to versions, each once: by default the oldest
+// release the tree upgrades from and the latest.
 func releasesFrom(env string) ([]string, error) {
 	names := strings.Fields(env)
 	if len(names) == 0 {
-		names = []string{"first", "latest"}
+		names = []string{"oldest", "latest"}
 	}
 	root, err := repo.Root()
 	if err != nil {
@@ -83,7 +87,13 @@ func releasesFrom(env string) ([]string, error) {
 	seen := map[string]bool{}
 	for _, name := range names {
 		version := name
-		if name != fromTree {
+		if name == "oldest" {
+			rel, err := oldestUpgradable(root)
+			if err != nil {
+				return nil, fmt.Errorf("UPGRADE_FROM: %w", err)
+			}
+			version = rel.Version
+		} else if name != fromTree {
 			rel, err := internalrelease.Find(root, name)
 			if err != nil {
 				return nil, fmt.Errorf("UPGRADE_FROM: %w", err)
@@ -153,4 +163,40 @@ func summarize(problems []string) []string {
 		out = append(out, fmt.Sprintf("%dx %s", count[k], first[k]))
 	}
 	return out
+}
+
+// stores are the services' migrations, by the directory that holds them.
+var stores = map[string]postgres.Migrations{
+	"events/store/migrations":       eventsstore.Migrations(),
+	"cacheservice/store/migrations": cachestore.Migrations(),
+}
+
+// oldestUpgradable is the oldest release in RELEASES that the tree upgrades from in
+// place: whose code works with the schema the tree's migrations leave (the tree's
+// contracts say from which version on, postgres.OldestCompatibleCode), so that its
+// replicas serve beside the tree's during the rollout and after a rollback. An older
+// release upgrades through the ones between.
+func oldestUpgradable(root string) (internalrelease.Release, error) {
+	all, err := internalrelease.Load(root)
+	if err != nil {
+		return internalrelease.Release{}, err
+	}
+	for _, rel := range all {
+		ok := true
+		for dir, m := range stores {
+			oldest, err := postgres.OldestCompatibleCode(m)
+			if err != nil {
+				return internalrelease.Release{}, err
+			}
+			newest, err := rel.NewestMigration(root, dir)
+			if err != nil {
+				return internalrelease.Release{}, err
+			}
+			ok = ok && newest >= oldest
+		}
+		if ok {
+			return rel, nil
+		}
+	}
+	return internalrelease.Release{}, errors.New("no release in RELEASES works with the tree's schema: the tree upgrades from none in place")
 }

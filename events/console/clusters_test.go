@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,26 +10,11 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/flytekube/backend/events"
-	"github.com/flytekube/backend/events/store"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
-	"github.com/flytekube/backend/services/postgres"
-	"github.com/flytekube/backend/test/eventsschema"
 )
 
-// openStore is a store over the service's migrated database, closed at the end of t.
-func openStore(t *testing.T, dbURL string) *store.Store {
-	t.Helper()
-	pool, err := postgres.Open(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return store.New(pool)
-}
-
 // TestActionsOfSeveralClusters: two clusters ran actions of one run, one of them under
-// the same name in both (on the schema the release after this one leaves: an action is
-// its name and its cluster). The run shows each action once per cluster, with a
+// the same name in both (an action is its name and its cluster). The run shows each action once per cluster, with a
 // cluster column and a filter whose links are deep links; each action's link opens
 // that cluster's action.
 func TestActionsOfSeveralClusters(t *testing.T) {
@@ -40,10 +24,7 @@ func TestActionsOfSeveralClusters(t *testing.T) {
 		_, _ = w.Write([]byte(`{"data":[]}`))
 	}))
 	t.Cleanup(jaeger.Close)
-	var db string
-	s := startService(t, func(c *events.Config) { db, c.JaegerQueryURL = c.DatabaseURL, jaeger.URL })
-	st := openStore(t, db)
-	eventsschema.ToTheNextReleasesKeys(t, st, db)
+	s := startService(t, func(c *events.Config) { c.JaegerQueryURL = jaeger.URL })
 	start := time.Now().Add(-5 * time.Minute).Truncate(time.Second)
 	in := func(cluster string, evs []*eventsv1.ActionEvent) []*eventsv1.ActionEvent {
 		for _, e := range evs {

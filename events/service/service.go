@@ -61,14 +61,6 @@ func (s *Service) storeError(ctx context.Context, what string, err error) *conne
 	if errors.As(err, &refused) {
 		return connect.NewError(connect.CodeInvalidArgument, refused)
 	}
-	// InvalidArgument, not AlreadyExists: executors of every release send a refused
-	// batch again action by action and hold only the refused action's events, offering
-	// them again later (executor/eventsink), which is what a taken name needs; any other
-	// code would hold back the batch's other actions too.
-	var taken *store.NameTakenError
-	if errors.As(err, &taken) {
-		return connect.NewError(connect.CodeInvalidArgument, taken)
-	}
 	var ambiguous *store.AmbiguousError
 	if errors.As(err, &ambiguous) {
 		return connect.NewError(connect.CodeFailedPrecondition, ambiguous)

@@ -53,21 +53,6 @@ type InvalidEventError struct {
 
 func (e *InvalidEventError) Error() string { return e.Field + ": " + e.Reason }
 
-// NameTakenError refuses a batch with an action whose name another cluster's action
-// holds, while the schema keeps the previous release's key of actions, the name alone
-// (migration 00014): the contract migration of the release after this one drops it,
-// and from then on two clusters' actions of one name are two actions.
-type NameTakenError struct {
-	Key Key
-	// Cluster is the refused action's; Holder the cluster of the action that holds the name.
-	Cluster, Holder string
-}
-
-func (e *NameTakenError) Error() string {
-	return fmt.Sprintf("action %s of cluster %q: cluster %q has an action of that name, and the database keeps one action per name until the next release's migrations (docs/operations.md, \"Several clusters\")",
-		e.Key, e.Cluster, e.Holder)
-}
-
 func invalid(field, format string, args ...any) *InvalidEventError {
 	return &InvalidEventError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }

@@ -225,10 +225,6 @@ var (
 	actionsByKeySQL string
 	//go:embed queries/filings.sql
 	filingsSQL string
-	//go:embed queries/adopt.sql
-	adoptSQL string
-	//go:embed queries/names_taken.sql
-	namesTakenSQL string
 	//go:embed queries/clusters_of.sql
 	clustersOfSQL string
 )
@@ -278,9 +274,8 @@ func (r row) sameAction(o row) bool {
 }
 
 // Record stores a batch of validated events, all or nothing. An event the store cannot
-// hold faithfully fails the batch with an *InvalidEventError, and one of an action whose
-// name another cluster's action holds, while the schema keeps the previous release's key
-// of the name alone, with a *NameTakenError. Fields and enum values the schema does not
+// hold faithfully fails the batch with an *InvalidEventError. An action is its name and
+// its cluster: two clusters' actions of one name are two actions. Fields and enum values the schema does not
 // name (a newer executor's) are stored with the event, as sent.
 //
 // Each action the batch touches is folded first (fold.sql), which files a new action and
@@ -308,21 +303,12 @@ func (s *Store) Record(ctx context.Context, events []*eventsv1.ActionEvent) (Rec
 	b := &batch{rows: unique, winners: winners, created: created, filedAt: s.filingTime()}
 
 	var f folded
-	madePartitions, adoptions := false, 0
+	madePartitions := false
 	for {
 		f, err = s.copyAndFold(ctx, b)
 		recorded := len(unique)
-		if isUniqueViolation(err) && !isNameTaken(err) {
+		if isUniqueViolation(err) {
 			recorded, f, err = s.insertAndFold(ctx, b)
-		}
-		if isNameTaken(err) && adoptions < maxAdoptions {
-			// A name the previous release's key holds: adopt its row, or refuse the
-			// batch if another cluster's action holds it, then try again.
-			adoptions++
-			if err := s.adopt(ctx, b); err != nil {
-				return RecordResult{}, fmt.Errorf("store: recording %d events: %w", len(events), err)
-			}
-			continue
 		}
 		if isNoPartition(err) && !madePartitions {
 			madePartitions = true
@@ -511,47 +497,6 @@ func unchangedFilings(ctx context.Context, tx pgx.Tx, w *columns, filings []pgty
 func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation
-}
-
-// isNameTaken reports whether err is the fold's insert failing on the previous release's
-// key of actions, the name alone (00014): the name is held by a row of another cluster,
-// or by one the previous release wrote, which names none.
-func isNameTaken(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == "actions_pkey"
-}
-
-// maxAdoptions bounds Record's adoptions of one batch: the previous release's replicas
-// may write new rows of the batch's names meanwhile, each adopted on the next try.
-const maxAdoptions = 3
-
-// adopt gives the batch's actions that the previous release wrote (naming no cluster)
-// the cluster of their events (adopt.sql), and returns a *NameTakenError for the first
-// of its actions whose name another cluster's action holds.
-func (s *Store) adopt(ctx context.Context, b *batch) error {
-	w := b.winners
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, adoptSQL, w.projects, w.domains, w.runs, w.actions, w.clusters); err != nil {
-			return fmt.Errorf("adopting the previous release's actions: %w", err)
-		}
-		var (
-			ord    int64
-			holder pgtype.Text
-		)
-		err := tx.QueryRow(ctx, namesTakenSQL, w.projects, w.domains, w.runs, w.actions, w.clusters).Scan(&ord, &holder)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading the names other clusters hold: %w", err)
-		}
-		i := ord - 1
-		return &NameTakenError{
-			Key:     Key{w.projects[i], w.domains[i], w.runs[i], w.actions[i]},
-			Cluster: w.clusters[i],
-			Holder:  holder.String,
-		}
-	})
 }
 
 // prepare checks and encodes the events and sorts them by key, and within one action by
@@ -919,9 +864,8 @@ type ListedEvent struct {
 //
 // cluster names the cluster whose action it is; nil takes the name's action of any
 // cluster, and returns an *AmbiguousError when several clusters have one. The cluster is
-// then looked up first, and both statements read one snapshot: between two, a Record's
-// adoption or the maintenance's backfill could give the action the cluster it lacked,
-// and the listing would find nothing of the cluster looked up.
+// then looked up first, and both statements read one snapshot: between two, retention
+// could delete the action looked up and another cluster record one of its name.
 func (s *Store) ListActionEvents(ctx context.Context, key Key, cluster *string, after EventCursor, page Page) ([]ListedEvent, bool, error) {
 	var (
 		out  []ListedEvent

@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
 	"github.com/flytekube/backend/internal/backoff"
@@ -46,13 +45,21 @@ type code struct {
 	contracts map[int64]int64
 }
 
-func codeOf(provider *goose.Provider, m Migrations) (code, error) {
+func codeOf(m Migrations) (code, error) {
 	c := code{contracts: map[int64]int64{}}
-	for _, src := range provider.ListSources() {
-		c.newest = max(c.newest, src.Version)
-		data, err := fs.ReadFile(m.FS, src.Path)
+	files, err := fs.Glob(m.FS, "*.sql")
+	if err != nil {
+		return code{}, fmt.Errorf("postgres: listing %s migrations: %w", m.Service, err)
+	}
+	for _, file := range files {
+		version, err := goose.NumericComponent(file)
 		if err != nil {
-			return code{}, fmt.Errorf("postgres: reading %s migration %s: %w", m.Service, src.Path, err)
+			return code{}, fmt.Errorf("postgres: %s migration %s: %w", m.Service, file, err)
+		}
+		c.newest = max(c.newest, version)
+		data, err := fs.ReadFile(m.FS, file)
+		if err != nil {
+			return code{}, fmt.Errorf("postgres: reading %s migration %s: %w", m.Service, file, err)
 		}
 		lines := bufio.NewScanner(bytes.NewReader(data))
 		for lines.Scan() {
@@ -60,18 +67,34 @@ func codeOf(provider *goose.Provider, m Migrations) (code, error) {
 			if !strings.HasPrefix(line, ContractMarker) {
 				continue
 			}
-			c.contracts[src.Version] = src.Version
+			c.contracts[version] = version
 			if from := worksFrom.FindStringSubmatch(line); from != nil {
 				v, err := strconv.ParseInt(from[1], 10, 64)
-				if err != nil || v < 1 || v > src.Version {
+				if err != nil || v < 1 || v > version {
 					return code{}, fmt.Errorf("postgres: %s migration %s: a contract works with code from a version from 1 to its own, %d; got %q",
-						m.Service, src.Path, src.Version, from[1])
+						m.Service, file, version, from[1])
 				}
-				c.contracts[src.Version] = v
+				c.contracts[version] = v
 			}
 		}
 	}
 	return c, nil
+}
+
+// OldestCompatibleCode is the oldest version of code that works with the schema m's
+// migrations leave: the highest their contracts say (0, any, without one). A release
+// whose newest migration is older than it cannot run beside m's code, nor be upgraded
+// to it directly.
+func OldestCompatibleCode(m Migrations) (int64, error) {
+	c, err := codeOf(m)
+	if err != nil {
+		return 0, err
+	}
+	var oldest int64
+	for _, from := range c.contracts {
+		oldest = max(oldest, from) // as the schema's record only rises (raiseCompatibility)
+	}
+	return oldest, nil
 }
 
 // schema is what the database says of a service's schema: the newest migration applied
@@ -183,13 +206,7 @@ func (r Runner) Wait(ctx context.Context, pool *pgxpool.Pool, m Migrations) erro
 		return errors.New("postgres: migrations need a service name and files")
 	}
 	r = r.withDefaults()
-	db := stdlib.OpenDBFromPool(pool)
-	defer func() { _ = db.Close() }()
-	provider, err := r.provider(db, m)
-	if err != nil {
-		return err
-	}
-	c, err := codeOf(provider, m)
+	c, err := codeOf(m)
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func (r Runner) Apply(ctx context.Context, pool *pgxpool.Pool, m Migrations) (in
 		return 0, err
 	}
 
-	code, err := codeOf(provider, m)
+	code, err := codeOf(m)
 	if err != nil {
 		return 0, err
 	}

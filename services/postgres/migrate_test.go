@@ -383,3 +383,26 @@ func TestContractWorksFromAVersionItHas(t *testing.T) {
 		})
 	}
 }
+
+// TestOldestCompatibleCode: what the upgrade test reads to know which releases the
+// tree still runs beside: the highest version a contract allows, 0 without one.
+func TestOldestCompatibleCode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		m    postgres.Migrations
+		want int64
+	}{
+		{name: "expand only", m: migrationSet(5), want: 0},
+		{name: "a contract of its own version alone", m: migrationSet(5, 4), want: 4},
+		{name: "a contract that works from an earlier version", m: contractFrom(migrationSet(5), 5, 3), want: 3},
+		{name: "two contracts: the later raises it", m: contractFrom(migrationSet(6, 3), 6, 4), want: 4},
+		{name: "two contracts: an earlier one's own version stays", m: contractFrom(migrationSet(6, 5), 6, 4), want: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := postgres.OldestCompatibleCode(tc.m)
+			if err != nil || got != tc.want {
+				t.Fatalf("OldestCompatibleCode = %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -94,6 +95,30 @@ func Find(root, version string) (Release, error) {
 		}
 	}
 	return Release{}, fmt.Errorf("release: %s is not in RELEASES", version)
+}
+
+// NewestMigration is the version of the newest migration (a file named NNNNN_….sql) in
+// dir, a directory of the repository at root such as events/store/migrations, at the
+// release's commit: 0 when it has none there.
+func (r Release) NewestMigration(root, dir string) (int64, error) {
+	out, err := exec.Command("git", "-C", root, "ls-tree", "--name-only", r.Commit, dir+"/").Output()
+	if err != nil {
+		return 0, fmt.Errorf("release: listing %s at %s (a shallow clone lacks it: fetch the full history): %w", dir, r.Version, err)
+	}
+	var newest int64
+	for _, name := range strings.Fields(string(out)) {
+		name = filepath.Base(name)
+		if !strings.HasSuffix(name, ".sql") {
+			continue
+		}
+		digits, _, _ := strings.Cut(name, "_")
+		v, err := strconv.ParseInt(digits, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("release: %s at %s: migration %s is not numbered", dir, r.Version, name)
+		}
+		newest = max(newest, v)
+	}
+	return newest, nil
 }
 
 // A Build is a release's source tree and binaries, kept in a cache directory.

@@ -100,3 +100,28 @@ func TestExtractWritesACommitsTree(t *testing.T) {
 		t.Errorf("the extracted tree lacks go.mod: %v", err)
 	}
 }
+
+// TestNewestMigration reads a release's migrations from its commit: v0.2.0's events store
+// ended at 00011 and its cache store at 00006 (CHANGELOG.md); a directory it lacks has none.
+func TestNewestMigration(t *testing.T) {
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v020, err := Find(root, "v0.2.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dir  string
+		want int64
+	}{
+		{"events/store/migrations", 11},
+		{"cacheservice/store/migrations", 6},
+		{"no/such/dir", 0},
+	} {
+		if got, err := v020.NewestMigration(root, tc.dir); err != nil || got != tc.want {
+			t.Errorf("NewestMigration(%s) = %d, %v; want %d", tc.dir, got, err, tc.want)
+		}
+	}
+}
