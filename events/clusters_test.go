@@ -29,7 +29,7 @@ func inCluster(c string, ev *eventsv1.ActionEvent) *eventsv1.ActionEvent {
 
 // TestOneNameInTwoClusters: two clusters' executors record actions of one name. Both
 // are kept, neither overwriting the other, and reads tell them apart by cluster (until
-// migration 00018 dropped the key of the name alone, the second was refused).
+// migrations 00018 to 00020 dropped the key of the name alone, the second was refused).
 func TestOneNameInTwoClusters(t *testing.T) {
 	ctx := context.Background()
 	inst := startInstance(t, pg.NewDatabase(t))
@@ -80,8 +80,8 @@ func TestOneNameInTwoClusters(t *testing.T) {
 	}
 }
 
-// TestTheContractNeedsTheKeysWithTheCluster: migration 00018 drops the keys of the name
-// alone only where v0.3.0's background work has left nothing for them: every partition
+// TestTheContractNeedsTheKeysWithTheCluster: migrations 00018 to 00020 drop the keys of
+// the name alone only where v0.3.0's background work has left nothing for them: every partition
 // of action_events keyed with the cluster (those still empty it keys itself, as a new
 // database's are) and every action v0.2.0 recorded given its cluster. Else it stops,
 // saying what is left, and changes nothing; once that is done, it goes through.

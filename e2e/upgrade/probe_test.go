@@ -124,8 +124,8 @@ func TestBalancerSpreadsAndDrains(t *testing.T) {
 	}
 }
 
-// TestTheTreeUpgradesFromTheReleaseItsContractNames: the events store's migration 00018
-// drops the keys v0.2.0 writes through, and says v0.3.0's code works with the schema it
+// TestTheTreeUpgradesFromTheReleaseItsContractNames: the events store's migrations 00018 to
+// 00020 drop the keys v0.2.0 writes through, and say v0.3.0's code works with the schema it
 // leaves; the upgrade test's default therefore starts from v0.3.0, not v0.1.0.
 func TestTheTreeUpgradesFromTheReleaseItsContractNames(t *testing.T) {
 	root, err := repo.Root()

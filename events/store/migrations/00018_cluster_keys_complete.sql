@@ -1,18 +1,20 @@
 -- +flyte contract: works with code from version 17
 -- +goose Up
 
--- An action is its name and its cluster from here on: the keys of the name alone go,
--- which v0.2.0 wrote through and v0.3.0 (migrations 00012 to 00017) kept for it, so
--- that two clusters' actions of one name are two actions. v0.3.0's code names the new
--- keys and runs beside this (the marker above); v0.2.0's does not, and is refused.
+-- An action is its name and its cluster from here on: 00019 and 00020 drop the keys of
+-- the name alone, which v0.2.0 wrote through and v0.3.0 (migrations 00012 to 00017)
+-- kept for it, so that two clusters' actions of one name are two actions. v0.3.0's code
+-- names the new keys and runs beside them (the marker above); v0.2.0's does not, and is
+-- refused. Each is a file of its own, so that no file holds one table while it waits
+-- for the other's lock.
 --
--- v0.3.0's partitions' maintenance has keyed every partition with the cluster and given
--- each action v0.2.0 recorded its cluster, in the background
--- (flyte_events_cluster_keys_complete is 1). A partition still without its key that
--- holds nothing (a new database's first ones) is keyed here, which on an empty table
--- takes no time; anything else left undone stops the migration, saying so, rather than
--- build an index or rewrite rows while holding the tables. Its effect is catalog
--- changes, under the runner's lock_timeout.
+-- This one checks that they may go. v0.3.0's partitions' maintenance has keyed every
+-- partition with the cluster and given each action v0.2.0 recorded its cluster, in the
+-- background (flyte_events_cluster_keys_complete is 1). A partition still without its
+-- key that holds nothing (a new database's first ones) is keyed here, which on an empty
+-- table takes no time; anything else left undone stops the migration, saying so,
+-- rather than build an index or rewrite rows while holding the tables. It only reads
+-- actions, through 00015's partial index.
 -- +goose StatementBegin
 DO $$
 DECLARE
@@ -48,12 +50,5 @@ END
 $$;
 -- +goose StatementEnd
 
-ALTER TABLE actions DROP CONSTRAINT actions_pkey;
--- Each partition's part of the key goes with it.
-ALTER TABLE action_events DROP CONSTRAINT action_events_pkey;
--- Only v0.2.0 wrote events without the cluster.
-DROP TRIGGER IF EXISTS event_takes_its_actions_cluster ON action_events;
-DROP FUNCTION IF EXISTS event_takes_its_actions_cluster();
-
 -- +goose Down
--- Not reversed: a rollback is v0.3.0 running on this schema, which the marker allows.
+-- Nothing to reverse: it changed only what an empty partition lacked.
