@@ -12,8 +12,10 @@ import (
 
 	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/kubetest"
 	"github.com/flytekube/backend/test/pgtest"
 	"github.com/flytekube/backend/test/servicetest"
 )
@@ -31,9 +33,13 @@ func TestWritesPerAction(t *testing.T) {
 		taskActionWrites int
 		// events: an events service runs, whose events the action keeps until delivered.
 		events bool
+		// admission: the API server puts the finalizer on at creation
+		// (deploy/kustomize/components/finalizer-at-admission).
+		admission bool
 	}{
 		{name: "core-sleep 0s without events: its outcome", taskActionWrites: 1, action: noop},
 		{name: "core-sleep 0s: finalizer on, its outcome, finalizer off once delivered", taskActionWrites: 3, action: noop, events: true},
+		{name: "core-sleep 0s, the finalizer put on at admission: its outcome, finalizer off", taskActionWrites: 2, action: noop, events: true, admission: true},
 		{name: "container finished before it was scheduled: finalizer on, Queued, Succeeded, finalizer off", taskActionWrites: 4,
 			action: func(ns string) *flytev1.TaskAction { return containerAction(ns, "quick", 0) },
 			drive: func(t *testing.T, ta *flytev1.TaskAction) {
@@ -57,6 +63,13 @@ func TestWritesPerAction(t *testing.T) {
 			if tt.events {
 				db := pgtest.New(t).NewDatabase(t)
 				cfg.EventsServiceURL = servicetest.Run(t, events.Run, events.Config{Listen: "127.0.0.1:0", DatabaseURL: db, Auth: auth.Config{Mode: auth.ModeNone}}).URL
+			}
+			if tt.admission {
+				remove, err := kubetest.FinalizerAtAdmission(context.Background(), env.Client, ns, controller.Finalizer)
+				t.Cleanup(remove)
+				if err != nil {
+					t.Fatal(err)
+				}
 			}
 			start(t, cfg, ns, runOptions{restConfig: restConfig})
 			ta := tt.action(ns)

@@ -36,6 +36,7 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/tenancy"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/test/kubetest"
@@ -70,6 +71,9 @@ type Options struct {
 	// "realnode"; all but flat and scale (minutes long) and realnode (which needs root)
 	// when empty.
 	Only string
+	// FinalizerAtAdmission installs the component finalizer-at-admission for the
+	// executor's scenarios: the API server puts the finalizer on each action it stores.
+	FinalizerAtAdmission bool
 	// APIServerProfile, when set, is where a CPU profile of the API server is written,
 	// taken over the first executor scenario (the API server serves /debug/pprof).
 	APIServerProfile string
@@ -519,6 +523,13 @@ func runExecutor(ctx context.Context, env *kubetest.Env, o Options, taskType str
 	ns := fmt.Sprintf("executor-%d", time.Now().UnixNano()%1e6)
 	if err := namespace(ctx, env.Client, ns); err != nil {
 		return Result{}, err
+	}
+	if o.FinalizerAtAdmission {
+		remove, err := kubetest.FinalizerAtAdmission(ctx, env.Client, ns, controller.Finalizer)
+		defer remove()
+		if err != nil {
+			return Result{}, err
+		}
 	}
 	cfg := config.Default()
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"

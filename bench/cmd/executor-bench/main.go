@@ -17,6 +17,7 @@ import (
 func main() {
 	var o executorbench.Options
 	flag.IntVar(&o.Actions, "actions", 1000, "actions per scenario")
+	flag.BoolVar(&o.FinalizerAtAdmission, "finalizer-at-admission", false, "install the component finalizer-at-admission for the executor's scenarios (the API server puts the finalizer on)")
 	flag.IntVar(&o.Creators, "creators", 8, "concurrent clients creating them")
 	flag.IntVar(&o.Workers, "workers", 0, "the executor's maxConcurrentReconciles (default: its configured default)")
 	flag.IntVar(&o.ContainerActions, "container-actions", 500, "actions in the container scenario")
