@@ -16,6 +16,7 @@ import (
 
 	"github.com/flytekube/backend/events"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/executor/eventsink"
 	flytecorev1 "github.com/flytekube/backend/gen/go/flyte/core/v1"
 	eventsv1 "github.com/flytekube/backend/gen/go/flyte/events/v1"
@@ -23,6 +24,7 @@ import (
 	"github.com/flytekube/backend/internal/rpcclient"
 	"github.com/flytekube/backend/services/auth"
 	"github.com/flytekube/backend/test/eventually"
+	"github.com/flytekube/backend/test/kubetest"
 	"github.com/flytekube/backend/test/pgtest"
 	"github.com/flytekube/backend/test/servicetest"
 )
@@ -157,6 +159,67 @@ func TestDeletionWaitsForDeliveryThroughACrash(t *testing.T) {
 				default:
 					return gone && state == tt.want
 				}
+			}, func() string {
+				return fmt.Sprintf("%s: the events service says %s; want %s, and the action gone", name, state, tt.want)
+			})
+		})
+	}
+}
+
+// TestAnActionDeletedBeforeAnyExecutorSawIt: an action created and deleted while no
+// executor runs. With the finalizer put on at admission
+// (deploy/kustomize/components/finalizer-at-admission) its deletion waits for an
+// executor, which records it Aborted and lets it go. Without the component nothing holds
+// it: it is gone before any executor sees it, and the events service never hears of it
+// (docs/executor.md: the executor guards what it has seen).
+func TestAnActionDeletedBeforeAnyExecutorSawIt(t *testing.T) {
+	tests := []struct {
+		name      string
+		admission bool
+		want      flytecorev1.ActionPhase
+	}{
+		{"the finalizer put on at admission: recorded Aborted", true, flytecorev1.ActionPhase_ACTION_PHASE_ABORTED},
+		{"the executor puts it on: never recorded", false, flytecorev1.ActionPhase_ACTION_PHASE_UNSPECIFIED},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc, eventsClient, _ := restartableEvents(t)
+			ns := env.Namespace(t)
+			if tt.admission {
+				remove, err := kubetest.FinalizerAtAdmission(context.Background(), env.Client, ns, controller.Finalizer)
+				t.Cleanup(remove)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			name := fmt.Sprintf("unseen-%d", i)
+			ta := &flytev1.TaskAction{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: flytev1.TaskActionSpec{Project: "demo", Domain: "development", RunName: "unseen-" + ns[len(ns)-6:], ActionName: name,
+					TaskName: "demo.sleep", TaskType: "core-sleep", RunOutputBase: "mem://out/unseen", Config: map[string]string{"duration": "1h"}},
+			}
+			createActions(t, 1, func(int) *flytev1.TaskAction { return ta })
+			if err := env.Client.Delete(context.Background(), ta); err != nil {
+				t.Fatal(err)
+			}
+			key := client.ObjectKeyFromObject(ta)
+			var held flytev1.TaskAction
+			err := env.Client.Get(context.Background(), key, &held)
+			if tt.admission && (err != nil || held.DeletionTimestamp.IsZero()) {
+				t.Fatalf("the deletion did not wait for an executor: %v", err)
+			}
+			if !tt.admission && !apierrors.IsNotFound(err) {
+				t.Fatalf("the action outlived its deletion with no executor to hold it: %v", err)
+			}
+
+			cfg := testConfig()
+			cfg.EventsServiceURL = svc.URL
+			start(t, cfg, ns, runOptions{})
+			var state flytecorev1.ActionPhase
+			eventually.True(t, time.Minute, func() bool {
+				state = actionState(t, eventsClient, ta)
+				gone := apierrors.IsNotFound(env.Client.Get(context.Background(), key, &flytev1.TaskAction{}))
+				return gone && state == tt.want
 			}, func() string {
 				return fmt.Sprintf("%s: the events service says %s; want %s, and the action gone", name, state, tt.want)
 			})

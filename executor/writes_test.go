@@ -45,6 +45,11 @@ func TestWritesPerAction(t *testing.T) {
 			drive: func(t *testing.T, ta *flytev1.TaskAction) {
 				kubelet(t, waitPod(t, ta.Namespace, "quick-1"), corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
 			}},
+		{name: "container finished before it was scheduled, the finalizer put on at admission: Queued, Succeeded, finalizer off", taskActionWrites: 3,
+			action: func(ns string) *flytev1.TaskAction { return containerAction(ns, "quick", 0) }, events: true, admission: true,
+			drive: func(t *testing.T, ta *flytev1.TaskAction) {
+				kubelet(t, waitPod(t, ta.Namespace, "quick-1"), corev1.PodSucceeded, &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"})
+			}},
 		{name: "container seen in every phase: finalizer on, Queued, Initializing, Running, Succeeded, finalizer off", taskActionWrites: 6,
 			action: func(ns string) *flytev1.TaskAction { return containerAction(ns, "slow", 0) },
 			drive: func(t *testing.T, ta *flytev1.TaskAction) {
