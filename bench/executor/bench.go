@@ -74,6 +74,11 @@ type Options struct {
 	// FinalizerAtAdmission installs the component finalizer-at-admission for the
 	// executor's scenarios: the API server puts the finalizer on each action it stores.
 	FinalizerAtAdmission bool
+	// CeilingRecordsHistory has the no-op actions' second baseline (the ceiling watching
+	// the actions) also record each action's history with the events service before its
+	// status write, as an executor sparing the finalizer must: what that guarantee costs
+	// at least.
+	CeilingRecordsHistory bool
 	// APIServerProfile, when set, is where a CPU profile of the API server is written,
 	// taken over the first executor scenario (the API server serves /debug/pprof).
 	APIServerProfile string
@@ -234,7 +239,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 	if o.Only == "memory" || o.Only == "gc" {
 		o.Actions = 0 // nothing to warm up for
 	}
-	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }, false); err != nil {
+	if _, err := runCeiling(ctx, env, Options{Actions: o.Actions / 2, Creators: o.Creators}, "core-sleep", func(*flytev1.TaskAction, int) error { return nil }, false, nil); err != nil {
 		return err
 	}
 
@@ -264,13 +269,19 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 				return nil
 			}}}
 	}
+	var history *historyRecorder // the second baseline's, when it records the history
+	if o.CeilingRecordsHistory {
+		if history, err = newHistoryRecorder(eventsURL); err != nil {
+			return err
+		}
+	}
 	run := func(scs []scenario, secondName string) ([]Result, error) {
 		var results []Result
 		for _, sc := range scs {
 			so := o
 			so.Actions = sc.actions
 			fmt.Fprintf(progress, "%s: ceiling\n", sc.name)
-			ceilingOf := func() (float64, error) { return runCeiling(ctx, env, so, sc.taskType, sc.prepare, false) }
+			ceilingOf := func() (float64, error) { return runCeiling(ctx, env, so, sc.taskType, sc.prepare, false, nil) }
 			if sc.kubelet {
 				ceilingOf = func() (float64, error) { return runPodCeiling(ctx, env, so, sc.taskType, sc.prepare, false) }
 			}
@@ -284,7 +295,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 			}
 			var watched float64
 			var watchedCPU benchutil.CPUUse
-			second := func() (float64, error) { return runCeiling(ctx, env, so, sc.taskType, sc.prepare, true) }
+			second := func() (float64, error) { return runCeiling(ctx, env, so, sc.taskType, sc.prepare, true, history) }
 			fmt.Fprintf(progress, "%s: %s\n", sc.name, secondName)
 			if sc.kubelet {
 				second = func() (float64, error) { return runPodCeiling(ctx, env, so, sc.taskType, sc.prepare, true) }
@@ -310,6 +321,11 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		}
 		return results, nil
 	}
+	noopSecond, noopSecondWhy := "ceiling with a watching informer", "the same ceiling with an informer watching the actions (as any controller has), which shows what watching costs on top of the writes"
+	if history != nil {
+		noopSecond, noopSecondWhy = "ceiling watching, recording the history first",
+			"the same ceiling with an informer watching the actions, which also records each action's history with the events service before its status write (group-committed), as an executor sparing the finalizer must: what that guarantee costs at least"
+	}
 	// Each part runs and prints its tables; the two differ in the ceiling's writes, in
 	// their second baseline, and in which writes besides the TaskAction's they count.
 	for _, part := range []struct {
@@ -321,7 +337,7 @@ func Run(ctx context.Context, o Options, w, progress io.Writer) error {
 		second, secondWhy string
 	}{
 		{noop, fmt.Sprintf("No-op actions: %d per scenario", o.Actions), "create + 1 status write", "Event writes", func(r Result) float64 { return r.EventWrites },
-			"ceiling with a watching informer", "the same ceiling with an informer watching the actions (as any controller has), which shows what watching costs on top of the writes"},
+			noopSecond, noopSecondWhy},
 		{containers, fmt.Sprintf("Container actions: %d", o.ContainerActions), "create, pod create, pod status, status write", "pod writes", func(r Result) float64 { return r.PodWrites },
 			"plain client, the executor's writes", "a plain client making exactly the executor's writes (the finalizer put on and taken off, and the Queued status besides the ceiling's), which shows what the write pattern itself costs"},
 	} {
@@ -442,8 +458,9 @@ func createAll(n, workers int, createOne func(i int) (name string, at time.Time,
 
 // runCeiling creates the actions with a plain client, each followed by one status write.
 // With watched, an informer on the namespace's actions (as every controller has) runs
-// meanwhile, and the run ends when it has seen every status write.
-func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error, watched bool) (float64, error) {
+// meanwhile, and the run ends when it has seen every status write. With history, each
+// action's history is recorded with the events service before its status write.
+func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error, watched bool, history *historyRecorder) (float64, error) {
 	ns := fmt.Sprintf("ceiling-%d", time.Now().UnixNano()%1e6)
 	if err := namespace(ctx, env.Client, ns); err != nil {
 		return 0, err
@@ -480,6 +497,11 @@ func runCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType stri
 	start := time.Now()
 	_, err := create(ctx, env.Client, o, ns, taskType, prepare, func(ta *flytev1.TaskAction) error {
 		ta.Status = finishedStatus(ta.Generation)
+		if history != nil {
+			if err := history.record(ctx, ta); err != nil {
+				return err
+			}
+		}
 		return env.Client.Status().Update(ctx, ta)
 	})
 	if err != nil {
