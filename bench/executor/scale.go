@@ -27,6 +27,7 @@ import (
 	"github.com/flytekube/backend/executor"
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
 	"github.com/flytekube/backend/executor/config"
+	"github.com/flytekube/backend/executor/controller"
 	"github.com/flytekube/backend/test/kubetest"
 )
 
@@ -39,6 +40,8 @@ type sustainedResult struct {
 	namespaces int
 	created    int
 	gc         config.GCConfig
+	// admission: the finalizer was put on at admission (component finalizer-at-admission).
+	admission bool
 	// samples every 10 s: actions stored, etcd's size in use.
 	samples []sustainedSample
 	// heaps: the process's live heap (the executor and both services) after a GC when
@@ -78,7 +81,7 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL, 
 		runtime.MemProfileRate = 4096 // finer than the default, so that what each action costs shows
 	}
 	cfg := config.Default()
-	r := sustainedResult{rate: o.ScaleRate, duration: o.ScaleDuration, namespaces: 4, gc: cfg.GC}
+	r := sustainedResult{rate: o.ScaleRate, duration: o.ScaleDuration, namespaces: 4, gc: cfg.GC, admission: o.FinalizerAtAdmission}
 	suffix := time.Now().UnixNano() % 1e6
 	var namespaces []string
 	for i := range r.namespaces {
@@ -87,6 +90,13 @@ func runSustained(ctx context.Context, env *kubetest.Env, o Options, eventsURL, 
 			return r, err
 		}
 		namespaces = append(namespaces, ns)
+		if o.FinalizerAtAdmission {
+			remove, err := kubetest.FinalizerAtAdmission(ctx, env.Client, ns, controller.Finalizer)
+			defer remove()
+			if err != nil {
+				return r, err
+			}
+		}
 	}
 	cfg.MetricsBindAddress, cfg.HealthProbeBindAddress = "0", "0"
 	cfg.EventsServiceURL = eventsURL
@@ -347,8 +357,12 @@ func (e etcdStore) post(ctx context.Context, path string, body, out any) error {
 
 func (r sustainedResult) write(w io.Writer) {
 	fmt.Fprintf(w, "### Sustained load: %.0f actions/s offered for %s, over %d namespaces, default collector\n\n", r.rate, r.duration, r.namespaces)
-	fmt.Fprintf(w, "One executor, default configuration (gc: every %s, a finished action kept %s, at most %d in all and %d per namespace, %.0f deletes/s); every action a core-sleep 0s created by 16 clients; %d created (%.1f/s achieved).\n\n",
-		r.gc.Interval.Duration, r.gc.MaxTTL.Duration, r.gc.MaxFinished, r.gc.MaxFinishedPerNamespace, r.gc.DeletesPerSecond, r.created, r.achieved)
+	finalizer := "the executor puts its finalizer on"
+	if r.admission {
+		finalizer = "the finalizer put on at admission (component finalizer-at-admission)"
+	}
+	fmt.Fprintf(w, "One executor, default configuration (gc: every %s, a finished action kept %s, at most %d in all and %d per namespace, %.0f deletes/s); %s; every action a core-sleep 0s created by 16 clients; %d created (%.1f/s achieved).\n\n",
+		r.gc.Interval.Duration, r.gc.MaxTTL.Duration, r.gc.MaxFinished, r.gc.MaxFinishedPerNamespace, r.gc.DeletesPerSecond, finalizer, r.created, r.achieved)
 	fmt.Fprintln(w, "| figure | value |")
 	fmt.Fprintln(w, "| --- | ---: |")
 	fmt.Fprintf(w, "| most actions stored at once (a sample every 10 s) | %d |\n", r.maxStored)
