@@ -85,11 +85,20 @@ func startKubelet(ctx context.Context, env *kubetest.Env, ns string) error {
 // executor and the kubelet make, by a plain client — the action's create, its pod's
 // create, the pod's status, the action's final status. With executorWrites, the plain
 // client makes the executor's writes exactly: the finalizer put on and taken off (each
-// a patch of the main resource) and the Queued status besides.
+// a patch of the main resource) and the Queued status besides; with the finalizer put on
+// at admission (o.FinalizerAtAdmission), the API server puts it on here too, and the
+// client only takes it off.
 func runPodCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType string, prepare func(*flytev1.TaskAction, int) error, executorWrites bool) (float64, error) {
 	ns := fmt.Sprintf("pod-ceiling-%d", time.Now().UnixNano()%1e6)
 	if err := namespace(ctx, env.Client, ns); err != nil {
 		return 0, err
+	}
+	if executorWrites && o.FinalizerAtAdmission {
+		remove, err := kubetest.FinalizerAtAdmission(ctx, env.Client, ns, controller.Finalizer)
+		defer remove()
+		if err != nil {
+			return 0, err
+		}
 	}
 	finalizer := func(ta *flytev1.TaskAction, change func(client.Object, string) bool) error {
 		patch := client.MergeFromWithOptions(ta.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -100,8 +109,10 @@ func runPodCeiling(ctx context.Context, env *kubetest.Env, o Options, taskType s
 	_, err := create(ctx, env.Client, o, ns, taskType, prepare, func(ta *flytev1.TaskAction) error {
 		now := metav1.Now()
 		if executorWrites {
-			if err := finalizer(ta, controllerutil.AddFinalizer); err != nil {
-				return err
+			if !o.FinalizerAtAdmission {
+				if err := finalizer(ta, controllerutil.AddFinalizer); err != nil {
+					return err
+				}
 			}
 			ta.Status = flytev1.TaskActionStatus{Phase: flytev1.PhaseQueued, Attempts: 1,
 				PhaseHistory: []flytev1.PhaseTransition{{Phase: flytev1.PhaseQueued, Attempt: 1, OccurredAt: metav1.NewMicroTime(now.Time)}}}
