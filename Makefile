@@ -44,12 +44,13 @@ upgrade-test: envtest node ## Upgrade release FROM (default the latest in RELEAS
 # The seeded chaos soak, long: make chaos SEED=1234 DURATION=30m. A failing run prints its
 # seed and the command that replays it. Its pods run on a real node (containerd and a
 # kubelet) as root, else (or with NODE=stand-in) on the soak's stand-in kubelet. A short
-# run, on the stand-in, is part of make test.
+# run, on the stand-in, is part of make test. ADMISSION=1 installs the component
+# finalizer-at-admission for the soak's namespaces.
 SEED     ?= random
 DURATION ?= 30m
 .PHONY: chaos
 chaos: envtest node ## Run the chaos soak for DURATION (default 30m) with SEED (default random), on NODE (real as root).
-	CHAOS_NODE="$(NODE)" SEED="$(SEED)" DURATION="$(DURATION)" KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" \
+	CHAOS_NODE="$(NODE)" CHAOS_ADMISSION="$(ADMISSION)" SEED="$(SEED)" DURATION="$(DURATION)" KUBEBUILDER_ASSETS="$$(hack/envtest.sh 2>/dev/null | tail -1)" \
 		$(GO) test -count=1 -timeout 24h -v -run '^TestChaos$$' ./e2e/chaos
 
 # CLUSTERS=2 starts a second cluster beside the first (sandbox --second-cluster).

@@ -275,9 +275,10 @@ func tableSizes(ctx context.Context, databaseURL string) ([]tableSize, error) {
 			return nil, fmt.Errorf("postgres: vacuum %s: %w", table, err)
 		}
 		t := tableSize{name: table}
-		// Summed over the partitions: a partitioned table holds no rows of its own.
+		// Summed over the partitions of a partitioned table, which holds no rows of its own;
+		// pg_partition_tree lists nothing for a plain one.
 		if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+table+`),
-	(SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint FROM pg_partition_tree($1::regclass))`, table).Scan(&t.rows, &t.bytes); err != nil {
+	coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree($1::regclass)), pg_total_relation_size($1::regclass))::bigint`, table).Scan(&t.rows, &t.bytes); err != nil {
 			return nil, fmt.Errorf("postgres: size of %s: %w", table, err)
 		}
 		sizes = append(sizes, t)

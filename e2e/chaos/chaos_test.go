@@ -35,7 +35,8 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("seed %d, duration %s, files in %s", seed, duration, dir)
-	replay := "replay: CHAOS_NODE=" + cmp.Or(os.Getenv("CHAOS_NODE"), systemtest.NodeStandIn) + " SEED=" + strconv.FormatUint(seed, 10) + " DURATION=" + duration.String() + " go test ./e2e/chaos -run TestChaos -v -timeout " + (duration + 15*time.Minute).String()
+	admission := os.Getenv("CHAOS_ADMISSION") != ""
+	replay := "replay: CHAOS_NODE=" + cmp.Or(os.Getenv("CHAOS_NODE"), systemtest.NodeStandIn) + " CHAOS_ADMISSION=" + os.Getenv("CHAOS_ADMISSION") + " SEED=" + strconv.FormatUint(seed, 10) + " DURATION=" + duration.String() + " go test ./e2e/chaos -run TestChaos -v -timeout " + (duration + 15*time.Minute).String()
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), duration+10*time.Minute)
 	defer cancel()
@@ -44,7 +45,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal("CHAOS_NODE=real: a real node needs root (containerd, kubelet)")
 	}
 	t.Logf("pods run on the %s node", cmp.Or(node, systemtest.NodeStandIn))
-	rep, err := Run(ctx, Options{Seed: seed, Duration: duration, Dir: dir, Assets: assets, Node: node,
+	rep, err := Run(ctx, Options{Seed: seed, Duration: duration, Dir: dir, Assets: assets, Node: node, FinalizerAtAdmission: admission,
 		Log: func(format string, args ...any) {
 			t.Logf("%5.1fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
 		}})

@@ -16,6 +16,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	flytev1 "github.com/flytekube/backend/executor/api/v1"
+	"github.com/flytekube/backend/executor/controller"
+	"github.com/flytekube/backend/test/kubetest"
 	"github.com/flytekube/backend/test/systemtest"
 )
 
@@ -31,6 +33,9 @@ type Options struct {
 	Assets string
 	// Node is where pods run: systemtest.NodeReal or systemtest.NodeStandIn (the default).
 	Node string
+	// FinalizerAtAdmission installs the component finalizer-at-admission for the soak's
+	// namespaces: the API server puts the executor's finalizer on each action it stores.
+	FinalizerAtAdmission bool
 	// Log receives the soak's progress.
 	Log func(format string, args ...any)
 }
@@ -95,6 +100,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer s.stop()
+	if o.FinalizerAtAdmission {
+		for _, ns := range []string{taskNamespace, hostileNamespace} {
+			remove, err := kubetest.FinalizerAtAdmission(ctx, s.client, ns, controller.Finalizer)
+			defer remove()
+			if err != nil {
+				return nil, err
+			}
+		}
+		o.Log("the finalizer is put on at admission")
+	}
 	w, err := planWorkload(workRnd, o.Duration, s.dataDir, s.image())
 	if err != nil {
 		return nil, err
