@@ -524,13 +524,22 @@ func (q *Queue[T]) runTimer() {
 	defer sweep.Stop()
 	for {
 		q.mu.Lock()
-		next := q.promote(q.opts.Clock.Now())
+		now := q.opts.Clock.Now()
+		next := q.promote(now)
 		q.mu.Unlock()
 		var timer clock.Timer
 		var due <-chan time.Time
 		if next > 0 {
 			timer = q.opts.Clock.NewTimer(next)
 			due = timer.C()
+			// A timer counts from when it is set, not from now: a clock that moved
+			// meanwhile (a fake one stepped, a pause of this goroutine) would have it fire
+			// late by that much, or, for a fake clock, never. Past the deadline already,
+			// go round at once.
+			if !q.opts.Clock.Now().Before(now.Add(next)) {
+				timer.Stop()
+				continue
+			}
 		}
 		select {
 		case <-q.done:

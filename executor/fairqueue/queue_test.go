@@ -5,12 +5,14 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
@@ -205,6 +207,46 @@ func TestWaitingItemsComeWhenDue(t *testing.T) {
 	if got := drain(t, q, 2); !slices.Equal(got, []string{"a/late", "c/1"}) {
 		t.Fatalf("got %v, want a/late, c/1", got)
 	}
+}
+
+// TestAClockThatMovesWhileTheTimerIsSetIsSeen: the timer loop reads the clock, then sets
+// a timer for the earliest waiting item. A clock that moves in between (here a fake one
+// stepped as the timer is set; in CI, a test's Step between the two) made the timer count
+// from the later time, and for a fake clock never fire: the item stayed waiting
+// (TestWaitingItemsComeWhenDue failed so, once). Only red before the loop checked the
+// deadline again when no wake of the loop is pending as the timer is set, which this
+// test does not control.
+func TestAClockThatMovesWhileTheTimerIsSetIsSeen(t *testing.T) {
+	clock := &steppingClock{FakeClock: clocktesting.NewFakeClock(time.Now())}
+	q := newQueue(t, fairqueue.Options[string]{Clock: clock})
+	clock.stepOnNextTimer(2 * time.Second)
+	q.AddAfter("a/1", 2*time.Second)
+	eventually.True(t, 5*time.Second, func() bool { return q.Len() == 1 },
+		func() string { return "a/1 is still waiting though the clock passed its time" })
+}
+
+// steppingClock steps its fake time when the next timer is set, before setting it.
+type steppingClock struct {
+	*clocktesting.FakeClock
+	mu   sync.Mutex
+	step time.Duration
+}
+
+func (c *steppingClock) stepOnNextTimer(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.step = d
+}
+
+func (c *steppingClock) NewTimer(d time.Duration) clock.Timer {
+	c.mu.Lock()
+	step := c.step
+	c.step = 0
+	c.mu.Unlock()
+	if step > 0 {
+		c.Step(step)
+	}
+	return c.FakeClock.NewTimer(d)
 }
 
 func TestRateLimitedItemsWaitTheirLimit(t *testing.T) {
